@@ -1,0 +1,128 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+/// One set of compiler settings for every target: Swift 6 language mode with strict concurrency,
+/// and `any` spelled out for existentials so that none sneaks onto a hot path unnoticed.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "cachet",
+    products: [
+        .executable(name: "cachet-node", targets: ["cachet-node"]),
+        .executable(name: "cachet-cli", targets: ["cachet-cli"]),
+        .executable(name: "cachet-bench", targets: ["cachet-bench"]),
+        .library(name: "CachetWire", targets: ["CachetWire"]),
+        .library(name: "CachetStore", targets: ["CachetStore"]),
+        .library(name: "CachetNode", targets: ["CachetNode"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+    ],
+    targets: [
+        // C shims and system libraries.
+        .target(name: "CEpoll"),
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+
+        // The wire codec: frames and bodies, no I/O.
+        .target(name: "CachetWire", swiftSettings: swiftSettings),
+
+        // Memory and disk tiers: no sockets.
+        .target(
+            name: "CachetStore",
+            dependencies: [
+                "CZlib",
+                "COpenSSLCrypto",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        // The Dispatch-sources server: connections, request dispatch, stats.
+        .target(
+            name: "CachetNode",
+            dependencies: [
+                "CachetWire",
+                "CachetStore",
+                "CEpoll",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        // The debugging client's command language, formatting and blocking connection.
+        .target(name: "CachetCLIKit", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+
+        // The load generator: event loops, protocol drivers for Cachet, memcached and Redis, reports.
+        .target(
+            name: "CachetBenchKit",
+            dependencies: [
+                "CachetWire",
+                "CEpoll",
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        // Thin executables.
+        .executableTarget(
+            name: "cachet-node",
+            dependencies: [
+                "CachetNode",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "cachet-cli",
+            dependencies: [
+                "CachetCLIKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "cachet-bench",
+            dependencies: [
+                "CachetBenchKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        // Tests: one target per module, shared helpers in a support target.
+        .target(name: "CachetTestSupport", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "CachetWireTests",
+            dependencies: ["CachetWire", "CachetTestSupport"],
+            resources: [.copy("Vectors")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetStoreTests",
+            dependencies: ["CachetStore", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetNodeTests",
+            dependencies: ["CachetNode", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetCLIKitTests",
+            dependencies: ["CachetCLIKit", "CachetTestSupport", "cachet-cli", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetBenchKitTests",
+            dependencies: ["CachetBenchKit", "CachetTestSupport", "cachet-bench", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,46 @@
+#define _GNU_SOURCE
+#include "CEpoll.h"
+#include <stdlib.h>
+#include <sys/socket.h>
+
+int cachet_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+static int control(int epfd, int op, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event event;
+    event.events = events;
+    event.data.u64 = token;
+    return epoll_ctl(epfd, op, fd, &event);
+}
+
+int cachet_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
+    return control(epfd, EPOLL_CTL_ADD, fd, events, token);
+}
+
+int cachet_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token) {
+    return control(epfd, EPOLL_CTL_MOD, fd, events, token);
+}
+
+int cachet_epoll_remove(int epfd, int fd) {
+    struct epoll_event event = {0};
+    return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &event);
+}
+
+int cachet_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms) {
+    return epoll_wait(epfd, events, capacity, timeout_ms);
+}
+
+struct epoll_event *cachet_epoll_events_create(int capacity) {
+    return calloc((size_t)capacity, sizeof(struct epoll_event));
+}
+
+void cachet_epoll_events_free(struct epoll_event *events) { free(events); }
+
+uint32_t cachet_epoll_event_mask(const struct epoll_event *events, int index) { return events[index].events; }
+
+uint64_t cachet_epoll_event_token(const struct epoll_event *events, int index) { return events[index].data.u64; }
+
+int cachet_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC); }
+
+long cachet_send(int fd, const void *buffer, unsigned long length) {
+    return (long)send(fd, buffer, length, MSG_NOSIGNAL);
+}

@@ -1,0 +1,5 @@
+#ifndef CACHET_COPENSSL_SHIM_H
+#define CACHET_COPENSSL_SHIM_H
+#include <openssl/sha.h>
+#include <openssl/evp.h>
+#endif

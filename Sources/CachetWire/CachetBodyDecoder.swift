@@ -1,0 +1,108 @@
+/// A PUT body located in a buffer.
+public struct CachetPutBody: Hashable, Sendable {
+    /// Seconds the entry lives; 0 means no expiry.
+    public var ttl: UInt32
+    /// Offsets of the key in the buffer.
+    public var key: Range<Int>
+    /// Offsets of the value in the buffer (may be empty).
+    public var value: Range<Int>
+
+    /// Creates a PUT body description.
+    /// - Parameters:
+    ///   - ttl: seconds to live, 0 for none.
+    ///   - key: the key's offsets.
+    ///   - value: the value's offsets.
+    @inlinable
+    public init(ttl: UInt32, key: Range<Int>, value: Range<Int>) {
+        self.ttl = ttl
+        self.key = key
+        self.value = value
+    }
+}
+
+/// Parses request bodies. Pure: the results are offsets into the caller's buffer.
+///
+/// Body layouts are in `Protocol/PROTOCOL.md`, "Request bodies".
+public enum CachetBodyDecoder {
+    /// Parses a PUT body: `ttl: u32 | key_len: u16 | key | value`.
+    ///
+    /// - Parameters:
+    ///   - buffer: the buffer the frame was decoded from.
+    ///   - body: the frame's body range.
+    /// - Returns: the TTL, key and value.
+    /// - Throws: ``CachetWireError`` `malformedBody` when the body is shorter than its declared key,
+    ///   `emptyKey`, or `keyTooLong`.
+    @inlinable
+    public static func decodePut(
+        in buffer: UnsafeRawBufferPointer,
+        body: Range<Int>
+    ) throws(CachetWireError) -> CachetPutBody {
+        guard body.count >= CachetProtocol.putBodyPrefixSize else {
+            throw malformed("PUT body of \(body.count) bytes is shorter than its 6-byte ttl and key length")
+        }
+        let ttl = buffer.loadUnaligned(fromByteOffset: body.lowerBound, as: UInt32.self).bigEndian
+        let keyLength = Int(buffer.loadUnaligned(fromByteOffset: body.lowerBound + 4, as: UInt16.self).bigEndian)
+        let keyStart = body.lowerBound + CachetProtocol.putBodyPrefixSize
+        try checkKeyLength(keyLength, available: body.upperBound - keyStart, opcode: "PUT")
+        return CachetPutBody(ttl: ttl, key: keyStart..<(keyStart + keyLength), value: (keyStart + keyLength)..<body.upperBound)
+    }
+
+    /// Parses a GET or DEL body: `key_len: u16 | key`, with nothing after the key.
+    ///
+    /// - Parameters:
+    ///   - buffer: the buffer the frame was decoded from.
+    ///   - body: the frame's body range.
+    /// - Returns: the key's offsets.
+    /// - Throws: ``CachetWireError`` `malformedBody` when the body length is not exactly 2 + key length,
+    ///   `emptyKey`, or `keyTooLong`.
+    @inlinable
+    public static func decodeKey(
+        in buffer: UnsafeRawBufferPointer,
+        body: Range<Int>
+    ) throws(CachetWireError) -> Range<Int> {
+        guard body.count >= CachetProtocol.keyBodyPrefixSize else {
+            throw malformed("key body of \(body.count) bytes is shorter than its 2-byte key length")
+        }
+        let keyLength = Int(buffer.loadUnaligned(fromByteOffset: body.lowerBound, as: UInt16.self).bigEndian)
+        let keyStart = body.lowerBound + CachetProtocol.keyBodyPrefixSize
+        try checkKeyLength(keyLength, available: body.upperBound - keyStart, opcode: "key")
+        guard keyStart + keyLength == body.upperBound else {
+            throw malformed(
+                "key body declares a \(keyLength)-byte key but carries \(body.upperBound - keyStart) bytes after its length"
+            )
+        }
+        return keyStart..<(keyStart + keyLength)
+    }
+
+    /// Checks that a CLEAR, STATS or PING body is empty.
+    ///
+    /// - Parameter body: the frame's body range.
+    /// - Throws: ``CachetWireError`` `malformedBody` when the body is not empty.
+    @inlinable
+    public static func decodeEmpty(body: Range<Int>) throws(CachetWireError) {
+        guard body.isEmpty else {
+            throw malformed("this opcode takes an empty body, got \(body.count) bytes")
+        }
+    }
+
+    @inlinable
+    static func checkKeyLength(_ keyLength: Int, available: Int, opcode: String) throws(CachetWireError) {
+        guard keyLength > 0 else {
+            throw CachetWireError(code: .emptyKey, message: "empty key: keys are 1 to \(CachetProtocol.maximumKeyLength) bytes")
+        }
+        guard keyLength <= CachetProtocol.maximumKeyLength else {
+            throw CachetWireError(
+                code: .keyTooLong,
+                message: "key of \(keyLength) bytes exceeds the \(CachetProtocol.maximumKeyLength)-byte limit"
+            )
+        }
+        guard keyLength <= available else {
+            throw malformed("\(opcode) body declares a \(keyLength)-byte key but only \(available) bytes follow")
+        }
+    }
+
+    @usableFromInline
+    static func malformed(_ message: String) -> CachetWireError {
+        CachetWireError(code: .malformedBody, message: message)
+    }
+}

@@ -1,0 +1,55 @@
+/// The operation a request asks for, echoed in its response.
+///
+/// A struct rather than an enum so that a byte the node does not know can still be represented,
+/// answered with ``CachetStatus/unknownOpcode``, and echoed back. See `Protocol/PROTOCOL.md`, "Opcodes".
+public struct CachetOpcode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// The opcode byte on the wire.
+    public var rawValue: UInt8
+
+    /// Creates an opcode from its wire byte; any byte is representable.
+    /// - Parameter rawValue: the opcode byte.
+    @inlinable
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    /// Stores a value under a key, with an optional TTL.
+    public static let put = CachetOpcode(rawValue: 0x01)
+    /// Reads the value stored under a key.
+    public static let get = CachetOpcode(rawValue: 0x02)
+    /// Removes a key.
+    public static let delete = CachetOpcode(rawValue: 0x03)
+    /// Removes every entry of the node.
+    public static let clear = CachetOpcode(rawValue: 0x04)
+    /// Asks for the node's counters as a JSON object.
+    public static let stats = CachetOpcode(rawValue: 0x05)
+    /// Asks for an empty OK reply.
+    public static let ping = CachetOpcode(rawValue: 0x06)
+    /// The opcode of a reply to a frame that could not be trusted (framing errors); its id is 0 too.
+    public static let none = CachetOpcode(rawValue: 0x00)
+
+    /// Every opcode that protocol version 1 defines.
+    public static let allKnown: [CachetOpcode] = [.put, .get, .delete, .clear, .stats, .ping]
+
+    /// Whether protocol version 1 defines this opcode.
+    @inlinable
+    public var isKnown: Bool { rawValue >= 0x01 && rawValue <= 0x06 }
+
+    /// The upper-case name used in the specification (`PUT`, `GET`...), or `0xNN` for an unknown byte.
+    public var description: String {
+        switch rawValue {
+        case 0x00: return "NONE"
+        case 0x01: return "PUT"
+        case 0x02: return "GET"
+        case 0x03: return "DEL"
+        case 0x04: return "CLEAR"
+        case 0x05: return "STATS"
+        case 0x06: return "PING"
+        default: return "0x" + hex2(rawValue)
+        }
+    }
+}
+
+@usableFromInline
+func hex2(_ byte: UInt8) -> String {
+    let digits: [Character] = Array("0123456789abcdef")
+    return String([digits[Int(byte >> 4)], digits[Int(byte & 0x0f)]])
+}
