@@ -101,7 +101,6 @@ let package = Package(
         .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
-            resources: [.copy("Vectors")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
