@@ -1,0 +1,93 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A growable byte buffer with a read index and a write index, owned by one connection.
+///
+/// Not thread-safe: a connection touches its buffers only on its event loop's queue. Memory is a single
+/// `malloc` block that grows by doubling (up to what a frame needs) and is compacted by moving the unread
+/// bytes to the front, so steady-state traffic allocates nothing.
+struct ByteBuffer: ~Copyable {
+    private(set) var base: UnsafeMutableRawPointer
+    private(set) var capacity: Int
+    /// Offset of the first unread byte.
+    private(set) var readIndex = 0
+    /// Offset just past the last written byte.
+    private(set) var writeIndex = 0
+
+    init(capacity: Int) {
+        self.capacity = max(capacity, 64)
+        base = malloc(self.capacity)!
+    }
+
+    deinit { free(base) }
+
+    /// Bytes written and not yet read.
+    var readableBytes: Int { writeIndex - readIndex }
+
+    /// Room after the write index.
+    var writableBytes: Int { capacity - writeIndex }
+
+    /// The unread bytes.
+    var readableRegion: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: base + readIndex, count: writeIndex - readIndex)
+    }
+
+    /// All bytes from the buffer's start to the write index: offsets in it are buffer offsets.
+    var wholeRegion: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: writeIndex) }
+
+    /// Where the next written byte goes.
+    var writePointer: UnsafeMutableRawPointer { base + writeIndex }
+
+    mutating func moveReadIndex(to offset: Int) {
+        precondition(offset >= readIndex && offset <= writeIndex)
+        readIndex = offset
+        if readIndex == writeIndex {
+            readIndex = 0
+            writeIndex = 0
+        }
+    }
+
+    mutating func moveReadIndex(forwardBy count: Int) { moveReadIndex(to: readIndex + count) }
+
+    mutating func moveWriteIndex(forwardBy count: Int) {
+        precondition(count >= 0 && writeIndex + count <= capacity)
+        writeIndex += count
+    }
+
+    /// Makes room for at least `count` more bytes after the write index: compacts first, grows if needed.
+    mutating func reserveWritable(_ count: Int) {
+        if writableBytes >= count { return }
+        if readIndex > 0 {
+            let unread = readableBytes
+            if unread > 0 { memmove(base, base + readIndex, unread) }
+            readIndex = 0
+            writeIndex = unread
+            if writableBytes >= count { return }
+        }
+        var newCapacity = capacity
+        while newCapacity - writeIndex < count { newCapacity *= 2 }
+        base = realloc(base, newCapacity)!
+        capacity = newCapacity
+    }
+
+    /// Gives back memory above `limit` when the buffer is empty (after a large frame has passed).
+    mutating func shrinkIfEmpty(to limit: Int) {
+        guard readableBytes == 0, capacity > limit else { return }
+        readIndex = 0
+        writeIndex = 0
+        base = realloc(base, limit)!
+        capacity = limit
+    }
+
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        guard bytes.count > 0 else { return }
+        reserveWritable(bytes.count)
+        (base + writeIndex).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        writeIndex += bytes.count
+    }
+
+    mutating func append(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { append($0) }
+    }
+}

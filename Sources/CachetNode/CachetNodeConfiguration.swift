@@ -1,0 +1,56 @@
+import CachetWire
+
+/// Everything a node needs to know to start. The defaults are the `cachet-node` flags' defaults.
+public struct CachetNodeConfiguration: Sendable {
+    /// The IPv4 address to listen on (`--host`).
+    public var host: String = "127.0.0.1"
+    /// The TCP port (`--port`); 0 picks a free one.
+    public var port: Int = 7420
+    /// Bytes the memory tier may hold, overhead included (`--memory-limit`).
+    public var memoryLimit: Int = 256 << 20
+    /// The largest payload a frame may carry (`--max-frame`).
+    public var maximumPayloadLength: Int = CachetProtocol.defaultMaximumPayloadLength
+    /// Connections served at once (`--max-connections`); more are answered UNAVAILABLE and closed.
+    public var maximumConnections: Int = 10_000
+    /// Serial I/O queues, each with its own epoll set (`--io-queues`).
+    public var ioQueueCount: Int = CachetNodeConfiguration.defaultIOQueueCount
+    /// Pending reply bytes per connection above which the node stops reading that connection's requests.
+    public var outputHighWatermark: Int = 4 << 20
+    /// Shards of the memory tier, each with its own lock.
+    public var memoryShardCount: Int = 16
+    /// Seconds between sweeps of expired entries.
+    public var sweepInterval: Double = 1
+    /// Entries per shard examined by one sweep.
+    public var sweepBudget: Int = 1000
+
+    /// Creates a configuration with the defaults.
+    public init() {}
+
+    /// One I/O queue per core, less one on machines with more than two cores to leave room for the
+    /// disk queue and the system (measured: on two cores one queue beat two with the load on the same box).
+    public static var defaultIOQueueCount: Int {
+        let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        if cores <= 2 { return 1 }
+        return cores - 1
+    }
+
+    /// Checks every value's range.
+    /// - Throws: ``CachetNodeError`` `invalidConfiguration` naming the flag at fault.
+    public func validate() throws(CachetNodeError) {
+        func fail(_ message: String) -> CachetNodeError { CachetNodeError(code: .invalidConfiguration, message: message) }
+        guard (0...65535).contains(port) else { throw fail("--port \(port) is not between 0 and 65535") }
+        guard memoryLimit >= 1 << 20 else { throw fail("--memory-limit \(memoryLimit) is below the 1 MiB minimum") }
+        guard maximumPayloadLength >= 1024 && maximumPayloadLength <= Int(UInt32.max) else {
+            throw fail("--max-frame \(maximumPayloadLength) must be between 1 KiB and 4 GiB - 1")
+        }
+        guard maximumConnections >= 1 else { throw fail("--max-connections must be at least 1") }
+        guard (1...64).contains(ioQueueCount) else { throw fail("--io-queues \(ioQueueCount) must be between 1 and 64") }
+        guard memoryShardCount > 0 && memoryShardCount & (memoryShardCount - 1) == 0 else {
+            throw fail("memory shard count \(memoryShardCount) must be a power of two")
+        }
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,0 +1,245 @@
+public import CachetStore
+import CEpoll
+import CachetWire
+import Dispatch
+public import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A Cachet node: a listening socket, a few I/O queues serving connections, and the storage tiers.
+///
+/// Lifecycle: ``init(configuration:logger:)`` builds nothing that runs; ``start()`` binds and starts
+/// serving; ``shutdown(timeout:)`` stops accepting, lets every connection finish the requests it has sent,
+/// and returns once they are closed. ``runUntilTerminated()`` does the last on SIGTERM or SIGINT.
+public final class CachetNodeServer: Sendable {
+    /// The software version reported by STATS.
+    public static let version = "0.1.0"
+
+    /// The configuration the node was created with.
+    public let configuration: CachetNodeConfiguration
+    /// The memory tier.
+    public let memory: CachetMemoryStore
+    private let logger: Logger
+    private let loops: [EventLoop]
+    private let statistics: NodeStatistics
+    private let nextLoop = Atomic<Int>(0)
+    private let state = LockedBox(RunState())
+    private let acceptQueue = DispatchQueue(label: "cachet.accept", qos: .userInitiated)
+    private let maintenanceQueue = DispatchQueue(label: "cachet.maintenance", qos: .utility)
+
+    private struct RunState {
+        var listenFD: Int32 = -1
+        var acceptSource: (any DispatchSourceRead)?
+        var sweepTimer: (any DispatchSourceTimer)?
+        var started = false
+        var stopped = false
+        var boundPort = 0
+    }
+
+    /// Creates a node. Nothing runs until ``start()``.
+    /// - Parameters:
+    ///   - configuration: flags and limits.
+    ///   - logger: where the node logs; it adds `io.loop` and `connection.fd` metadata.
+    /// - Throws: ``CachetNodeError`` when the configuration is invalid or the system refuses resources.
+    public init(configuration: CachetNodeConfiguration, logger: Logger) throws(CachetNodeError) {
+        try configuration.validate()
+        self.configuration = configuration
+        self.logger = logger
+        let memory = CachetMemoryStore(
+            configuration: CachetMemoryStoreConfiguration(
+                memoryLimit: configuration.memoryLimit,
+                shardCount: configuration.memoryShardCount
+            )
+        )
+        self.memory = memory
+        let statistics = NodeStatistics(configuration: configuration, memory: memory, loopCount: configuration.ioQueueCount)
+        self.statistics = statistics
+        var loops: [EventLoop] = []
+        for index in 0..<configuration.ioQueueCount {
+            loops.append(
+                try EventLoop(
+                    index: index,
+                    processor: RequestProcessor(
+                        store: memory,
+                        counters: statistics.loopCounters[index],
+                        maximumPayloadLength: configuration.maximumPayloadLength,
+                        statistics: { statistics.json() }
+                    ),
+                    outputLimit: configuration.outputHighWatermark,
+                    logger: logger,
+                    onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
+                )
+            )
+        }
+        self.loops = loops
+    }
+
+    /// The port the node listens on, once started (useful with port 0).
+    public var port: Int { state.withLock { $0.boundPort } }
+
+    /// The STATS reply body, as JSON.
+    public var statisticsJSON: String { statistics.json() }
+
+    /// Binds the listening socket and starts serving.
+    /// - Returns: the bound port.
+    /// - Throws: ``CachetNodeError`` `addressUnusable` when the address cannot be bound.
+    @discardableResult
+    public func start() throws(CachetNodeError) -> Int {
+        signal(SIGPIPE, SIG_IGN)
+        let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
+        for loop in loops { loop.start() }
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: acceptQueue)
+        source.setEventHandler { [self] in acceptConnections(fd) }
+        source.setCancelHandler { _ = close(fd) }
+        let timer = DispatchSource.makeTimerSource(queue: maintenanceQueue)
+        let interval = configuration.sweepInterval
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        let memory = memory
+        let budget = configuration.sweepBudget
+        timer.setEventHandler { _ = memory.sweepExpired(now: CachetClock.now(), budget: budget) }
+        state.withLock { state in
+            state.listenFD = fd
+            state.acceptSource = source
+            state.sweepTimer = timer
+            state.started = true
+            state.boundPort = port
+        }
+        source.activate()
+        timer.activate()
+        logger.info(
+            "node started",
+            metadata: [
+                "node.address": "\(configuration.host):\(port)",
+                "node.io_queues": "\(configuration.ioQueueCount)",
+                "memory.limit": "\(configuration.memoryLimit)",
+            ]
+        )
+        return port
+    }
+
+    private static func listen(host: String, port: Int) throws(CachetNodeError) -> (Int32, Int) {
+        func fail(_ what: String, _ code: Int32) -> CachetNodeError {
+            CachetNodeError(
+                code: .addressUnusable,
+                message: "cannot listen on \(host):\(port): \(what) failed: \(String(cString: strerror(code)))"
+            )
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
+            throw CachetNodeError(code: .addressUnusable, message: "--host '\(host)' is not an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+        }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw fail("socket", errno) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else {
+            let code = errno
+            close(fd)
+            throw fail("bind", code)
+        }
+        guard Glibc.listen(fd, 1024) == 0 else {
+            let code = errno
+            close(fd)
+            throw fail("listen", code)
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    /// Accepts every pending connection and hands each to an I/O loop, round robin.
+    private func acceptConnections(_ listenFD: Int32) {
+        while true {
+            let fd = cachet_accept_nonblocking(listenFD)
+            if fd < 0 {
+                let code = errno
+                if code == EINTR || code == ECONNABORTED { continue }
+                if code != EAGAIN && code != EWOULDBLOCK {
+                    logger.warning("accept failed", metadata: ["error.message": "\(String(cString: strerror(code)))"])
+                }
+                return
+            }
+            let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
+            if current > configuration.maximumConnections {
+                statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
+                statistics.connectionsRejected.add(1, ordering: .relaxed)
+                reject(fd)
+                continue
+            }
+            statistics.connectionsTotal.add(1, ordering: .relaxed)
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
+            loop.queue.async { loop.register(fd: fd) }
+        }
+    }
+
+    /// Answers a connection over the limit with UNAVAILABLE and closes it.
+    private func reject(_ fd: Int32) {
+        var reply: [UInt8] = []
+        CachetResponse(
+            opcode: .none,
+            status: .unavailable,
+            id: 0,
+            body: Array("too many connections (--max-connections \(configuration.maximumConnections))".utf8)
+        ).encode(to: &reply)
+        _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
+        close(fd)
+    }
+
+    /// Stops accepting, lets each connection finish the requests it has sent and receive the replies,
+    /// then closes everything. Connections still busy after `timeout` seconds are closed anyway.
+    /// - Parameter timeout: seconds to wait for connections to finish.
+    public func shutdown(timeout: Double = 10) {
+        let (source, timer) = state.withLock { state -> ((any DispatchSourceRead)?, (any DispatchSourceTimer)?) in
+            guard state.started, !state.stopped else { return (nil, nil) }
+            state.stopped = true
+            defer {
+                state.acceptSource = nil
+                state.sweepTimer = nil
+            }
+            return (state.acceptSource, state.sweepTimer)
+        }
+        guard let source else { return }
+        acceptQueue.sync { source.cancel() }
+        timer?.cancel()
+        let group = DispatchGroup()
+        for loop in loops {
+            group.enter()
+            loop.queue.async { loop.drain { group.leave() } }
+        }
+        if group.wait(timeout: .now() + timeout) == .timedOut {
+            logger.warning("connections still busy at shutdown were closed", metadata: ["shutdown.timeout": "\(timeout)"])
+        }
+        for loop in loops { loop.queue.sync { loop.stop() } }
+        logger.info("node stopped")
+    }
+
+    /// Blocks until SIGTERM or SIGINT arrives, then shuts down gracefully.
+    public func runUntilTerminated() {
+        let signals = DispatchQueue(label: "cachet.signals")
+        let semaphore = DispatchSemaphore(value: 0)
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
+            source.setEventHandler { semaphore.signal() }
+            source.activate()
+            sources.append(source)
+        }
+        semaphore.wait()
+        logger.info("termination signal received; draining connections")
+        shutdown()
+        for source in sources { source.cancel() }
+    }
+}

@@ -1,0 +1,96 @@
+import CEpoll
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One client connection: its socket, buffers and flow-control state.
+///
+/// Touched only on its event loop's queue; the loop owns it. The connection does the system calls
+/// (read, send, close) and leaves protocol work to ``RequestProcessor``.
+final class Connection {
+    let fd: Int32
+    let token: UInt64
+    var input: ByteBuffer
+    var output: ByteBuffer
+    /// The epoll events currently registered.
+    var interest: UInt32 = 0
+    /// The peer has closed its sending side.
+    var readClosed = false
+    /// A fatal reply is queued; close once it is sent.
+    var closeAfterFlush = false
+    /// The input holds frames that wait for the output to drain.
+    var outputBlocked = false
+    /// The length of the partial frame at the head of the input, 0 if unknown.
+    var pendingFrameLength = 0
+    var isClosed = false
+
+    static let initialBufferSize = 16 * 1024
+    static let minimumReadRoom = 4096
+
+    init(fd: Int32, token: UInt64) {
+        self.fd = fd
+        self.token = token
+        input = ByteBuffer(capacity: Self.initialBufferSize)
+        output = ByteBuffer(capacity: Self.initialBufferSize)
+    }
+
+    /// Whether the loop should watch for readability.
+    var wantsRead: Bool { !readClosed && !closeAfterFlush && !outputBlocked }
+
+    /// The epoll events this connection needs now.
+    var desiredInterest: UInt32 {
+        (wantsRead ? cachet_EPOLLIN : 0) | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
+    }
+
+    enum ReadResult {
+        case data
+        case wouldBlock
+        case endOfStream
+        case failed(Int32)
+    }
+
+    /// Reads once into the input buffer, making room for the frame being received.
+    func readOnce() -> ReadResult {
+        // Room for the rest of the frame being received, growing by doubling as its bytes arrive so that
+        // a peer that only announces a large frame does not make the node allocate all of it up front.
+        let missing = max(0, pendingFrameLength - input.readableBytes)
+        input.reserveWritable(max(Self.minimumReadRoom, min(missing, input.capacity)))
+        while true {
+            let n = read(fd, input.writePointer, input.writableBytes)
+            if n > 0 {
+                input.moveWriteIndex(forwardBy: n)
+                return .data
+            }
+            if n == 0 { return .endOfStream }
+            let code = errno
+            if code == EINTR { continue }
+            if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
+            return .failed(code)
+        }
+    }
+
+    enum FlushResult {
+        case drained
+        case partial
+        case failed(Int32)
+    }
+
+    /// Sends as much pending output as the socket takes.
+    func flush() -> FlushResult {
+        while output.readableBytes > 0 {
+            let region = output.readableRegion
+            let n = cachet_send(fd, region.baseAddress, UInt(region.count))
+            if n > 0 {
+                output.moveReadIndex(forwardBy: n)
+                continue
+            }
+            let code = errno
+            if n < 0 && code == EINTR { continue }
+            if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) { return .partial }
+            return .failed(code)
+        }
+        output.shrinkIfEmpty(to: Self.initialBufferSize * 4)
+        return .drained
+    }
+}

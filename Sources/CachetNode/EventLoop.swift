@@ -1,0 +1,241 @@
+import CEpoll
+import CachetStore
+import CachetWire
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One I/O queue: a serial `DispatchQueue` with a `DispatchSourceRead` over an epoll descriptor of its own.
+///
+/// Connections are registered level-triggered in the loop's epoll set. When the epoll descriptor turns
+/// readable, the source's handler drains every ready connection (`epoll_wait` with timeout 0, until it
+/// returns fewer events than the array holds), so Dispatch's per-event toll is paid once per batch rather
+/// than once per connection (see `shared notes: dispatch-on-linux`).
+///
+/// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
+/// only through `queue.async`.
+final class EventLoop: @unchecked Sendable {
+    let index: Int
+    let queue: DispatchQueue
+    private let epollFD: Int32
+    private var source: (any DispatchSourceRead)?
+    private let events: UnsafeMutablePointer<epoll_event>
+    private let eventCapacity: Int32 = 256
+    private var connections: [Connection?] = []
+    private var freeSlots: [Int] = []
+    private var generation: UInt64 = 0
+    private let processor: RequestProcessor
+    private let outputLimit: Int
+    private let logger: Logger
+    private let onClose: @Sendable () -> Void
+    private var draining = false
+    private var drainedCallback: (@Sendable () -> Void)?
+
+    /// The number of open connections, read on `queue`.
+    var connectionCount: Int { connections.count - freeSlots.count }
+
+    init(
+        index: Int,
+        processor: RequestProcessor,
+        outputLimit: Int,
+        logger: Logger,
+        onClose: @escaping @Sendable () -> Void
+    ) throws(CachetNodeError) {
+        let fd = cachet_epoll_create()
+        guard fd >= 0 else {
+            throw CachetNodeError(code: .resourceExhausted, message: "epoll_create1 failed: \(String(cString: strerror(errno)))")
+        }
+        self.index = index
+        self.epollFD = fd
+        self.queue = DispatchQueue(label: "cachet.io.\(index)", qos: .userInitiated)
+        self.events = cachet_epoll_events_create(eventCapacity)
+        self.processor = processor
+        self.outputLimit = outputLimit
+        var logger = logger
+        logger[metadataKey: "io.loop"] = "\(index)"
+        self.logger = logger
+        self.onClose = onClose
+    }
+
+    deinit {
+        cachet_epoll_events_free(events)
+        _ = Glibc.close(epollFD)
+    }
+
+    /// Starts watching the epoll descriptor.
+    func start() {
+        let source = DispatchSource.makeReadSource(fileDescriptor: epollFD, queue: queue)
+        source.setEventHandler { [unowned self] in self.drainReadyConnections() }
+        source.activate()
+        self.source = source
+    }
+
+    /// Adopts an accepted socket. Called on `queue`.
+    func register(fd: Int32) {
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+        } else {
+            slot = connections.count
+            connections.append(nil)
+        }
+        generation &+= 1
+        let token = UInt64(slot) | (generation << 32)
+        let connection = Connection(fd: fd, token: token)
+        connections[slot] = connection
+        connection.interest = cachet_EPOLLIN
+        if cachet_epoll_add(epollFD, fd, cachet_EPOLLIN, token) != 0 {
+            logger.warning("epoll_ctl(ADD) failed", metadata: ["connection.fd": "\(fd)", "error.errno": "\(errno)"])
+            close(connection)
+        }
+    }
+
+    private func drainReadyConnections() {
+        while true {
+            let count = cachet_epoll_wait(epollFD, events, eventCapacity, 0)
+            if count <= 0 { return }
+            let now = CachetClock.now()
+            for i in 0..<count {
+                let token = cachet_epoll_event_token(events, i)
+                let mask = cachet_epoll_event_mask(events, i)
+                let slot = Int(token & 0xffff_ffff)
+                guard slot < connections.count, let connection = connections[slot], connection.token == token else {
+                    continue
+                }
+                handle(connection, mask: mask, now: now)
+            }
+            if count < eventCapacity { return }
+        }
+    }
+
+    private func handle(_ connection: Connection, mask: UInt32, now: UInt32) {
+        if mask & cachet_EPOLLERR != 0 {
+            close(connection)
+            return
+        }
+        if mask & cachet_EPOLLOUT != 0 {
+            guard send(connection) else { return }
+            if connection.outputBlocked && connection.output.readableBytes <= outputLimit {
+                connection.outputBlocked = false
+                process(connection, now: now)
+            }
+        }
+        if mask & (cachet_EPOLLIN | cachet_EPOLLHUP) != 0 && connection.wantsRead {
+            receive(connection, now: now)
+        } else if mask & cachet_EPOLLHUP != 0 && connection.output.readableBytes == 0 {
+            close(connection)
+            return
+        }
+        settle(connection)
+    }
+
+    /// Reads what is available, answers whole frames, and sends the replies.
+    private func receive(_ connection: Connection, now: UInt32) {
+        var reads = 0
+        while connection.wantsRead && reads < 8 {
+            reads += 1
+            switch connection.readOnce() {
+            case .data:
+                let full = connection.input.writableBytes == 0
+                process(connection, now: now)
+                if !full { return }
+            case .wouldBlock:
+                return
+            case .endOfStream:
+                connection.readClosed = true
+                return
+            case .failed(let code):
+                logger.debug("read failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
+                close(connection)
+                return
+            }
+        }
+    }
+
+    /// Answers the whole frames in the input and tries to send the replies.
+    private func process(_ connection: Connection, now: UInt32) {
+        guard !connection.isClosed, !connection.closeAfterFlush else { return }
+        let result = processor.process(
+            input: &connection.input,
+            output: &connection.output,
+            outputLimit: outputLimit,
+            now: now
+        )
+        switch result {
+        case .needMoreBytes(let frameLength):
+            connection.pendingFrameLength = frameLength
+        case .outputFull:
+            connection.outputBlocked = true
+        case .closeAfterReply:
+            connection.closeAfterFlush = true
+        }
+        _ = send(connection)
+    }
+
+    /// Sends pending output; returns false if the connection was closed.
+    private func send(_ connection: Connection) -> Bool {
+        guard !connection.isClosed else { return false }
+        if case .failed(let code) = connection.flush() {
+            logger.debug("send failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
+            close(connection)
+            return false
+        }
+        return true
+    }
+
+    /// Closes the connection if it is finished, otherwise brings its epoll registration up to date.
+    private func settle(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        let idle = connection.output.readableBytes == 0
+        if idle && (connection.closeAfterFlush || connection.readClosed || draining) {
+            close(connection)
+            return
+        }
+        let desired = connection.desiredInterest
+        if desired != connection.interest {
+            connection.interest = desired
+            _ = cachet_epoll_modify(epollFD, connection.fd, desired, connection.token)
+        }
+    }
+
+    private func close(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        connection.isClosed = true
+        _ = cachet_epoll_remove(epollFD, connection.fd)
+        _ = Glibc.close(connection.fd)
+        let slot = Int(connection.token & 0xffff_ffff)
+        connections[slot] = nil
+        freeSlots.append(slot)
+        onClose()
+        if draining && connectionCount == 0, let callback = drainedCallback {
+            drainedCallback = nil
+            callback()
+        }
+    }
+
+    /// Stops reading new requests: every connection finishes what it has received, sends its replies, and
+    /// closes. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
+    func drain(completion: @escaping @Sendable () -> Void) {
+        draining = true
+        drainedCallback = completion
+        for case let connection? in connections {
+            connection.readClosed = true
+            process(connection, now: CachetClock.now())
+            settle(connection)
+        }
+        if connectionCount == 0, let callback = drainedCallback {
+            drainedCallback = nil
+            callback()
+        }
+    }
+
+    /// Closes every connection at once and stops the source. Called on `queue`.
+    func stop() {
+        for case let connection? in connections { close(connection) }
+        source?.cancel()
+        source = nil
+    }
+}

@@ -1,0 +1,39 @@
+import Synchronization
+
+/// Request counters of one event loop. Only that loop's queue adds to them (relaxed atomics, so no cache
+/// line is shared between loops); STATS reads and sums them from any queue.
+final class RequestCounters: Sendable {
+    let gets = Atomic<Int>(0)
+    let hits = Atomic<Int>(0)
+    let misses = Atomic<Int>(0)
+    let puts = Atomic<Int>(0)
+    let deletes = Atomic<Int>(0)
+    let diskHits = Atomic<Int>(0)
+    let badRequests = Atomic<Int>(0)
+
+    @inline(__always)
+    static func bump(_ counter: borrowing Atomic<Int>) {
+        counter.wrappingAdd(1, ordering: .relaxed)
+    }
+}
+
+/// A snapshot of request counters summed over every loop.
+struct RequestCounts {
+    var gets = 0
+    var hits = 0
+    var misses = 0
+    var puts = 0
+    var deletes = 0
+    var diskHits = 0
+    var badRequests = 0
+
+    mutating func add(_ counters: RequestCounters) {
+        gets += counters.gets.load(ordering: .relaxed)
+        hits += counters.hits.load(ordering: .relaxed)
+        misses += counters.misses.load(ordering: .relaxed)
+        puts += counters.puts.load(ordering: .relaxed)
+        deletes += counters.deletes.load(ordering: .relaxed)
+        diskHits += counters.diskHits.load(ordering: .relaxed)
+        badRequests += counters.badRequests.load(ordering: .relaxed)
+    }
+}

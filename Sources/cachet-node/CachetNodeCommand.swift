@@ -1,0 +1,71 @@
+import ArgumentParser
+import CachetNode
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `cachet-node`: parses flags, starts a node, prints its address, and serves until SIGTERM or SIGINT.
+@main
+struct CachetNodeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cachet-node",
+        abstract: "Runs a Cachet cache node.",
+        discussion: """
+            Listens for Cachet protocol v1 (Protocol/PROTOCOL.md) and prints one line once ready:
+            'cachet-node listening on HOST:PORT'. SIGTERM or SIGINT stops accepting, finishes the requests \
+            already received, and exits 0. Sizes take KiB, MiB, GiB suffixes.
+            """
+    )
+
+    @Option(help: "IPv4 address to listen on.")
+    var host = "127.0.0.1"
+
+    @Option(help: "TCP port; 0 picks a free one.")
+    var port = 7420
+
+    @Option(help: "Bytes the memory tier may hold, overhead included (e.g. 256MiB).")
+    var memoryLimit = "256MiB"
+
+    @Option(help: "Largest frame payload accepted (e.g. 64MiB).")
+    var maxFrame = "64MiB"
+
+    @Option(help: "Connections served at once; more are answered UNAVAILABLE and closed.")
+    var maxConnections = 10_000
+
+    @Option(help: "I/O queues (each a serial queue with its own epoll set). Default: 1 on 2 cores, cores-1 above.")
+    var ioQueues = CachetNodeConfiguration.defaultIOQueueCount
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel = "info"
+
+    func run() throws {
+        guard let level = Logger.Level(rawValue: logLevel) else {
+            throw ValidationError("--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
+        }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "cachet.node")
+
+        var configuration = CachetNodeConfiguration()
+        configuration.host = host
+        configuration.port = port
+        configuration.maximumConnections = maxConnections
+        configuration.ioQueueCount = ioQueues
+        do {
+            configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
+            configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
+            let server = try CachetNodeServer(configuration: configuration, logger: logger)
+            let boundPort = try server.start()
+            print("cachet-node listening on \(host):\(boundPort)")
+            fflush(nil)
+            server.runUntilTerminated()
+        } catch {
+            throw ValidationError(error.description)
+        }
+    }
+}
