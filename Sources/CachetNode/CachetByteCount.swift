@@ -8,7 +8,7 @@ public enum CachetByteCount {
     public static func parse(_ text: String) throws(CachetNodeError) -> Int {
         let trimmed = text.trimmingSpaces()
         let digits = trimmed.prefix { $0.isASCII && $0.isNumber }
-        let unit = trimmed.dropFirst(digits.count).lowercased()
+        let unit = String(trimmed.dropFirst(digits.count)).trimmingSpaces().lowercased()
         guard !digits.isEmpty, let number = Int(digits) else {
             throw CachetNodeError(code: .invalidConfiguration, message: "'\(text)' is not a byte count (examples: 1048576, 512KiB, 256MiB, 2GiB)")
         }

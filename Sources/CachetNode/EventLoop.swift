@@ -141,8 +141,14 @@ final class EventLoop: @unchecked Sendable {
             case .data:
                 let full = connection.input.writableBytes == 0
                 process(connection, now: now)
-                if !full { return }
+                if !full {
+                    // A short read means the socket is drained (level-triggered epoll reports the rest).
+                    if draining { connection.readClosed = true }
+                    return
+                }
             case .wouldBlock:
+                // While draining, a connection ends once it has nothing more to read.
+                if draining { connection.readClosed = true }
                 return
             case .endOfStream:
                 connection.readClosed = true
@@ -216,14 +222,16 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Stops reading new requests: every connection finishes what it has received, sends its replies, and
-    /// closes. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
+    /// Winds the loop down: every connection reads what its peer has already sent, answers it, sends the
+    /// replies and closes. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
     func drain(completion: @escaping @Sendable () -> Void) {
         draining = true
         drainedCallback = completion
+        let now = CachetClock.now()
         for case let connection? in connections {
-            connection.readClosed = true
-            process(connection, now: CachetClock.now())
+            if connection.wantsRead {
+                receive(connection, now: now)
+            }
             settle(connection)
         }
         if connectionCount == 0, let callback = drainedCallback {

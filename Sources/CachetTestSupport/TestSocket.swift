@@ -12,7 +12,10 @@ public struct TestSocketError: Error, CustomStringConvertible {
 }
 
 /// A blocking TCP client for tests: connects to 127.0.0.1, sends bytes, reads replies with a timeout.
-public final class TestSocket {
+///
+/// `@unchecked Sendable` so that a test may hand each socket to one worker thread; a socket is never used
+/// by two threads at once.
+public final class TestSocket: @unchecked Sendable {
     /// The socket descriptor; -1 once closed.
     public private(set) var fd: Int32
     private var buffer: [UInt8] = []

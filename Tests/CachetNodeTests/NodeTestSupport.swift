@@ -1,0 +1,25 @@
+import CachetNode
+import CachetTestSupport
+import CachetWire
+import Logging
+
+/// Starts an in-process node on an ephemeral port, runs `body`, and shuts the node down even if it throws.
+func withNode<R>(
+    _ configure: (inout CachetNodeConfiguration) -> Void = { _ in },
+    _ body: (CachetNodeServer, Int) throws -> R
+) throws -> R {
+    var configuration = CachetNodeConfiguration()
+    configuration.port = 0
+    configuration.memoryLimit = 64 << 20
+    configure(&configuration)
+    var logger = Logger(label: "cachet.test")
+    logger.logLevel = .warning
+    let server = try CachetNodeServer(configuration: configuration, logger: logger)
+    let port = try server.start()
+    defer { server.shutdown(timeout: 5) }
+    return try body(server, port)
+}
+
+extension Array where Element == UInt8 {
+    init(_ text: String) { self = Array(text.utf8) }
+}
