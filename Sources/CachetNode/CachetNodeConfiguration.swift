@@ -1,3 +1,4 @@
+public import CachetStore
 import CachetWire
 
 /// Everything a node needs to know to start. The defaults are the `cachet-node` flags' defaults.
@@ -18,6 +19,8 @@ public struct CachetNodeConfiguration: Sendable {
     public var outputHighWatermark: Int = 4 << 20
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
+    /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
+    public var disk: CachetDiskConfiguration? = nil
     /// Seconds between sweeps of expired entries.
     public var sweepInterval: Double = 1
     /// Entries per shard examined by one sweep.

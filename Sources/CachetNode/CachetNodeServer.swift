@@ -23,6 +23,7 @@ public final class CachetNodeServer: Sendable {
     /// The memory tier.
     public let memory: CachetMemoryStore
     private let logger: Logger
+    private let disk: DiskTier?
     private let loops: [EventLoop]
     private let statistics: NodeStatistics
     private let nextLoop = Atomic<Int>(0)
@@ -55,7 +56,22 @@ public final class CachetNodeServer: Sendable {
             )
         )
         self.memory = memory
-        let statistics = NodeStatistics(configuration: configuration, memory: memory, loopCount: configuration.ioQueueCount)
+        var disk: DiskTier? = nil
+        if let diskConfiguration = configuration.disk, diskConfiguration.limit > 0 {
+            do {
+                let store = try CachetDiskStore(configuration: diskConfiguration, logger: logger)
+                disk = DiskTier(store: store, worker: CachetDiskWorker(store: store), limit: diskConfiguration.limit)
+            } catch {
+                throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
+            }
+        }
+        self.disk = disk
+        let statistics = NodeStatistics(
+            configuration: configuration,
+            memory: memory,
+            disk: disk,
+            loopCount: configuration.ioQueueCount
+        )
         self.statistics = statistics
         var loops: [EventLoop] = []
         for index in 0..<configuration.ioQueueCount {
@@ -64,6 +80,7 @@ public final class CachetNodeServer: Sendable {
                     index: index,
                     processor: RequestProcessor(
                         store: memory,
+                        disk: disk,
                         counters: statistics.loopCounters[index],
                         maximumPayloadLength: configuration.maximumPayloadLength,
                         statistics: { statistics.json() }
@@ -115,6 +132,8 @@ public final class CachetNodeServer: Sendable {
                 "node.address": "\(configuration.host):\(port)",
                 "node.io_queues": "\(configuration.ioQueueCount)",
                 "memory.limit": "\(configuration.memoryLimit)",
+                "disk.limit": "\(disk?.limit ?? 0)",
+                "disk.directory": "\(configuration.disk?.directory ?? "")",
             ]
         )
         return port
@@ -222,6 +241,10 @@ public final class CachetNodeServer: Sendable {
             logger.warning("connections still busy at shutdown were closed", metadata: ["shutdown.timeout": "\(timeout)"])
         }
         for loop in loops { loop.queue.sync { loop.stop() } }
+        if let disk {
+            disk.worker.drain()
+            disk.store.close()
+        }
         logger.info("node stopped")
     }
 

@@ -1,4 +1,5 @@
 import CEpoll
+import Dispatch
 
 #if canImport(Glibc)
 import Glibc
@@ -8,7 +9,10 @@ import Glibc
 ///
 /// Touched only on its event loop's queue; the loop owns it. The connection does the system calls
 /// (read, send, close) and leaves protocol work to ``RequestProcessor``.
-final class Connection {
+///
+/// `@unchecked Sendable`: a disk completion carries the reference through the disk queue, but every
+/// property is read and written only on the owning loop's queue (completions hop back with `queue.async`).
+final class Connection: @unchecked Sendable {
     let fd: Int32
     let token: UInt64
     var input: ByteBuffer
@@ -21,9 +25,13 @@ final class Connection {
     var closeAfterFlush = false
     /// The input holds frames that wait for the output to drain.
     var outputBlocked = false
+    /// A request waits for the disk queue; nothing more is read or answered until it completes.
+    var suspended = false
     /// The length of the partial frame at the head of the input, 0 if unknown.
     var pendingFrameLength = 0
     var isClosed = false
+    /// When the last bytes arrived; kept only while the loop drains.
+    var lastReceived = DispatchTime(uptimeNanoseconds: 0)
 
     static let initialBufferSize = 16 * 1024
     static let minimumReadRoom = 4096
@@ -36,7 +44,7 @@ final class Connection {
     }
 
     /// Whether the loop should watch for readability.
-    var wantsRead: Bool { !readClosed && !closeAfterFlush && !outputBlocked }
+    var wantsRead: Bool { !readClosed && !closeAfterFlush && !outputBlocked && !suspended }
 
     /// The epoll events this connection needs now.
     var desiredInterest: UInt32 {

@@ -33,6 +33,7 @@ final class EventLoop: @unchecked Sendable {
     private let onClose: @Sendable () -> Void
     private var draining = false
     private var drainedCallback: (@Sendable () -> Void)?
+    private var drainTimer: (any DispatchSourceTimer)?
 
     /// The number of open connections, read on `queue`.
     var connectionCount: Int { connections.count - freeSlots.count }
@@ -140,15 +141,10 @@ final class EventLoop: @unchecked Sendable {
             switch connection.readOnce() {
             case .data:
                 let full = connection.input.writableBytes == 0
+                if draining { connection.lastReceived = DispatchTime.now() }
                 process(connection, now: now)
-                if !full {
-                    // A short read means the socket is drained (level-triggered epoll reports the rest).
-                    if draining { connection.readClosed = true }
-                    return
-                }
+                if !full { return }
             case .wouldBlock:
-                // While draining, a connection ends once it has nothing more to read.
-                if draining { connection.readClosed = true }
                 return
             case .endOfStream:
                 connection.readClosed = true
@@ -163,7 +159,7 @@ final class EventLoop: @unchecked Sendable {
 
     /// Answers the whole frames in the input and tries to send the replies.
     private func process(_ connection: Connection, now: UInt32) {
-        guard !connection.isClosed, !connection.closeAfterFlush else { return }
+        guard !connection.isClosed, !connection.closeAfterFlush, !connection.suspended else { return }
         let result = processor.process(
             input: &connection.input,
             output: &connection.output,
@@ -177,8 +173,66 @@ final class EventLoop: @unchecked Sendable {
             connection.outputBlocked = true
         case .closeAfterReply:
             connection.closeAfterFlush = true
+        case .suspended(let operation):
+            connection.suspended = true
+            start(operation, for: connection)
         }
         _ = send(connection)
+    }
+
+    // MARK: - Disk operations
+
+    /// Hands an operation to the disk queue; its completion hops back to this loop's queue.
+    private func start(_ operation: PendingOperation, for connection: Connection) {
+        guard let disk = processor.disk else { return }
+        switch operation {
+        case .get(let key, let id):
+            disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
+                queue.async { [self] in
+                    resume(connection) { processor, output, now in
+                        processor.completeGet(key: key, id: id, entry: entry, output: &output, now: now)
+                    }
+                }
+            }
+        case .put(let key, let value, let expiry, let id):
+            disk.worker.notifyWhenWritable { [self] in
+                queue.async { [self] in
+                    guard !connection.isClosed else { return }
+                    if disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                        resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
+                    } else {
+                        start(operation, for: connection)
+                    }
+                }
+            }
+        case .clear(let id, let memoryOnlyItems, let memoryOnlyBytes):
+            disk.worker.removeAll { [self] removed in
+                queue.async { [self] in
+                    resume(connection) { processor, output, _ in
+                        processor.completeClear(
+                            id: id,
+                            memoryOnlyItems: memoryOnlyItems,
+                            memoryOnlyBytes: memoryOnlyBytes,
+                            disk: removed,
+                            output: &output
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes a completed operation's reply, then carries on with the requests behind it.
+    private func resume(
+        _ connection: Connection,
+        reply: (RequestProcessor, inout ByteBuffer, UInt32) -> Void
+    ) {
+        guard !connection.isClosed else { return }
+        let now = CachetClock.now()
+        reply(processor, &connection.output, now)
+        connection.suspended = false
+        process(connection, now: now)
+        settle(connection)
     }
 
     /// Sends pending output; returns false if the connection was closed.
@@ -195,8 +249,8 @@ final class EventLoop: @unchecked Sendable {
     /// Closes the connection if it is finished, otherwise brings its epoll registration up to date.
     private func settle(_ connection: Connection) {
         guard !connection.isClosed else { return }
-        let idle = connection.output.readableBytes == 0
-        if idle && (connection.closeAfterFlush || connection.readClosed || draining) {
+        let idle = connection.output.readableBytes == 0 && !connection.suspended
+        if idle && (connection.closeAfterFlush || connection.readClosed) {
             close(connection)
             return
         }
@@ -216,32 +270,42 @@ final class EventLoop: @unchecked Sendable {
         connections[slot] = nil
         freeSlots.append(slot)
         onClose()
-        if draining && connectionCount == 0, let callback = drainedCallback {
-            drainedCallback = nil
-            callback()
-        }
     }
 
-    /// Winds the loop down: every connection reads what its peer has already sent, answers it, sends the
-    /// replies and closes. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
-    func drain(completion: @escaping @Sendable () -> Void) {
+    /// Winds the loop down. Connections go on being served; each is closed once it has nothing left to
+    /// answer or send and its peer has sent nothing for `quietPeriod` (or has closed), so requests already
+    /// on their way are answered. Calls `completion` (on `queue`) once no connection is left. Called on
+    /// `queue`.
+    func drain(quietPeriod: DispatchTimeInterval = .milliseconds(100), completion: @escaping @Sendable () -> Void) {
         draining = true
         drainedCallback = completion
-        let now = CachetClock.now()
-        for case let connection? in connections {
-            if connection.wantsRead {
-                receive(connection, now: now)
+        let start = DispatchTime.now()
+        for case let connection? in connections { connection.lastReceived = start }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now(), repeating: .milliseconds(20))
+        timer.setEventHandler { [unowned self] in
+            let quietSince = DispatchTime.now() - quietPeriod
+            for case let connection? in connections {
+                let idle = connection.output.readableBytes == 0 && !connection.suspended
+                if idle && connection.lastReceived < quietSince { close(connection) }
             }
-            settle(connection)
+            if connectionCount == 0 {
+                drainTimer?.cancel()
+                drainTimer = nil
+                if let callback = drainedCallback {
+                    drainedCallback = nil
+                    callback()
+                }
+            }
         }
-        if connectionCount == 0, let callback = drainedCallback {
-            drainedCallback = nil
-            callback()
-        }
+        drainTimer = timer
+        timer.activate()
     }
 
     /// Closes every connection at once and stops the source. Called on `queue`.
     func stop() {
+        drainTimer?.cancel()
+        drainTimer = nil
         for case let connection? in connections { close(connection) }
         source?.cancel()
         source = nil

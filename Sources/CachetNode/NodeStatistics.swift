@@ -5,15 +5,17 @@ import Synchronization
 final class NodeStatistics: Sendable {
     let configuration: CachetNodeConfiguration
     let memory: CachetMemoryStore
+    let disk: DiskTier?
     let loopCounters: [RequestCounters]
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
     let startTime: UInt32
 
-    init(configuration: CachetNodeConfiguration, memory: CachetMemoryStore, loopCount: Int) {
+    init(configuration: CachetNodeConfiguration, memory: CachetMemoryStore, disk: DiskTier?, loopCount: Int) {
         self.configuration = configuration
         self.memory = memory
+        self.disk = disk
         self.loopCounters = (0..<loopCount).map { _ in RequestCounters() }
         self.startTime = CachetClock.now()
     }
@@ -30,7 +32,7 @@ final class NodeStatistics: Sendable {
     func json() -> String {
         let requests = requestCounts
         let memory = memory.statistics
-        let fields: [(String, String)] = [
+        var fields: [(String, String)] = [
             ("version", "\"\(CachetNodeServer.version)\""),
             ("uptime_seconds", "\(CachetClock.now() &- startTime)"),
             ("items", "\(memory.items)"),
@@ -52,6 +54,32 @@ final class NodeStatistics: Sendable {
             ("max_frame", "\(configuration.maximumPayloadLength)"),
             ("io_queues", "\(configuration.ioQueueCount)"),
         ]
+        if let disk {
+            let statistics = disk.store.statistics
+            fields += [
+                ("disk_items", "\(statistics.items)"),
+                ("disk_bytes", "\(statistics.bytes)"),
+                ("disk_logical_bytes", "\(statistics.logicalBytes)"),
+                ("disk_limit", "\(statistics.limit)"),
+                ("disk_hits", "\(requests.diskHits)"),
+                ("disk_errors", "\(statistics.errors)"),
+                ("disk_corrupt", "\(statistics.corrupt)"),
+                ("disk_evictions", "\(statistics.evictions)"),
+                ("compression_ratio", Self.decimal(statistics.compressionRatio)),
+                ("disk_queue_depth", "\(disk.worker.queueDepth)"),
+            ]
+        } else {
+            fields.append(("disk_limit", "0"))
+        }
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    /// A JSON number with three decimals (no exponent, no locale).
+    static func decimal(_ value: Double) -> String {
+        guard value.isFinite else { return "0" }
+        let thousandths = Int((value * 1000).rounded())
+        let fraction = abs(thousandths % 1000)
+        let padded = fraction < 10 ? "00\(fraction)" : fraction < 100 ? "0\(fraction)" : "\(fraction)"
+        return "\(thousandths < 0 ? "-" : "")\(abs(thousandths) / 1000).\(padded)"
     }
 }

@@ -10,6 +10,8 @@ enum ProcessingResult {
     case outputFull
     /// A framing error was answered; the connection closes once the reply is sent.
     case closeAfterReply
+    /// A request needs the disk queue; the connection waits for it before answering anything else.
+    case suspended(PendingOperation)
 }
 
 /// Turns request frames into replies: decoding, dispatch to the store, reply encoding. No I/O.
@@ -17,6 +19,7 @@ enum ProcessingResult {
 /// One processor serves one event loop; it is called only on that loop's queue.
 struct RequestProcessor {
     let store: CachetMemoryStore
+    let disk: DiskTier?
     let counters: RequestCounters
     let maximumPayloadLength: Int
     let statistics: @Sendable () -> String
@@ -59,34 +62,36 @@ struct RequestProcessor {
                 }
                 return .needMoreBytes(frameLength: 0)
             }
-            dispatch(frame, in: region, output: &output, now: now)
+            let pending = dispatch(frame, in: region, output: &output, now: now)
             input.moveReadIndex(to: frame.end)
+            if let pending { return .suspended(pending) }
         }
     }
 
-    /// Answers one request frame.
+    /// Answers one request frame, or says what it waits for.
     @inline(__always)
-    private func dispatch(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer, output: inout ByteBuffer, now: UInt32) {
+    private func dispatch(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        output: inout ByteBuffer,
+        now: UInt32
+    ) -> PendingOperation? {
         let header = frame.header
         do {
             try CachetFrameDecoder.validateRequestHeader(header)
             switch header.opcode {
             case .get:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-                get(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
+                return get(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
-                self.put(put, in: buffer, id: header.id, output: &output, now: now)
+                return self.put(put, in: buffer, id: header.id, output: &output, now: now)
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-                RequestCounters.bump(counters.deletes)
-                let removed = store.remove(key: UnsafeRawBufferPointer(rebasing: buffer[key]), now: now)
-                appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: header.id, to: &output)
+                delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
-                let removed = store.removeAll()
-                let body = CachetClearResult(items: UInt64(removed.items), bytes: UInt64(removed.bytes)).encoded
-                body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: header.id, body: $0, to: &output) }
+                return clear(id: header.id, output: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 var json = statistics()
@@ -99,45 +104,143 @@ struct RequestProcessor {
             RequestCounters.bump(counters.badRequests)
             appendError(error, opcode: header.opcode, id: header.id, to: &output)
         }
+        return nil
     }
 
     @inline(__always)
-    private func get(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
+    private func get(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) -> PendingOperation? {
         RequestCounters.bump(counters.gets)
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
             return true
         }
-        if hit == nil {
-            RequestCounters.bump(counters.misses)
-            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
-        } else {
+        if hit != nil {
             RequestCounters.bump(counters.hits)
+            return nil
         }
+        // A miss in memory goes to the disk queue when the key may be there: the index says so, or
+        // writes are still queued (the serial queue then answers after them, in order).
+        if let disk, disk.worker.queueDepth > 0 || disk.store.contains(key: key, now: now) {
+            return .get(key: Array(key), id: id)
+        }
+        RequestCounters.bump(counters.misses)
+        appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        return nil
     }
 
     @inline(__always)
-    private func put(_ put: CachetPutBody, in buffer: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
+    private func put(
+        _ put: CachetPutBody,
+        in buffer: UnsafeRawBufferPointer,
+        id: UInt32,
+        output: inout ByteBuffer,
+        now: UInt32
+    ) -> PendingOperation? {
         RequestCounters.bump(counters.puts)
         let expiry = Self.expiry(ttl: put.ttl, now: now)
-        let outcome = store.put(
-            key: UnsafeRawBufferPointer(rebasing: buffer[put.key]),
-            value: UnsafeRawBufferPointer(rebasing: buffer[put.value]),
-            expiry: expiry,
-            now: now
-        )
-        switch outcome {
-        case .stored:
-            appendReply(opcode: .put, status: .ok, id: id, to: &output)
-        case .tooLarge:
-            appendMessage(
-                "entry of \(put.key.count + put.value.count) bytes does not fit the memory limit of \(store.statistics.memoryLimit) bytes",
-                status: .tooLarge,
-                opcode: .put,
-                id: id,
-                to: &output
-            )
+        let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
+        let value = UnsafeRawBufferPointer(rebasing: buffer[put.value])
+        let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
+        guard let disk else {
+            if outcome == .stored {
+                appendReply(opcode: .put, status: .ok, id: id, to: &output)
+            } else {
+                appendMessage(
+                    "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit)",
+                    status: .tooLarge,
+                    opcode: .put,
+                    id: id,
+                    to: &output
+                )
+            }
+            return nil
         }
+        if outcome == .tooLarge {
+            guard key.count + value.count <= disk.limit else {
+                appendMessage(
+                    "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit) "
+                        + "nor --disk-limit \(disk.limit)",
+                    status: .tooLarge,
+                    opcode: .put,
+                    id: id,
+                    to: &output
+                )
+                return nil
+            }
+            // Stored on disk only; an older copy in memory must not shadow it.
+            _ = store.remove(key: key, now: now)
+        }
+        let keyBytes = Array(key)
+        let valueBytes = Array(value)
+        if disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
+            appendReply(opcode: .put, status: .ok, id: id, to: &output)
+            return nil
+        }
+        return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
+    }
+
+    private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
+        RequestCounters.bump(counters.deletes)
+        var removed = store.remove(key: key, now: now)
+        if let disk {
+            removed = disk.store.contains(key: key, now: now) || removed
+            disk.worker.submitRemove(key: Array(key))
+        }
+        appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
+    }
+
+    private func clear(id: UInt32, output: inout ByteBuffer) -> PendingOperation? {
+        guard let disk else {
+            let removed = store.removeAll()
+            appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)
+            return nil
+        }
+        // Entries are written through to disk, so the disk's count covers memory's, except entries
+        // whose write is still queued or failed: those are counted from memory.
+        var memoryOnlyItems = 0
+        var memoryOnlyBytes = 0
+        let now = CachetClock.now()
+        _ = store.removeAll { key, valueLength in
+            if !disk.store.contains(key: key, now: now) {
+                memoryOnlyItems += 1
+                memoryOnlyBytes += key.count + valueLength
+            }
+        }
+        return .clear(id: id, memoryOnlyItems: memoryOnlyItems, memoryOnlyBytes: memoryOnlyBytes)
+    }
+
+    // MARK: - Completing disk operations (on the loop's queue)
+
+    /// Answers a GET that went to disk, promoting a hit into memory.
+    func completeGet(key: [UInt8], id: UInt32, entry: CachetDiskEntry?, output: inout ByteBuffer, now: UInt32) {
+        guard let entry, entry.expiry == 0 || entry.expiry > now else {
+            RequestCounters.bump(counters.misses)
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            return
+        }
+        RequestCounters.bump(counters.hits)
+        RequestCounters.bump(counters.diskHits)
+        key.withUnsafeBytes { key in
+            entry.value.withUnsafeBytes { value in
+                _ = store.put(key: key, value: value, expiry: entry.expiry, now: now)
+                appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+            }
+        }
+    }
+
+    /// Answers a PUT whose disk write has been queued.
+    func completePut(id: UInt32, output: inout ByteBuffer) {
+        appendReply(opcode: .put, status: .ok, id: id, to: &output)
+    }
+
+    /// Answers a CLEAR once the disk tier is empty.
+    func completeClear(id: UInt32, memoryOnlyItems: Int, memoryOnlyBytes: Int, disk: (items: Int, bytes: Int), output: inout ByteBuffer) {
+        appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
+    }
+
+    private func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout ByteBuffer) {
+        let body = CachetClearResult(items: UInt64(items), bytes: UInt64(bytes)).encoded
+        body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: id, body: $0, to: &output) }
     }
 
     /// The absolute expiry for a TTL: 0 stays 0 (never), otherwise now + ttl, saturating.

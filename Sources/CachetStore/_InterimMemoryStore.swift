@@ -86,13 +86,13 @@ public final class CachetMemoryStore: Sendable {
         }
     }
 
-    public func removeAll(visit: ((UnsafeRawBufferPointer) -> Void)? = nil) -> (items: Int, bytes: Int) {
+    public func removeAll(visit: ((UnsafeRawBufferPointer, Int) -> Void)? = nil) -> (items: Int, bytes: Int) {
         state.withLock { s in
             let items = s.entries.count
             var bytes = 0
             for (k, e) in s.entries {
                 bytes += k.count + e.value.count
-                k.withUnsafeBytes { visit?($0) }
+                k.withUnsafeBytes { visit?($0, e.value.count) }
             }
             s.entries = [:]
             s.bytes = 0

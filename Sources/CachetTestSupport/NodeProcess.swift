@@ -41,6 +41,9 @@ public final class NodeProcess {
     private let logDirectory: TemporaryDirectory
 
     /// Starts `cachet-node --port 0` with extra arguments and waits for its listening line.
+    ///
+    /// Unless the arguments name a `--data-dir`, the node keeps its disk tier in a temporary directory
+    /// removed with the process object.
     /// - Parameters:
     ///   - arguments: extra command-line arguments.
     ///   - timeout: seconds to wait for the listening line.
@@ -51,6 +54,10 @@ public final class NodeProcess {
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         process = Process()
         process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-node"))
+        var arguments = arguments
+        if !arguments.contains("--data-dir") {
+            arguments += ["--data-dir", logDirectory.appending("data")]
+        }
         process.arguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
         let output = Pipe()
         process.standardOutput = output

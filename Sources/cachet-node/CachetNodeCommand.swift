@@ -1,5 +1,6 @@
 import ArgumentParser
 import CachetNode
+import CachetStore
 import Logging
 
 #if canImport(Glibc)
@@ -37,6 +38,15 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "I/O queues (each a serial queue with its own epoll set). Default: 1 on 2 cores, cores-1 above.")
     var ioQueues = CachetNodeConfiguration.defaultIOQueueCount
 
+    @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
+    var dataDir = "./cachet-data"
+
+    @Option(help: "Bytes the disk tier may hold on disk (e.g. 1GiB); 0 turns the disk tier off.")
+    var diskLimit = "1GiB"
+
+    @Option(help: "zlib level for the disk tier, 0 (store) to 9 (smallest).")
+    var compressionLevel: Int32?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
@@ -56,9 +66,18 @@ struct CachetNodeCommand: ParsableCommand {
         configuration.port = port
         configuration.maximumConnections = maxConnections
         configuration.ioQueueCount = ioQueues
-        do {
+        do throws(CachetNodeError) {
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
+            let diskBytes = try CachetByteCount.parse(diskLimit)
+            if let level = compressionLevel, !(0...9).contains(level) {
+                throw CachetNodeError(code: .invalidConfiguration, message: "--compression-level \(level) is not between 0 and 9")
+            }
+            if diskBytes > 0 {
+                var disk = CachetDiskConfiguration(directory: dataDir, limit: diskBytes)
+                if let level = compressionLevel { disk.compressionLevel = level }
+                configuration.disk = disk
+            }
             let server = try CachetNodeServer(configuration: configuration, logger: logger)
             let boundPort = try server.start()
             print("cachet-node listening on \(host):\(boundPort)")

@@ -13,6 +13,7 @@ struct ProcessorHarness: ~Copyable {
         let store = CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: memoryLimit))
         processor = RequestProcessor(
             store: store,
+            disk: nil,
             counters: RequestCounters(),
             maximumPayloadLength: maximumPayloadLength,
             statistics: { "{}" }
