@@ -1,0 +1,300 @@
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How a memory tier is sized and split.
+public struct CachetMemoryStoreConfiguration: Sendable {
+    /// Bytes the tier may hold, counting each entry's heap chunk and table slot, not only its payload.
+    public var memoryLimit: Int
+    /// Shards, each with its own lock; a power of two.
+    public var shardCount: Int
+
+    /// Creates a configuration.
+    /// - Parameters:
+    ///   - memoryLimit: the byte limit.
+    ///   - shardCount: a power of two; 16 by default.
+    public init(memoryLimit: Int, shardCount: Int = 16) {
+        self.memoryLimit = memoryLimit
+        self.shardCount = shardCount
+    }
+}
+
+/// What a PUT into memory did.
+public enum CachetPutOutcome: Sendable, Equatable {
+    /// The entry is stored (least recently used entries may have been evicted for it).
+    case stored
+    /// The entry alone is larger than the whole limit; nothing changed.
+    case tooLarge
+}
+
+/// Counters of the memory tier.
+public struct CachetMemoryStatistics: Sendable, Equatable {
+    /// Live and not yet swept entries.
+    public var items: Int
+    /// Key and value bytes of those entries.
+    public var keyValueBytes: Int
+    /// Bytes counted against the limit (payload, entry header, allocator chunk, table slot).
+    public var accountedBytes: Int
+    /// The byte limit.
+    public var memoryLimit: Int
+    /// Entries removed to make room.
+    public var evictions: Int
+    /// Entries removed because their TTL had passed.
+    public var expired: Int
+}
+
+/// The memory tier: a byte-limited, sharded LRU with TTLs.
+///
+/// Each entry is one `malloc` block (header, key, value) linked into its shard's LRU list and indexed by
+/// an open-addressing table, so an entry costs its heap chunk and about one table slot and nothing else
+/// (see `MemoryEntry`). Keys map to shards by hash; each shard has its own lock, and the byte limit is
+/// global: a PUT evicts from its own shard's LRU end first, then from the others', one lock at a time.
+/// Each shard's order is exact LRU; across shards it approximates global LRU, as memcached's per-class
+/// LRUs do.
+///
+/// Thread-safe. `@unchecked Sendable`: every shard is reached only while holding that shard's lock.
+public final class CachetMemoryStore: @unchecked Sendable {
+    private let shards: [MemoryShard]
+    private let locks: UnsafeMutablePointer<pthread_mutex_t>
+    private let shardShift: UInt64
+    private let seed: UInt64
+    private let used = Atomic<Int>(0)
+    private let victimCursor = Atomic<Int>(0)
+    /// The byte limit.
+    public let memoryLimit: Int
+
+    /// Creates an empty tier.
+    /// - Parameter configuration: the limit and shard count.
+    public init(configuration: CachetMemoryStoreConfiguration) {
+        precondition(configuration.shardCount > 0 && configuration.shardCount & (configuration.shardCount - 1) == 0)
+        memoryLimit = configuration.memoryLimit
+        shards = (0..<configuration.shardCount).map { _ in MemoryShard() }
+        locks = .allocate(capacity: configuration.shardCount)
+        for i in 0..<configuration.shardCount { pthread_mutex_init(locks + i, nil) }
+        shardShift = UInt64(64 - configuration.shardCount.trailingZeroBitCount)
+        seed = UInt64.random(in: 0...UInt64.max)
+    }
+
+    deinit {
+        for i in 0..<shards.count { pthread_mutex_destroy(locks + i) }
+        locks.deallocate()
+    }
+
+    @inline(__always)
+    private func shardIndex(_ hash: UInt64) -> Int {
+        shardShift == 64 ? 0 : Int(truncatingIfNeeded: hash >> shardShift)
+    }
+
+    @inline(__always)
+    private func withShard<R>(_ index: Int, _ body: (MemoryShard) throws -> R) rethrows -> R {
+        pthread_mutex_lock(locks + index)
+        defer { pthread_mutex_unlock(locks + index) }
+        return try body(shards[index])
+    }
+
+    /// Stores a copy of `key` and `value`, replacing an older entry, evicting least recently used entries
+    /// until the tier is within its limit.
+    ///
+    /// - Parameters:
+    ///   - key: 1 to 65535 bytes.
+    ///   - value: the value bytes.
+    ///   - expiry: absolute ``CachetClock`` seconds, 0 for never.
+    ///   - now: the current time.
+    /// - Returns: ``CachetPutOutcome/tooLarge`` when the entry alone exceeds the limit.
+    /// - Complexity: O(1) on average, plus one step per evicted entry.
+    @discardableResult
+    public func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, expiry: UInt32, now: UInt32) -> CachetPutOutcome {
+        guard MemoryEntry.accountedSize(keyLength: key.count, valueLength: value.count) <= memoryLimit,
+            key.count <= Int(UInt16.max)
+        else { return .tooLarge }
+        let hash = CachetHash.hash(key, seed: seed)
+        let index = shardIndex(hash)
+        withShard(index) { shard in
+            let delta = shard.insert(key: key, value: value, hash: hash, expiry: expiry)
+            var total = used.add(delta, ordering: .relaxed).newValue
+            let inserted = shard.mostRecent
+            while total > memoryLimit {
+                let freed = shard.evictOne(keeping: inserted)
+                if freed == 0 { break }
+                total = used.subtract(freed, ordering: .relaxed).newValue
+            }
+        }
+        if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
+        return .stored
+    }
+
+    /// Evicts from other shards, one lock at a time, until the tier is within its limit.
+    private func evictFromOtherShards(than own: Int) {
+        let start = victimCursor.add(1, ordering: .relaxed).newValue
+        for step in 0..<shards.count {
+            let index = (start + step) % shards.count
+            if index == own { continue }
+            let done: Bool = withShard(index) { shard in
+                while used.load(ordering: .relaxed) > memoryLimit {
+                    let freed = shard.evictOne()
+                    if freed == 0 { return false }
+                    used.subtract(freed, ordering: .relaxed)
+                }
+                return true
+            }
+            if done { return }
+        }
+    }
+
+    /// Looks `key` up and, on a live hit, marks it most recently used and calls `body` with the value and
+    /// its expiry while the shard's lock is held (so copy the bytes out; do not keep the pointer).
+    ///
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time; an expired entry is removed and counted, and reads as a miss.
+    ///   - body: reads the value.
+    /// - Returns: `body`'s result, or nil on a miss.
+    /// - Complexity: O(1) on average.
+    public func withValue<R>(forKey key: UnsafeRawBufferPointer, now: UInt32, _ body: (UnsafeRawBufferPointer, UInt32) -> R) -> R? {
+        let hash = CachetHash.hash(key, seed: seed)
+        return withShard(shardIndex(hash)) { shard in
+            let (entry, freed) = shard.lookup(key, hash: hash, now: now)
+            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+            guard let entry else { return nil }
+            return body(entry.value, entry.expiry)
+        }
+    }
+
+    /// Removes `key`.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time.
+    /// - Returns: true when a live entry was removed (an expired one is removed too, but reads as absent).
+    /// - Complexity: O(1) on average.
+    @discardableResult
+    public func remove(key: UnsafeRawBufferPointer, now: UInt32) -> Bool {
+        let hash = CachetHash.hash(key, seed: seed)
+        return withShard(shardIndex(hash)) { shard in
+            let (removed, freed) = shard.remove(key, hash: hash, now: now)
+            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+            return removed
+        }
+    }
+
+    /// Removes every entry.
+    /// - Parameter visit: called with each removed key and its value's length, under the shard's lock.
+    /// - Returns: entries removed and their key and value bytes.
+    /// - Complexity: O(n).
+    @discardableResult
+    public func removeAll(visit: ((UnsafeRawBufferPointer, Int) -> Void)? = nil) -> (items: Int, bytes: Int) {
+        var items = 0
+        var bytes = 0
+        for index in shards.indices {
+            withShard(index) { shard in
+                let removed = shard.removeAll(visit: visit)
+                items += removed.items
+                bytes += removed.payloadBytes
+                used.subtract(removed.accountedBytes, ordering: .relaxed)
+            }
+        }
+        return (items, bytes)
+    }
+
+    /// Removes expired entries incrementally: examines at most `budget` entries per shard, resuming where
+    /// the previous call stopped.
+    /// - Parameters:
+    ///   - now: the current time.
+    ///   - budget: entries examined per shard.
+    /// - Returns: entries removed.
+    @discardableResult
+    public func sweepExpired(now: UInt32, budget: Int) -> Int {
+        var removed = 0
+        for index in shards.indices {
+            withShard(index) { shard in
+                let result = shard.sweep(now: now, budget: budget)
+                removed += result.removed
+                if result.freed > 0 { used.subtract(result.freed, ordering: .relaxed) }
+            }
+        }
+        return removed
+    }
+
+    /// The tier's counters, summed over shards.
+    public var statistics: CachetMemoryStatistics {
+        var statistics = CachetMemoryStatistics(
+            items: 0,
+            keyValueBytes: 0,
+            accountedBytes: 0,
+            memoryLimit: memoryLimit,
+            evictions: 0,
+            expired: 0
+        )
+        for index in shards.indices {
+            withShard(index) { shard in
+                statistics.items += shard.count
+                statistics.keyValueBytes += shard.payloadBytes
+                statistics.accountedBytes += shard.accountedBytes
+                statistics.evictions += shard.evictions
+                statistics.expired += shard.expired
+            }
+        }
+        return statistics
+    }
+
+    /// Checks every shard's invariants and that the global byte count matches them; traps on a violation.
+    package func _checkInvariants() {
+        var accounted = 0
+        for index in shards.indices {
+            withShard(index) { shard in
+                shard.checkInvariants()
+                accounted += shard.accountedBytes
+            }
+        }
+        precondition(accounted == used.load(ordering: .relaxed), "global byte count disagrees with the shards")
+        precondition(accounted <= memoryLimit, "over the limit: \(accounted) > \(memoryLimit)")
+    }
+
+    /// Keys of one shard from most to least recently used (tests with one shard).
+    package func _keysInRecencyOrder(shard: Int = 0) -> [[UInt8]] {
+        withShard(shard) { $0.keysInRecencyOrder() }
+    }
+
+    /// The bytes an entry with these lengths counts against the limit.
+    /// - Parameters:
+    ///   - keyLength: key bytes.
+    ///   - valueLength: value bytes.
+    /// - Returns: the accounted size.
+    public static func accountedSize(keyLength: Int, valueLength: Int) -> Int {
+        MemoryEntry.accountedSize(keyLength: keyLength, valueLength: valueLength)
+    }
+}
+
+extension CachetMemoryStore {
+    /// Stores `value` under `key` (convenience for callers holding arrays).
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - value: the value.
+    ///   - expiry: absolute seconds, 0 for never.
+    ///   - now: the current time.
+    /// - Returns: the outcome.
+    @discardableResult
+    public func put(key: [UInt8], value: [UInt8], expiry: UInt32 = 0, now: UInt32 = CachetClock.now()) -> CachetPutOutcome {
+        key.withUnsafeBytes { key in value.withUnsafeBytes { value in put(key: key, value: value, expiry: expiry, now: now) } }
+    }
+
+    /// A copy of the value under `key`, or nil (convenience).
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time.
+    /// - Returns: the value bytes.
+    public func value(forKey key: [UInt8], now: UInt32 = CachetClock.now()) -> [UInt8]? {
+        key.withUnsafeBytes { key in withValue(forKey: key, now: now) { value, _ in Array(value) } }
+    }
+
+    /// Removes `key` (convenience).
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time.
+    /// - Returns: whether a live entry was removed.
+    @discardableResult
+    public func remove(key: [UInt8], now: UInt32 = CachetClock.now()) -> Bool {
+        key.withUnsafeBytes { remove(key: $0, now: now) }
+    }
+}

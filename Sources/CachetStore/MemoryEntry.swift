@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One cache entry in a single `malloc` block: a 34-byte header, then the key, then the value
+/// (memcached's item layout). No Swift object per entry, so a 14-byte key with a 100-byte value costs one
+/// 160-byte heap chunk plus a table slot.
+///
+/// ```
+/// offset  0  prev    8 bytes  (towards the most recently used end)
+/// offset  8  next    8 bytes  (towards the least recently used end)
+/// offset 16  hash    8 bytes
+/// offset 24  expiry  4 bytes  (Unix seconds, 0 = never)
+/// offset 28  value length  4 bytes
+/// offset 32  key length    2 bytes
+/// offset 34  key, then value
+/// ```
+@usableFromInline
+struct MemoryEntry: Equatable {
+    let base: UnsafeMutableRawPointer
+
+    static let headerSize = 34
+
+    init(_ base: UnsafeMutableRawPointer) { self.base = base }
+
+    /// Allocates and fills an entry; links are nil.
+    static func make(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32) -> MemoryEntry {
+        let size = headerSize + key.count + value.count
+        let base = malloc(size)!
+        let entry = MemoryEntry(base)
+        entry.prev = nil
+        entry.next = nil
+        base.storeBytes(of: hash, toByteOffset: 16, as: UInt64.self)
+        base.storeBytes(of: expiry, toByteOffset: 24, as: UInt32.self)
+        base.storeBytes(of: UInt32(value.count), toByteOffset: 28, as: UInt32.self)
+        base.storeBytes(of: UInt16(key.count), toByteOffset: 32, as: UInt16.self)
+        if key.count > 0 { (base + headerSize).copyMemory(from: key.baseAddress!, byteCount: key.count) }
+        if value.count > 0 { (base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count) }
+        return entry
+    }
+
+    func free() { Glibc.free(base) }
+
+    var prev: MemoryEntry? {
+        get { base.load(as: UnsafeMutableRawPointer?.self).map(MemoryEntry.init) }
+        nonmutating set { base.storeBytes(of: newValue?.base, as: UnsafeMutableRawPointer?.self) }
+    }
+
+    var next: MemoryEntry? {
+        get { base.load(fromByteOffset: 8, as: UnsafeMutableRawPointer?.self).map(MemoryEntry.init) }
+        nonmutating set { base.storeBytes(of: newValue?.base, toByteOffset: 8, as: UnsafeMutableRawPointer?.self) }
+    }
+
+    var hash: UInt64 { base.load(fromByteOffset: 16, as: UInt64.self) }
+
+    var expiry: UInt32 { base.load(fromByteOffset: 24, as: UInt32.self) }
+
+    var valueLength: Int { Int(base.load(fromByteOffset: 28, as: UInt32.self)) }
+
+    var keyLength: Int { Int(base.load(fromByteOffset: 32, as: UInt16.self)) }
+
+    var key: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base + Self.headerSize, count: keyLength) }
+
+    var value: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: base + Self.headerSize + keyLength, count: valueLength)
+    }
+
+    /// Key and value bytes: what CLEAR reports and STATS calls payload.
+    var payloadSize: Int { keyLength + valueLength }
+
+    /// Whether the entry holds exactly `key`.
+    func matches(_ key: UnsafeRawBufferPointer, hash: UInt64) -> Bool {
+        guard self.hash == hash, keyLength == key.count else { return false }
+        return memcmp(base + Self.headerSize, key.baseAddress!, key.count) == 0
+    }
+
+    /// The bytes an entry of this shape costs: glibc's chunk for the block (8 bytes of header, 16-byte
+    /// granules, 32 at least) plus a hash-table slot at its worst load (8 bytes at 50%).
+    static func accountedSize(keyLength: Int, valueLength: Int) -> Int {
+        let request = headerSize + keyLength + valueLength
+        let chunk = max(32, (request + 8 + 15) & ~15)
+        return chunk + 16
+    }
+
+    var accountedSize: Int { Self.accountedSize(keyLength: keyLength, valueLength: valueLength) }
+}

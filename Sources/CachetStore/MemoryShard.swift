@@ -1,0 +1,287 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One shard of the memory tier: an open-addressing hash table of entry pointers and an intrusive LRU list.
+///
+/// Not thread-safe: ``CachetMemoryStore`` holds the shard's lock around every call.
+///
+/// The table is linear-probing with backward-shift deletion (no tombstones). A slot holds the entry's
+/// address in its low 48 bits and 16 bits of the key's hash above them, so most mismatches are rejected
+/// without touching the entry.
+final class MemoryShard {
+    private var slots: UnsafeMutablePointer<UInt>
+    private var capacity: Int
+    private(set) var count = 0
+    /// Most recently used.
+    private var head: MemoryEntry?
+    /// Least recently used.
+    private var tail: MemoryEntry?
+    /// Where the incremental expiry sweep resumes (walking from tail to head).
+    private var sweepCursor: MemoryEntry?
+    private(set) var accountedBytes = 0
+    private(set) var payloadBytes = 0
+    private(set) var evictions = 0
+    private(set) var expired = 0
+
+    private static let initialCapacity = 16
+    private static let addressMask: UInt = (1 << 48) - 1
+
+    init() {
+        capacity = Self.initialCapacity
+        slots = .allocate(capacity: capacity)
+        slots.initialize(repeating: 0, count: capacity)
+    }
+
+    deinit {
+        var entry = head
+        while let current = entry {
+            entry = current.next
+            current.free()
+        }
+        slots.deallocate()
+    }
+
+    // MARK: Table
+
+    @inline(__always)
+    private static func tag(_ hash: UInt64) -> UInt { UInt(truncatingIfNeeded: hash >> 32) & 0xffff }
+
+    @inline(__always)
+    private func slotValue(_ entry: MemoryEntry) -> UInt {
+        UInt(bitPattern: entry.base) | (Self.tag(entry.hash) << 48)
+    }
+
+    /// The slot index holding `key`, or nil.
+    @inline(__always)
+    private func find(_ key: UnsafeRawBufferPointer, hash: UInt64) -> Int? {
+        let mask = capacity - 1
+        let tag = Self.tag(hash)
+        var index = Int(truncatingIfNeeded: hash) & mask
+        while true {
+            let slot = slots[index]
+            if slot == 0 { return nil }
+            if slot >> 48 == tag {
+                let entry = MemoryEntry(UnsafeMutableRawPointer(bitPattern: slot & Self.addressMask)!)
+                if entry.matches(key, hash: hash) { return index }
+            }
+            index = (index + 1) & mask
+        }
+    }
+
+    @inline(__always)
+    private func entry(at index: Int) -> MemoryEntry {
+        MemoryEntry(UnsafeMutableRawPointer(bitPattern: slots[index] & Self.addressMask)!)
+    }
+
+    private func insertIntoTable(_ entry: MemoryEntry) {
+        if (count + 1) * 4 > capacity * 3 { grow() }
+        let mask = capacity - 1
+        var index = Int(truncatingIfNeeded: entry.hash) & mask
+        while slots[index] != 0 { index = (index + 1) & mask }
+        slots[index] = slotValue(entry)
+        count += 1
+    }
+
+    private func grow() {
+        let oldSlots = slots
+        let oldCapacity = capacity
+        capacity *= 2
+        slots = .allocate(capacity: capacity)
+        slots.initialize(repeating: 0, count: capacity)
+        let mask = capacity - 1
+        for i in 0..<oldCapacity where oldSlots[i] != 0 {
+            let entry = MemoryEntry(UnsafeMutableRawPointer(bitPattern: oldSlots[i] & Self.addressMask)!)
+            var index = Int(truncatingIfNeeded: entry.hash) & mask
+            while slots[index] != 0 { index = (index + 1) & mask }
+            slots[index] = oldSlots[i]
+        }
+        oldSlots.deallocate()
+    }
+
+    /// Empties slot `index` and shifts the following cluster back so that every probe still succeeds.
+    private func removeFromTable(at index: Int) {
+        let mask = capacity - 1
+        var hole = index
+        var next = (index + 1) & mask
+        while slots[next] != 0 {
+            let home = Int(truncatingIfNeeded: entry(at: next).hash) & mask
+            // Move the entry at `next` into the hole if its home is not within (hole, next].
+            let distanceToHome = (next - home) & mask
+            let distanceToHole = (next - hole) & mask
+            if distanceToHome >= distanceToHole {
+                slots[hole] = slots[next]
+                hole = next
+            }
+            next = (next + 1) & mask
+        }
+        slots[hole] = 0
+        count -= 1
+    }
+
+    // MARK: LRU list
+
+    @inline(__always)
+    private func unlink(_ entry: MemoryEntry) {
+        if let prev = entry.prev { prev.next = entry.next } else { head = entry.next }
+        if let next = entry.next { next.prev = entry.prev } else { tail = entry.prev }
+        if sweepCursor == entry { sweepCursor = entry.prev }
+        entry.prev = nil
+        entry.next = nil
+    }
+
+    @inline(__always)
+    private func pushFront(_ entry: MemoryEntry) {
+        entry.prev = nil
+        entry.next = head
+        if let head { head.prev = entry } else { tail = entry }
+        head = entry
+    }
+
+    @inline(__always)
+    private func touch(_ entry: MemoryEntry) {
+        guard head != entry else { return }
+        unlink(entry)
+        pushFront(entry)
+    }
+
+    // MARK: Operations
+
+    /// Removes the entry at `index` from table and list and frees it; returns the accounted bytes freed.
+    @discardableResult
+    private func discard(at index: Int) -> Int {
+        let entry = entry(at: index)
+        removeFromTable(at: index)
+        unlink(entry)
+        let size = entry.accountedSize
+        accountedBytes -= size
+        payloadBytes -= entry.payloadSize
+        entry.free()
+        return size
+    }
+
+    /// Stores a new entry, replacing an older one with the same key.
+    /// - Returns: the change in accounted bytes.
+    func insert(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32) -> Int {
+        var delta = 0
+        if let index = find(key, hash: hash) { delta -= discard(at: index) }
+        let entry = MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry)
+        precondition(UInt(bitPattern: entry.base) & ~Self.addressMask == 0, "heap address above 48 bits")
+        insertIntoTable(entry)
+        pushFront(entry)
+        let size = entry.accountedSize
+        accountedBytes += size
+        payloadBytes += entry.payloadSize
+        return delta + size
+    }
+
+    /// Looks `key` up, refreshing a live hit and discarding an expired one.
+    func lookup(_ key: UnsafeRawBufferPointer, hash: UInt64, now: UInt32) -> (entry: MemoryEntry?, freed: Int) {
+        guard let index = find(key, hash: hash) else { return (nil, 0) }
+        let entry = entry(at: index)
+        if CachetClock.isExpired(entry.expiry, now: now) {
+            expired += 1
+            return (nil, discard(at: index))
+        }
+        touch(entry)
+        return (entry, 0)
+    }
+
+    /// Removes `key`. Returns whether a live entry was removed, and the bytes freed.
+    func remove(_ key: UnsafeRawBufferPointer, hash: UInt64, now: UInt32) -> (removed: Bool, freed: Int) {
+        guard let index = find(key, hash: hash) else { return (false, 0) }
+        let live = !CachetClock.isExpired(entry(at: index).expiry, now: now)
+        if !live { expired += 1 }
+        return (live, discard(at: index))
+    }
+
+    /// Evicts the least recently used entry, unless it is `keep`. Returns the bytes freed, 0 if none.
+    func evictOne(keeping keep: MemoryEntry? = nil) -> Int {
+        guard let victim = tail, victim != keep, let index = find(victim.key, hash: victim.hash) else { return 0 }
+        evictions += 1
+        return discard(at: index)
+    }
+
+    /// The most recently inserted or used entry.
+    var mostRecent: MemoryEntry? { head }
+
+    /// Removes every entry, calling `visit` with each key and value length. Returns items and payload bytes.
+    func removeAll(visit: ((UnsafeRawBufferPointer, Int) -> Void)?) -> (items: Int, payloadBytes: Int, accountedBytes: Int) {
+        let result = (count, payloadBytes, accountedBytes)
+        var entry = head
+        while let current = entry {
+            entry = current.next
+            visit?(current.key, current.valueLength)
+            current.free()
+        }
+        head = nil
+        tail = nil
+        sweepCursor = nil
+        slots.deallocate()
+        capacity = Self.initialCapacity
+        slots = .allocate(capacity: capacity)
+        slots.initialize(repeating: 0, count: capacity)
+        count = 0
+        accountedBytes = 0
+        payloadBytes = 0
+        return result
+    }
+
+    /// Examines up to `budget` entries, walking from the least recently used end and resuming where the
+    /// previous sweep stopped; removes the expired ones. Returns (removed, bytes freed).
+    func sweep(now: UInt32, budget: Int) -> (removed: Int, freed: Int) {
+        var removed = 0
+        var freed = 0
+        var examined = 0
+        var entry = sweepCursor ?? tail
+        while let current = entry, examined < budget {
+            examined += 1
+            entry = current.prev
+            if CachetClock.isExpired(current.expiry, now: now), let index = find(current.key, hash: current.hash) {
+                expired += 1
+                removed += 1
+                freed += discard(at: index)
+            }
+        }
+        sweepCursor = entry
+        return (removed, freed)
+    }
+
+    /// Checks every structural invariant; traps with a message on the first violation.
+    func checkInvariants() {
+        var walked = 0
+        var accounted = 0
+        var payload = 0
+        var previous: MemoryEntry? = nil
+        var entry = head
+        while let current = entry {
+            precondition(current.prev == previous, "prev link broken")
+            precondition(find(current.key, hash: current.hash) != nil, "listed entry missing from the table")
+            accounted += current.accountedSize
+            payload += current.payloadSize
+            walked += 1
+            precondition(walked <= count, "list longer than the table (cycle?)")
+            previous = current
+            entry = current.next
+        }
+        precondition(tail == previous, "tail is not the last entry")
+        precondition(walked == count, "list has \(walked) entries, table \(count)")
+        precondition(accounted == accountedBytes, "accounted bytes \(accountedBytes), entries sum to \(accounted)")
+        precondition(payload == payloadBytes, "payload bytes \(payloadBytes), entries sum to \(payload)")
+        var occupied = 0
+        for i in 0..<capacity where slots[i] != 0 { occupied += 1 }
+        precondition(occupied == count, "table holds \(occupied) slots, count \(count)")
+        precondition(count * 4 <= capacity * 3, "table over its load factor")
+    }
+
+    /// Keys from most to least recently used (tests only).
+    func keysInRecencyOrder() -> [[UInt8]] {
+        var keys: [[UInt8]] = []
+        var entry = head
+        while let current = entry {
+            keys.append(Array(current.key))
+            entry = current.next
+        }
+        return keys
+    }
+}
