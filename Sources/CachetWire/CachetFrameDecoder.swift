@@ -83,6 +83,6 @@ public enum CachetFrameDecoder {
 
     @usableFromInline
     static func unknownOpcode(_ opcode: CachetOpcode) -> CachetWireError {
-        CachetWireError(code: .unknownOpcode, message: "unknown opcode \(opcode)")
+        CachetWireError(code: .unknownOpcode, message: "unknown opcode 0x\(hex2(opcode.rawValue))")
     }
 }

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Writes Protocol/vectors/*.vector from the specification, independently of the Swift codec.
+
+Run from the repository root: python3 Protocol/tools/make-vectors.py
+The vectors are committed; this script documents how each byte was derived.
+"""
+import os
+import struct
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "vectors")
+PUT, GET, DEL, CLEAR, STATS, PING = 1, 2, 3, 4, 5, 6
+OK, NOT_FOUND, BAD_REQUEST, TOO_LARGE, UNKNOWN_OPCODE, UNSUPPORTED_VERSION = 0, 1, 2, 3, 4, 5
+
+
+def frame(version, opcode, word, ident, body=b""):
+    payload = struct.pack(">BBHI", version, opcode, word, ident) + body
+    return struct.pack(">I", len(payload)) + payload
+
+
+def req(opcode, ident, body=b"", version=1, flags=0):
+    return frame(version, opcode, flags, ident, body)
+
+
+def resp(opcode, status, ident, body=b""):
+    return frame(1, opcode, status, ident, body)
+
+
+def key_body(key):
+    return struct.pack(">H", len(key)) + key
+
+
+def put_body(key, value, ttl=0):
+    return struct.pack(">IH", ttl, len(key)) + key + value
+
+
+def hexline(data):
+    """Length prefix, header fields and body separated for reading."""
+    if len(data) < 12:
+        return data.hex()
+    parts = [data[0:4].hex(), data[4:5].hex(), data[5:6].hex(), data[6:8].hex(), data[8:12].hex()]
+    rest = data[12:]
+    if rest:
+        parts.append(rest.hex())
+    return " ".join(parts)
+
+
+class Vector:
+    def __init__(self, name, description):
+        self.name = name
+        self.lines = ["# " + line for line in description.strip().splitlines()]
+        self.lines.append("# Runs on one connection to an empty node with default limits.")
+
+    def send(self, *frames, note=None):
+        for f in frames:
+            self.lines.append("> " + hexline(f) + (f"    # {note}" if note else ""))
+
+    def send_raw(self, data, note=None):
+        self.lines.append("> " + data.hex() + (f"    # {note}" if note else ""))
+
+    def expect(self, data, note=None):
+        self.lines.append("< " + hexline(data) + (f"    # {note}" if note else ""))
+
+    def expect_header(self, opcode, status, ident, note=None):
+        header = struct.pack(">BBHI", 1, opcode, status, ident)
+        self.lines.append("<~ " + " ".join([header[0:1].hex(), header[1:2].hex(), header[2:4].hex(), header[4:8].hex()])
+                          + (f"    # {note}" if note else ""))
+
+    def action(self, word):
+        self.lines.append("! " + word)
+
+    def write(self):
+        with open(os.path.join(OUT, self.name + ".vector"), "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+
+
+def msg(text):
+    return text.encode()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for old in os.listdir(OUT):
+        if old.endswith(".vector"):
+            os.remove(os.path.join(OUT, old))
+
+    v = Vector("ping", "PING with an empty body: OK with an empty body, id echoed.")
+    v.send(req(PING, 1))
+    v.expect(resp(PING, OK, 1))
+    v.write()
+
+    v = Vector("put-get", "PUT k1 = hello (no TTL), then GET k1 returns the value as the body.")
+    v.send(req(PUT, 1, put_body(b"k1", b"hello")), note="PUT ttl=0 key_len=2 'k1' 'hello'")
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"k1")), note="GET key_len=2 'k1'")
+    v.expect(resp(GET, OK, 2, b"hello"))
+    v.write()
+
+    v = Vector("get-missing", "GET of a key never stored: NOT_FOUND with an empty body.")
+    v.send(req(GET, 7, key_body(b"nope")))
+    v.expect(resp(GET, NOT_FOUND, 7))
+    v.write()
+
+    v = Vector("del", "DEL of a stored key: OK; the key is gone afterwards.")
+    v.send(req(PUT, 1, put_body(b"k", b"v")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(DEL, 2, key_body(b"k")))
+    v.expect(resp(DEL, OK, 2))
+    v.send(req(GET, 3, key_body(b"k")))
+    v.expect(resp(GET, NOT_FOUND, 3))
+    v.write()
+
+    v = Vector("del-missing", "DEL of a key that is not stored: NOT_FOUND.")
+    v.send(req(DEL, 4, key_body(b"ghost")))
+    v.expect(resp(DEL, NOT_FOUND, 4))
+    v.write()
+
+    v = Vector("clear", "CLEAR reports the entries and key+value bytes it removed: 2 items, 11 bytes.")
+    v.send(req(PUT, 1, put_body(b"a", b"12345")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(PUT, 2, put_body(b"bb", b"678")))
+    v.expect(resp(PUT, OK, 2))
+    v.send(req(CLEAR, 3))
+    v.expect(resp(CLEAR, OK, 3, struct.pack(">QQ", 2, 11)), note="items=2 bytes=11")
+    v.send(req(GET, 4, key_body(b"a")))
+    v.expect(resp(GET, NOT_FOUND, 4))
+    v.write()
+
+    v = Vector("stats", "STATS answers OK with a JSON object; its length and body vary, so only the header is fixed.")
+    v.send(req(STATS, 3))
+    v.expect_header(STATS, OK, 3, note="body: a UTF-8 JSON object with the fields PROTOCOL.md lists")
+    v.write()
+
+    v = Vector("put-with-ttl", "PUT with a TTL of 3600 seconds; the entry is served before it expires.")
+    v.send(req(PUT, 1, put_body(b"session", b"abc", ttl=3600)), note="ttl=0x00000e10")
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"session")))
+    v.expect(resp(GET, OK, 2, b"abc"))
+    v.write()
+
+    v = Vector("empty-value", "A value of zero bytes is a value: GET answers OK with an empty body.")
+    v.send(req(PUT, 1, put_body(b"e", b"")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"e")))
+    v.expect(resp(GET, OK, 2))
+    v.write()
+
+    v = Vector("binary-key", "Keys and values are arbitrary bytes, including 0x00 and 0xff.")
+    v.send(req(PUT, 1, put_body(b"\x00\xff\x0a", b"\x00\x01\x02")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"\x00\xff\x0a")))
+    v.expect(resp(GET, OK, 2, b"\x00\x01\x02"))
+    v.send(req(GET, 3, key_body(b"\x00\xff")))
+    v.expect(resp(GET, NOT_FOUND, 3), note="a prefix of the key is another key")
+    v.write()
+
+    v = Vector("pipelined", "Several requests in one write; replies come back in request order. Ids are the client's business.")
+    v.send_raw(req(PUT, 10, put_body(b"p", b"1")) + req(GET, 11, key_body(b"p")) + req(PUT, 12, put_body(b"p", b"22"))
+               + req(GET, 13, key_body(b"p")) + req(PING, 13) + req(DEL, 14, key_body(b"p")), note="six frames")
+    v.expect(resp(PUT, OK, 10))
+    v.expect(resp(GET, OK, 11, b"1"))
+    v.expect(resp(PUT, OK, 12))
+    v.expect(resp(GET, OK, 13, b"22"))
+    v.expect(resp(PING, OK, 13))
+    v.expect(resp(DEL, OK, 14))
+    v.write()
+
+    v = Vector("reserved-flags", "Flags are reserved in version 1: clients send 0, and a node ignores other values.")
+    v.send(req(PING, 5, flags=0x8001))
+    v.expect(resp(PING, OK, 5))
+    v.write()
+
+    v = Vector("unknown-opcode", "An opcode version 1 does not define: UNKNOWN_OPCODE, opcode and id echoed; the connection stays usable.")
+    v.send(req(0x09, 21))
+    v.expect(resp(0x09, UNKNOWN_OPCODE, 21, msg("unknown opcode 0x09")))
+    v.send(req(0x00, 22))
+    v.expect(resp(0x00, UNKNOWN_OPCODE, 22, msg("unknown opcode 0x00")))
+    v.send(req(PING, 23))
+    v.expect(resp(PING, OK, 23))
+    v.write()
+
+    v = Vector("unsupported-version", "A version byte other than 1: UNSUPPORTED_VERSION (checked before the opcode); the connection stays usable.")
+    v.send(req(PING, 31, version=2))
+    v.expect(resp(PING, UNSUPPORTED_VERSION, 31, msg("protocol version 2 is not supported; this node speaks version 1")))
+    v.send(req(0x77, 32, version=0))
+    v.expect(resp(0x77, UNSUPPORTED_VERSION, 32, msg("protocol version 0 is not supported; this node speaks version 1")))
+    v.send(req(PING, 33))
+    v.expect(resp(PING, OK, 33))
+    v.write()
+
+    v = Vector("empty-key", "A key of zero bytes: BAD_REQUEST; the connection stays usable.")
+    v.send(req(GET, 41, key_body(b"")))
+    v.expect(resp(GET, BAD_REQUEST, 41, msg("empty key: keys are 1 to 4096 bytes")))
+    v.send(req(PUT, 42, put_body(b"", b"value")))
+    v.expect(resp(PUT, BAD_REQUEST, 42, msg("empty key: keys are 1 to 4096 bytes")))
+    v.send(req(PING, 43))
+    v.expect(resp(PING, OK, 43))
+    v.write()
+
+    v = Vector("key-too-long", "A 4097-byte key: TOO_LARGE; the connection stays usable. A 4096-byte key is fine.")
+    v.send(req(GET, 51, key_body(b"a" * 4097)))
+    v.expect(resp(GET, TOO_LARGE, 51, msg("key of 4097 bytes exceeds the 4096-byte limit")))
+    v.send(req(GET, 52, key_body(b"a" * 4096)))
+    v.expect(resp(GET, NOT_FOUND, 52))
+    v.write()
+
+    v = Vector("body-shorter-than-key", "A key length larger than the bytes that follow: BAD_REQUEST; the connection stays usable.")
+    v.send(req(GET, 61, struct.pack(">H", 9) + b"a"))
+    v.expect(resp(GET, BAD_REQUEST, 61, msg("key body declares a 9-byte key but only 1 bytes follow")))
+    v.send(req(PUT, 62, struct.pack(">IH", 0, 5) + b"ab"))
+    v.expect(resp(PUT, BAD_REQUEST, 62, msg("PUT body declares a 5-byte key but only 2 bytes follow")))
+    v.send(req(PING, 63))
+    v.expect(resp(PING, OK, 63))
+    v.write()
+
+    v = Vector("trailing-bytes-after-key", "GET and DEL bodies end with the key: extra bytes are BAD_REQUEST.")
+    v.send(req(DEL, 71, key_body(b"a") + b"b"))
+    v.expect(resp(DEL, BAD_REQUEST, 71, msg("key body declares a 1-byte key but carries 2 bytes after its length")))
+    v.write()
+
+    v = Vector("put-body-too-short", "A PUT body shorter than its 6-byte ttl and key length: BAD_REQUEST.")
+    v.send(req(PUT, 75, b"\x00\x00\x00"))
+    v.expect(resp(PUT, BAD_REQUEST, 75, msg("PUT body of 3 bytes is shorter than its 6-byte ttl and key length")))
+    v.write()
+
+    v = Vector("nonempty-ping-body", "CLEAR, STATS and PING take an empty body: anything else is BAD_REQUEST.")
+    v.send(req(PING, 81, b"\x01"))
+    v.expect(resp(PING, BAD_REQUEST, 81, msg("this opcode takes an empty body, got 1 bytes")))
+    v.send(req(CLEAR, 82, b"\x00\x00"))
+    v.expect(resp(CLEAR, BAD_REQUEST, 82, msg("this opcode takes an empty body, got 2 bytes")))
+    v.send(req(PING, 83))
+    v.expect(resp(PING, OK, 83))
+    v.write()
+
+    v = Vector("payload-too-short", "A payload length below the 8-byte header: BAD_REQUEST with opcode 0 and id 0, then the node closes.")
+    v.send_raw(struct.pack(">I", 3) + b"\x01\x06\x00", note="length=3")
+    v.expect(resp(0, BAD_REQUEST, 0, msg("payload of 3 bytes is shorter than the 8-byte header")))
+    v.action("close")
+    v.write()
+
+    v = Vector("payload-too-large", "A payload length above --max-frame (64 MiB by default): TOO_LARGE with opcode 0 and id 0 as soon as\n"
+               "the 4-byte length has arrived, then the node closes. The payload is never buffered.")
+    v.send_raw(struct.pack(">I", 80_000_000), note="length=80000000, nothing after it")
+    v.expect(resp(0, TOO_LARGE, 0, msg("frame of 80000000 bytes exceeds --max-frame 67108864")))
+    v.action("close")
+    v.write()
+
+    v = Vector("truncated-frame", "The peer stops sending in the middle of a frame: the whole frames before it are answered, the\n"
+               "partial one is dropped, nothing is sent for it, and the node closes quietly.")
+    v.send(req(PUT, 91, put_body(b"t", b"1")))
+    v.expect(resp(PUT, OK, 91))
+    partial = req(PUT, 92, put_body(b"t", b"2" * 50))
+    v.send_raw(partial[:20], note="20 of %d bytes" % len(partial))
+    v.action("shutdown")
+    v.action("close")
+    v.write()
+
+
+if __name__ == "__main__":
+    main()
