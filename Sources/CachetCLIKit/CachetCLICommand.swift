@@ -1,0 +1,105 @@
+/// Where a PUT's value comes from.
+public enum CachetCLIValueSource: Sendable, Equatable {
+    /// The bytes typed on the line.
+    case literal([UInt8])
+    /// A file, named as `@PATH`.
+    case file(String)
+}
+
+/// One command of the debugging client's language.
+public enum CachetCLICommand: Sendable, Equatable {
+    /// `put KEY VALUE [--ttl SECONDS]` or `put KEY @FILE [--ttl SECONDS]`.
+    case put(key: [UInt8], value: CachetCLIValueSource, ttl: UInt32)
+    /// `get KEY [--out FILE]`.
+    case get(key: [UInt8], output: String?)
+    /// `del KEY`.
+    case delete(key: [UInt8])
+    /// `clear`.
+    case clear
+    /// `stats`.
+    case stats
+    /// `ping`.
+    case ping
+    /// `help`.
+    case help
+    /// `quit` (or `exit`).
+    case quit
+
+    /// The help text.
+    public static let helpText = """
+        commands:
+          put KEY VALUE [--ttl SECONDS]   store VALUE under KEY (TTL 0 or absent: no expiry)
+          put KEY @FILE [--ttl SECONDS]   store the bytes of FILE
+          get KEY [--out FILE]            print the value (UTF-8 as text, anything else as 0x-hex),
+                                          or write its raw bytes to FILE
+          del KEY                         remove KEY
+          clear                           remove every entry of the node
+          stats                           the node's counters
+          ping                            round-trip time to the node
+          help                            this text
+          quit                            leave
+        quote words with spaces: put "my key" "a value"; inside quotes \\" \\\\ \\n \\t \\xNN are escapes
+        """
+
+    /// Parses one line.
+    /// - Parameter line: the command line.
+    /// - Returns: the command, or nil for an empty line.
+    /// - Throws: ``CachetCLIError`` `syntax` or `usage` with a hint.
+    public static func parse(_ line: String) throws(CachetCLIError) -> CachetCLICommand? {
+        try parse(words: CachetCLITokenizer.tokenize(line))
+    }
+
+    /// Parses words already split, as from the command line of the executable.
+    /// - Parameter words: the words.
+    /// - Returns: the command, or nil when there are no words.
+    /// - Throws: ``CachetCLIError`` `usage` with a hint.
+    public static func parse(words: [[UInt8]]) throws(CachetCLIError) -> CachetCLICommand? {
+        guard let first = words.first else { return nil }
+        let name = String(decoding: first, as: UTF8.self).lowercased()
+        var arguments = Array(words.dropFirst())
+        func usage(_ text: String) -> CachetCLIError { CachetCLIError(code: .usage, message: "usage: \(text)") }
+        func option(_ flag: String) throws(CachetCLIError) -> [UInt8]? {
+            guard let index = arguments.firstIndex(of: Array(flag.utf8)) else { return nil }
+            guard index + 1 < arguments.count else {
+                throw CachetCLIError(code: .usage, message: "\(flag) needs a value")
+            }
+            let value = arguments[index + 1]
+            arguments.removeSubrange(index...(index + 1))
+            return value
+        }
+        switch name {
+        case "put", "set":
+            var ttl: UInt32 = 0
+            if let text = try option("--ttl") {
+                guard let seconds = UInt32(String(decoding: text, as: UTF8.self)) else {
+                    throw CachetCLIError(code: .usage, message: "--ttl takes whole seconds from 0 to 4294967295")
+                }
+                ttl = seconds
+            }
+            guard arguments.count == 2 else { throw usage("put KEY VALUE [--ttl SECONDS] or put KEY @FILE") }
+            let value = arguments[1]
+            if value.first == UInt8(ascii: "@") && value.count > 1 {
+                return .put(key: arguments[0], value: .file(String(decoding: value.dropFirst(), as: UTF8.self)), ttl: ttl)
+            }
+            return .put(key: arguments[0], value: .literal(value), ttl: ttl)
+        case "get":
+            let output = try option("--out").map { String(decoding: $0, as: UTF8.self) }
+            guard arguments.count == 1 else { throw usage("get KEY [--out FILE]") }
+            return .get(key: arguments[0], output: output)
+        case "del", "delete":
+            guard arguments.count == 1 else { throw usage("del KEY") }
+            return .delete(key: arguments[0])
+        case "clear", "stats", "ping", "help", "quit", "exit":
+            guard arguments.isEmpty else { throw usage("\(name) takes no arguments") }
+            switch name {
+            case "clear": return .clear
+            case "stats": return .stats
+            case "ping": return .ping
+            case "help": return .help
+            default: return .quit
+            }
+        default:
+            throw CachetCLIError(code: .usage, message: "unknown command '\(name)'; type help for the list")
+        }
+    }
+}

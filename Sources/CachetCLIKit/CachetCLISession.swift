@@ -1,0 +1,152 @@
+import CachetWire
+import Foundation
+
+/// Runs the client's commands against one node and renders the answers. The executable only reads lines
+/// and prints what this returns.
+public final class CachetCLISession {
+    /// How a command ended, for exit codes.
+    public enum Outcome: Sendable, Equatable {
+        /// The node answered OK (or the command needed no node).
+        case ok
+        /// The node answered NOT_FOUND.
+        case notFound
+        /// Bad input, an error status, or a connection problem.
+        case error
+        /// `quit`.
+        case quit
+    }
+
+    /// The node's address.
+    public let host: String
+    /// The node's port.
+    public let port: Int
+    /// Seconds allowed for connecting and for each reply.
+    public let timeout: Double
+    /// Whether every frame is printed as annotated hex.
+    public let trace: Bool
+    private var connection: CachetCLIConnection?
+
+    /// Creates a session; it connects on the first command that needs the node.
+    /// - Parameters:
+    ///   - host: the node's IPv4 address.
+    ///   - port: the node's port.
+    ///   - timeout: seconds for connecting and for each reply.
+    ///   - trace: print every frame.
+    public init(host: String, port: Int, timeout: Double = 5, trace: Bool = false) {
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self.trace = trace
+    }
+
+    /// Runs one line.
+    /// - Parameter line: a command line.
+    /// - Returns: lines to print, in order, and the outcome.
+    public func run(line: String) -> (lines: [String], outcome: Outcome) {
+        do throws(CachetCLIError) {
+            guard let command = try CachetCLICommand.parse(line) else { return ([], .ok) }
+            return run(command)
+        } catch {
+            return (["ERROR: \(error.message)"], .error)
+        }
+    }
+
+    /// Runs one parsed command.
+    /// - Parameter command: the command.
+    /// - Returns: lines to print and the outcome.
+    public func run(_ command: CachetCLICommand) -> (lines: [String], outcome: Outcome) {
+        var lines: [String] = []
+        do throws(CachetCLIError) {
+            let outcome = try execute(command, lines: &lines)
+            return (lines, outcome)
+        } catch {
+            lines.append("ERROR: \(error.message)")
+            return (lines, .error)
+        }
+    }
+
+    private func execute(_ command: CachetCLICommand, lines: inout [String]) throws(CachetCLIError) -> Outcome {
+        switch command {
+        case .help:
+            lines.append(contentsOf: CachetCLICommand.helpText.split(separator: "\n", omittingEmptySubsequences: false).map(String.init))
+            return .ok
+        case .quit:
+            return .quit
+        case .put(let key, let source, let ttl):
+            let value: [UInt8]
+            switch source {
+            case .literal(let bytes): value = bytes
+            case .file(let path):
+                guard let data = FileManager.default.contents(atPath: path) else {
+                    throw CachetCLIError(code: .file, message: "cannot read \(path)")
+                }
+                value = Array(data)
+            }
+            let reply = try send(.put(key: key, value: value, ttl: ttl), lines: &lines)
+            return answer(reply, lines: &lines) { _ in "OK" }
+        case .get(let key, let output):
+            let reply = try send(.get(key: key), lines: &lines)
+            if reply.status == .ok, let output {
+                guard FileManager.default.createFile(atPath: output, contents: Data(reply.body)) else {
+                    throw CachetCLIError(code: .file, message: "cannot write \(output)")
+                }
+                lines.append("OK (\(reply.body.count) bytes written to \(output))")
+                return .ok
+            }
+            return answer(reply, lines: &lines) { CachetCLIFormatter.render($0.body) }
+        case .delete(let key):
+            let reply = try send(.delete(key: key), lines: &lines)
+            return answer(reply, lines: &lines) { _ in "OK" }
+        case .clear:
+            let reply = try send(.clear, lines: &lines)
+            return answer(reply, lines: &lines) { reply in
+                guard let result = try? CachetClearResult(decoding: reply.body) else { return "OK" }
+                return "OK (removed \(result.items) items, \(result.bytes) bytes)"
+            }
+        case .stats:
+            let reply = try send(.stats, lines: &lines)
+            if reply.status == .ok {
+                lines.append(contentsOf: CachetCLIFormatter.statsTable(reply.body))
+                return .ok
+            }
+            return answer(reply, lines: &lines) { _ in "" }
+        case .ping:
+            let start = DispatchTime.now()
+            let reply = try send(.ping, lines: &lines)
+            let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e6
+            return answer(reply, lines: &lines) { _ in "PONG (\(String(format: "%.2f", elapsed)) ms)" }
+        }
+    }
+
+    private func answer(_ reply: CachetResponse, lines: inout [String], ok: (CachetResponse) -> String) -> Outcome {
+        switch reply.status {
+        case .ok:
+            lines.append(ok(reply))
+            return .ok
+        case .notFound:
+            lines.append("(not found)")
+            return .notFound
+        default:
+            lines.append("ERROR \(reply.status): \(reply.bodyText)")
+            return .error
+        }
+    }
+
+    private func send(_ command: CachetCommand, lines: inout [String]) throws(CachetCLIError) -> CachetResponse {
+        if connection == nil {
+            connection = try CachetCLIConnection(host: host, port: port, timeout: timeout)
+        }
+        do throws(CachetCLIError) {
+            let (response, sent, received) = try connection!.send(command)
+            if trace {
+                lines += CachetCLIFormatter.trace(sent, outgoing: true)
+                lines += CachetCLIFormatter.trace(received, outgoing: false)
+            }
+            return response
+        } catch {
+            // Drop the connection; the next command connects again.
+            connection = nil
+            throw error
+        }
+    }
+}

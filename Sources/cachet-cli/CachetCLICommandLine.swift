@@ -1,0 +1,75 @@
+import ArgumentParser
+import CachetCLIKit
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `cachet-cli`: a netcat-style client for one node. All logic lives in CachetCLIKit.
+@main
+struct CachetCLICommandLine: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cachet-cli",
+        abstract: "Talks to a Cachet node: put, get, del, clear, stats, ping.",
+        discussion: """
+            With a command, runs it once and exits 0 (OK), 1 (not found) or 2 (error). Without one, reads \
+            commands from standard input, one per line (a prompt when it is a terminal), and exits 0, or 2 if \
+            any command failed. Type 'help' for the command language.
+            """
+    )
+
+    @Option(help: "The node's IPv4 address.")
+    var host = "127.0.0.1"
+
+    @Option(help: "The node's port.")
+    var port = 7420
+
+    @Option(help: "Seconds allowed for connecting and for each reply.")
+    var timeout = 5.0
+
+    @Flag(help: "Print every frame sent and received as annotated hex.")
+    var trace = false
+
+    @Argument(parsing: .captureForPassthrough, help: "A command to run once, e.g. get k1")
+    var command: [String] = []
+
+    func run() throws {
+        let session = CachetCLISession(host: host, port: port, timeout: timeout, trace: trace)
+        if !command.isEmpty {
+            let parsed: CachetCLICommand?
+            do throws(CachetCLIError) {
+                parsed = try CachetCLICommand.parse(words: command.map { Array($0.utf8) })
+            } catch {
+                emit(["ERROR: \(error.message)"])
+                throw ExitCode(2)
+            }
+            guard let parsed else { return }
+            let (lines, outcome) = session.run(parsed)
+            emit(lines)
+            switch outcome {
+            case .ok, .quit: return
+            case .notFound: throw ExitCode(1)
+            case .error: throw ExitCode(2)
+            }
+        }
+        let interactive = isatty(0) != 0
+        var failed = false
+        while true {
+            if interactive {
+                print("cachet> ", terminator: "")
+                fflush(nil)
+            }
+            guard let line = readLine(strippingNewline: true) else { break }
+            let (lines, outcome) = session.run(line: line)
+            emit(lines)
+            if outcome == .quit { break }
+            if outcome == .error { failed = true }
+        }
+        if failed && !interactive { throw ExitCode(2) }
+    }
+
+    private func emit(_ lines: [String]) {
+        for line in lines { print(line) }
+        fflush(nil)
+    }
+}

@@ -1,0 +1,111 @@
+import CachetCLIKit
+import CachetTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs the built `cachet-cli` with arguments and standard input; returns its output and exit status.
+func runCLI(_ arguments: [String], input: String = "") throws -> (output: String, status: Int32) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
+    process.arguments = arguments
+    let stdin = Pipe()
+    let stdout = Pipe()
+    process.standardInput = stdin
+    process.standardOutput = stdout
+    process.standardError = stdout
+    try process.run()
+    stdin.fileHandleForWriting.write(Data(input.utf8))
+    try stdin.fileHandleForWriting.close()
+    let output = stdout.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (String(decoding: output, as: UTF8.self), process.terminationStatus)
+}
+
+@Suite("cachet-cli against a real node")
+struct CachetCLIProcessTests {
+    @Test func pipedCommandsPrintOneAnswerPerLine() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let (output, status) = try runCLI(["--port", "\(node.port)"], input: "put k1 hello\nget k1\n")
+        #expect(output == "OK\nhello\n")
+        #expect(status == 0)
+    }
+
+    @Test func oneShotExitCodes() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let port = "\(node.port)"
+        #expect(try runCLI(["--port", port, "put", "my key", "my value"]) == ("OK\n", 0))
+        #expect(try runCLI(["--port", port, "get", "my key"]) == ("my value\n", 0))
+        #expect(try runCLI(["--port", port, "get", "absent"]) == ("(not found)\n", 1))
+        #expect(try runCLI(["--port", port, "del", "absent"]) == ("(not found)\n", 1))
+        #expect(try runCLI(["--port", port, "frobnicate"]).status == 2)
+    }
+
+    @Test func pipedModeContinuesAfterErrorsAndExitsTwo() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let (output, status) = try runCLI(["--port", "\(node.port)"], input: "nonsense\nput \"a b\" \"c d\"\nget \"a b\"\ndel \"a b\"\nget \"a b\"\n")
+        #expect(output == "ERROR: unknown command 'nonsense'; type help for the list\nOK\nc d\nOK\n(not found)\n")
+        #expect(status == 2)
+    }
+
+    @Test func connectionRefusedNamesTheAddress() throws {
+        // A port that was just free: bind it, note it, close it.
+        let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = in_addr_t(UInt32(0x7f00_0001).bigEndian)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                _ = bind(probe, pointer, length)
+                return getsockname(probe, pointer, &length)
+            }
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        close(probe)
+        let (output, status) = try runCLI(["--port", "\(port)", "ping"])
+        #expect(status == 2)
+        #expect(output.contains("cannot connect to 127.0.0.1:\(port)"))
+    }
+
+    @Test func traceShowsAnnotatedFrames() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let (output, status) = try runCLI(["--port", "\(node.port)", "--trace", "put", "k1", "hello"])
+        #expect(status == 0)
+        #expect(output == """
+            >> 25 bytes  len=21 v=1 op=PUT(0x01) flags=0x0000 id=1 | ttl=0 key_len=2 key="k1" value="hello"
+               00000015 01 01 0000 00000001 00000000 0002 6b31 68656c6c6f
+            << 12 bytes  len=8 v=1 op=PUT(0x01) status=OK(0) id=1
+               00000008 01 01 0000 00000001
+            OK
+
+            """)
+    }
+
+    @Test func binaryValuesRoundTripThroughFiles() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let directory = TemporaryDirectory(prefix: "cachet-cli")
+        let input = directory.appending("in.bin")
+        let output = directory.appending("out.bin")
+        let bytes = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        FileManager.default.createFile(atPath: input, contents: Data(bytes))
+        #expect(try runCLI(["--port", "\(node.port)", "put", "blob", "@" + input]) == ("OK\n", 0))
+        #expect(try runCLI(["--port", "\(node.port)", "get", "blob", "--out", output]) == ("OK (70000 bytes written to \(output))\n", 0))
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes))
+        // Without --out a binary value prints as hex.
+        #expect(try runCLI(["--port", "\(node.port)"], input: "put b \"\\x00\\x01\"\nget b\n").output == "OK\n0x0001\n")
+    }
+
+    @Test func sessionReconnectsAfterTheNodeRestarts() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let session = CachetCLISession(host: "127.0.0.1", port: node.port, timeout: 2)
+        #expect(session.run(line: "ping").outcome == .ok)
+        node.stop()
+        let broken = session.run(line: "ping")
+        #expect(broken.outcome == .error)
+        #expect(broken.lines.first?.hasPrefix("ERROR:") == true)
+    }
+}
