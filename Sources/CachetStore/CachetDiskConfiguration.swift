@@ -1,0 +1,83 @@
+/// How a disk tier is placed and sized.
+public struct CachetDiskConfiguration: Sendable {
+    /// The data directory; created if missing. One node per directory (a lock file enforces it).
+    public var directory: String
+    /// Bytes the entry files may take on disk, headers included. 0 turns the tier off.
+    public var limit: Int
+    /// zlib level, 0 (store) to 9. The default, 1, compresses text nearly as well as 6 at several times
+    /// the speed (Protocol/DISK-FORMAT.md has the measurements).
+    public var compressionLevel: Int32
+    /// Writes that may wait in the disk queue before a PUT has to wait for room.
+    public var queueCapacity: Int
+
+    /// The default zlib level.
+    public static let defaultCompressionLevel: Int32 = 1
+
+    /// Creates a configuration.
+    /// - Parameters:
+    ///   - directory: the data directory.
+    ///   - limit: bytes on disk.
+    ///   - compressionLevel: zlib level 0 to 9.
+    ///   - queueCapacity: pending writes before PUTs wait.
+    public init(
+        directory: String,
+        limit: Int,
+        compressionLevel: Int32 = CachetDiskConfiguration.defaultCompressionLevel,
+        queueCapacity: Int = 1024
+    ) {
+        self.directory = directory
+        self.limit = limit
+        self.compressionLevel = compressionLevel
+        self.queueCapacity = queueCapacity
+    }
+}
+
+/// A value read back from disk.
+public struct CachetDiskEntry: Sendable, Equatable {
+    /// The value's bytes, decompressed and checked.
+    public var value: [UInt8]
+    /// Absolute expiry in Unix seconds, 0 for never.
+    public var expiry: UInt32
+
+    /// Creates an entry.
+    /// - Parameters:
+    ///   - value: the value.
+    ///   - expiry: absolute expiry, 0 for never.
+    public init(value: [UInt8], expiry: UInt32) {
+        self.value = value
+        self.expiry = expiry
+    }
+}
+
+/// Counters of the disk tier.
+public struct CachetDiskStatistics: Sendable, Equatable {
+    /// Entries on disk.
+    public var items = 0
+    /// Bytes of their files.
+    public var bytes = 0
+    /// Bytes of their keys and values, uncompressed.
+    public var logicalBytes = 0
+    /// The byte limit.
+    public var limit = 0
+    /// Reads that returned a value.
+    public var hits = 0
+    /// Reads, writes and deletes that failed (full disk, permissions, I/O errors).
+    public var errors = 0
+    /// Files that failed their checks and were deleted.
+    public var corrupt = 0
+    /// Entries deleted to stay within the limit.
+    public var evictions = 0
+    /// Entries written compressed.
+    public var compressedWrites = 0
+    /// Entries written raw because compression did not save enough.
+    public var rawWrites = 0
+    /// Seconds the last start-up took to build the index.
+    public var startupSeconds = 0.0
+    /// Whether the index came from the index file of a clean shutdown (true) or a scan of the files.
+    public var indexLoadedFromFile = false
+    /// Whether the directory accepts writes.
+    public var writable = true
+
+    /// Logical bytes per byte on disk (1 when empty).
+    public var compressionRatio: Double { bytes > 0 ? Double(logicalBytes) / Double(bytes) : 1 }
+}

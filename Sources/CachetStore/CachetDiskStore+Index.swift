@@ -1,0 +1,119 @@
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Building the disk index at start-up: from the index file of a clean shutdown, or by scanning files.
+extension CachetDiskStore {
+    /// Index file: magic `CCHI`, version 1, entry count (u64), then per entry from most to least recently
+    /// used: digest (32 bytes), file size (u64), logical size (u64), expiry (u32); then a CRC-32 of all of
+    /// it. Written at clean shutdown and deleted once loaded, so it only ever describes a directory no
+    /// process has touched since.
+    static let indexMagic: [UInt8] = Array("CCHI".utf8)
+    static let indexRecordSize = 32 + 8 + 8 + 4
+
+    static func writeIndexFile(directory: String, nodes: [DiskIndex.Node], logger: Logger) {
+        var bytes = indexMagic
+        bytes.append(1)
+        DiskEntryFormat.append(UInt64(nodes.count), to: &bytes)
+        bytes.reserveCapacity(bytes.count + nodes.count * indexRecordSize + 4)
+        for node in nodes {
+            var digest = node.digest
+            withUnsafeBytes(of: &digest) { bytes.append(contentsOf: $0) }
+            DiskEntryFormat.append(UInt64(node.fileSize), to: &bytes)
+            DiskEntryFormat.append(UInt64(node.logicalSize), to: &bytes)
+            DiskEntryFormat.append(node.expiry, to: &bytes)
+        }
+        let crc = bytes.withUnsafeBytes { DiskEntryFormat.crc32($0) }
+        DiskEntryFormat.append(crc, to: &bytes)
+        let path = directory + "/index"
+        if let failure = DiskFiles.replace(path, with: bytes, temporary: path + ".tmp") {
+            logger.warning(
+                "cannot write the index file; the next start will scan the entry files",
+                metadata: ["disk.path": "\(path)", "error.message": "\(DiskFiles.describe(failure))"]
+            )
+        }
+    }
+
+    /// Loads the index file into `index`; false when there is none or it fails its checks.
+    static func loadIndexFile(directory: String, into index: inout DiskIndex) -> Bool {
+        guard case .bytes(let bytes) = DiskFiles.read(directory + "/index"), bytes.count >= 17 else { return false }
+        return bytes.withUnsafeBytes { raw -> Bool in
+            guard Array(raw[0..<4]) == indexMagic, raw[4] == 1 else { return false }
+            let count = Int(DiskEntryFormat.read(UInt64.self, raw, at: 5))
+            guard count >= 0, count <= (raw.count - 17) / indexRecordSize, 13 + count * indexRecordSize + 4 == raw.count else {
+                return false
+            }
+            let stored = DiskEntryFormat.read(UInt32.self, raw, at: raw.count - 4)
+            guard DiskEntryFormat.crc32(UnsafeRawBufferPointer(rebasing: raw[0..<(raw.count - 4)])) == stored else { return false }
+            var offset = 13
+            for _ in 0..<count {
+                var digest = KeyDigest(a: 0, b: 0, c: 0, d: 0)
+                withUnsafeMutableBytes(of: &digest) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + 32)])) }
+                let fileSize = Int(DiskEntryFormat.read(UInt64.self, raw, at: offset + 32))
+                let logicalSize = Int(DiskEntryFormat.read(UInt64.self, raw, at: offset + 40))
+                let expiry = DiskEntryFormat.read(UInt32.self, raw, at: offset + 48)
+                index.appendOldest(digest, fileSize: fileSize, logicalSize: logicalSize, expiry: expiry)
+                offset += indexRecordSize
+            }
+            return true
+        }
+    }
+
+    /// Rebuilds the index from the entry files' headers, oldest modification last. Deletes temporary
+    /// files, files that fail their header checks (counted as corrupt) and expired entries.
+    static func scan(directory: String, into index: inout DiskIndex, statistics: inout CachetDiskStatistics, logger: Logger) {
+        struct Found {
+            var digest: KeyDigest
+            var fileSize: Int
+            var logicalSize: Int
+            var expiry: UInt32
+            var modified: Int
+        }
+        var found: [Found] = []
+        let now = CachetClock.now()
+        for first in DiskFiles.list(directory) where first.utf8.count == 2 {
+            let firstPath = directory + "/" + first
+            for second in DiskFiles.list(firstPath) where second.utf8.count == 2 {
+                let secondPath = firstPath + "/" + second
+                for name in DiskFiles.list(secondPath) {
+                    let file = secondPath + "/" + name
+                    if name.hasSuffix(".tmp") {
+                        unlink(file)
+                        continue
+                    }
+                    guard let digest = KeyDigest(hex: name[...]) else { continue }
+                    guard let prefix = DiskFiles.readPrefix(file, count: DiskEntryFormat.headerSize + 4096),
+                        let entry = prefix.bytes.withUnsafeBytes({ raw -> Found? in
+                            guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else { return nil }
+                            let key = UnsafeRawBufferPointer(rebasing: raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)])
+                            guard KeyDigest(of: key) == digest else { return nil }
+                            return Found(
+                                digest: digest,
+                                fileSize: header.fileSize,
+                                logicalSize: header.keyLength + header.valueLength,
+                                expiry: header.expiry,
+                                modified: prefix.modified
+                            )
+                        })
+                    else {
+                        logger.warning("corrupt entry file deleted at start-up", metadata: ["disk.path": "\(file)"])
+                        statistics.corrupt += 1
+                        unlink(file)
+                        continue
+                    }
+                    if CachetClock.isExpired(entry.expiry, now: now) {
+                        unlink(file)
+                        continue
+                    }
+                    found.append(entry)
+                }
+            }
+        }
+        found.sort { $0.modified > $1.modified }
+        for entry in found {
+            index.appendOldest(entry.digest, fileSize: entry.fileSize, logicalSize: entry.logicalSize, expiry: entry.expiry)
+        }
+    }
+}

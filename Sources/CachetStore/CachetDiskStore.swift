@@ -1,0 +1,345 @@
+import Dispatch
+public import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The disk tier: one zlib-compressed file per entry, named by the SHA-256 of its key, with an in-memory
+/// LRU index and a byte limit. The file format is in `Protocol/DISK-FORMAT.md`.
+///
+/// Opening takes the directory's lock file, removes leftover temporary files, rebuilds the index (from
+/// the index file a clean shutdown wrote, otherwise by reading every file's header) and trims the tier to
+/// its limit. Every read checks the header CRC, the key, the length and the value's CRC; a file that fails
+/// is deleted and counted, never served. Writes go to a temporary file renamed into place, so a crash
+/// leaves the old entry or the new one. There is no fsync per entry: after a power loss an entry may be
+/// missing or fail its checks (and then is a miss), but it is never served wrong.
+///
+/// Failures (full disk, permissions) are logged and counted, and the tier keeps going: a node serves
+/// from memory whatever its disk does.
+///
+/// Thread-safe: file operations are serialised by one lock and the index by another, so ``contains(key:now:)``
+/// never waits for disk I/O. ``CachetDiskWorker`` runs the file operations on a dedicated queue.
+public final class CachetDiskStore: Sendable {
+    /// The configuration the tier was opened with.
+    public let configuration: CachetDiskConfiguration
+    private let logger: Logger
+    private let state: LockedBox<State>
+    private let io = LockedBox(())
+    private let lockFD: Int32
+
+    private struct State {
+        var index = DiskIndex()
+        var statistics = CachetDiskStatistics()
+        var closed = false
+    }
+
+    private static let indexFileName = "index"
+    private static let lockFileName = "LOCK"
+
+    /// Opens (or creates) the tier in `configuration.directory`.
+    /// - Parameters:
+    ///   - configuration: directory, limit and compression level.
+    ///   - logger: where failures are logged, with `disk.*` metadata.
+    /// - Throws: ``CachetStoreError`` `directoryLocked` when another running node uses the directory.
+    ///   A directory that cannot be created or written does not throw: the tier opens read-only or empty,
+    ///   logs the reason, and counts errors.
+    public init(configuration: CachetDiskConfiguration, logger: Logger) throws(CachetStoreError) {
+        self.configuration = configuration
+        var logger = logger
+        logger[metadataKey: "disk.directory"] = "\(configuration.directory)"
+        self.logger = logger
+        let started = DispatchTime.now()
+        var statistics = CachetDiskStatistics()
+        statistics.limit = configuration.limit
+
+        let directory = configuration.directory
+        if !DiskFiles.makeDirectory(directory) {
+            logger.error("cannot create the data directory; the disk tier is off", metadata: ["error.message": "\(DiskFiles.describe(errno))"])
+            statistics.writable = false
+            statistics.errors += 1
+        }
+        lockFD = try Self.acquireLock(directory: directory, logger: logger, statistics: &statistics)
+        if access(directory, W_OK) != 0 {
+            if statistics.writable {
+                logger.error("the data directory is not writable; entries on disk are served but none are written")
+            }
+            statistics.writable = false
+        }
+
+        var index = DiskIndex()
+        let loaded = Self.loadIndexFile(directory: directory, into: &index)
+        if loaded {
+            statistics.indexLoadedFromFile = true
+        } else {
+            Self.scan(directory: directory, into: &index, statistics: &statistics, logger: logger)
+        }
+        state = LockedBox(State(index: index, statistics: statistics))
+        // A crash from here on leaves no index file, so the next start scans the files.
+        unlink(directory + "/" + Self.indexFileName)
+        trimToLimit()
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        let (items, bytes) = state.withLock { state in
+            state.statistics.startupSeconds = seconds
+            return (state.index.count, state.index.fileBytes)
+        }
+        logger.info(
+            "disk tier open",
+            metadata: [
+                "disk.items": "\(items)", "disk.bytes": "\(bytes)", "disk.limit": "\(configuration.limit)",
+                "disk.startup_seconds": "\(seconds)", "disk.index": "\(loaded ? "index file" : "scan")",
+            ]
+        )
+    }
+
+    deinit { close() }
+
+    private static func acquireLock(directory: String, logger: Logger, statistics: inout CachetDiskStatistics) throws(CachetStoreError) -> Int32 {
+        let path = directory + "/" + lockFileName
+        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else {
+            // Nothing can be written here either; there is nothing to protect.
+            return -1
+        }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            var owner = [UInt8](repeating: 0, count: 32)
+            let n = owner.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 31, 0) }
+            let pid = String(decoding: owner.prefix(max(0, n)).filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self)
+            Glibc.close(fd)
+            throw CachetStoreError(
+                code: .directoryLocked,
+                message: "data directory \(directory) is in use by another cachet-node (pid \(pid.isEmpty ? "unknown" : pid), "
+                    + "lock file \(path)); give each node its own --data-dir"
+            )
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        if ftruncate(fd, 0) == 0 {
+            _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        }
+        return fd
+    }
+
+    // MARK: Paths
+
+    private func path(for digest: KeyDigest) -> (directory: String, file: String) {
+        let hex = digest.hex
+        let first = hex.prefix(2)
+        let second = hex.dropFirst(2).prefix(2)
+        let directory = "\(configuration.directory)/\(first)/\(second)"
+        return (directory, "\(directory)/\(hex)")
+    }
+
+    // MARK: Operations
+
+    /// Writes an entry, replacing any older one, then evicts least recently used entries over the limit.
+    /// Failures are logged and counted; an older file for the key is removed so it cannot be served stale.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - value: the value.
+    ///   - expiry: absolute expiry in Unix seconds, 0 for never.
+    public func put(key: [UInt8], value: [UInt8], expiry: UInt32) {
+        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        let (file, compressed) = DiskEntryFormat.encode(key: key, value: value, expiry: expiry, level: configuration.compressionLevel)
+        io.withLock { _ in
+            let writable = state.withLock { $0.statistics.writable && !$0.closed }
+            guard writable else {
+                discard(digest, reason: nil)
+                state.withLock { $0.statistics.errors += 1 }
+                return
+            }
+            guard file.count <= configuration.limit else {
+                // Larger than the whole tier: it cannot be kept, and an older copy must not stay.
+                discard(digest, reason: nil)
+                return
+            }
+            let paths = path(for: digest)
+            var failure = DiskFiles.replace(paths.file, with: file, temporary: paths.file + ".tmp")
+            if failure == ENOENT {
+                DiskFiles.makeDirectory(paths.directory)
+                failure = DiskFiles.replace(paths.file, with: file, temporary: paths.file + ".tmp")
+            }
+            if let failure {
+                logger.warning(
+                    "disk write failed; the entry stays in memory only",
+                    metadata: ["disk.path": "\(paths.file)", "error.message": "\(DiskFiles.describe(failure))"]
+                )
+                discard(digest, reason: nil)
+                state.withLock { $0.statistics.errors += 1 }
+                return
+            }
+            state.withLock { state in
+                state.index.upsert(digest, fileSize: file.count, logicalSize: key.count + value.count, expiry: expiry)
+                if compressed { state.statistics.compressedWrites += 1 } else { state.statistics.rawWrites += 1 }
+            }
+        }
+        trimToLimit()
+    }
+
+    /// Reads an entry, checking everything the file carries.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time; an expired entry is deleted and reads as absent.
+    /// - Returns: the value and its expiry, or nil when absent, expired, unreadable or corrupt.
+    public func get(key: [UInt8], now: UInt32) -> CachetDiskEntry? {
+        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        return io.withLock { _ -> CachetDiskEntry? in
+            guard let node = state.withLock({ $0.index.lookup(digest) }) else { return nil }
+            if CachetClock.isExpired(node.expiry, now: now) {
+                discard(digest, reason: nil)
+                return nil
+            }
+            let file = path(for: digest).file
+            switch DiskFiles.read(file) {
+            case .missing:
+                state.withLock { _ = $0.index.remove(digest) }
+                return nil
+            case .failed(let code):
+                logger.warning("disk read failed", metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(code))"])
+                state.withLock { $0.statistics.errors += 1 }
+                return nil
+            case .bytes(let bytes):
+                guard let entry = Self.decode(bytes, key: key) else {
+                    logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
+                    discard(digest, reason: .corrupt)
+                    return nil
+                }
+                if CachetClock.isExpired(entry.expiry, now: now) {
+                    discard(digest, reason: nil)
+                    return nil
+                }
+                state.withLock { state in
+                    state.index.touch(digest)
+                    state.statistics.hits += 1
+                }
+                return entry
+            }
+        }
+    }
+
+    /// Decodes a whole file and checks that it holds `key`.
+    static func decode(_ bytes: [UInt8], key: [UInt8]) -> CachetDiskEntry? {
+        bytes.withUnsafeBytes { raw -> CachetDiskEntry? in
+            guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == raw.count,
+                header.keyLength == key.count,
+                key.withUnsafeBytes({ memcmp($0.baseAddress!, raw.baseAddress! + DiskEntryFormat.headerSize, key.count) == 0 })
+            else { return nil }
+            let payloadStart = DiskEntryFormat.headerSize + header.keyLength
+            guard let value = DiskEntryFormat.decodeValue(header: header, payload: UnsafeRawBufferPointer(rebasing: raw[payloadStart...])) else {
+                return nil
+            }
+            return CachetDiskEntry(value: value, expiry: header.expiry)
+        }
+    }
+
+    /// Whether the index lists a live entry for `key`. No I/O; never waits for a disk operation.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time.
+    /// - Returns: true when an unexpired entry is indexed (its file is checked only when read).
+    public func contains(key: UnsafeRawBufferPointer, now: UInt32) -> Bool {
+        let digest = KeyDigest(of: key)
+        return state.withLock { state in
+            guard let node = state.index.lookup(digest) else { return false }
+            return !CachetClock.isExpired(node.expiry, now: now)
+        }
+    }
+
+    /// Deletes an entry.
+    /// - Parameter key: the key.
+    /// - Returns: whether an entry was indexed.
+    @discardableResult
+    public func remove(key: [UInt8]) -> Bool {
+        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        return io.withLock { _ in
+            let present = state.withLock { $0.index.lookup(digest) != nil }
+            discard(digest, reason: nil)
+            return present
+        }
+    }
+
+    /// Deletes every entry.
+    /// - Returns: entries deleted and their key and value bytes.
+    @discardableResult
+    public func removeAll() -> (items: Int, bytes: Int) {
+        io.withLock { _ in
+            let nodes = state.withLock { state -> [DiskIndex.Node] in
+                let nodes = state.index.inRecencyOrder()
+                state.index.removeAll()
+                return nodes
+            }
+            var bytes = 0
+            for node in nodes {
+                bytes += node.logicalSize
+                let file = path(for: node.digest).file
+                if unlink(file) != 0 && errno != ENOENT {
+                    logger.warning("cannot delete entry file", metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"])
+                    state.withLock { $0.statistics.errors += 1 }
+                }
+            }
+            return (nodes.count, bytes)
+        }
+    }
+
+    /// Removes an entry's index record and file. Called with the I/O lock held.
+    private func discard(_ digest: KeyDigest, reason: CachetStoreError.Code?) {
+        let removed = state.withLock { state -> Bool in
+            if reason == .corrupt { state.statistics.corrupt += 1 }
+            return state.index.remove(digest) != nil
+        }
+        let file = path(for: digest).file
+        if (removed || reason == .corrupt) && unlink(file) != 0 && errno != ENOENT {
+            state.withLock { $0.statistics.errors += 1 }
+        }
+    }
+
+    /// Deletes least recently used entries while the files exceed the limit.
+    private func trimToLimit() {
+        io.withLock { _ in
+            while true {
+                let victim = state.withLock { state -> KeyDigest? in
+                    guard state.index.fileBytes > configuration.limit, let oldest = state.index.oldest else { return nil }
+                    state.index.remove(oldest.digest)
+                    state.statistics.evictions += 1
+                    return oldest.digest
+                }
+                guard let victim else { return }
+                let file = path(for: victim).file
+                if unlink(file) != 0 && errno != ENOENT {
+                    state.withLock { $0.statistics.errors += 1 }
+                }
+            }
+        }
+    }
+
+    /// The tier's counters.
+    public var statistics: CachetDiskStatistics {
+        state.withLock { state in
+            var statistics = state.statistics
+            statistics.items = state.index.count
+            statistics.bytes = state.index.fileBytes
+            statistics.logicalBytes = state.index.logicalBytes
+            return statistics
+        }
+    }
+
+    /// Writes the index file (so the next start need not scan) and releases the lock file. Idempotent;
+    /// the store serves nothing afterwards.
+    public func close() {
+        io.withLock { _ in
+            let nodes = state.withLock { state -> [DiskIndex.Node]? in
+                guard !state.closed else { return nil }
+                state.closed = true
+                return state.statistics.writable ? state.index.inRecencyOrder() : []
+            }
+            guard let nodes else { return }
+            if !nodes.isEmpty || state.withLock({ $0.statistics.writable }) {
+                Self.writeIndexFile(directory: configuration.directory, nodes: nodes, logger: logger)
+            }
+            if lockFD >= 0 {
+                flock(lockFD, LOCK_UN)
+                Glibc.close(lockFD)
+            }
+        }
+    }
+}

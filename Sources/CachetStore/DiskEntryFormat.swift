@@ -1,0 +1,190 @@
+import COpenSSLCrypto
+import CZlib
+
+/// The SHA-256 of a key: the entry's identity on disk and in the disk index.
+struct KeyDigest: Hashable {
+    var a: UInt64
+    var b: UInt64
+    var c: UInt64
+    var d: UInt64
+
+    init(of key: UnsafeRawBufferPointer) {
+        var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        withUnsafeMutableBytes(of: &bytes) { out in
+            _ = SHA256(key.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(bitPattern: 1), key.count,
+                       out.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        }
+        (a, b, c, d) = bytes
+    }
+
+    init(a: UInt64, b: UInt64, c: UInt64, d: UInt64) {
+        (self.a, self.b, self.c, self.d) = (a, b, c, d)
+    }
+
+    /// The 64 lower-case hex digits of the digest, in byte order.
+    var hex: String {
+        var words = (a, b, c, d)
+        return withUnsafeBytes(of: &words) { bytes in
+            let digits = Array("0123456789abcdef".utf8)
+            var out = [UInt8]()
+            out.reserveCapacity(64)
+            for byte in bytes {
+                out.append(digits[Int(byte >> 4)])
+                out.append(digits[Int(byte & 0x0f)])
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+
+    /// Parses 64 hex digits.
+    init?(hex: Substring) {
+        guard hex.utf8.count == 64 else { return nil }
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(32)
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        var words = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        withUnsafeMutableBytes(of: &words) { $0.copyBytes(from: bytes) }
+        (a, b, c, d) = words
+    }
+}
+
+/// The layout of one entry file; `Protocol/DISK-FORMAT.md` is the normative description.
+///
+/// ```
+/// offset  0  magic "CCHE"            4 bytes
+/// offset  4  format version (1)      1 byte
+/// offset  5  flags (bit 0: deflate)  1 byte
+/// offset  6  key length              u16
+/// offset  8  expiry (Unix s, 0 none) u32
+/// offset 12  value length            u32  (uncompressed)
+/// offset 16  payload length          u32  (as stored)
+/// offset 20  CRC-32 of the value     u32  (uncompressed bytes)
+/// offset 24  CRC-32 of bytes 0..<24 and the key   u32
+/// offset 28  key, then payload
+/// ```
+/// All integers big-endian.
+enum DiskEntryFormat {
+    static let magic: [UInt8] = Array("CCHE".utf8)
+    static let version: UInt8 = 1
+    static let headerSize = 28
+    static let flagDeflate: UInt8 = 1
+    /// Compression must save at least this share of the value, or the value is stored raw.
+    static let minimumSaving = 0.10
+
+    struct Header: Equatable {
+        var flags: UInt8
+        var keyLength: Int
+        var expiry: UInt32
+        var valueLength: Int
+        var payloadLength: Int
+        var valueCRC: UInt32
+        var headerCRC: UInt32
+
+        var fileSize: Int { DiskEntryFormat.headerSize + keyLength + payloadLength }
+    }
+
+    static func crc32(_ bytes: UnsafeRawBufferPointer, seed: UInt32 = 0) -> UInt32 {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return seed }
+        var crc = UInt(seed)
+        var offset = 0
+        while offset < bytes.count {
+            let chunk = min(bytes.count - offset, Int(UInt32.max))
+            crc = CZlib.crc32(crc, base.advanced(by: offset).assumingMemoryBound(to: UInt8.self), UInt32(chunk))
+            offset += chunk
+        }
+        return UInt32(truncatingIfNeeded: crc)
+    }
+
+    /// Builds a whole file: header, key, payload (compressed when that saves enough).
+    static func encode(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (file: [UInt8], compressed: Bool) {
+        var payload = value
+        var flags: UInt8 = 0
+        if level > 0 && value.count >= 64 {
+            var bound = compressBound(UInt(value.count))
+            var compressed = [UInt8](repeating: 0, count: Int(bound))
+            let result = compressed.withUnsafeMutableBufferPointer { out in
+                value.withUnsafeBufferPointer { input in
+                    compress2(out.baseAddress, &bound, input.baseAddress, UInt(value.count), level)
+                }
+            }
+            if result == Z_OK && Double(bound) <= Double(value.count) * (1 - minimumSaving) {
+                compressed.removeSubrange(Int(bound)...)
+                payload = compressed
+                flags = flagDeflate
+            }
+        }
+        var file = [UInt8]()
+        file.reserveCapacity(headerSize + key.count + payload.count)
+        file += magic
+        file.append(version)
+        file.append(flags)
+        append(UInt16(key.count), to: &file)
+        append(expiry, to: &file)
+        append(UInt32(value.count), to: &file)
+        append(UInt32(payload.count), to: &file)
+        append(value.withUnsafeBytes { crc32($0) }, to: &file)
+        let headerCRC = file.withUnsafeBytes { head in key.withUnsafeBytes { crc32($0, seed: crc32(head)) } }
+        append(headerCRC, to: &file)
+        file += key
+        file += payload
+        return (file, flags & flagDeflate != 0)
+    }
+
+    static func append<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    static func read<T: FixedWidthInteger>(_ type: T.Type, _ bytes: UnsafeRawBufferPointer, at offset: Int) -> T {
+        T(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+
+    /// Parses and checks a header and the key after it.
+    /// - Returns: the header, or nil when the bytes are not a valid entry header.
+    static func decodeHeader(_ bytes: UnsafeRawBufferPointer) -> Header? {
+        guard bytes.count >= headerSize, Array(bytes[0..<4]) == magic, bytes[4] == version else { return nil }
+        let header = Header(
+            flags: bytes[5],
+            keyLength: Int(read(UInt16.self, bytes, at: 6)),
+            expiry: read(UInt32.self, bytes, at: 8),
+            valueLength: Int(read(UInt32.self, bytes, at: 12)),
+            payloadLength: Int(read(UInt32.self, bytes, at: 16)),
+            valueCRC: read(UInt32.self, bytes, at: 20),
+            headerCRC: read(UInt32.self, bytes, at: 24)
+        )
+        guard header.flags & ~flagDeflate == 0, header.keyLength > 0, bytes.count >= headerSize + header.keyLength else {
+            return nil
+        }
+        let computed = crc32(
+            UnsafeRawBufferPointer(rebasing: bytes[headerSize..<(headerSize + header.keyLength)]),
+            seed: crc32(UnsafeRawBufferPointer(rebasing: bytes[0..<24]))
+        )
+        guard computed == header.headerCRC else { return nil }
+        if header.flags & flagDeflate == 0 && header.payloadLength != header.valueLength { return nil }
+        return header
+    }
+
+    /// Decompresses (if needed) and checks a payload against its header.
+    /// - Returns: the value, or nil when it does not match its length or CRC.
+    static func decodeValue(header: Header, payload: UnsafeRawBufferPointer) -> [UInt8]? {
+        guard payload.count == header.payloadLength else { return nil }
+        var value: [UInt8]
+        if header.flags & flagDeflate != 0 {
+            value = [UInt8](repeating: 0, count: header.valueLength)
+            var length = UInt(header.valueLength)
+            let result = value.withUnsafeMutableBufferPointer { out in
+                uncompress(out.baseAddress, &length, payload.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt(payload.count))
+            }
+            guard result == Z_OK, Int(length) == header.valueLength else { return nil }
+        } else {
+            value = Array(payload)
+        }
+        guard value.withUnsafeBytes({ crc32($0) }) == header.valueCRC else { return nil }
+        return value
+    }
+}

@@ -1,0 +1,118 @@
+/// The disk tier's in-memory index: every entry file's size, logical size and expiry, in LRU order.
+///
+/// Not thread-safe; ``CachetDiskStore`` guards it with a lock. Nodes live in a flat array linked by
+/// 32-bit indices, so the index costs about 70 bytes per entry with the dictionary.
+struct DiskIndex {
+    struct Node {
+        var digest: KeyDigest
+        var fileSize: Int
+        var logicalSize: Int
+        var expiry: UInt32
+        var prev: Int32 = -1
+        var next: Int32 = -1
+    }
+
+    private var nodes: [Node] = []
+    private var freeList: [Int32] = []
+    private var map: [KeyDigest: Int32] = [:]
+    /// Most recently used.
+    private var head: Int32 = -1
+    /// Least recently used.
+    private var tail: Int32 = -1
+    private(set) var fileBytes = 0
+    private(set) var logicalBytes = 0
+
+    var count: Int { map.count }
+
+    func lookup(_ digest: KeyDigest) -> Node? {
+        map[digest].map { nodes[Int($0)] }
+    }
+
+    /// Inserts or replaces an entry as the most recently used.
+    mutating func upsert(_ digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32) {
+        remove(digest)
+        let node = Node(digest: digest, fileSize: fileSize, logicalSize: logicalSize, expiry: expiry)
+        let index: Int32
+        if let free = freeList.popLast() {
+            index = free
+            nodes[Int(index)] = node
+        } else {
+            index = Int32(nodes.count)
+            nodes.append(node)
+        }
+        map[digest] = index
+        pushFront(index)
+        fileBytes += fileSize
+        logicalBytes += logicalSize
+    }
+
+    /// Inserts an entry as the least recently used (for loading in order from most to least recent).
+    mutating func appendOldest(_ digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32) {
+        upsert(digest, fileSize: fileSize, logicalSize: logicalSize, expiry: expiry)
+        let index = map[digest]!
+        unlink(index)
+        let node = index
+        nodes[Int(node)].prev = tail
+        nodes[Int(node)].next = -1
+        if tail >= 0 { nodes[Int(tail)].next = node } else { head = node }
+        tail = node
+    }
+
+    /// Marks an entry most recently used.
+    mutating func touch(_ digest: KeyDigest) {
+        guard let index = map[digest], index != head else { return }
+        unlink(index)
+        pushFront(index)
+    }
+
+    @discardableResult
+    mutating func remove(_ digest: KeyDigest) -> Node? {
+        guard let index = map.removeValue(forKey: digest) else { return nil }
+        unlink(index)
+        let node = nodes[Int(index)]
+        freeList.append(index)
+        fileBytes -= node.fileSize
+        logicalBytes -= node.logicalSize
+        return node
+    }
+
+    /// The least recently used entry.
+    var oldest: Node? { tail >= 0 ? nodes[Int(tail)] : nil }
+
+    mutating func removeAll() {
+        nodes = []
+        freeList = []
+        map = [:]
+        head = -1
+        tail = -1
+        fileBytes = 0
+        logicalBytes = 0
+    }
+
+    /// Entries from most to least recently used.
+    func inRecencyOrder() -> [Node] {
+        var result: [Node] = []
+        result.reserveCapacity(count)
+        var index = head
+        while index >= 0 {
+            result.append(nodes[Int(index)])
+            index = nodes[Int(index)].next
+        }
+        return result
+    }
+
+    private mutating func unlink(_ index: Int32) {
+        let node = nodes[Int(index)]
+        if node.prev >= 0 { nodes[Int(node.prev)].next = node.next } else { head = node.next }
+        if node.next >= 0 { nodes[Int(node.next)].prev = node.prev } else { tail = node.prev }
+        nodes[Int(index)].prev = -1
+        nodes[Int(index)].next = -1
+    }
+
+    private mutating func pushFront(_ index: Int32) {
+        nodes[Int(index)].prev = -1
+        nodes[Int(index)].next = head
+        if head >= 0 { nodes[Int(head)].prev = index } else { tail = index }
+        head = index
+    }
+}
