@@ -1,0 +1,225 @@
+import CachetNode
+import CachetStore
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// STATS as a dictionary.
+func stats(_ client: TestSocket) throws -> [String: Any] {
+    let reply = try client.roundTrip(.stats)
+    return try #require(try JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any])
+}
+
+/// Waits until the node's disk queue is empty.
+func waitForDiskQueue(_ client: TestSocket) throws {
+    for _ in 0..<500 {
+        if try stats(client)["disk_queue_depth"] as? Int == 0 { return }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    Issue.record("the disk queue did not drain")
+}
+
+func value(for key: Int, version: Int, size: Int = 300) -> [UInt8] {
+    Array("key \(key) version \(version) ".utf8) + [UInt8](repeating: UInt8(truncatingIfNeeded: key &+ version), count: size)
+}
+
+@Suite("Node with a disk tier")
+struct NodeDiskTests {
+    @Test func contentsSurviveARestart() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        do {
+            let node = try NodeProcess(arguments: ["--data-dir", data.path])
+            let client = try node.connect()
+            for i in 0..<200 { #expect(try client.roundTrip(.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0), ttl: 0)).status == .ok) }
+            #expect(node.stop() == 0)
+        }
+        let node = try NodeProcess(arguments: ["--data-dir", data.path])
+        let client = try node.connect()
+        for i in 0..<200 {
+            #expect(try client.roundTrip(.get(key: Array("k\(i)".utf8))).body == value(for: i, version: 0))
+        }
+        let counters = try stats(client)
+        #expect(counters["disk_items"] as? Int == 200)
+        #expect(counters["disk_hits"] as? Int == 200)
+        // The disk hits were promoted: reading again is served from memory.
+        _ = try client.roundTrip(.get(key: Array("k0".utf8)))
+        #expect(try stats(client)["disk_hits"] as? Int == 200)
+    }
+
+    @Test func killNineMidStreamServesOnlyValuesThatWereWritten() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        let keys = 100
+        do {
+            let node = try NodeProcess(arguments: ["--data-dir", data.path])
+            let client = try node.connect()
+            for i in 0..<keys { _ = try client.roundTrip(.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0), ttl: 0)) }
+            try waitForDiskQueue(client)
+            // Overwrite every key many times in one stream, and kill the node in the middle of it.
+            var stream: [UInt8] = []
+            for version in 1...40 {
+                for i in 0..<keys {
+                    CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: version), ttl: 0).encode(id: 0, to: &stream)
+                }
+            }
+            try client.send(Array(stream.prefix(stream.count / 2)))
+            _ = try client.readResponse()
+            kill(node.process.processIdentifier, SIGKILL)
+            node.process.waitUntilExit()
+        }
+        let node = try NodeProcess(arguments: ["--data-dir", data.path])
+        let client = try node.connect()
+        for i in 0..<keys {
+            let reply = try client.roundTrip(.get(key: Array("k\(i)".utf8)))
+            #expect(reply.status == .ok, "k\(i) was on disk before the crash")
+            let written = (0...40).map { value(for: i, version: $0) }
+            #expect(written.contains(reply.body), "k\(i) holds a value never written")
+        }
+        #expect(try stats(client)["disk_corrupt"] as? Int == 0)
+    }
+
+    @Test func aFlippedByteIsAMissNotWrongData() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        do {
+            let node = try NodeProcess(arguments: ["--data-dir", data.path])
+            _ = try node.connect().roundTrip(.put(key: Array("victim".utf8), value: value(for: 1, version: 1, size: 5000), ttl: 0))
+            #expect(node.stop() == 0)
+        }
+        let enumerator = FileManager.default.enumerator(atPath: data.path)
+        var file: String?
+        while file == nil, let name = enumerator?.nextObject() as? String {
+            if (name as NSString).lastPathComponent.utf8.count == 64 { file = data.appending(name) }
+        }
+        let path = try #require(file)
+        var bytes = try #require(FileManager.default.contents(atPath: path))
+        bytes[bytes.count / 2] ^= 0x01
+        FileManager.default.createFile(atPath: path, contents: bytes)
+        let node = try NodeProcess(arguments: ["--data-dir", data.path])
+        let client = try node.connect()
+        #expect(try client.roundTrip(.get(key: Array("victim".utf8))).status == .notFound)
+        #expect(try stats(client)["disk_corrupt"] as? Int == 1)
+    }
+
+    @Test func loweringTheDiskLimitTrimsAtStart() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        do {
+            let node = try NodeProcess(arguments: ["--data-dir", data.path, "--compression-level", "0"])
+            let client = try node.connect()
+            for i in 0..<100 { _ = try client.roundTrip(.put(key: Array("k\(i)".utf8), value: [UInt8](repeating: UInt8(i), count: 1000), ttl: 0)) }
+            #expect(node.stop() == 0)
+        }
+        let node = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "20KiB"])
+        let counters = try stats(try node.connect())
+        #expect((counters["disk_bytes"] as? Int ?? .max) <= 20 * 1024)
+        #expect((counters["disk_items"] as? Int ?? 0) > 10)
+        #expect(counters["disk_limit"] as? Int == 20 * 1024)
+    }
+
+    @Test func ttlIsHonouredAfterARestart() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        do {
+            let node = try NodeProcess(arguments: ["--data-dir", data.path])
+            let client = try node.connect()
+            _ = try client.roundTrip(.put(key: Array("short".utf8), value: [1], ttl: 1))
+            _ = try client.roundTrip(.put(key: Array("long".utf8), value: [2], ttl: 3600))
+            #expect(node.stop() == 0)
+        }
+        Thread.sleep(forTimeInterval: 2.1)
+        let node = try NodeProcess(arguments: ["--data-dir", data.path])
+        let client = try node.connect()
+        #expect(try client.roundTrip(.get(key: Array("short".utf8))).status == .notFound)
+        #expect(try client.roundTrip(.get(key: Array("long".utf8))).body == [2])
+    }
+
+    @Test func aSecondNodeOnTheSameDataDirectoryIsRefused() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        let first = try NodeProcess(arguments: ["--data-dir", data.path])
+        do {
+            _ = try NodeProcess(arguments: ["--data-dir", data.path], timeout: 5)
+            Issue.record("the second node started")
+        } catch {
+            #expect("\(error)".contains("is in use by another cachet-node (pid \(first.process.processIdentifier)"))
+        }
+    }
+
+    @Test func valuesLargerThanMemoryLiveOnDisk() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({
+            $0.memoryLimit = 1 << 20
+            $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 8 << 20)
+        }) { server, port in
+            let client = try TestSocket(port: port)
+            let big = value(for: 1, version: 1, size: 3 << 20)
+            #expect(try client.roundTrip(.put(key: Array("big".utf8), value: big, ttl: 0)).status == .ok)
+            #expect(try client.roundTrip(.get(key: Array("big".utf8))).body == big)
+            #expect(server.memory.statistics.items == 0)
+            let tooBig = try client.roundTrip(.put(key: Array("huge".utf8), value: [UInt8](repeating: 1, count: 9 << 20), ttl: 0))
+            #expect(tooBig.status == .tooLarge)
+            #expect(tooBig.bodyText == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit 8388608")
+        }
+    }
+
+    @Test func pipelinedReadsFromDiskComeBackInOrder() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({
+            $0.memoryLimit = 1 << 20
+            $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 256 << 20)
+        }) { _, port in
+            let client = try TestSocket(port: port)
+            // 2,000 values of 4 KiB: far more than the 1 MiB memory tier holds.
+            var puts: [UInt8] = []
+            for i in 0..<2000 { CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0, size: 4096), ttl: 0).encode(id: UInt32(i), to: &puts) }
+            try client.send(puts)
+            for i in 0..<2000 { #expect(try client.readResponse().id == UInt32(i)) }
+            var gets: [UInt8] = []
+            for i in 0..<2000 { CachetCommand.get(key: Array("k\(i)".utf8)).encode(id: UInt32(i), to: &gets) }
+            CachetCommand.get(key: Array("absent".utf8)).encode(id: 5000, to: &gets)
+            try client.send(gets)
+            for i in 0..<2000 {
+                let reply = try client.readResponse()
+                #expect(reply.id == UInt32(i))
+                #expect(reply.body == value(for: i, version: 0, size: 4096))
+            }
+            #expect(try client.readResponse() == CachetResponse(opcode: .get, status: .notFound, id: 5000))
+            let counters = try stats(client)
+            #expect((counters["disk_hits"] as? Int ?? 0) > 1000)
+        }
+    }
+
+    @Test func clearEmptiesBothTiersAndCountsEachEntryOnce() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({ $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 64 << 20) }) { _, port in
+            let client = try TestSocket(port: port)
+            _ = try client.roundTrip(.put(key: Array("a".utf8), value: Array("12345".utf8), ttl: 0))
+            _ = try client.roundTrip(.put(key: Array("bb".utf8), value: Array("678".utf8), ttl: 0))
+            try waitForDiskQueue(client)
+            let reply = try client.roundTrip(.clear)
+            #expect(try CachetClearResult(decoding: reply.body) == CachetClearResult(items: 2, bytes: 11))
+            #expect(try client.roundTrip(.get(key: Array("a".utf8))).status == .notFound)
+            let counters = try stats(client)
+            #expect(counters["disk_items"] as? Int == 0)
+            #expect(counters["items"] as? Int == 0)
+        }
+    }
+
+    @Test func deleteRemovesFromBothTiers() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({
+            $0.memoryLimit = 1 << 20
+            $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 64 << 20)
+        }) { server, port in
+            let client = try TestSocket(port: port)
+            _ = try client.roundTrip(.put(key: Array("d".utf8), value: [1], ttl: 0))
+            try waitForDiskQueue(client)
+            #expect(try client.roundTrip(.delete(key: Array("d".utf8))).status == .ok)
+            #expect(try client.roundTrip(.get(key: Array("d".utf8))).status == .notFound)
+            try waitForDiskQueue(client)
+            #expect(try stats(client)["disk_items"] as? Int == 0)
+            _ = server
+        }
+    }
+}
