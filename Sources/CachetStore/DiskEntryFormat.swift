@@ -76,6 +76,21 @@ enum DiskEntryFormat {
     static let flagDeflate: UInt8 = 1
     /// Compression must save at least this share of the value, or the value is stored raw.
     static let minimumSaving = 0.10
+    /// Values longer than this are judged by compressing a sample first, so that already-compressed media
+    /// (video, JPEG) does not pay for a full deflate that would be thrown away.
+    static let sampleSize = 16 * 1024
+
+    /// Deflates `input` at `level`; nil when zlib fails or the result does not save `minimumSaving`.
+    static func deflate(_ input: UnsafeBufferPointer<UInt8>, level: Int32) -> [UInt8]? {
+        var bound = compressBound(UInt(input.count))
+        var compressed = [UInt8](repeating: 0, count: Int(bound))
+        let result = compressed.withUnsafeMutableBufferPointer { out in
+            compress2(out.baseAddress, &bound, input.baseAddress, UInt(input.count), level)
+        }
+        guard result == Z_OK, Double(bound) <= Double(input.count) * (1 - minimumSaving) else { return nil }
+        compressed.removeSubrange(Int(bound)...)
+        return compressed
+    }
 
     struct Header: Equatable {
         var flags: UInt8
@@ -106,15 +121,15 @@ enum DiskEntryFormat {
         var payload = value
         var flags: UInt8 = 0
         if level > 0 && value.count >= 64 {
-            var bound = compressBound(UInt(value.count))
-            var compressed = [UInt8](repeating: 0, count: Int(bound))
-            let result = compressed.withUnsafeMutableBufferPointer { out in
-                value.withUnsafeBufferPointer { input in
-                    compress2(out.baseAddress, &bound, input.baseAddress, UInt(value.count), level)
+            let compressed = value.withUnsafeBufferPointer { input -> [UInt8]? in
+                if input.count > sampleSize * 2,
+                    deflate(UnsafeBufferPointer(rebasing: input[0..<sampleSize]), level: level) == nil
+                {
+                    return nil
                 }
+                return deflate(input, level: level)
             }
-            if result == Z_OK && Double(bound) <= Double(value.count) * (1 - minimumSaving) {
-                compressed.removeSubrange(Int(bound)...)
+            if let compressed {
                 payload = compressed
                 flags = flagDeflate
             }

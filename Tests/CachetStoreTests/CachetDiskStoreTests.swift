@@ -254,6 +254,19 @@ struct CachetDiskStoreTests {
         #expect(store.statistics.errors >= 1)
     }
 
+    @Test func largeMediaIsJudgedByASampleAndStoredRaw() throws {
+        let directory = TemporaryDirectory()
+        let store = try openStore(directory)
+        let media = noise(200_000, seed: 3)
+        let mixed = noise(40_000, seed: 4) + jsonLike(400_000)  // incompressible start, but text overall
+        store.put(key: [1], value: media, expiry: 0)
+        store.put(key: [2], value: mixed, expiry: 0)
+        #expect(store.get(key: [1], now: 1)?.value == media)
+        #expect(store.get(key: [2], now: 1)?.value == mixed)
+        #expect(store.statistics.rawWrites == 2)  // the sample decides: a media-like head means raw
+        #expect(store.statistics.bytes >= 600_000)
+    }
+
     @Test func compressionLevelZeroStoresRaw() throws {
         let directory = TemporaryDirectory()
         let store = try openStore(directory, level: 0)
