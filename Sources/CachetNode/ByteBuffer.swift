@@ -71,13 +71,14 @@ struct ByteBuffer: ~Copyable {
         capacity = newCapacity
     }
 
-    /// Gives back memory above `limit` when the buffer is empty (after a large frame has passed).
-    mutating func shrinkIfEmpty(to limit: Int) {
-        guard readableBytes == 0, capacity > limit else { return }
+    /// Gives memory back when the buffer is empty and has grown past `threshold` (after a very large
+    /// frame has passed), shrinking it to `size`.
+    mutating func shrinkIfEmpty(above threshold: Int, to size: Int) {
+        guard readableBytes == 0, capacity > threshold else { return }
         readIndex = 0
         writeIndex = 0
-        base = realloc(base, limit)!
-        capacity = limit
+        base = realloc(base, size)!
+        capacity = size
     }
 
     mutating func append(_ bytes: UnsafeRawBufferPointer) {

@@ -35,6 +35,9 @@ final class Connection: @unchecked Sendable {
 
     static let initialBufferSize = 16 * 1024
     static let minimumReadRoom = 4096
+    /// Buffers up to this size are kept between requests, so that replies of large values do not pay for
+    /// a fresh allocation (and its page faults) each time; larger ones go back once empty.
+    static let retainedBufferLimit = 4 << 20
 
     init(fd: Int32, token: UInt64) {
         self.fd = fd
@@ -98,7 +101,7 @@ final class Connection: @unchecked Sendable {
             if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) { return .partial }
             return .failed(code)
         }
-        output.shrinkIfEmpty(to: Self.initialBufferSize * 4)
+        output.shrinkIfEmpty(above: Self.retainedBufferLimit, to: Self.initialBufferSize)
         return .drained
     }
 }

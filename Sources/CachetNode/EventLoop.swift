@@ -164,7 +164,8 @@ final class EventLoop: @unchecked Sendable {
             input: &connection.input,
             output: &connection.output,
             outputLimit: outputLimit,
-            now: now
+            now: now,
+            directSend: DirectSend(fd: connection.fd)
         )
         switch result {
         case .needMoreBytes(let frameLength):

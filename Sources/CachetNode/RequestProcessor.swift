@@ -1,6 +1,30 @@
 import CachetStore
 import CachetWire
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes a header and a body to a connection's socket with one non-blocking `writev`, so that a large
+/// value goes from the store's memory to the kernel without a copy into the output buffer.
+struct DirectSend {
+    let fd: Int32
+
+    /// Returns the bytes the socket took: 0 on EAGAIN or an error (which the next flush reports).
+    func callAsFunction(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Int {
+        withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
+            vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress), iov_len: header.count)
+            vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count)
+            while true {
+                let n = writev(fd, vectors.baseAddress, 2)
+                if n >= 0 { return n }
+                if errno == EINTR { continue }
+                return 0
+            }
+        }
+    }
+}
+
 /// What processing the buffered input ended with.
 enum ProcessingResult {
     /// Every whole frame was answered; the input holds at most a partial frame of `frameLength` bytes
@@ -36,7 +60,8 @@ struct RequestProcessor {
         input: inout ByteBuffer,
         output: inout ByteBuffer,
         outputLimit: Int,
-        now: UInt32
+        now: UInt32,
+        directSend: DirectSend? = nil
     ) -> ProcessingResult {
         while true {
             if output.readableBytes > outputLimit { return .outputFull }
@@ -62,7 +87,7 @@ struct RequestProcessor {
                 }
                 return .needMoreBytes(frameLength: 0)
             }
-            let pending = dispatch(frame, in: region, output: &output, now: now)
+            let pending = dispatch(frame, in: region, output: &output, now: now, directSend: directSend)
             input.moveReadIndex(to: frame.end)
             if let pending { return .suspended(pending) }
         }
@@ -74,7 +99,8 @@ struct RequestProcessor {
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         output: inout ByteBuffer,
-        now: UInt32
+        now: UInt32,
+        directSend: DirectSend?
     ) -> PendingOperation? {
         let header = frame.header
         do {
@@ -82,7 +108,7 @@ struct RequestProcessor {
             switch header.opcode {
             case .get:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-                return get(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
+                return get(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now, directSend: directSend)
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
                 return self.put(put, in: buffer, id: header.id, output: &output, now: now)
@@ -108,10 +134,20 @@ struct RequestProcessor {
     }
 
     @inline(__always)
-    private func get(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) -> PendingOperation? {
+    private func get(
+        _ key: UnsafeRawBufferPointer,
+        id: UInt32,
+        output: inout ByteBuffer,
+        now: UInt32,
+        directSend: DirectSend?
+    ) -> PendingOperation? {
         RequestCounters.bump(counters.gets)
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
-            appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+            if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
+                appendReplyDirectly(id: id, value: value, output: &output, directSend: directSend)
+            } else {
+                appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+            }
             return true
         }
         if hit != nil {
@@ -241,6 +277,31 @@ struct RequestProcessor {
     private func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout ByteBuffer) {
         let body = CachetClearResult(items: UInt64(items), bytes: UInt64(bytes)).encoded
         body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: id, body: $0, to: &output) }
+    }
+
+    /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
+    /// rather than copied into the output buffer first.
+    static let directSendThreshold = 8 * 1024
+
+    /// Sends a GET reply's header and value straight to the socket (under the shard's lock, with a
+    /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output
+    /// buffer is empty, so replies stay in order.
+    private func appendReplyDirectly(id: UInt32, value: UnsafeRawBufferPointer, output: inout ByteBuffer, directSend: DirectSend) {
+        withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead, alignment: 4) { header in
+            CachetFrameEncoder.writePrefixAndHeader(
+                to: header.baseAddress!,
+                bodyLength: value.count,
+                header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
+            )
+            let headerBytes = UnsafeRawBufferPointer(header)
+            let sent = max(0, directSend(headerBytes, value))
+            if sent < headerBytes.count {
+                output.append(UnsafeRawBufferPointer(rebasing: headerBytes[sent...]))
+                output.append(value)
+            } else {
+                output.append(UnsafeRawBufferPointer(rebasing: value[(sent - headerBytes.count)...]))
+            }
+        }
     }
 
     /// The absolute expiry for a TTL: 0 stays 0 (never), otherwise now + ttl, saturating.
