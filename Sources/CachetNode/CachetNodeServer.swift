@@ -86,6 +86,7 @@ public final class CachetNodeServer: Sendable {
                         statistics: { statistics.json() }
                     ),
                     outputLimit: configuration.outputHighWatermark,
+                    lingerNanoseconds: configuration.ioLingerMicroseconds * 1000,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
                 )
