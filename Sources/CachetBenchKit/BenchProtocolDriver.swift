@@ -143,9 +143,10 @@ public struct MemcacheDriver: BenchProtocolDriver {
     public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (reply: BenchReply, end: Int)? {
         guard let lineEnd = findLineEnd(buffer, from: offset) else { return nil }
         let first = buffer[offset]
-        if first == UInt8(ascii: "S") { return (.stored, lineEnd + 2) }  // STORED
-        if first == UInt8(ascii: "E") && lineEnd - offset == 3 { return (.miss, lineEnd + 2) }  // END
-        if first == UInt8(ascii: "V") {
+        let length = lineEnd - offset
+        if first == UInt8(ascii: "S") && length == 6 && buffer[offset + 1] == UInt8(ascii: "T") { return (.stored, lineEnd + 2) }  // STORED
+        if first == UInt8(ascii: "E") && length == 3 { return (.miss, lineEnd + 2) }  // END
+        if first == UInt8(ascii: "V") && length > 6 {
             // VALUE <key> <flags> <bytes>
             var space = lineEnd - 1
             while space > offset && buffer[space] != 0x20 { space -= 1 }
