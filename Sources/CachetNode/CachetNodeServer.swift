@@ -108,6 +108,7 @@ public final class CachetNodeServer: Sendable {
     public func start() throws(CachetNodeError) -> Int {
         signal(SIGPIPE, SIG_IGN)
         let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
+        disk?.store.startRecovery()
         for loop in loops { loop.start() }
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: acceptQueue)
         source.setEventHandler { [self] in acceptConnections(fd) }

@@ -67,6 +67,7 @@ final class NodeStatistics: Sendable {
                 ("disk_evictions", "\(statistics.evictions)"),
                 ("compression_ratio", Self.decimal(statistics.compressionRatio)),
                 ("disk_queue_depth", "\(disk.worker.queueDepth)"),
+                ("disk_recovering", statistics.recovering ? "true" : "false"),
             ]
         } else {
             fields.append(("disk_limit", "0"))

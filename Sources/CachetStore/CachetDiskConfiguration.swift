@@ -77,6 +77,8 @@ public struct CachetDiskStatistics: Sendable, Equatable {
     public var indexLoadedFromFile = false
     /// Whether the directory accepts writes.
     public var writable = true
+    /// Whether the index is still being rebuilt from the files after a crash.
+    public var recovering = false
 
     /// Logical bytes per byte on disk (1 when empty).
     public var compressionRatio: Double { bytes > 0 ? Double(logicalBytes) / Double(bytes) : 1 }

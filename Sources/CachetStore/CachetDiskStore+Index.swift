@@ -61,59 +61,35 @@ extension CachetDiskStore {
         }
     }
 
-    /// Rebuilds the index from the entry files' headers, oldest modification last. Deletes temporary
-    /// files, files that fail their header checks (counted as corrupt) and expired entries.
-    static func scan(directory: String, into index: inout DiskIndex, statistics: inout CachetDiskStatistics, logger: Logger) {
-        struct Found {
-            var digest: KeyDigest
-            var fileSize: Int
-            var logicalSize: Int
-            var expiry: UInt32
-            var modified: Int
-        }
-        var found: [Found] = []
-        let now = CachetClock.now()
+    /// What reading one entry file's header found.
+    enum ScannedFile {
+        case entry(digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32)
+        case corrupt
+        case gone
+    }
+
+    /// Calls `body` with the path and name of every file in the two levels of fan-out directories.
+    static func forEachEntryFile(directory: String, _ body: (String, String) -> Bool) {
         for first in DiskFiles.list(directory) where first.utf8.count == 2 {
             let firstPath = directory + "/" + first
             for second in DiskFiles.list(firstPath) where second.utf8.count == 2 {
                 let secondPath = firstPath + "/" + second
                 for name in DiskFiles.list(secondPath) {
-                    let file = secondPath + "/" + name
-                    if name.hasSuffix(".tmp") {
-                        unlink(file)
-                        continue
-                    }
-                    guard let digest = KeyDigest(hex: name[...]) else { continue }
-                    guard let prefix = DiskFiles.readPrefix(file, count: DiskEntryFormat.headerSize + 4096),
-                        let entry = prefix.bytes.withUnsafeBytes({ raw -> Found? in
-                            guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else { return nil }
-                            let key = UnsafeRawBufferPointer(rebasing: raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)])
-                            guard KeyDigest(of: key) == digest else { return nil }
-                            return Found(
-                                digest: digest,
-                                fileSize: header.fileSize,
-                                logicalSize: header.keyLength + header.valueLength,
-                                expiry: header.expiry,
-                                modified: prefix.modified
-                            )
-                        })
-                    else {
-                        logger.warning("corrupt entry file deleted at start-up", metadata: ["disk.path": "\(file)"])
-                        statistics.corrupt += 1
-                        unlink(file)
-                        continue
-                    }
-                    if CachetClock.isExpired(entry.expiry, now: now) {
-                        unlink(file)
-                        continue
-                    }
-                    found.append(entry)
+                    if !body(secondPath + "/" + name, name) { return }
                 }
             }
         }
-        found.sort { $0.modified > $1.modified }
-        for entry in found {
-            index.appendOldest(entry.digest, fileSize: entry.fileSize, logicalSize: entry.logicalSize, expiry: entry.expiry)
+    }
+
+    /// Reads and checks the header of one entry file (not its payload).
+    static func scanFile(_ path: String, name: String) -> ScannedFile {
+        guard let digest = KeyDigest(hex: name[...]) else { return .corrupt }
+        guard let prefix = DiskFiles.readPrefix(path, count: DiskEntryFormat.headerSize + 4096) else { return .gone }
+        return prefix.bytes.withUnsafeBytes { raw -> ScannedFile in
+            guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else { return .corrupt }
+            let key = UnsafeRawBufferPointer(rebasing: raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)])
+            guard KeyDigest(of: key) == digest else { return .corrupt }
+            return .entry(digest: digest, fileSize: header.fileSize, logicalSize: header.keyLength + header.valueLength, expiry: header.expiry)
         }
     }
 }

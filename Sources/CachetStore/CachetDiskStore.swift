@@ -8,9 +8,10 @@ import Glibc
 /// The disk tier: one zlib-compressed file per entry, named by the SHA-256 of its key, with an in-memory
 /// LRU index and a byte limit. The file format is in `Protocol/DISK-FORMAT.md`.
 ///
-/// Opening takes the directory's lock file, removes leftover temporary files, rebuilds the index (from
-/// the index file a clean shutdown wrote, otherwise by reading every file's header) and trims the tier to
-/// its limit. Every read checks the header CRC, the key, the length and the value's CRC; a file that fails
+/// Opening takes the directory's lock file and loads the index file a clean shutdown wrote. Without one
+/// (after a crash), ``startRecovery()`` rebuilds the index in the background by reading every file's
+/// header, deleting temporary, corrupt and expired files; meanwhile a read of a key not yet indexed checks
+/// its file directly, so the tier serves at once. The limit is enforced once the index is complete. Every read checks the header CRC, the key, the length and the value's CRC; a file that fails
 /// is deleted and counted, never served. Writes go to a temporary file renamed into place, so a crash
 /// leaves the old entry or the new one. There is no fsync per entry: after a power loss an entry may be
 /// missing or fail its checks (and then is a miss), but it is never served wrong.
@@ -32,7 +33,12 @@ public final class CachetDiskStore: Sendable {
         var index = DiskIndex()
         var statistics = CachetDiskStatistics()
         var closed = false
+        /// The index is incomplete: a recovery scan has to run or is running.
+        var recovering = false
+        var recoveryStarted = false
+        var cancelRecovery = false
     }
+    private let recoveryDone = DispatchGroup()
 
     private static let indexFileName = "index"
     private static let lockFileName = "LOCK"
@@ -69,12 +75,10 @@ public final class CachetDiskStore: Sendable {
 
         var index = DiskIndex()
         let loaded = Self.loadIndexFile(directory: directory, into: &index)
-        if loaded {
-            statistics.indexLoadedFromFile = true
-        } else {
-            Self.scan(directory: directory, into: &index, statistics: &statistics, logger: logger)
-        }
-        state = LockedBox(State(index: index, statistics: statistics))
+        statistics.indexLoadedFromFile = loaded
+        // Without an index file there is something to rebuild only if fan-out directories exist.
+        let hasEntryDirectories = DiskFiles.list(directory).contains { $0.utf8.count == 2 }
+        state = LockedBox(State(index: index, statistics: statistics, recovering: !loaded && hasEntryDirectories))
         // A crash from here on leaves no index file, so the next start scans the files.
         unlink(directory + "/" + Self.indexFileName)
         trimToLimit()
@@ -87,7 +91,7 @@ public final class CachetDiskStore: Sendable {
             "disk tier open",
             metadata: [
                 "disk.items": "\(items)", "disk.bytes": "\(bytes)", "disk.limit": "\(configuration.limit)",
-                "disk.startup_seconds": "\(seconds)", "disk.index": "\(loaded ? "index file" : "scan")",
+                "disk.startup_seconds": "\(seconds)", "disk.index": "\(loaded ? "index file" : "rebuilt in the background")",
             ]
         )
     }
@@ -118,6 +122,81 @@ public final class CachetDiskStore: Sendable {
             _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
         }
         return fd
+    }
+
+    // MARK: Recovery
+
+    /// Whether the index is still being rebuilt from the files.
+    public var isRecovering: Bool { state.withLock { $0.recovering } }
+
+    /// Starts rebuilding the index from the entry files on a background queue, if the index file of a
+    /// clean shutdown was missing. Returns at once; does nothing when there is nothing to rebuild or a
+    /// rebuild has already started.
+    public func startRecovery() {
+        let start = state.withLock { state -> Bool in
+            guard state.recovering, !state.recoveryStarted, !state.closed else { return false }
+            state.recoveryStarted = true
+            return true
+        }
+        guard start else { return }
+        recoveryDone.enter()
+        DispatchQueue(label: "cachet.disk.recovery", qos: .utility).async { [self] in
+            recover()
+            recoveryDone.leave()
+        }
+    }
+
+    /// Blocks until a started recovery has finished.
+    public func waitForRecovery() {
+        recoveryDone.wait()
+    }
+
+    private func recover() {
+        let started = DispatchTime.now()
+        let now = CachetClock.now()
+        var complete = true
+        Self.forEachEntryFile(directory: configuration.directory) { path, name in
+            if state.withLock({ $0.cancelRecovery }) {
+                complete = false
+                return false
+            }
+            io.withLock { _ in
+                if name.hasSuffix(".tmp") {
+                    unlink(path)
+                    return
+                }
+                switch Self.scanFile(path, name: name) {
+                case .gone:
+                    break
+                case .corrupt:
+                    logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
+                    unlink(path)
+                    state.withLock { $0.statistics.corrupt += 1 }
+                case .entry(let digest, let fileSize, let logicalSize, let expiry):
+                    if CachetClock.isExpired(expiry, now: now) {
+                        // Unless a write since start-up replaced it, the file is dead.
+                        if state.withLock({ $0.index.lookup(digest) == nil }) { unlink(path) }
+                        return
+                    }
+                    state.withLock { state in
+                        // Entries written or read since start-up are newer than anything found here.
+                        if state.index.lookup(digest) == nil {
+                            state.index.appendOldest(digest, fileSize: fileSize, logicalSize: logicalSize, expiry: expiry)
+                        }
+                    }
+                }
+            }
+            return true
+        }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        let items = state.withLock { state -> Int in
+            if complete { state.recovering = false }
+            return state.index.count
+        }
+        if complete {
+            trimToLimit()
+            logger.info("disk index rebuilt from the files", metadata: ["disk.items": "\(items)", "disk.scan_seconds": "\(seconds)"])
+        }
     }
 
     // MARK: Paths
@@ -184,7 +263,10 @@ public final class CachetDiskStore: Sendable {
     public func get(key: [UInt8], now: UInt32) -> CachetDiskEntry? {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ -> CachetDiskEntry? in
-            guard let node = state.withLock({ $0.index.lookup(digest) }) else { return nil }
+            let (indexed, recovering) = state.withLock { ($0.index.lookup(digest), $0.recovering) }
+            guard let node = indexed else {
+                return recovering ? readUnindexed(key: key, digest: digest, now: now) : nil
+            }
             if CachetClock.isExpired(node.expiry, now: now) {
                 discard(digest, reason: nil)
                 return nil
@@ -217,6 +299,27 @@ public final class CachetDiskStore: Sendable {
         }
     }
 
+    /// Reads a key's file while the index is being rebuilt and the key is not in it yet; indexes it on
+    /// success. Called with the I/O lock held.
+    private func readUnindexed(key: [UInt8], digest: KeyDigest, now: UInt32) -> CachetDiskEntry? {
+        let file = path(for: digest).file
+        guard case .bytes(let bytes) = DiskFiles.read(file) else { return nil }
+        guard let entry = Self.decode(bytes, key: key) else {
+            logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
+            discard(digest, reason: .corrupt)
+            return nil
+        }
+        if CachetClock.isExpired(entry.expiry, now: now) {
+            unlink(file)
+            return nil
+        }
+        state.withLock { state in
+            state.index.upsert(digest, fileSize: bytes.count, logicalSize: key.count + entry.value.count, expiry: entry.expiry)
+            state.statistics.hits += 1
+        }
+        return entry
+    }
+
     /// Decodes a whole file and checks that it holds `key`.
     static func decode(_ bytes: [UInt8], key: [UInt8]) -> CachetDiskEntry? {
         bytes.withUnsafeBytes { raw -> CachetDiskEntry? in
@@ -236,11 +339,13 @@ public final class CachetDiskStore: Sendable {
     /// - Parameters:
     ///   - key: the key.
     ///   - now: the current time.
-    /// - Returns: true when an unexpired entry is indexed (its file is checked only when read).
+    /// - Returns: true when an unexpired entry is indexed (its file is checked only when read), or while
+    ///   the index is being rebuilt and the key is not in it yet.
     public func contains(key: UnsafeRawBufferPointer, now: UInt32) -> Bool {
         let digest = KeyDigest(of: key)
         return state.withLock { state in
-            guard let node = state.index.lookup(digest) else { return false }
+            // While the index is rebuilt, an unindexed key may still have a file.
+            guard let node = state.index.lookup(digest) else { return state.recovering }
             return !CachetClock.isExpired(node.expiry, now: now)
         }
     }
@@ -252,8 +357,12 @@ public final class CachetDiskStore: Sendable {
     public func remove(key: [UInt8]) -> Bool {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ in
-            let present = state.withLock { $0.index.lookup(digest) != nil }
+            let (present, recovering) = state.withLock { ($0.index.lookup(digest) != nil, $0.recovering) }
             discard(digest, reason: nil)
+            if recovering && !present {
+                // Not indexed yet: the file may still be there.
+                return unlink(path(for: digest).file) == 0
+            }
             return present
         }
     }
@@ -269,6 +378,19 @@ public final class CachetDiskStore: Sendable {
                 return nodes
             }
             var bytes = 0
+            var items = nodes.count
+            if state.withLock({ $0.recovering }) {
+                // Files not indexed yet are entries too: delete them, counting what their headers say.
+                let indexed = Set(nodes.map(\.digest))
+                Self.forEachEntryFile(directory: configuration.directory) { path, name in
+                    if case .entry(let digest, _, let logicalSize, _) = Self.scanFile(path, name: name), !indexed.contains(digest) {
+                        items += 1
+                        bytes += logicalSize
+                    }
+                    unlink(path)
+                    return true
+                }
+            }
             for node in nodes {
                 bytes += node.logicalSize
                 let file = path(for: node.digest).file
@@ -277,7 +399,7 @@ public final class CachetDiskStore: Sendable {
                     state.withLock { $0.statistics.errors += 1 }
                 }
             }
-            return (nodes.count, bytes)
+            return (items, bytes)
         }
     }
 
@@ -293,12 +415,15 @@ public final class CachetDiskStore: Sendable {
         }
     }
 
-    /// Deletes least recently used entries while the files exceed the limit.
+    /// Deletes least recently used entries while the files exceed the limit. Waits for a complete index:
+    /// while it is rebuilt, the LRU order is not known yet.
     private func trimToLimit() {
         io.withLock { _ in
             while true {
                 let victim = state.withLock { state -> KeyDigest? in
-                    guard state.index.fileBytes > configuration.limit, let oldest = state.index.oldest else { return nil }
+                    guard !state.recovering, state.index.fileBytes > configuration.limit, let oldest = state.index.oldest else {
+                        return nil
+                    }
                     state.index.remove(oldest.digest)
                     state.statistics.evictions += 1
                     return oldest.digest
@@ -319,6 +444,7 @@ public final class CachetDiskStore: Sendable {
             statistics.items = state.index.count
             statistics.bytes = state.index.fileBytes
             statistics.logicalBytes = state.index.logicalBytes
+            statistics.recovering = state.recovering
             return statistics
         }
     }
@@ -326,14 +452,21 @@ public final class CachetDiskStore: Sendable {
     /// Writes the index file (so the next start need not scan) and releases the lock file. Idempotent;
     /// the store serves nothing afterwards.
     public func close() {
+        let started = state.withLock { state -> Bool in
+            state.cancelRecovery = true
+            return state.recoveryStarted
+        }
+        if started { recoveryDone.wait() }
         io.withLock { _ in
             let nodes = state.withLock { state -> [DiskIndex.Node]? in
                 guard !state.closed else { return nil }
                 state.closed = true
+                // An incomplete index must not be written: the next start would trust it.
+                guard !state.recovering else { return [] }
                 return state.statistics.writable ? state.index.inRecencyOrder() : []
             }
             guard let nodes else { return }
-            if !nodes.isEmpty || state.withLock({ $0.statistics.writable }) {
+            if state.withLock({ $0.statistics.writable && !$0.recovering }) {
                 Self.writeIndexFile(directory: configuration.directory, nodes: nodes, logger: logger)
             }
             if lockFD >= 0 {

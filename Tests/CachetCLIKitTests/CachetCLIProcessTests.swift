@@ -91,7 +91,7 @@ struct CachetCLIProcessTests {
         let input = directory.appending("in.bin")
         let output = directory.appending("out.bin")
         let bytes = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        FileManager.default.createFile(atPath: input, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: input, contents: Data(bytes))
         #expect(try runCLI(["--port", "\(node.port)", "put", "blob", "@" + input]) == ("OK\n", 0))
         #expect(try runCLI(["--port", "\(node.port)", "get", "blob", "--out", output]) == ("OK (70000 bytes written to \(output))\n", 0))
         #expect(FileManager.default.contents(atPath: output) == Data(bytes))

@@ -97,7 +97,7 @@ struct NodeDiskTests {
         let path = try #require(file)
         var bytes = try #require(FileManager.default.contents(atPath: path))
         bytes[bytes.count / 2] ^= 0x01
-        FileManager.default.createFile(atPath: path, contents: bytes)
+        _ = FileManager.default.createFile(atPath: path, contents: bytes)
         let node = try NodeProcess(arguments: ["--data-dir", data.path])
         let client = try node.connect()
         #expect(try client.roundTrip(.get(key: Array("victim".utf8))).status == .notFound)
