@@ -42,7 +42,9 @@ public struct BenchConfiguration: Sendable {
         guard keys >= 1 else { throw fail("--keys must be at least 1") }
         guard valueSize >= 0 && valueSize <= 512 << 20 else { throw fail("--value-size must be between 0 and 512 MiB") }
         guard (0...1).contains(getRatio) else { throw fail("--get-ratio must be between 0 and 1") }
-        guard threads >= 1 && threads <= connections else { throw fail("--threads must be between 1 and --connections") }
+        guard threads >= 1 && threads <= connections else {
+            throw fail("--threads must be between 1 and --connections")
+        }
         guard duration != nil || requests != nil else { throw fail("give --duration or --requests") }
         if let duration, duration <= 0 { throw fail("--duration must be positive") }
         if let requests, requests < 0 { throw fail("--requests must not be negative") }

@@ -22,7 +22,9 @@ public protocol BenchProtocolDriver: Sendable {
     /// Parses the reply starting at `offset`.
     /// - Returns: the reply and the offset after it, or nil when it has not fully arrived.
     /// - Throws: ``BenchError`` when the bytes are not a reply of this protocol.
-    func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (reply: BenchReply, end: Int)?
+    func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
+        reply: BenchReply, end: Int
+    )?
 }
 
 /// Which protocol to speak.
@@ -65,7 +67,9 @@ public struct CachetDriver: BenchProtocolDriver {
     }
 
     /// Parses one reply frame.
-    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (reply: BenchReply, end: Int)? {
+    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
+        reply: BenchReply, end: Int
+    )? {
         let frame: CachetFrame?
         do {
             frame = try CachetFrameDecoder.decodeFrame(in: buffer, at: offset, maximumPayloadLength: Int(UInt32.max))
@@ -140,11 +144,15 @@ public struct MemcacheDriver: BenchProtocolDriver {
     }
 
     /// Parses `STORED`, `END`, `VALUE key flags bytes\r\ndata\r\nEND`, or an error line.
-    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (reply: BenchReply, end: Int)? {
+    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
+        reply: BenchReply, end: Int
+    )? {
         guard let lineEnd = findLineEnd(buffer, from: offset) else { return nil }
         let first = buffer[offset]
         let length = lineEnd - offset
-        if first == UInt8(ascii: "S") && length == 6 && buffer[offset + 1] == UInt8(ascii: "T") { return (.stored, lineEnd + 2) }  // STORED
+        if first == UInt8(ascii: "S") && length == 6 && buffer[offset + 1] == UInt8(ascii: "T") {
+            return (.stored, lineEnd + 2)
+        }  // STORED
         if first == UInt8(ascii: "E") && length == 3 { return (.miss, lineEnd + 2) }  // END
         if first == UInt8(ascii: "V") && length > 6 {
             // VALUE <key> <flags> <bytes>
@@ -188,13 +196,17 @@ public struct RESPDriver: BenchProtocolDriver {
     }
 
     /// Parses `+OK`, `$N\r\ndata\r\n`, `$-1`, or `-ERR`.
-    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (reply: BenchReply, end: Int)? {
+    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
+        reply: BenchReply, end: Int
+    )? {
         guard let lineEnd = findLineEnd(buffer, from: offset) else { return nil }
         switch buffer[offset] {
         case UInt8(ascii: "+"): return (.stored, lineEnd + 2)
         case UInt8(ascii: "-"): return (.error, lineEnd + 2)
         case UInt8(ascii: "$"):
-            guard let length = parseDecimal(buffer, (offset + 1)..<lineEnd) else { throw BenchError(message: "invalid RESP bulk length") }
+            guard let length = parseDecimal(buffer, (offset + 1)..<lineEnd) else {
+                throw BenchError(message: "invalid RESP bulk length")
+            }
             if length < 0 { return (.miss, lineEnd + 2) }
             let end = lineEnd + 2 + length + 2
             guard buffer.count >= end else { return nil }

@@ -90,6 +90,7 @@ public struct BenchProgress: Sendable {
     /// `[3s] 152340 ops/s  hits 99.8%  errors 0`.
     public var line: String {
         let phase = prefilling ? " prefill" : ""
-        return "[\(Int(elapsed.rounded()))s\(phase)] \(Int(opsPerSecond)) ops/s  hits \(String(format: "%.1f", hitRatio * 100))%  errors \(errors)"
+        return
+            "[\(Int(elapsed.rounded()))s\(phase)] \(Int(opsPerSecond)) ops/s  hits \(String(format: "%.1f", hitRatio * 100))%  errors \(errors)"
     }
 }

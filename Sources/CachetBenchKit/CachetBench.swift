@@ -41,7 +41,9 @@ public enum CachetBench {
         }
         let connections = ConnectionsBox(perThread)
 
-        func phase(_ make: @escaping @Sendable (Int) -> WorkerPhase, verify: Bool, prefilling: Bool) throws(BenchError) -> (WorkerResult, Double) {
+        func phase(_ make: @escaping @Sendable (Int) -> WorkerPhase, verify: Bool, prefilling: Bool) throws(BenchError)
+            -> (WorkerResult, Double)
+        {
             let counters = (0..<configuration.threads).map { _ in WorkerCounters() }
             let results = Mutex<[WorkerResult]>([])
             let group = DispatchGroup()
@@ -59,7 +61,11 @@ public enum CachetBench {
                 group.enter()
                 let seed = configuration.seed &+ UInt64(thread) &* 0x9E37_79B9
                 Thread.detachNewThread {
-                    let result = worker.run(connections: connections.connections[thread], phase: make(thread), seed: seed)
+                    let result = worker.run(
+                        connections: connections.connections[thread],
+                        phase: make(thread),
+                        seed: seed
+                    )
                     results.withLock { $0.append(result) }
                     group.leave()
                 }
@@ -101,10 +107,14 @@ public enum CachetBench {
         if configuration.prefill {
             let threads = configuration.threads
             let total = configuration.keys
-            _ = try phase({ thread in
-                let share = (total + threads - 1) / threads
-                return .prefill((thread * share)..<min(total, (thread + 1) * share))
-            }, verify: false, prefilling: true)
+            _ = try phase(
+                { thread in
+                    let share = (total + threads - 1) / threads
+                    return .prefill((thread * share)..<min(total, (thread + 1) * share))
+                },
+                verify: false,
+                prefilling: true
+            )
         }
 
         let measured: WorkerResult
@@ -115,9 +125,13 @@ public enum CachetBench {
             let deadline = configuration.duration.map { monotonicNanoseconds() + UInt64($0 * 1e9) }
             let threads = configuration.threads
             let budget = configuration.requests
-            (measured, elapsed) = try phase({ thread in
-                .measure(deadline: deadline, budget: budget.map { $0 / threads + (thread < $0 % threads ? 1 : 0) })
-            }, verify: configuration.prefill, prefilling: false)
+            (measured, elapsed) = try phase(
+                { thread in
+                    .measure(deadline: deadline, budget: budget.map { $0 / threads + (thread < $0 % threads ? 1 : 0) })
+                },
+                verify: configuration.prefill,
+                prefilling: false
+            )
         }
 
         let histogram = measured.histogram
@@ -137,7 +151,8 @@ public enum CachetBench {
             opsPerSecond: elapsed > 0 ? Double(measured.replies) / elapsed : 0,
             hits: measured.hits,
             misses: measured.misses,
-            hitRatio: measured.hits + measured.misses > 0 ? Double(measured.hits) / Double(measured.hits + measured.misses) : 0,
+            hitRatio: measured.hits + measured.misses > 0
+                ? Double(measured.hits) / Double(measured.hits + measured.misses) : 0,
             errors: measured.errors,
             verificationErrors: measured.verificationErrors,
             latencyMicroseconds: BenchReport.Latency(

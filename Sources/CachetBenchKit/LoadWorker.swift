@@ -16,7 +16,11 @@ final class WorkerCounters: Sendable {
 
 /// What one worker measured.
 struct WorkerResult: Sendable {
-    var histogram = Histogram<UInt64>(lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
+    var histogram = Histogram<UInt64>(
+        lowestDiscernibleValue: 1,
+        highestTrackableValue: 60_000_000_000,
+        numberOfSignificantValueDigits: .three
+    )
     var replies = 0
     var hits = 0
     var misses = 0
@@ -82,7 +86,9 @@ func openConnection(host: String, port: Int) throws(BenchError) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw BenchError(message: "socket failed: \(String(cString: strerror(errno)))") }
     let result = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
     }
     guard result == 0 else {
         let message = String(cString: strerror(errno))
@@ -212,7 +218,8 @@ struct LoadWorker<Driver: BenchProtocolDriver> {
         while true {
             let outstanding = connections.reduce(0) { $0 + $1.inFlight }
             let now = monotonicNanoseconds()
-            let workLeft = prefilling ? nextPrefill < prefillEnd : (issued < budget && (deadline.map { now < $0 } ?? true))
+            let workLeft =
+                prefilling ? nextPrefill < prefillEnd : (issued < budget && (deadline.map { now < $0 } ?? true))
             if outstanding == 0 && !workLeft { break }
             if let deadline, now > deadline + 5_000_000_000 {
                 result.failure = "\(outstanding) replies still missing 5 s after the end"

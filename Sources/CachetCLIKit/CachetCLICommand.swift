@@ -79,7 +79,11 @@ public enum CachetCLICommand: Sendable, Equatable {
             guard arguments.count == 2 else { throw usage("put KEY VALUE [--ttl SECONDS] or put KEY @FILE") }
             let value = arguments[1]
             if value.first == UInt8(ascii: "@") && value.count > 1 {
-                return .put(key: arguments[0], value: .file(String(decoding: value.dropFirst(), as: UTF8.self)), ttl: ttl)
+                return .put(
+                    key: arguments[0],
+                    value: .file(String(decoding: value.dropFirst(), as: UTF8.self)),
+                    ttl: ttl
+                )
             }
             return .put(key: arguments[0], value: .literal(value), ttl: ttl)
         case "get":

@@ -66,7 +66,8 @@ public final class CachetCLIConnection {
                 Glibc.close(socketFD)
                 throw CachetCLIError(
                     code: .connection,
-                    message: "cannot connect to \(host):\(port): \(String(cString: strerror(code))) (is cachet-node running?)"
+                    message:
+                        "cannot connect to \(host):\(port): \(String(cString: strerror(code))) (is cachet-node running?)"
                 )
             }
         }
@@ -77,7 +78,10 @@ public final class CachetCLIConnection {
     }
 
     private func failure(_ call: String) -> CachetCLIError {
-        CachetCLIError(code: .connection, message: "\(call) to \(host):\(port) failed: \(String(cString: strerror(errno)))")
+        CachetCLIError(
+            code: .connection,
+            message: "\(call) to \(host):\(port) failed: \(String(cString: strerror(errno)))"
+        )
     }
 
     private func wait(_ socketFD: Int32, for events: Int16) -> Bool {
@@ -98,7 +102,9 @@ public final class CachetCLIConnection {
     /// - Parameter command: the request.
     /// - Returns: the reply, and the exact bytes sent and received (for tracing).
     /// - Throws: ``CachetCLIError`` `connection`, `timeout` or `protocolViolation`.
-    public func send(_ command: CachetCommand) throws(CachetCLIError) -> (response: CachetResponse, sent: [UInt8], received: [UInt8]) {
+    public func send(_ command: CachetCommand) throws(CachetCLIError) -> (
+        response: CachetResponse, sent: [UInt8], received: [UInt8]
+    ) {
         if fd < 0 { try open() }
         let id = nextID
         nextID &+= 1
@@ -107,7 +113,10 @@ public final class CachetCLIConnection {
             try write(request)
             let (response, raw) = try readResponse()
             guard response.id == id else {
-                throw CachetCLIError(code: .protocolViolation, message: "reply id \(response.id) does not match request id \(id)")
+                throw CachetCLIError(
+                    code: .protocolViolation,
+                    message: "reply id \(response.id) does not match request id \(id)"
+                )
             }
             return (response, request, raw)
         } catch {
@@ -119,17 +128,25 @@ public final class CachetCLIConnection {
     private func write(_ bytes: [UInt8]) throws(CachetCLIError) {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            let n = bytes.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
+            }
             if n > 0 {
                 sent += n
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 guard wait(fd, for: Int16(POLLOUT)) else {
-                    throw CachetCLIError(code: .timeout, message: "\(host):\(port) did not take the request within \(timeout) s")
+                    throw CachetCLIError(
+                        code: .timeout,
+                        message: "\(host):\(port) did not take the request within \(timeout) s"
+                    )
                 }
             } else if n < 0 && errno == EINTR {
                 continue
             } else {
-                throw CachetCLIError(code: .connection, message: "the connection to \(host):\(port) broke while sending")
+                throw CachetCLIError(
+                    code: .connection,
+                    message: "the connection to \(host):\(port) broke while sending"
+                )
             }
         }
     }
@@ -144,7 +161,10 @@ public final class CachetCLIConnection {
             switch result {
             case .success(let value): decoded = value
             case .failure(let error):
-                throw CachetCLIError(code: .protocolViolation, message: "invalid reply from \(host):\(port): \(error.message)")
+                throw CachetCLIError(
+                    code: .protocolViolation,
+                    message: "invalid reply from \(host):\(port): \(error.message)"
+                )
             }
             if let (response, end) = decoded {
                 let raw = Array(buffer[0..<end])

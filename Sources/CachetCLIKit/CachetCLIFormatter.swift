@@ -8,7 +8,9 @@ public enum CachetCLIFormatter {
     /// - Returns: the rendering.
     public static func render(_ bytes: [UInt8]) -> String {
         if let text = String(validating: bytes, as: UTF8.self),
-            text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f || $0 == "\t" || $0 == "\n" || $0 == "\r" })
+            text.unicodeScalars.allSatisfy({
+                $0.value >= 0x20 && $0.value != 0x7f || $0 == "\t" || $0 == "\n" || $0 == "\r"
+            })
         {
             return text
         }
@@ -68,9 +70,15 @@ public enum CachetCLIFormatter {
         let id = frame[8..<12].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
         let body = frame[12...]
         let opcodeText = "\(opcode)(0x\(hex([opcode.rawValue])))"
-        let wordText = outgoing ? "flags=0x\(hex([UInt8(word >> 8), UInt8(word & 0xff)]))" : "status=\(CachetStatus(rawValue: word))(\(word))"
+        let wordText =
+            outgoing
+            ? "flags=0x\(hex([UInt8(word >> 8), UInt8(word & 0xff)]))"
+            : "status=\(CachetStatus(rawValue: word))(\(word))"
         var summary = "\(arrow) \(frame.count) bytes  len=\(length) v=\(version) op=\(opcodeText) \(wordText) id=\(id)"
-        let annotation = outgoing ? requestBody(opcode: opcode, body: body) : replyBody(opcode: opcode, status: CachetStatus(rawValue: word), body: body)
+        let annotation =
+            outgoing
+            ? requestBody(opcode: opcode, body: body)
+            : replyBody(opcode: opcode, status: CachetStatus(rawValue: word), body: body)
         if !annotation.isEmpty { summary += " | " + annotation }
         var groups = [hex(frame[0..<4]), hex(frame[4..<5]), hex(frame[5..<6]), hex(frame[6..<8]), hex(frame[8..<12])]
         groups += bodyGroups(opcode: opcode, outgoing: outgoing, body: body)
@@ -110,8 +118,10 @@ public enum CachetCLIFormatter {
         let more = body.count > 64 ? ["…(+\(body.count - 64) bytes)"] : []
         if outgoing && opcode == .put && body.count >= 6 {
             let keyLength = Int(body[body.startIndex + 4]) << 8 | Int(body[body.startIndex + 5])
-            let groups = [hex(shown.prefix(4)), hex(shown.dropFirst(4).prefix(2)), hex(shown.dropFirst(6).prefix(keyLength)),
-                          hex(shown.dropFirst(6 + keyLength))]
+            let groups = [
+                hex(shown.prefix(4)), hex(shown.dropFirst(4).prefix(2)), hex(shown.dropFirst(6).prefix(keyLength)),
+                hex(shown.dropFirst(6 + keyLength)),
+            ]
             return groups.filter { !$0.isEmpty } + more
         }
         if outgoing && (opcode == .get || opcode == .delete) && body.count >= 2 {

@@ -68,7 +68,11 @@ public final class CachetCLISession {
     private func execute(_ command: CachetCLICommand, lines: inout [String]) throws(CachetCLIError) -> Outcome {
         switch command {
         case .help:
-            lines.append(contentsOf: CachetCLICommand.helpText.split(separator: "\n", omittingEmptySubsequences: false).map(String.init))
+            lines.append(
+                contentsOf: CachetCLICommand.helpText.split(separator: "\n", omittingEmptySubsequences: false).map(
+                    String.init
+                )
+            )
             return .ok
         case .quit:
             return .quit

@@ -59,7 +59,8 @@ public enum CachetCLITokenizer {
         case UInt8(ascii: "r"): return 0x0d
         case UInt8(ascii: "0"): return 0
         case UInt8(ascii: "x"):
-            guard bytes.count >= 2, let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) else {
+            guard bytes.count >= 2, let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
+            else {
                 throw CachetCLIError(code: .syntax, message: "\\x needs two hex digits, as in \\x0a")
             }
             bytes.removeFirst(2)

@@ -10,7 +10,10 @@ public enum CachetByteCount {
         let digits = trimmed.prefix { $0.isASCII && $0.isNumber }
         let unit = String(trimmed.dropFirst(digits.count)).trimmingSpaces().lowercased()
         guard !digits.isEmpty, let number = Int(digits) else {
-            throw CachetNodeError(code: .invalidConfiguration, message: "'\(text)' is not a byte count (examples: 1048576, 512KiB, 256MiB, 2GiB)")
+            throw CachetNodeError(
+                code: .invalidConfiguration,
+                message: "'\(text)' is not a byte count (examples: 1048576, 512KiB, 256MiB, 2GiB)"
+            )
         }
         let shift: Int
         switch unit {
@@ -20,7 +23,10 @@ public enum CachetByteCount {
         case "g", "gb", "gib": shift = 30
         case "t", "tb", "tib": shift = 40
         default:
-            throw CachetNodeError(code: .invalidConfiguration, message: "unknown unit '\(unit)' in '\(text)' (use KiB, MiB, GiB or TiB)")
+            throw CachetNodeError(
+                code: .invalidConfiguration,
+                message: "unknown unit '\(unit)' in '\(text)' (use KiB, MiB, GiB or TiB)"
+            )
         }
         let (result, overflow) = number.multipliedReportingOverflow(by: 1 << shift)
         guard !overflow else {

@@ -44,7 +44,9 @@ public struct CachetNodeConfiguration: Sendable {
     /// Checks every value's range.
     /// - Throws: ``CachetNodeError`` `invalidConfiguration` naming the flag at fault.
     public func validate() throws(CachetNodeError) {
-        func fail(_ message: String) -> CachetNodeError { CachetNodeError(code: .invalidConfiguration, message: message) }
+        func fail(_ message: String) -> CachetNodeError {
+            CachetNodeError(code: .invalidConfiguration, message: message)
+        }
         guard (0...65535).contains(port) else { throw fail("--port \(port) is not between 0 and 65535") }
         guard memoryLimit >= 1 << 20 else { throw fail("--memory-limit \(memoryLimit) is below the 1 MiB minimum") }
         guard maximumPayloadLength >= 1024 && maximumPayloadLength <= Int(UInt32.max) else {
@@ -54,7 +56,9 @@ public struct CachetNodeConfiguration: Sendable {
         guard (0...10_000).contains(ioLingerMicroseconds) else {
             throw fail("--io-linger-us \(ioLingerMicroseconds) must be between 0 and 10000")
         }
-        guard (1...64).contains(ioQueueCount) else { throw fail("--io-queues \(ioQueueCount) must be between 1 and 64") }
+        guard (1...64).contains(ioQueueCount) else {
+            throw fail("--io-queues \(ioQueueCount) must be between 1 and 64")
+        }
         guard memoryShardCount > 0 && memoryShardCount & (memoryShardCount - 1) == 0 else {
             throw fail("memory shard count \(memoryShardCount) must be a power of two")
         }

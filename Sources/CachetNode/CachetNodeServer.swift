@@ -1,5 +1,5 @@
-public import CachetStore
 import CEpoll
+public import CachetStore
 import CachetWire
 import Dispatch
 public import Logging
@@ -152,14 +152,23 @@ public final class CachetNodeServer: Sendable {
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
-            throw CachetNodeError(code: .addressUnusable, message: "--host '\(host)' is not an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+            throw CachetNodeError(
+                code: .addressUnusable,
+                message: "--host '\(host)' is not an IPv4 address such as 127.0.0.1 or 0.0.0.0"
+            )
         }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(
+            AF_INET,
+            Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue),
+            0
+        )
         guard fd >= 0 else { throw fail("socket", errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard bound == 0 else {
             let code = errno
@@ -240,7 +249,10 @@ public final class CachetNodeServer: Sendable {
             loop.queue.async { loop.drain { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
-            logger.warning("connections still busy at shutdown were closed", metadata: ["shutdown.timeout": "\(timeout)"])
+            logger.warning(
+                "connections still busy at shutdown were closed",
+                metadata: ["shutdown.timeout": "\(timeout)"]
+            )
         }
         for loop in loops { loop.queue.sync { loop.stop() } }
         if let disk {

@@ -49,7 +49,10 @@ final class EventLoop: @unchecked Sendable {
     ) throws(CachetNodeError) {
         let fd = cachet_epoll_create()
         guard fd >= 0 else {
-            throw CachetNodeError(code: .resourceExhausted, message: "epoll_create1 failed: \(String(cString: strerror(errno)))")
+            throw CachetNodeError(
+                code: .resourceExhausted,
+                message: "epoll_create1 failed: \(String(cString: strerror(errno)))"
+            )
         }
         self.index = index
         self.epollFD = fd

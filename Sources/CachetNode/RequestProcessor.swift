@@ -108,7 +108,13 @@ struct RequestProcessor {
             switch header.opcode {
             case .get:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-                return get(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now, directSend: directSend)
+                return get(
+                    UnsafeRawBufferPointer(rebasing: buffer[key]),
+                    id: header.id,
+                    output: &output,
+                    now: now,
+                    directSend: directSend
+                )
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
                 return self.put(put, in: buffer, id: header.id, output: &output, now: now)
@@ -121,7 +127,15 @@ struct RequestProcessor {
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 var json = statistics()
-                json.withUTF8 { appendReply(opcode: .stats, status: .ok, id: header.id, body: UnsafeRawBufferPointer($0), to: &output) }
+                json.withUTF8 {
+                    appendReply(
+                        opcode: .stats,
+                        status: .ok,
+                        id: header.id,
+                        body: UnsafeRawBufferPointer($0),
+                        to: &output
+                    )
+                }
             default:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 appendReply(opcode: .ping, status: .ok, id: header.id, to: &output)
@@ -270,7 +284,13 @@ struct RequestProcessor {
     }
 
     /// Answers a CLEAR once the disk tier is empty.
-    func completeClear(id: UInt32, memoryOnlyItems: Int, memoryOnlyBytes: Int, disk: (items: Int, bytes: Int), output: inout ByteBuffer) {
+    func completeClear(
+        id: UInt32,
+        memoryOnlyItems: Int,
+        memoryOnlyBytes: Int,
+        disk: (items: Int, bytes: Int),
+        output: inout ByteBuffer
+    ) {
         appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
     }
 
@@ -286,7 +306,12 @@ struct RequestProcessor {
     /// Sends a GET reply's header and value straight to the socket (under the shard's lock, with a
     /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output
     /// buffer is empty, so replies stay in order.
-    private func appendReplyDirectly(id: UInt32, value: UnsafeRawBufferPointer, output: inout ByteBuffer, directSend: DirectSend) {
+    private func appendReplyDirectly(
+        id: UInt32,
+        value: UnsafeRawBufferPointer,
+        output: inout ByteBuffer,
+        directSend: DirectSend
+    ) {
         withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead, alignment: 4) { header in
             CachetFrameEncoder.writePrefixAndHeader(
                 to: header.baseAddress!,
@@ -315,7 +340,13 @@ struct RequestProcessor {
 // MARK: - Reply encoding
 
 @inline(__always)
-func appendReply(opcode: CachetOpcode, status: CachetStatus, id: UInt32, body: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0), to output: inout ByteBuffer) {
+func appendReply(
+    opcode: CachetOpcode,
+    status: CachetStatus,
+    id: UInt32,
+    body: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
+    to output: inout ByteBuffer
+) {
     output.reserveWritable(CachetProtocol.frameOverhead + body.count)
     CachetFrameEncoder.writePrefixAndHeader(
         to: output.writePointer,
@@ -330,7 +361,15 @@ func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to 
     appendMessage(error.message, status: error.status, opcode: opcode, id: id, to: &output)
 }
 
-func appendMessage(_ message: String, status: CachetStatus, opcode: CachetOpcode, id: UInt32, to output: inout ByteBuffer) {
+func appendMessage(
+    _ message: String,
+    status: CachetStatus,
+    opcode: CachetOpcode,
+    id: UInt32,
+    to output: inout ByteBuffer
+) {
     var message = message
-    message.withUTF8 { appendReply(opcode: opcode, status: status, id: id, body: UnsafeRawBufferPointer($0), to: &output) }
+    message.withUTF8 {
+        appendReply(opcode: opcode, status: status, id: id, body: UnsafeRawBufferPointer($0), to: &output)
+    }
 }

@@ -42,15 +42,20 @@ extension CachetDiskStore {
         return bytes.withUnsafeBytes { raw -> Bool in
             guard Array(raw[0..<4]) == indexMagic, raw[4] == 1 else { return false }
             let count = Int(DiskEntryFormat.read(UInt64.self, raw, at: 5))
-            guard count >= 0, count <= (raw.count - 17) / indexRecordSize, 13 + count * indexRecordSize + 4 == raw.count else {
+            guard count >= 0, count <= (raw.count - 17) / indexRecordSize, 13 + count * indexRecordSize + 4 == raw.count
+            else {
                 return false
             }
             let stored = DiskEntryFormat.read(UInt32.self, raw, at: raw.count - 4)
-            guard DiskEntryFormat.crc32(UnsafeRawBufferPointer(rebasing: raw[0..<(raw.count - 4)])) == stored else { return false }
+            guard DiskEntryFormat.crc32(UnsafeRawBufferPointer(rebasing: raw[0..<(raw.count - 4)])) == stored else {
+                return false
+            }
             var offset = 13
             for _ in 0..<count {
                 var digest = KeyDigest(a: 0, b: 0, c: 0, d: 0)
-                withUnsafeMutableBytes(of: &digest) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + 32)])) }
+                withUnsafeMutableBytes(of: &digest) {
+                    $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + 32)]))
+                }
                 let fileSize = Int(DiskEntryFormat.read(UInt64.self, raw, at: offset + 32))
                 let logicalSize = Int(DiskEntryFormat.read(UInt64.self, raw, at: offset + 40))
                 let expiry = DiskEntryFormat.read(UInt32.self, raw, at: offset + 48)
@@ -86,10 +91,19 @@ extension CachetDiskStore {
         guard let digest = KeyDigest(hex: name[...]) else { return .corrupt }
         guard let prefix = DiskFiles.readPrefix(path, count: DiskEntryFormat.headerSize + 4096) else { return .gone }
         return prefix.bytes.withUnsafeBytes { raw -> ScannedFile in
-            guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else { return .corrupt }
-            let key = UnsafeRawBufferPointer(rebasing: raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)])
+            guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else {
+                return .corrupt
+            }
+            let key = UnsafeRawBufferPointer(
+                rebasing: raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)]
+            )
             guard KeyDigest(of: key) == digest else { return .corrupt }
-            return .entry(digest: digest, fileSize: header.fileSize, logicalSize: header.keyLength + header.valueLength, expiry: header.expiry)
+            return .entry(
+                digest: digest,
+                fileSize: header.fileSize,
+                logicalSize: header.keyLength + header.valueLength,
+                expiry: header.expiry
+            )
         }
     }
 }

@@ -61,7 +61,10 @@ public final class CachetDiskStore: Sendable {
 
         let directory = configuration.directory
         if !DiskFiles.makeDirectory(directory) {
-            logger.error("cannot create the data directory; the disk tier is off", metadata: ["error.message": "\(DiskFiles.describe(errno))"])
+            logger.error(
+                "cannot create the data directory; the disk tier is off",
+                metadata: ["error.message": "\(DiskFiles.describe(errno))"]
+            )
             statistics.writable = false
             statistics.errors += 1
         }
@@ -91,14 +94,17 @@ public final class CachetDiskStore: Sendable {
             "disk tier open",
             metadata: [
                 "disk.items": "\(items)", "disk.bytes": "\(bytes)", "disk.limit": "\(configuration.limit)",
-                "disk.startup_seconds": "\(seconds)", "disk.index": "\(loaded ? "index file" : "rebuilt in the background")",
+                "disk.startup_seconds": "\(seconds)",
+                "disk.index": "\(loaded ? "index file" : "rebuilt in the background")",
             ]
         )
     }
 
     deinit { close() }
 
-    private static func acquireLock(directory: String, logger: Logger, statistics: inout CachetDiskStatistics) throws(CachetStoreError) -> Int32 {
+    private static func acquireLock(directory: String, logger: Logger, statistics: inout CachetDiskStatistics)
+        throws(CachetStoreError) -> Int32
+    {
         let path = directory + "/" + lockFileName
         var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
@@ -113,7 +119,8 @@ public final class CachetDiskStore: Sendable {
             Glibc.close(fd)
             throw CachetStoreError(
                 code: .directoryLocked,
-                message: "data directory \(directory) is in use by another cachet-node (pid \(pid.isEmpty ? "unknown" : pid), "
+                message:
+                    "data directory \(directory) is in use by another cachet-node (pid \(pid.isEmpty ? "unknown" : pid), "
                     + "lock file \(path)); give each node its own --data-dir"
             )
         }
@@ -181,7 +188,12 @@ public final class CachetDiskStore: Sendable {
                     state.withLock { state in
                         // Entries written or read since start-up are newer than anything found here.
                         if state.index.lookup(digest) == nil {
-                            state.index.appendOldest(digest, fileSize: fileSize, logicalSize: logicalSize, expiry: expiry)
+                            state.index.appendOldest(
+                                digest,
+                                fileSize: fileSize,
+                                logicalSize: logicalSize,
+                                expiry: expiry
+                            )
                         }
                     }
                 }
@@ -195,7 +207,10 @@ public final class CachetDiskStore: Sendable {
         }
         if complete {
             trimToLimit()
-            logger.info("disk index rebuilt from the files", metadata: ["disk.items": "\(items)", "disk.scan_seconds": "\(seconds)"])
+            logger.info(
+                "disk index rebuilt from the files",
+                metadata: ["disk.items": "\(items)", "disk.scan_seconds": "\(seconds)"]
+            )
         }
     }
 
@@ -219,7 +234,12 @@ public final class CachetDiskStore: Sendable {
     ///   - expiry: absolute expiry in Unix seconds, 0 for never.
     public func put(key: [UInt8], value: [UInt8], expiry: UInt32) {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
-        let (file, compressed) = DiskEntryFormat.encode(key: key, value: value, expiry: expiry, level: configuration.compressionLevel)
+        let (file, compressed) = DiskEntryFormat.encode(
+            key: key,
+            value: value,
+            expiry: expiry,
+            level: configuration.compressionLevel
+        )
         io.withLock { _ in
             let writable = state.withLock { $0.statistics.writable && !$0.closed }
             guard writable else {
@@ -277,7 +297,10 @@ public final class CachetDiskStore: Sendable {
                 state.withLock { _ = $0.index.remove(digest) }
                 return nil
             case .failed(let code):
-                logger.warning("disk read failed", metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(code))"])
+                logger.warning(
+                    "disk read failed",
+                    metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(code))"]
+                )
                 state.withLock { $0.statistics.errors += 1 }
                 return nil
             case .bytes(let bytes):
@@ -314,7 +337,12 @@ public final class CachetDiskStore: Sendable {
             return nil
         }
         state.withLock { state in
-            state.index.upsert(digest, fileSize: bytes.count, logicalSize: key.count + entry.value.count, expiry: entry.expiry)
+            state.index.upsert(
+                digest,
+                fileSize: bytes.count,
+                logicalSize: key.count + entry.value.count,
+                expiry: entry.expiry
+            )
             state.statistics.hits += 1
         }
         return entry
@@ -325,10 +353,17 @@ public final class CachetDiskStore: Sendable {
         bytes.withUnsafeBytes { raw -> CachetDiskEntry? in
             guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == raw.count,
                 header.keyLength == key.count,
-                key.withUnsafeBytes({ memcmp($0.baseAddress!, raw.baseAddress! + DiskEntryFormat.headerSize, key.count) == 0 })
+                key.withUnsafeBytes({
+                    memcmp($0.baseAddress!, raw.baseAddress! + DiskEntryFormat.headerSize, key.count) == 0
+                })
             else { return nil }
             let payloadStart = DiskEntryFormat.headerSize + header.keyLength
-            guard let value = DiskEntryFormat.decodeValue(header: header, payload: UnsafeRawBufferPointer(rebasing: raw[payloadStart...])) else {
+            guard
+                let value = DiskEntryFormat.decodeValue(
+                    header: header,
+                    payload: UnsafeRawBufferPointer(rebasing: raw[payloadStart...])
+                )
+            else {
                 return nil
             }
             return CachetDiskEntry(value: value, expiry: header.expiry)
@@ -383,7 +418,9 @@ public final class CachetDiskStore: Sendable {
                 // Files not indexed yet are entries too: delete them, counting what their headers say.
                 let indexed = Set(nodes.map(\.digest))
                 Self.forEachEntryFile(directory: configuration.directory) { path, name in
-                    if case .entry(let digest, _, let logicalSize, _) = Self.scanFile(path, name: name), !indexed.contains(digest) {
+                    if case .entry(let digest, _, let logicalSize, _) = Self.scanFile(path, name: name),
+                        !indexed.contains(digest)
+                    {
                         items += 1
                         bytes += logicalSize
                     }
@@ -395,7 +432,10 @@ public final class CachetDiskStore: Sendable {
                 bytes += node.logicalSize
                 let file = path(for: node.digest).file
                 if unlink(file) != 0 && errno != ENOENT {
-                    logger.warning("cannot delete entry file", metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"])
+                    logger.warning(
+                        "cannot delete entry file",
+                        metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"]
+                    )
                     state.withLock { $0.statistics.errors += 1 }
                 }
             }
@@ -421,7 +461,9 @@ public final class CachetDiskStore: Sendable {
         io.withLock { _ in
             while true {
                 let victim = state.withLock { state -> KeyDigest? in
-                    guard !state.recovering, state.index.fileBytes > configuration.limit, let oldest = state.index.oldest else {
+                    guard !state.recovering, state.index.fileBytes > configuration.limit,
+                        let oldest = state.index.oldest
+                    else {
                         return nil
                     }
                     state.index.remove(oldest.digest)

@@ -45,7 +45,9 @@ public final class CachetDiskWorker: Sendable {
         while true {
             let current = pendingWrites.load(ordering: .relaxed)
             guard current < capacity else { return false }
-            if pendingWrites.compareExchange(expected: current, desired: current + 1, ordering: .relaxed).exchanged { break }
+            if pendingWrites.compareExchange(expected: current, desired: current + 1, ordering: .relaxed).exchanged {
+                break
+            }
         }
         enqueue { [self] in
             store.put(key: key, value: value, expiry: expiry)

@@ -105,7 +105,9 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// - Returns: ``CachetPutOutcome/tooLarge`` when the entry alone exceeds the limit.
     /// - Complexity: O(1) on average, plus one step per evicted entry.
     @discardableResult
-    public func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, expiry: UInt32, now: UInt32) -> CachetPutOutcome {
+    public func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, expiry: UInt32, now: UInt32)
+        -> CachetPutOutcome
+    {
         guard MemoryEntry.accountedSize(keyLength: key.count, valueLength: value.count) <= memoryLimit,
             key.count <= Int(UInt16.max)
         else { return .tooLarge }
@@ -152,7 +154,11 @@ public final class CachetMemoryStore: @unchecked Sendable {
     ///   - body: reads the value.
     /// - Returns: `body`'s result, or nil on a miss.
     /// - Complexity: O(1) on average.
-    public func withValue<R>(forKey key: UnsafeRawBufferPointer, now: UInt32, _ body: (UnsafeRawBufferPointer, UInt32) -> R) -> R? {
+    public func withValue<R>(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        _ body: (UnsafeRawBufferPointer, UInt32) -> R
+    ) -> R? {
         let hash = CachetHash.hash(key, seed: seed)
         return withShard(shardIndex(hash)) { shard in
             let (entry, freed) = shard.lookup(key, hash: hash, now: now)
@@ -275,8 +281,12 @@ extension CachetMemoryStore {
     ///   - now: the current time.
     /// - Returns: the outcome.
     @discardableResult
-    public func put(key: [UInt8], value: [UInt8], expiry: UInt32 = 0, now: UInt32 = CachetClock.now()) -> CachetPutOutcome {
-        key.withUnsafeBytes { key in value.withUnsafeBytes { value in put(key: key, value: value, expiry: expiry, now: now) } }
+    public func put(key: [UInt8], value: [UInt8], expiry: UInt32 = 0, now: UInt32 = CachetClock.now())
+        -> CachetPutOutcome
+    {
+        key.withUnsafeBytes { key in
+            value.withUnsafeBytes { value in put(key: key, value: value, expiry: expiry, now: now) }
+        }
     }
 
     /// A copy of the value under `key`, or nil (convenience).

@@ -11,8 +11,11 @@ struct KeyDigest: Hashable {
     init(of key: UnsafeRawBufferPointer) {
         var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
         withUnsafeMutableBytes(of: &bytes) { out in
-            _ = SHA256(key.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(bitPattern: 1), key.count,
-                       out.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            _ = SHA256(
+                key.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(bitPattern: 1),
+                key.count,
+                out.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            )
         }
         (a, b, c, d) = bytes
     }
@@ -117,7 +120,8 @@ enum DiskEntryFormat {
     }
 
     /// Builds a whole file: header, key, payload (compressed when that saves enough).
-    static func encode(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (file: [UInt8], compressed: Bool) {
+    static func encode(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (file: [UInt8], compressed: Bool)
+    {
         var payload = value
         var flags: UInt8 = 0
         if level > 0 && value.count >= 64 {
@@ -172,7 +176,8 @@ enum DiskEntryFormat {
             valueCRC: read(UInt32.self, bytes, at: 20),
             headerCRC: read(UInt32.self, bytes, at: 24)
         )
-        guard header.flags & ~flagDeflate == 0, header.keyLength > 0, bytes.count >= headerSize + header.keyLength else {
+        guard header.flags & ~flagDeflate == 0, header.keyLength > 0, bytes.count >= headerSize + header.keyLength
+        else {
             return nil
         }
         let computed = crc32(
@@ -193,7 +198,12 @@ enum DiskEntryFormat {
             value = [UInt8](repeating: 0, count: header.valueLength)
             var length = UInt(header.valueLength)
             let result = value.withUnsafeMutableBufferPointer { out in
-                uncompress(out.baseAddress, &length, payload.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt(payload.count))
+                uncompress(
+                    out.baseAddress,
+                    &length,
+                    payload.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                    UInt(payload.count)
+                )
             }
             guard result == Z_OK, Int(length) == header.valueLength else { return nil }
         } else {

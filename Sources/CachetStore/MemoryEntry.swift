@@ -24,7 +24,9 @@ struct MemoryEntry: Equatable {
     init(_ base: UnsafeMutableRawPointer) { self.base = base }
 
     /// Allocates and fills an entry; links are nil.
-    static func make(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32) -> MemoryEntry {
+    static func make(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32)
+        -> MemoryEntry
+    {
         let size = headerSize + key.count + value.count
         let base = malloc(size)!
         let entry = MemoryEntry(base)
@@ -35,7 +37,9 @@ struct MemoryEntry: Equatable {
         base.storeBytes(of: UInt32(value.count), toByteOffset: 28, as: UInt32.self)
         base.storeBytes(of: UInt16(key.count), toByteOffset: 32, as: UInt16.self)
         if key.count > 0 { (base + headerSize).copyMemory(from: key.baseAddress!, byteCount: key.count) }
-        if value.count > 0 { (base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count) }
+        if value.count > 0 {
+            (base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count)
+        }
         return entry
     }
 

@@ -206,7 +206,9 @@ final class MemoryShard {
     var mostRecent: MemoryEntry? { head }
 
     /// Removes every entry, calling `visit` with each key and value length. Returns items and payload bytes.
-    func removeAll(visit: ((UnsafeRawBufferPointer, Int) -> Void)?) -> (items: Int, payloadBytes: Int, accountedBytes: Int) {
+    func removeAll(visit: ((UnsafeRawBufferPointer, Int) -> Void)?) -> (
+        items: Int, payloadBytes: Int, accountedBytes: Int
+    ) {
         let result = (count, payloadBytes, accountedBytes)
         var entry = head
         while let current = entry {

@@ -9,10 +9,12 @@ public enum BuiltProducts {
     /// The directory holding `cachet-node`, `cachet-cli` and `cachet-bench`.
     public static var directory: String {
         if let override = ProcessInfo.processInfo.environment["CACHET_BIN_DIR"] { return override }
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let executable =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var url = URL(fileURLWithPath: executable).deletingLastPathComponent()
         // Inside an .xctest bundle directory the binaries sit one or more levels up.
-        while url.path != "/" && !FileManager.default.fileExists(atPath: url.appendingPathComponent("cachet-node").path) {
+        while url.path != "/" && !FileManager.default.fileExists(atPath: url.appendingPathComponent("cachet-node").path)
+        {
             url = url.deletingLastPathComponent()
         }
         return url.path
@@ -71,7 +73,9 @@ public final class NodeProcess {
             process.terminate()
             process.waitUntilExit()
             let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-            throw NodeProcessError(description: "cachet-node did not report a port (got \(line ?? "nothing")); log:\n\(log)")
+            throw NodeProcessError(
+                description: "cachet-node did not report a port (got \(line ?? "nothing")); log:\n\(log)"
+            )
         }
         self.port = port
     }

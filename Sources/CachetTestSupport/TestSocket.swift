@@ -122,7 +122,9 @@ public final class TestSocket: @unchecked Sendable {
     /// - Throws: ``TestSocketError`` on timeout or close.
     public func readBytes(_ count: Int) throws -> [UInt8] {
         while buffer.count < count {
-            guard try fill() else { throw TestSocketError(description: "connection closed after \(buffer.count) of \(count) bytes") }
+            guard try fill() else {
+                throw TestSocketError(description: "connection closed after \(buffer.count) of \(count) bytes")
+            }
         }
         let result = Array(buffer.prefix(count))
         buffer.removeFirst(count)

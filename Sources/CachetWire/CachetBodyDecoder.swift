@@ -44,7 +44,11 @@ public enum CachetBodyDecoder {
         let keyLength = Int(buffer.loadUnaligned(fromByteOffset: body.lowerBound + 4, as: UInt16.self).bigEndian)
         let keyStart = body.lowerBound + CachetProtocol.putBodyPrefixSize
         try checkKeyLength(keyLength, available: body.upperBound - keyStart, opcode: "PUT")
-        return CachetPutBody(ttl: ttl, key: keyStart..<(keyStart + keyLength), value: (keyStart + keyLength)..<body.upperBound)
+        return CachetPutBody(
+            ttl: ttl,
+            key: keyStart..<(keyStart + keyLength),
+            value: (keyStart + keyLength)..<body.upperBound
+        )
     }
 
     /// Parses a GET or DEL body: `key_len: u16 | key`, with nothing after the key.
@@ -88,7 +92,10 @@ public enum CachetBodyDecoder {
     @inlinable
     static func checkKeyLength(_ keyLength: Int, available: Int, opcode: String) throws(CachetWireError) {
         guard keyLength > 0 else {
-            throw CachetWireError(code: .emptyKey, message: "empty key: keys are 1 to \(CachetProtocol.maximumKeyLength) bytes")
+            throw CachetWireError(
+                code: .emptyKey,
+                message: "empty key: keys are 1 to \(CachetProtocol.maximumKeyLength) bytes"
+            )
         }
         guard keyLength <= CachetProtocol.maximumKeyLength else {
             throw CachetWireError(

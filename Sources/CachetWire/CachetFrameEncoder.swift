@@ -13,7 +13,10 @@ public enum CachetFrameEncoder {
         bodyLength: Int,
         header: CachetFrameHeader
     ) {
-        pointer.storeBytes(of: UInt32(truncatingIfNeeded: CachetProtocol.headerSize + bodyLength).bigEndian, as: UInt32.self)
+        pointer.storeBytes(
+            of: UInt32(truncatingIfNeeded: CachetProtocol.headerSize + bodyLength).bigEndian,
+            as: UInt32.self
+        )
         pointer.storeBytes(of: header.version, toByteOffset: 4, as: UInt8.self)
         pointer.storeBytes(of: header.opcode.rawValue, toByteOffset: 5, as: UInt8.self)
         pointer.storeBytes(of: header.word.bigEndian, toByteOffset: 6, as: UInt16.self)
@@ -133,7 +136,9 @@ public enum CachetCommand: Hashable, Sendable {
     ///   - buffer: the buffer it was found in.
     /// - Returns: the command.
     /// - Throws: ``CachetWireError`` for a bad version, an unknown opcode or a malformed body.
-    public static func decode(frame: CachetFrame, in buffer: UnsafeRawBufferPointer) throws(CachetWireError) -> CachetCommand {
+    public static func decode(frame: CachetFrame, in buffer: UnsafeRawBufferPointer) throws(CachetWireError)
+        -> CachetCommand
+    {
         try CachetFrameDecoder.validateRequestHeader(frame.header)
         switch frame.header.opcode {
         case .put:
@@ -176,7 +181,13 @@ public struct CachetResponse: Hashable, Sendable {
     ///   - id: the echoed id.
     ///   - body: the body bytes.
     ///   - version: the version byte; ``CachetProtocol/version`` by default.
-    public init(opcode: CachetOpcode, status: CachetStatus, id: UInt32, body: [UInt8] = [], version: UInt8 = CachetProtocol.version) {
+    public init(
+        opcode: CachetOpcode,
+        status: CachetStatus,
+        id: UInt32,
+        body: [UInt8] = [],
+        version: UInt8 = CachetProtocol.version
+    ) {
         self.opcode = opcode
         self.status = status
         self.id = id
@@ -211,7 +222,13 @@ public struct CachetResponse: Hashable, Sendable {
         at offset: Int = 0,
         maximumPayloadLength: Int = Int(UInt32.max)
     ) throws(CachetWireError) -> (response: CachetResponse, end: Int)? {
-        guard let frame = try CachetFrameDecoder.decodeFrame(in: buffer, at: offset, maximumPayloadLength: maximumPayloadLength) else {
+        guard
+            let frame = try CachetFrameDecoder.decodeFrame(
+                in: buffer,
+                at: offset,
+                maximumPayloadLength: maximumPayloadLength
+            )
+        else {
             return nil
         }
         let response = CachetResponse(

@@ -53,7 +53,9 @@ struct CachetBenchCommand: ParsableCommand {
                 let trimmed = line.trimmingCharacters(in: .whitespaces)
                 if trimmed.isEmpty || trimmed.hasPrefix("#") { return nil }
                 let parts = trimmed.split(separator: ":")
-                guard parts.count == 2, let port = Int(parts[1]) else { throw ValidationError("bad line in \(cluster): \(trimmed)") }
+                guard parts.count == 2, let port = Int(parts[1]) else {
+                    throw ValidationError("bad line in \(cluster): \(trimmed)")
+                }
                 return (String(parts[0]), port)
             }
         } else {

@@ -55,7 +55,9 @@ struct CachetNodeCommand: ParsableCommand {
 
     func run() throws {
         guard let level = Logger.Level(rawValue: logLevel) else {
-            throw ValidationError("--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
+            throw ValidationError(
+                "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical"
+            )
         }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -75,7 +77,10 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
             let diskBytes = try CachetByteCount.parse(diskLimit)
             if let level = compressionLevel, !(0...9).contains(level) {
-                throw CachetNodeError(code: .invalidConfiguration, message: "--compression-level \(level) is not between 0 and 9")
+                throw CachetNodeError(
+                    code: .invalidConfiguration,
+                    message: "--compression-level \(level) is not between 0 and 9"
+                )
             }
             if diskBytes > 0 {
                 var disk = CachetDiskConfiguration(directory: dataDir, limit: diskBytes)

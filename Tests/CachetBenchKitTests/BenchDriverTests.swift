@@ -40,14 +40,20 @@ struct BenchDriverTests {
         var output: [UInt8] = []
         RESPDriver().appendSet(key: Array("k".utf8), value: Array("hello".utf8), to: &output)
         RESPDriver().appendGet(key: Array("k".utf8), to: &output)
-        #expect(String(decoding: output, as: UTF8.self) == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+        #expect(
+            String(decoding: output, as: UTF8.self)
+                == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+        )
     }
 
     @Test func cachetRequestsMatchTheCodec() {
         var output: [UInt8] = []
         CachetDriver().appendSet(key: [1, 2], value: [3], to: &output)
         CachetDriver().appendGet(key: [1, 2], to: &output)
-        #expect(output == CachetCommand.put(key: [1, 2], value: [3], ttl: 0).encoded(id: 0) + CachetCommand.get(key: [1, 2]).encoded(id: 0))
+        #expect(
+            output == CachetCommand.put(key: [1, 2], value: [3], ttl: 0).encoded(id: 0)
+                + CachetCommand.get(key: [1, 2]).encoded(id: 0)
+        )
     }
 
     @Test(arguments: [1, 2, 3, 7, 1000])
@@ -59,12 +65,17 @@ struct BenchDriverTests {
     @Test(arguments: [1, 2, 5, 1000])
     func respRepliesParseAcrossReads(chunk: Int) throws {
         let stream = Array("+OK\r\n$5\r\nhello\r\n$-1\r\n-ERR wrong\r\n$0\r\n\r\n".utf8)
-        #expect(try parseAll(RESPDriver(), stream, chunk: chunk) == [.stored, .hit(length: 5), .miss, .error, .hit(length: 0)])
+        #expect(
+            try parseAll(RESPDriver(), stream, chunk: chunk) == [
+                .stored, .hit(length: 5), .miss, .error, .hit(length: 0),
+            ]
+        )
     }
 
     @Test(arguments: [1, 3, 12, 1000])
     func cachetRepliesParseAcrossReads(chunk: Int) throws {
-        let stream = CachetResponse(opcode: .put, status: .ok, id: 0).encoded
+        let stream =
+            CachetResponse(opcode: .put, status: .ok, id: 0).encoded
             + CachetResponse(opcode: .get, status: .ok, id: 0, body: [1, 2, 3]).encoded
             + CachetResponse(opcode: .get, status: .notFound, id: 0).encoded
             + CachetResponse(opcode: .get, status: .tooLarge, id: 0, body: Array("no".utf8)).encoded
@@ -130,7 +141,9 @@ struct BenchEndToEndTests {
         #expect(report.latencyMicroseconds.p99 >= report.latencyMicroseconds.p50)
     }
 
-    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/memcached"), "memcached is not installed"))
+    @Test(
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/memcached"), "memcached is not installed")
+    )
     func loadsMemcached() throws {
         let port = Int.random(in: 20_000...40_000)
         let process = Process()
@@ -163,7 +176,10 @@ struct BenchEndToEndTests {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let process = Process()
         process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-bench"))
-        process.arguments = ["--port", "\(node.port)", "--requests", "1000", "--connections", "2", "--keys", "100", "--prefill", "--json", "--quiet"]
+        process.arguments = [
+            "--port", "\(node.port)", "--requests", "1000", "--connections", "2", "--keys", "100", "--prefill",
+            "--json", "--quiet",
+        ]
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -185,6 +201,10 @@ struct BenchEndToEndTests {
         try process.run()
         process.waitUntilExit()
         #expect(process.terminationStatus == 2)
-        #expect(String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("cannot connect to 127.0.0.1:1"))
+        #expect(
+            String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
+                "cannot connect to 127.0.0.1:1"
+            )
+        )
     }
 }

@@ -5,10 +5,16 @@ import Testing
 @Suite("cachet-cli: words, commands and rendering")
 struct CachetCLIParsingTests {
     @Test func tokenizerHandlesQuotesAndEscapes() throws {
-        #expect(try CachetCLITokenizer.tokenize("put k1 hello") == [Array("put".utf8), Array("k1".utf8), Array("hello".utf8)])
+        #expect(
+            try CachetCLITokenizer.tokenize("put k1 hello") == [
+                Array("put".utf8), Array("k1".utf8), Array("hello".utf8),
+            ]
+        )
         #expect(try CachetCLITokenizer.tokenize("  get   \"my key\"  ") == [Array("get".utf8), Array("my key".utf8)])
-        #expect(try CachetCLITokenizer.tokenize(#"put "a\"b" "x\\y\n\x00\xff""#)
-            == [Array("put".utf8), Array("a\"b".utf8), Array("x\\y\n".utf8) + [0, 255]])
+        #expect(
+            try CachetCLITokenizer.tokenize(#"put "a\"b" "x\\y\n\x00\xff""#)
+                == [Array("put".utf8), Array("a\"b".utf8), Array("x\\y\n".utf8) + [0, 255]]
+        )
         #expect(try CachetCLITokenizer.tokenize(#"put k "" "#) == [Array("put".utf8), Array("k".utf8), []])
         #expect(try CachetCLITokenizer.tokenize("") == [])
     }
@@ -19,9 +25,18 @@ struct CachetCLIParsingTests {
     }
 
     @Test func parsesEveryCommand() throws {
-        #expect(try CachetCLICommand.parse("put k v") == .put(key: Array("k".utf8), value: .literal(Array("v".utf8)), ttl: 0))
-        #expect(try CachetCLICommand.parse("put k v --ttl 30") == .put(key: Array("k".utf8), value: .literal(Array("v".utf8)), ttl: 30))
-        #expect(try CachetCLICommand.parse("PUT --ttl 5 k @/tmp/x") == .put(key: Array("k".utf8), value: .file("/tmp/x"), ttl: 5))
+        #expect(
+            try CachetCLICommand.parse("put k v")
+                == .put(key: Array("k".utf8), value: .literal(Array("v".utf8)), ttl: 0)
+        )
+        #expect(
+            try CachetCLICommand.parse("put k v --ttl 30")
+                == .put(key: Array("k".utf8), value: .literal(Array("v".utf8)), ttl: 30)
+        )
+        #expect(
+            try CachetCLICommand.parse("PUT --ttl 5 k @/tmp/x")
+                == .put(key: Array("k".utf8), value: .file("/tmp/x"), ttl: 5)
+        )
         #expect(try CachetCLICommand.parse("get k --out /tmp/o") == .get(key: Array("k".utf8), output: "/tmp/o"))
         #expect(try CachetCLICommand.parse("get k") == .get(key: Array("k".utf8), output: nil))
         #expect(try CachetCLICommand.parse("del k") == .delete(key: Array("k".utf8)))
@@ -33,7 +48,9 @@ struct CachetCLIParsingTests {
         #expect(try CachetCLICommand.parse("   ") == nil)
     }
 
-    @Test(arguments: ["frobnicate", "put onlykey", "put k v --ttl -1", "put k v --ttl", "get", "get a b", "del", "ping now"])
+    @Test(arguments: [
+        "frobnicate", "put onlykey", "put k v --ttl -1", "put k v --ttl", "get", "get a b", "del", "ping now",
+    ])
     func rejectsWithAHint(_ line: String) {
         do {
             _ = try CachetCLICommand.parse(line)
@@ -59,16 +76,23 @@ struct CachetCLIParsingTests {
 
     @Test func traceAnnotatesRequestsAndReplies() {
         let put = CachetCommand.put(key: Array("k1".utf8), value: Array("hello".utf8), ttl: 0).encoded(id: 1)
-        #expect(CachetCLIFormatter.trace(put, outgoing: true) == [
-            #">> 25 bytes  len=21 v=1 op=PUT(0x01) flags=0x0000 id=1 | ttl=0 key_len=2 key="k1" value="hello""#,
-            "   00000015 01 01 0000 00000001 00000000 0002 6b31 68656c6c6f",
-        ])
+        #expect(
+            CachetCLIFormatter.trace(put, outgoing: true) == [
+                #">> 25 bytes  len=21 v=1 op=PUT(0x01) flags=0x0000 id=1 | ttl=0 key_len=2 key="k1" value="hello""#,
+                "   00000015 01 01 0000 00000001 00000000 0002 6b31 68656c6c6f",
+            ]
+        )
         let reply = CachetResponse(opcode: .get, status: .notFound, id: 7).encoded
-        #expect(CachetCLIFormatter.trace(reply, outgoing: false) == [
-            "<< 12 bytes  len=8 v=1 op=GET(0x02) status=NOT_FOUND(1) id=7",
-            "   00000008 01 02 0001 00000007",
-        ])
+        #expect(
+            CachetCLIFormatter.trace(reply, outgoing: false) == [
+                "<< 12 bytes  len=8 v=1 op=GET(0x02) status=NOT_FOUND(1) id=7",
+                "   00000008 01 02 0001 00000007",
+            ]
+        )
         let error = CachetResponse(opcode: .none, status: .tooLarge, id: 0, body: Array("too big".utf8)).encoded
-        #expect(CachetCLIFormatter.trace(error, outgoing: false)[0] == #"<< 19 bytes  len=15 v=1 op=NONE(0x00) status=TOO_LARGE(3) id=0 | message="too big""#)
+        #expect(
+            CachetCLIFormatter.trace(error, outgoing: false)[0]
+                == #"<< 19 bytes  len=15 v=1 op=NONE(0x00) status=TOO_LARGE(3) id=0 | message="too big""#
+        )
     }
 }

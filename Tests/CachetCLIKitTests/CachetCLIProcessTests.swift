@@ -46,7 +46,10 @@ struct CachetCLIProcessTests {
 
     @Test func pipedModeContinuesAfterErrorsAndExitsTwo() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        let (output, status) = try runCLI(["--port", "\(node.port)"], input: "nonsense\nput \"a b\" \"c d\"\nget \"a b\"\ndel \"a b\"\nget \"a b\"\n")
+        let (output, status) = try runCLI(
+            ["--port", "\(node.port)"],
+            input: "nonsense\nput \"a b\" \"c d\"\nget \"a b\"\ndel \"a b\"\nget \"a b\"\n"
+        )
         #expect(output == "ERROR: unknown command 'nonsense'; type help for the list\nOK\nc d\nOK\n(not found)\n")
         #expect(status == 2)
     }
@@ -75,14 +78,16 @@ struct CachetCLIProcessTests {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let (output, status) = try runCLI(["--port", "\(node.port)", "--trace", "put", "k1", "hello"])
         #expect(status == 0)
-        #expect(output == """
-            >> 25 bytes  len=21 v=1 op=PUT(0x01) flags=0x0000 id=1 | ttl=0 key_len=2 key="k1" value="hello"
-               00000015 01 01 0000 00000001 00000000 0002 6b31 68656c6c6f
-            << 12 bytes  len=8 v=1 op=PUT(0x01) status=OK(0) id=1
-               00000008 01 01 0000 00000001
-            OK
+        #expect(
+            output == """
+                >> 25 bytes  len=21 v=1 op=PUT(0x01) flags=0x0000 id=1 | ttl=0 key_len=2 key="k1" value="hello"
+                   00000015 01 01 0000 00000001 00000000 0002 6b31 68656c6c6f
+                << 12 bytes  len=8 v=1 op=PUT(0x01) status=OK(0) id=1
+                   00000008 01 01 0000 00000001
+                OK
 
-            """)
+                """
+        )
     }
 
     @Test func binaryValuesRoundTripThroughFiles() throws {
@@ -93,10 +98,16 @@ struct CachetCLIProcessTests {
         let bytes = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         _ = FileManager.default.createFile(atPath: input, contents: Data(bytes))
         #expect(try runCLI(["--port", "\(node.port)", "put", "blob", "@" + input]) == ("OK\n", 0))
-        #expect(try runCLI(["--port", "\(node.port)", "get", "blob", "--out", output]) == ("OK (70000 bytes written to \(output))\n", 0))
+        #expect(
+            try runCLI(["--port", "\(node.port)", "get", "blob", "--out", output]) == (
+                "OK (70000 bytes written to \(output))\n", 0
+            )
+        )
         #expect(FileManager.default.contents(atPath: output) == Data(bytes))
         // Without --out a binary value prints as hex.
-        #expect(try runCLI(["--port", "\(node.port)"], input: "put b \"\\x00\\x01\"\nget b\n").output == "OK\n0x0001\n")
+        #expect(
+            try runCLI(["--port", "\(node.port)"], input: "put b \"\\x00\\x01\"\nget b\n").output == "OK\n0x0001\n"
+        )
     }
 
     @Test func sessionReconnectsAfterTheNodeRestarts() throws {

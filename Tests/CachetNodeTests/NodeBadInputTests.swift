@@ -26,7 +26,12 @@ struct NodeBadInputTests {
     }
 
     static let staysOpen: [StaysOpen] = [
-        StaysOpen(name: "unknown opcode", frame: rawFrame(opcode: 0x09, id: 11), status: .unknownOpcode, message: "unknown opcode 0x09"),
+        StaysOpen(
+            name: "unknown opcode",
+            frame: rawFrame(opcode: 0x09, id: 11),
+            status: .unknownOpcode,
+            message: "unknown opcode 0x09"
+        ),
         StaysOpen(
             name: "unsupported version",
             frame: rawFrame(version: 2, opcode: 0x06, id: 12),
@@ -77,7 +82,9 @@ struct NodeBadInputTests {
             let client = try TestSocket(port: port)
             try client.send(input.frame)
             let reply = try client.readResponse()
-            let id = UInt32(bigEndian: input.frame.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 8, as: UInt32.self) })
+            let id = UInt32(
+                bigEndian: input.frame.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: 8, as: UInt32.self) }
+            )
             #expect(reply.status == input.status)
             #expect(reply.id == id)
             #expect(reply.opcode.rawValue == input.frame[5])
@@ -94,7 +101,15 @@ struct NodeBadInputTests {
             let bystander = try TestSocket(port: port)
             try client.send([0, 0, 0, 3, 1, 2, 3])
             let reply = try client.readResponse()
-            #expect(reply == CachetResponse(opcode: .none, status: .badRequest, id: 0, body: [UInt8]("payload of 3 bytes is shorter than the 8-byte header")))
+            #expect(
+                reply
+                    == CachetResponse(
+                        opcode: .none,
+                        status: .badRequest,
+                        id: 0,
+                        body: [UInt8]("payload of 3 bytes is shorter than the 8-byte header")
+                    )
+            )
             #expect(client.waitForClose())
             #expect(try bystander.roundTrip(.ping).status == .ok)
         }
@@ -120,7 +135,8 @@ struct NodeBadInputTests {
             // A whole PUT, then half of another.
             try client.send(CachetCommand.put(key: [UInt8]("whole"), value: [1], ttl: 0).encoded(id: 1))
             #expect(try client.readResponse().status == .ok)
-            let partial = CachetCommand.put(key: [UInt8]("half"), value: [UInt8](repeating: 2, count: 100), ttl: 0).encoded(id: 2)
+            let partial = CachetCommand.put(key: [UInt8]("half"), value: [UInt8](repeating: 2, count: 100), ttl: 0)
+                .encoded(id: 2)
             try client.send(Array(partial.prefix(40)))
             shutdown(client.fd, Int32(SHUT_WR))
             #expect(client.waitForClose())
@@ -135,7 +151,9 @@ struct NodeBadInputTests {
             var generator = SystemRandomNumberGenerator()
             for _ in 0..<20 {
                 let client = try TestSocket(port: port, timeout: 2)
-                let garbage = (0..<Int.random(in: 1...300, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                let garbage = (0..<Int.random(in: 1...300, using: &generator)).map { _ in
+                    UInt8.random(in: 0...255, using: &generator)
+                }
                 try? client.send(garbage)
                 shutdown(client.fd, Int32(SHUT_WR))
                 _ = client.waitForClose()

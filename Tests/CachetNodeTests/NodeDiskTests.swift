@@ -25,7 +25,8 @@ func waitForDiskQueue(_ client: TestSocket) throws {
 }
 
 func value(for key: Int, version: Int, size: Int = 300) -> [UInt8] {
-    Array("key \(key) version \(version) ".utf8) + [UInt8](repeating: UInt8(truncatingIfNeeded: key &+ version), count: size)
+    Array("key \(key) version \(version) ".utf8)
+        + [UInt8](repeating: UInt8(truncatingIfNeeded: key &+ version), count: size)
 }
 
 @Suite("Node with a disk tier")
@@ -35,7 +36,12 @@ struct NodeDiskTests {
         do {
             let node = try NodeProcess(arguments: ["--data-dir", data.path])
             let client = try node.connect()
-            for i in 0..<200 { #expect(try client.roundTrip(.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0), ttl: 0)).status == .ok) }
+            for i in 0..<200 {
+                #expect(
+                    try client.roundTrip(.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0), ttl: 0))
+                        .status == .ok
+                )
+            }
             #expect(node.stop() == 0)
         }
         let node = try NodeProcess(arguments: ["--data-dir", data.path])
@@ -57,13 +63,18 @@ struct NodeDiskTests {
         do {
             let node = try NodeProcess(arguments: ["--data-dir", data.path])
             let client = try node.connect()
-            for i in 0..<keys { _ = try client.roundTrip(.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0), ttl: 0)) }
+            for i in 0..<keys {
+                _ = try client.roundTrip(.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0), ttl: 0))
+            }
             try waitForDiskQueue(client)
             // Overwrite every key many times in one stream, and kill the node in the middle of it.
             var stream: [UInt8] = []
             for version in 1...40 {
                 for i in 0..<keys {
-                    CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: version), ttl: 0).encode(id: 0, to: &stream)
+                    CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: version), ttl: 0).encode(
+                        id: 0,
+                        to: &stream
+                    )
                 }
             }
             try client.send(Array(stream.prefix(stream.count / 2)))
@@ -86,7 +97,9 @@ struct NodeDiskTests {
         let data = TemporaryDirectory(prefix: "cachet-node-data")
         do {
             let node = try NodeProcess(arguments: ["--data-dir", data.path])
-            _ = try node.connect().roundTrip(.put(key: Array("victim".utf8), value: value(for: 1, version: 1, size: 5000), ttl: 0))
+            _ = try node.connect().roundTrip(
+                .put(key: Array("victim".utf8), value: value(for: 1, version: 1, size: 5000), ttl: 0)
+            )
             #expect(node.stop() == 0)
         }
         let enumerator = FileManager.default.enumerator(atPath: data.path)
@@ -109,7 +122,11 @@ struct NodeDiskTests {
         do {
             let node = try NodeProcess(arguments: ["--data-dir", data.path, "--compression-level", "0"])
             let client = try node.connect()
-            for i in 0..<100 { _ = try client.roundTrip(.put(key: Array("k\(i)".utf8), value: [UInt8](repeating: UInt8(i), count: 1000), ttl: 0)) }
+            for i in 0..<100 {
+                _ = try client.roundTrip(
+                    .put(key: Array("k\(i)".utf8), value: [UInt8](repeating: UInt8(i), count: 1000), ttl: 0)
+                )
+            }
             #expect(node.stop() == 0)
         }
         let node = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "20KiB"])
@@ -157,9 +174,13 @@ struct NodeDiskTests {
             #expect(try client.roundTrip(.put(key: Array("big".utf8), value: big, ttl: 0)).status == .ok)
             #expect(try client.roundTrip(.get(key: Array("big".utf8))).body == big)
             #expect(server.memory.statistics.items == 0)
-            let tooBig = try client.roundTrip(.put(key: Array("huge".utf8), value: [UInt8](repeating: 1, count: 9 << 20), ttl: 0))
+            let tooBig = try client.roundTrip(
+                .put(key: Array("huge".utf8), value: [UInt8](repeating: 1, count: 9 << 20), ttl: 0)
+            )
             #expect(tooBig.status == .tooLarge)
-            #expect(tooBig.bodyText == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit 8388608")
+            #expect(
+                tooBig.bodyText == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit 8388608"
+            )
         }
     }
 
@@ -172,7 +193,10 @@ struct NodeDiskTests {
             let client = try TestSocket(port: port)
             // 2,000 values of 4 KiB: far more than the 1 MiB memory tier holds.
             var puts: [UInt8] = []
-            for i in 0..<2000 { CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0, size: 4096), ttl: 0).encode(id: UInt32(i), to: &puts) }
+            for i in 0..<2000 {
+                CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: 0, size: 4096), ttl: 0)
+                    .encode(id: UInt32(i), to: &puts)
+            }
             try client.send(puts)
             for i in 0..<2000 { #expect(try client.readResponse().id == UInt32(i)) }
             var gets: [UInt8] = []

@@ -51,14 +51,17 @@ struct NodeLoadTests {
                         let value = [UInt8]("value-\(index)-\(round)")
                         let put = try client.roundTrip(.put(key: key, value: value, ttl: 0), id: UInt32(round * 2))
                         let get = try client.roundTrip(.get(key: key), id: UInt32(round * 2 + 1))
-                        if put.status != .ok || get.body != value || get.id != UInt32(round * 2 + 1) { failures.increment() }
+                        if put.status != .ok || get.body != value || get.id != UInt32(round * 2 + 1) {
+                            failures.increment()
+                        }
                     }
                 } catch {
                     failures.increment()
                 }
             }
             #expect(failures.value == 0)
-            let stats = try JSONSerialization.jsonObject(with: Data(clients[0].roundTrip(.stats).body)) as? [String: Any]
+            let stats =
+                try JSONSerialization.jsonObject(with: Data(clients[0].roundTrip(.stats).body)) as? [String: Any]
             #expect(stats?["connections_current"] as? Int == 200)
             #expect(stats?["puts"] as? Int == 4000)
             #expect(server.memory.statistics.items == 1000)
@@ -81,7 +84,9 @@ struct NodeLoadTests {
             var served = false
             for _ in 0..<50 where !served {
                 Thread.sleep(forTimeInterval: 0.02)
-                if let fourth = try? TestSocket(port: port), let reply = try? fourth.roundTrip(.ping), reply.status == .ok {
+                if let fourth = try? TestSocket(port: port), let reply = try? fourth.roundTrip(.ping),
+                    reply.status == .ok
+                {
                     served = true
                 }
             }

@@ -9,16 +9,26 @@ struct NodeOpcodeTests {
     @Test func putGetDeleteRoundTrip() throws {
         try withNode { _, port in
             let client = try TestSocket(port: port)
-            #expect(try client.roundTrip(.put(key: [UInt8]("k1"), value: [UInt8]("hello"), ttl: 0), id: 1)
-                == CachetResponse(opcode: .put, status: .ok, id: 1))
-            #expect(try client.roundTrip(.get(key: [UInt8]("k1")), id: 2)
-                == CachetResponse(opcode: .get, status: .ok, id: 2, body: [UInt8]("hello")))
-            #expect(try client.roundTrip(.delete(key: [UInt8]("k1")), id: 3)
-                == CachetResponse(opcode: .delete, status: .ok, id: 3))
-            #expect(try client.roundTrip(.get(key: [UInt8]("k1")), id: 4)
-                == CachetResponse(opcode: .get, status: .notFound, id: 4))
-            #expect(try client.roundTrip(.delete(key: [UInt8]("k1")), id: 5)
-                == CachetResponse(opcode: .delete, status: .notFound, id: 5))
+            #expect(
+                try client.roundTrip(.put(key: [UInt8]("k1"), value: [UInt8]("hello"), ttl: 0), id: 1)
+                    == CachetResponse(opcode: .put, status: .ok, id: 1)
+            )
+            #expect(
+                try client.roundTrip(.get(key: [UInt8]("k1")), id: 2)
+                    == CachetResponse(opcode: .get, status: .ok, id: 2, body: [UInt8]("hello"))
+            )
+            #expect(
+                try client.roundTrip(.delete(key: [UInt8]("k1")), id: 3)
+                    == CachetResponse(opcode: .delete, status: .ok, id: 3)
+            )
+            #expect(
+                try client.roundTrip(.get(key: [UInt8]("k1")), id: 4)
+                    == CachetResponse(opcode: .get, status: .notFound, id: 4)
+            )
+            #expect(
+                try client.roundTrip(.delete(key: [UInt8]("k1")), id: 5)
+                    == CachetResponse(opcode: .delete, status: .notFound, id: 5)
+            )
         }
     }
 
@@ -38,7 +48,9 @@ struct NodeOpcodeTests {
             let longestKey = [UInt8](repeating: 0x61, count: CachetProtocol.maximumKeyLength)
             _ = try client.roundTrip(.put(key: binaryKey, value: [], ttl: 0))
             _ = try client.roundTrip(.put(key: longestKey, value: [1, 2, 3], ttl: 0))
-            #expect(try client.roundTrip(.get(key: binaryKey)) == CachetResponse(opcode: .get, status: .ok, id: 1, body: []))
+            #expect(
+                try client.roundTrip(.get(key: binaryKey)) == CachetResponse(opcode: .get, status: .ok, id: 1, body: [])
+            )
             #expect(try client.roundTrip(.get(key: longestKey)).body == [1, 2, 3])
         }
     }
@@ -53,7 +65,9 @@ struct NodeOpcodeTests {
             #expect(reply.id == 9)
             #expect(try CachetClearResult(decoding: reply.body) == CachetClearResult(items: 2, bytes: 11))
             #expect(try client.roundTrip(.get(key: [UInt8]("a"))).status == .notFound)
-            #expect(try CachetClearResult(decoding: client.roundTrip(.clear).body) == CachetClearResult(items: 0, bytes: 0))
+            #expect(
+                try CachetClearResult(decoding: client.roundTrip(.clear).body) == CachetClearResult(items: 0, bytes: 0)
+            )
         }
     }
 
@@ -99,7 +113,10 @@ struct NodeOpcodeTests {
     @Test func valueLargerThanTheMemoryLimitIsTooLarge() throws {
         try withNode({ $0.memoryLimit = 1 << 20 }) { _, port in
             let client = try TestSocket(port: port)
-            let reply = try client.roundTrip(.put(key: [UInt8]("big"), value: [UInt8](repeating: 7, count: 2 << 20), ttl: 0), id: 3)
+            let reply = try client.roundTrip(
+                .put(key: [UInt8]("big"), value: [UInt8](repeating: 7, count: 2 << 20), ttl: 0),
+                id: 3
+            )
             #expect(reply.status == .tooLarge)
             #expect(reply.id == 3)
             #expect(reply.bodyText == "entry of 2097155 bytes does not fit --memory-limit 1048576")

@@ -25,7 +25,10 @@ struct NodeProcessTests {
         let client = try node.connect()
         var batch: [UInt8] = []
         for i in 0..<2000 {
-            CachetCommand.put(key: [UInt8]("k\(i)"), value: [UInt8](repeating: 1, count: 100), ttl: 0).encode(id: UInt32(i), to: &batch)
+            CachetCommand.put(key: [UInt8]("k\(i)"), value: [UInt8](repeating: 1, count: 100), ttl: 0).encode(
+                id: UInt32(i),
+                to: &batch
+            )
         }
         try client.send(batch)
         // Wait for the first reply so the node has the batch, then ask it to stop.
@@ -65,7 +68,9 @@ struct NodeProcessTests {
         var sent = 0
         let deadline = Date().addingTimeInterval(3)
         while sent < requests.count && Date() < deadline {
-            let n = requests.withUnsafeBytes { send(hog.fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            let n = requests.withUnsafeBytes {
+                send(hog.fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
+            }
             if n > 0 { sent += n } else { Thread.sleep(forTimeInterval: 0.01) }
         }
         // The node stopped reading: the requests could not all be sent.

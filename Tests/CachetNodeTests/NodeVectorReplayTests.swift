@@ -21,11 +21,17 @@ struct NodeVectorReplayTests {
                     #expect(received == bytes, "\(vector.name): reply differs")
                 case .expectHeader(let header):
                     let reply = try client.readResponse()
-                    let actual = [reply.version, reply.opcode.rawValue, UInt8(reply.status.rawValue >> 8),
-                                  UInt8(reply.status.rawValue & 0xff)] + withUnsafeBytes(of: reply.id.bigEndian, Array.init)
+                    let actual =
+                        [
+                            reply.version, reply.opcode.rawValue, UInt8(reply.status.rawValue >> 8),
+                            UInt8(reply.status.rawValue & 0xff),
+                        ] + withUnsafeBytes(of: reply.id.bigEndian, Array.init)
                     #expect(actual == header, "\(vector.name): header differs")
                     let object = try JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any]
-                    #expect(object?["items"] != nil && object?["version"] != nil, "\(vector.name): STATS body is not the JSON object")
+                    #expect(
+                        object?["items"] != nil && object?["version"] != nil,
+                        "\(vector.name): STATS body is not the JSON object"
+                    )
                 case .shutdown:
                     shutdown(client.fd, Int32(SHUT_WR))
                 case .close:

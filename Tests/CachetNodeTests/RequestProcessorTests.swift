@@ -1,7 +1,8 @@
-@testable import CachetNode
 import CachetStore
 import CachetWire
 import Testing
+
+@testable import CachetNode
 
 /// Drives the request processor with bytes alone: no sockets, no queues.
 struct ProcessorHarness: ~Copyable {
@@ -62,7 +63,10 @@ struct RequestProcessorTests {
         var harness = ProcessorHarness()
         var stream: [UInt8] = []
         for i in 0..<20 {
-            CachetCommand.put(key: Array("key\(i)".utf8), value: Array(repeating: UInt8(i), count: i), ttl: 0).encode(id: UInt32(i), to: &stream)
+            CachetCommand.put(key: Array("key\(i)".utf8), value: Array(repeating: UInt8(i), count: i), ttl: 0).encode(
+                id: UInt32(i),
+                to: &stream
+            )
             CachetCommand.get(key: Array("key\(i)".utf8)).encode(id: UInt32(100 + i), to: &stream)
         }
         for byte in stream { _ = harness.feed([byte]) }
@@ -70,7 +74,15 @@ struct RequestProcessorTests {
         #expect(replies.count == 40)
         for i in 0..<20 {
             #expect(replies[2 * i] == CachetResponse(opcode: .put, status: .ok, id: UInt32(i)))
-            #expect(replies[2 * i + 1] == CachetResponse(opcode: .get, status: .ok, id: UInt32(100 + i), body: Array(repeating: UInt8(i), count: i)))
+            #expect(
+                replies[2 * i + 1]
+                    == CachetResponse(
+                        opcode: .get,
+                        status: .ok,
+                        id: UInt32(100 + i),
+                        body: Array(repeating: UInt8(i), count: i)
+                    )
+            )
         }
     }
 
@@ -97,9 +109,16 @@ struct RequestProcessorTests {
             Issue.record("expected closeAfterReply, got \(result)")
             return
         }
-        #expect(try harness.takeReplies() == [
-            CachetResponse(opcode: .none, status: .tooLarge, id: 0, body: Array("frame of 4096 bytes exceeds --max-frame 1024".utf8))
-        ])
+        #expect(
+            try harness.takeReplies() == [
+                CachetResponse(
+                    opcode: .none,
+                    status: .tooLarge,
+                    id: 0,
+                    body: Array("frame of 4096 bytes exceeds --max-frame 1024".utf8)
+                )
+            ]
+        )
     }
 
     @Test func ttlBecomesAnAbsoluteExpiry() {

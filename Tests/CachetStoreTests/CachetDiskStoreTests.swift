@@ -1,8 +1,9 @@
-@testable import CachetStore
 import CachetTestSupport
 import Foundation
 import Logging
 import Testing
+
+@testable import CachetStore
 
 #if canImport(Glibc)
 import Glibc
@@ -14,9 +15,16 @@ func quietLogger() -> Logger {
     return logger
 }
 
-func openStore(_ directory: TemporaryDirectory, limit: Int = 1 << 30, level: Int32 = 1, capacity: Int = 1024) throws -> CachetDiskStore {
+func openStore(_ directory: TemporaryDirectory, limit: Int = 1 << 30, level: Int32 = 1, capacity: Int = 1024) throws
+    -> CachetDiskStore
+{
     try CachetDiskStore(
-        configuration: CachetDiskConfiguration(directory: directory.path, limit: limit, compressionLevel: level, queueCapacity: capacity),
+        configuration: CachetDiskConfiguration(
+            directory: directory.path,
+            limit: limit,
+            compressionLevel: level,
+            queueCapacity: capacity
+        ),
         logger: quietLogger()
     )
 }
@@ -96,7 +104,9 @@ struct CachetDiskStoreTests {
         #expect(statistics.items == 5)
         #expect(statistics.evictions == 3)
         #expect(store.get(key: Array("k0x".utf8), now: 1) != nil)
-        for gone in ["k1x", "k2x", "k3x"] { #expect(store.get(key: Array(gone.utf8), now: 1) == nil, "\(gone) should be evicted") }
+        for gone in ["k1x", "k2x", "k3x"] {
+            #expect(store.get(key: Array(gone.utf8), now: 1) == nil, "\(gone) should be evicted")
+        }
         #expect(entryFiles(directory).count == 5)
     }
 
@@ -117,13 +127,18 @@ struct CachetDiskStoreTests {
         let directory = TemporaryDirectory()
         do {
             let store = try openStore(directory)
-            for i in 0..<30 { store.put(key: Array("key\(i)".utf8), value: noise(200, seed: UInt64(i)), expiry: i == 0 ? 5 : 0) }
+            for i in 0..<30 {
+                store.put(key: Array("key\(i)".utf8), value: noise(200, seed: UInt64(i)), expiry: i == 0 ? 5 : 0)
+            }
             store.close()
         }
         // As after kill -9: no index file, and a half-written temporary file.
         try FileManager.default.removeItem(atPath: directory.appending("index"))
         try FileManager.default.createDirectory(atPath: directory.appending("ab/cd"), withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: directory.appending("ab/cd/" + String(repeating: "0", count: 64) + ".tmp"), contents: Data([1, 2]))
+        _ = FileManager.default.createFile(
+            atPath: directory.appending("ab/cd/" + String(repeating: "0", count: 64) + ".tmp"),
+            contents: Data([1, 2])
+        )
         let reopened = try openStore(directory)
         #expect(reopened.isRecovering)
         // Before the rebuild has even started, a key's file is read directly.
@@ -135,7 +150,11 @@ struct CachetDiskStoreTests {
         #expect(!statistics.indexLoadedFromFile)
         #expect(statistics.items == 29)  // key0 had expired (expiry 5 is long past)
         #expect(reopened.get(key: Array("key7".utf8), now: CachetClock.now())?.value == noise(200, seed: 7))
-        #expect(!FileManager.default.fileExists(atPath: directory.appending("ab/cd/" + String(repeating: "0", count: 64) + ".tmp")))
+        #expect(
+            !FileManager.default.fileExists(
+                atPath: directory.appending("ab/cd/" + String(repeating: "0", count: 64) + ".tmp")
+            )
+        )
     }
 
     @Test func operationsDuringRecoveryKeepTheirMeaning() throws {
@@ -217,7 +236,9 @@ struct CachetDiskStoreTests {
         store.put(key: Array("one".utf8), value: [1], expiry: 0)
         store.put(key: Array("two".utf8), value: [2], expiry: 0)
         let files = entryFiles(directory)
-        let one = try #require(files.first { FileManager.default.contents(atPath: $0)?.contains(Array("one".utf8)) == true })
+        let one = try #require(
+            files.first { FileManager.default.contents(atPath: $0)?.contains(Array("one".utf8)) == true }
+        )
         let two = try #require(files.first { $0 != one })
         try FileManager.default.removeItem(atPath: two)
         try FileManager.default.copyItem(atPath: one, toPath: two)
@@ -256,7 +277,10 @@ struct CachetDiskStoreTests {
         let directory = TemporaryDirectory()
         let first = try openStore(directory)
         do throws(CachetStoreError) {
-            _ = try CachetDiskStore(configuration: CachetDiskConfiguration(directory: directory.path, limit: 1 << 20), logger: quietLogger())
+            _ = try CachetDiskStore(
+                configuration: CachetDiskConfiguration(directory: directory.path, limit: 1 << 20),
+                logger: quietLogger()
+            )
             Issue.record("the second open succeeded")
         } catch {
             #expect(error.code == .directoryLocked)

@@ -89,7 +89,11 @@ struct CachetMemoryStoreTests {
                 let length = Int(random.next() % 700)
                 let value = (0..<length).map { _ in UInt8(truncatingIfNeeded: random.next()) }
                 let expiry: UInt32 = random.next() % 4 == 0 ? now + UInt32(random.next() % 5) : 0
-                #expect(store.put(key: key, value: value, expiry: expiry, now: now) == model.put(key, value, expiry: expiry), "step \(step)")
+                #expect(
+                    store.put(key: key, value: value, expiry: expiry, now: now)
+                        == model.put(key, value, expiry: expiry),
+                    "step \(step)"
+                )
             case 4...6:
                 #expect(store.value(forKey: key, now: now) == model.get(key, now: now), "step \(step)")
             case 7:
@@ -210,7 +214,8 @@ struct CachetMemoryStoreTests {
             for _ in 0..<20_000 {
                 let key = Array("k\(random.next() % 2000)".utf8)
                 switch random.next() % 4 {
-                case 0, 1: store.put(key: key, value: [UInt8](repeating: UInt8(worker), count: Int(random.next() % 300)))
+                case 0, 1:
+                    store.put(key: key, value: [UInt8](repeating: UInt8(worker), count: Int(random.next() % 300)))
                 case 2: _ = store.value(forKey: key)
                 default: store.remove(key: key)
                 }

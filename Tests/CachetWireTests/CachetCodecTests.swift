@@ -3,9 +3,13 @@ import Testing
 
 @Suite("Codec boundaries and round trips")
 struct CachetCodecTests {
-    func decode(_ bytes: [UInt8], maximum: Int = CachetProtocol.defaultMaximumPayloadLength) throws(CachetWireError) -> CachetFrame? {
+    func decode(_ bytes: [UInt8], maximum: Int = CachetProtocol.defaultMaximumPayloadLength) throws(CachetWireError)
+        -> CachetFrame?
+    {
         let result: Result<CachetFrame?, CachetWireError> = bytes.withUnsafeBytes { buffer in
-            Result { () throws(CachetWireError) in try CachetFrameDecoder.decodeFrame(in: buffer, maximumPayloadLength: maximum) }
+            Result { () throws(CachetWireError) in
+                try CachetFrameDecoder.decodeFrame(in: buffer, maximumPayloadLength: maximum)
+            }
         }
         return try result.get()
     }
@@ -31,7 +35,9 @@ struct CachetCodecTests {
 
     @Test func payloadBoundaries() throws {
         // Exactly the header: a PING.
-        #expect(try decode([0, 0, 0, 8, 1, 6, 0, 0, 0, 0, 0, 1])?.header == CachetFrameHeader(opcode: .ping, word: 0, id: 1))
+        #expect(
+            try decode([0, 0, 0, 8, 1, 6, 0, 0, 0, 0, 0, 1])?.header == CachetFrameHeader(opcode: .ping, word: 0, id: 1)
+        )
         // 7 bytes: too short, fatal.
         #expect(throws: CachetWireError.self) { try decode([0, 0, 0, 7]) }
         // Exactly the maximum passes; one more fails before any payload is present.

@@ -76,13 +76,19 @@ struct ProtocolVectorTests {
             default: return nil
             }
         }
-        try #require(decoded.count == replies.count, "\(vector.name): \(decoded.count) requests, \(replies.count) replies")
+        try #require(
+            decoded.count == replies.count,
+            "\(vector.name): \(decoded.count) requests, \(replies.count) replies"
+        )
         let closes = vector.steps.contains(.close)
         for (request, replyBytes) in zip(decoded, replies) {
             let reply = try #require(try replyBytes.withUnsafeBytes { try CachetResponse.decode(from: $0) }).response
             switch request {
             case .command(let command, let bytes):
-                #expect(reply.status == .ok || reply.status == .notFound, "\(vector.name): \(command) answered \(reply.status)")
+                #expect(
+                    reply.status == .ok || reply.status == .notFound,
+                    "\(vector.name): \(command) answered \(reply.status)"
+                )
                 #expect(reply.opcode == command.opcode)
                 // Flags are reserved: the typed command does not carry them, so compare with them zeroed.
                 var withoutFlags = bytes

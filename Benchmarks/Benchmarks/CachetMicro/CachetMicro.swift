@@ -4,7 +4,8 @@ import CachetWire
 
 let benchmarks: @Sendable () -> Void = {
     let get = CachetCommand.get(key: Array("key:0000000042".utf8)).encoded(id: 7)
-    let put = CachetCommand.put(key: Array("key:0000000042".utf8), value: [UInt8](repeating: 0x61, count: 100), ttl: 0).encoded(id: 7)
+    let put = CachetCommand.put(key: Array("key:0000000042".utf8), value: [UInt8](repeating: 0x61, count: 100), ttl: 0)
+        .encoded(id: 7)
 
     Benchmark(
         "decode GET frame and key (1000 per iteration)",
