@@ -1,18 +1,8 @@
 import CachetStore
+import CachetTestSupport
 import Dispatch
 import Testing
 
-/// A deterministic generator, so a failing sequence replays.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// The obvious LRU: a dictionary and an array in recency order (most recent first).
 struct ModelLRU {

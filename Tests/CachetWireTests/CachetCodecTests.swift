@@ -1,3 +1,4 @@
+import CachetTestSupport
 import CachetWire
 import Testing
 
@@ -82,7 +83,8 @@ struct CachetCodecTests {
             }
             let id = UInt32(truncatingIfNeeded: random.next())
             let bytes = command.encoded(id: id)
-            let frame = try #require(try decode(bytes))
+            let decodedFrame = try decode(bytes)
+            let frame = try #require(decodedFrame)
             #expect(frame.header.id == id)
             #expect(frame.end == bytes.count)
             let decoded = try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame, in: $0) }
