@@ -328,6 +328,39 @@ struct CachetDiskStoreTests {
         #expect(store.statistics.bytes >= 600_000)
     }
 
+    /// Mounts a 256 KiB tmpfs at `path`; false where mounting is not allowed (not root, or a sandbox).
+    static func mountTinyFilesystem(at path: String) -> Bool {
+        guard getuid() == 0 else { return false }
+        return mount("tmpfs", path, "tmpfs", 0, "size=256k") == 0
+    }
+
+    @Test(.enabled(if: getuid() == 0, "mounting a small tmpfs needs root"))
+    func aFullDiskIsCountedAndNothingStaleIsServed() throws {
+        let directory = TemporaryDirectory()
+        guard Self.mountTinyFilesystem(at: directory.path) else {
+            // Without a small filesystem of our own, a full disk cannot be made safely.
+            return
+        }
+        defer { umount2(directory.path, Int32(MNT_DETACH)) }
+        let store = try openStore(directory, level: 0)
+        store.put(key: Array("old".utf8), value: noise(1000), expiry: 0)
+        #expect(store.get(key: Array("old".utf8), now: 1)?.value == noise(1000))
+        // Fill the filesystem until writes fail.
+        var i = 0
+        while store.statistics.errors == 0 && i < 1000 {
+            store.put(key: Array("fill\(i)".utf8), value: noise(20_000, seed: UInt64(i)), expiry: 0)
+            i += 1
+        }
+        #expect(store.statistics.errors >= 1, "the disk never filled")
+        // A failed overwrite must not leave the old value to be served.
+        store.put(key: Array("old".utf8), value: noise(200_000, seed: 99), expiry: 0)
+        #expect(store.get(key: Array("old".utf8), now: 1) == nil)
+        // Space freed: writes work again.
+        _ = store.removeAll()
+        store.put(key: Array("after".utf8), value: [1, 2, 3], expiry: 0)
+        #expect(store.get(key: Array("after".utf8), now: 1)?.value == [1, 2, 3])
+    }
+
     @Test func compressionLevelZeroStoresRaw() throws {
         let directory = TemporaryDirectory()
         let store = try openStore(directory, level: 0)
