@@ -34,6 +34,7 @@ public final class CachetNodeServer: Sendable {
     private struct RunState {
         var listenFD: Int32 = -1
         var acceptSource: (any DispatchSourceRead)?
+        var acceptPaused = false
         var sweepTimer: (any DispatchSourceTimer)?
         var started = false
         var stopped = false
@@ -194,7 +195,15 @@ public final class CachetNodeServer: Sendable {
             if fd < 0 {
                 let code = errno
                 if code == EINTR || code == ECONNABORTED { continue }
-                if code != EAGAIN && code != EWOULDBLOCK {
+                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+                    // Out of descriptors or memory: the listening socket stays readable, so pause accepting
+                    // briefly instead of spinning on it.
+                    logger.warning(
+                        "accept failed; pausing accepts for 100 ms",
+                        metadata: ["error.message": "\(String(cString: strerror(code)))"]
+                    )
+                    pauseAccepting()
+                } else if code != EAGAIN && code != EWOULDBLOCK {
                     logger.warning("accept failed", metadata: ["error.message": "\(String(cString: strerror(code)))"])
                 }
                 return
@@ -211,6 +220,25 @@ public final class CachetNodeServer: Sendable {
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
             loop.queue.async { loop.register(fd: fd) }
+        }
+    }
+
+    /// Suspends the accept source for 100 ms. Called on the accept queue, like everything that suspends,
+    /// resumes or cancels that source, so a suspended source is always resumed before it is cancelled.
+    private func pauseAccepting() {
+        let paused = state.withLock { state -> Bool in
+            guard let source = state.acceptSource, !state.acceptPaused else { return false }
+            source.suspend()
+            state.acceptPaused = true
+            return true
+        }
+        guard paused else { return }
+        acceptQueue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+            state.withLock { state in
+                guard state.acceptPaused, let source = state.acceptSource else { return }
+                source.resume()
+                state.acceptPaused = false
+            }
         }
     }
 
@@ -241,7 +269,15 @@ public final class CachetNodeServer: Sendable {
             return (state.acceptSource, state.sweepTimer)
         }
         guard let source else { return }
-        acceptQueue.sync { source.cancel() }
+        acceptQueue.sync {
+            state.withLock { state in
+                if state.acceptPaused {
+                    source.resume()
+                    state.acceptPaused = false
+                }
+            }
+            source.cancel()
+        }
         timer?.cancel()
         let group = DispatchGroup()
         for loop in loops {
