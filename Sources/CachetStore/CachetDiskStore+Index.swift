@@ -66,6 +66,23 @@ extension CachetDiskStore {
         }
     }
 
+    /// Checks the index against the files: up to `samples` entries, spread over the whole index, must have
+    /// a file of exactly the recorded size. Cheap (one `stat` each) and catches an index file that outlived
+    /// changes to the directory.
+    static func sampleMatches(_ index: DiskIndex, directory: String, samples: Int = 256) -> Bool {
+        let nodes = index.inRecencyOrder()
+        guard !nodes.isEmpty else { return true }
+        let step = max(1, nodes.count / samples)
+        for position in stride(from: 0, to: nodes.count, by: step) {
+            let node = nodes[position]
+            let hex = node.digest.hex
+            let path = "\(directory)/\(hex.prefix(2))/\(hex.dropFirst(2).prefix(2))/\(hex)"
+            var info = stat()
+            guard stat(path, &info) == 0, Int(info.st_size) == node.fileSize else { return false }
+        }
+        return true
+    }
+
     /// What reading one entry file's header found.
     enum ScannedFile {
         case entry(digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32)

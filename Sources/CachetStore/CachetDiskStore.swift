@@ -77,7 +77,12 @@ public final class CachetDiskStore: Sendable {
         }
 
         var index = DiskIndex()
-        let loaded = Self.loadIndexFile(directory: directory, into: &index)
+        var loaded = Self.loadIndexFile(directory: directory, into: &index)
+        if loaded && !Self.sampleMatches(index, directory: directory) {
+            logger.warning("the index file does not match the entry files; rebuilding the index from the files")
+            index = DiskIndex()
+            loaded = false
+        }
         statistics.indexLoadedFromFile = loaded
         // Without an index file there is something to rebuild only if fan-out directories exist.
         let hasEntryDirectories = DiskFiles.list(directory).contains { $0.utf8.count == 2 }

@@ -123,6 +123,23 @@ struct CachetDiskStoreTests {
         for i in 0..<50 { #expect(reopened.get(key: Array("key\(i)".utf8), now: 1)?.value == jsonLike(500 + i)) }
     }
 
+    @Test func anIndexFileThatDisagreesWithTheFilesIsNotTrusted() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let store = try openStore(directory)
+            for i in 0..<10 { store.put(key: Array("key\(i)".utf8), value: noise(100, seed: UInt64(i)), expiry: 0) }
+            store.close()
+        }
+        // Someone deleted an entry file while the node was down.
+        let victim = try #require(entryFiles(directory).first)
+        try FileManager.default.removeItem(atPath: victim)
+        let store = try openStore(directory)
+        #expect(!store.statistics.indexLoadedFromFile)
+        store.startRecovery()
+        store.waitForRecovery()
+        #expect(store.statistics.items == 9)
+    }
+
     @Test func withoutAnIndexFileTheFilesAreScanned() throws {
         let directory = TemporaryDirectory()
         do {
