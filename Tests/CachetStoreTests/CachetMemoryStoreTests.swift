@@ -3,7 +3,6 @@ import CachetTestSupport
 import Dispatch
 import Testing
 
-
 /// The obvious LRU: a dictionary and an array in recency order (most recent first).
 struct ModelLRU {
     var entries: [[UInt8]: (value: [UInt8], expiry: UInt32)] = [:]
