@@ -2,10 +2,6 @@
 #include "CEpoll.h"
 #include <stdlib.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#include <errno.h>
-#include <time.h>
 
 int cachet_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 
@@ -31,15 +27,6 @@ int cachet_epoll_remove(int epfd, int fd) {
 
 int cachet_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms) {
     return epoll_wait(epfd, events, capacity, timeout_ms);
-}
-
-int cachet_epoll_wait_ns(int epfd, struct epoll_event *events, int capacity, long timeout_ns) {
-#ifdef SYS_epoll_pwait2
-    struct timespec timeout = { .tv_sec = timeout_ns / 1000000000L, .tv_nsec = timeout_ns % 1000000000L };
-    long result = syscall(SYS_epoll_pwait2, epfd, events, capacity, &timeout, NULL, 0);
-    if (result >= 0 || errno != ENOSYS) return (int)result;
-#endif
-    return epoll_wait(epfd, events, capacity, (int)((timeout_ns + 999999L) / 1000000L));
 }
 
 struct epoll_event *cachet_epoll_events_create(int capacity) {

@@ -15,10 +15,6 @@ public struct CachetNodeConfiguration: Sendable {
     public var maximumConnections: Int = 10_000
     /// Serial I/O queues, each with its own epoll set (`--io-queues`).
     public var ioQueueCount: Int = CachetNodeConfiguration.defaultIOQueueCount
-    /// Microseconds an I/O queue keeps polling its epoll set for the next request after a batch, before
-    /// handing the thread back to Dispatch (`--io-linger-us`). Trades idle CPU for fewer thread wake-ups
-    /// at low concurrency; 0 (the default) never lingers.
-    public var ioLingerMicroseconds: Int = 0
     /// Pending reply bytes per connection above which the node stops reading that connection's requests.
     public var outputHighWatermark: Int = 4 << 20
     /// Shards of the memory tier, each with its own lock.
@@ -53,9 +49,6 @@ public struct CachetNodeConfiguration: Sendable {
             throw fail("--max-frame \(maximumPayloadLength) must be between 1 KiB and 4 GiB - 1")
         }
         guard maximumConnections >= 1 else { throw fail("--max-connections must be at least 1") }
-        guard (0...10_000).contains(ioLingerMicroseconds) else {
-            throw fail("--io-linger-us \(ioLingerMicroseconds) must be between 0 and 10000")
-        }
         guard (1...64).contains(ioQueueCount) else {
             throw fail("--io-queues \(ioQueueCount) must be between 1 and 64")
         }

@@ -87,7 +87,6 @@ public final class CachetNodeServer: Sendable {
                         statistics: { statistics.json() }
                     ),
                     outputLimit: configuration.outputHighWatermark,
-                    lingerNanoseconds: configuration.ioLingerMicroseconds * 1000,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
                 )

@@ -29,7 +29,6 @@ final class EventLoop: @unchecked Sendable {
     private var generation: UInt64 = 0
     private let processor: RequestProcessor
     private let outputLimit: Int
-    private let lingerNanoseconds: Int
     private let logger: Logger
     private let onClose: @Sendable () -> Void
     private var draining = false
@@ -43,7 +42,6 @@ final class EventLoop: @unchecked Sendable {
         index: Int,
         processor: RequestProcessor,
         outputLimit: Int,
-        lingerNanoseconds: Int,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
     ) throws(CachetNodeError) {
@@ -60,7 +58,6 @@ final class EventLoop: @unchecked Sendable {
         self.events = cachet_epoll_events_create(eventCapacity)
         self.processor = processor
         self.outputLimit = outputLimit
-        self.lingerNanoseconds = lingerNanoseconds
         var logger = logger
         logger[metadataKey: "io.loop"] = "\(index)"
         self.logger = logger
@@ -101,15 +98,8 @@ final class EventLoop: @unchecked Sendable {
     }
 
     private func drainReadyConnections() {
-        var lingered = 0
         while true {
-            var count = cachet_epoll_wait(epollFD, events, eventCapacity, 0)
-            if count <= 0 && lingerNanoseconds > 0 && lingered < 64 {
-                // Wait briefly for the next request on this thread: cheaper than handing the loop back to
-                // Dispatch and being woken again.
-                lingered += 1
-                count = cachet_epoll_wait_ns(epollFD, events, eventCapacity, lingerNanoseconds)
-            }
+            let count = cachet_epoll_wait(epollFD, events, eventCapacity, 0)
             if count <= 0 { return }
             let now = CachetClock.now()
             for i in 0..<count {

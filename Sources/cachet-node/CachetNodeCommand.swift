@@ -38,9 +38,6 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "I/O queues (each a serial queue with its own epoll set). Default: 1 on 2 cores, cores-1 above.")
     var ioQueues = CachetNodeConfiguration.defaultIOQueueCount
 
-    @Option(help: "Microseconds an I/O queue polls for the next request before yielding its thread (0: never).")
-    var ioLingerUs = 0
-
     @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
     var dataDir = "./cachet-data"
 
@@ -71,7 +68,6 @@ struct CachetNodeCommand: ParsableCommand {
         configuration.port = port
         configuration.maximumConnections = maxConnections
         configuration.ioQueueCount = ioQueues
-        configuration.ioLingerMicroseconds = ioLingerUs
         do throws(CachetNodeError) {
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)

@@ -35,12 +35,8 @@ struct NodeLoadTests {
         }
     }
 
-    @Test(arguments: [0, 200])
-    func twoHundredConcurrentConnections(lingerMicroseconds: Int) throws {
-        try withNode({
-            $0.ioQueueCount = 2
-            $0.ioLingerMicroseconds = lingerMicroseconds
-        }) { server, port in
+    @Test func twoHundredConcurrentConnections() throws {
+        try withNode({ $0.ioQueueCount = 2 }) { server, port in
             let clients = try (0..<200).map { _ in try TestSocket(port: port) }
             let failures = LockedCounter()
             DispatchQueue.concurrentPerform(iterations: clients.count) { index in

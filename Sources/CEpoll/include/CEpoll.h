@@ -27,10 +27,6 @@ int cachet_epoll_remove(int epfd, int fd);
 /// Waits for events. `events` is an opaque array of `capacity` elements made by `cachet_epoll_events_create`.
 int cachet_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms);
 
-/// Like cachet_epoll_wait with a timeout in nanoseconds (epoll_pwait2; falls back to milliseconds, rounded
-/// up, where the kernel lacks it).
-int cachet_epoll_wait_ns(int epfd, struct epoll_event *events, int capacity, long timeout_ns);
-
 /// Allocates and frees an event array (so that Swift never lays out the packed struct itself).
 struct epoll_event *cachet_epoll_events_create(int capacity);
 void cachet_epoll_events_free(struct epoll_event *events);
