@@ -5,6 +5,7 @@
 #   Benchmarks/compare.sh              # 10 s per workload and server
 #   DURATION=3 Benchmarks/compare.sh   # shorter
 #   QUICK=1 Benchmarks/compare.sh      # 2 s each and a 200,000-item memory run: a smoke test
+#   ROUNDS=3 Benchmarks/compare.sh     # every workload 3 times per server, interleaved; medians reported
 #
 # Servers run on CPU 0 and the load generator on CPU 1 (taskset), except memcached -t 2, which gets both
 # CPUs. Persistence is off everywhere (Redis: no RDB/AOF; Cachet: --disk-limit 0). Results (JSON per run)
@@ -13,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-1}
 ITEMS=${ITEMS:-1000000}
 if [ -n "${QUICK:-}" ]; then DURATION=2; ITEMS=200000; fi
 RESULTS=Benchmarks/results/$(date +%Y%m%d-%H%M%S)
@@ -84,19 +86,63 @@ WORKLOADS=(
     "d: 1 MB, 100 keys, 90% GET, 4 conns|--value-size 1000000 --keys 100 --get-ratio 0.9 --connections 4 --pipeline 1"
 )
 
-declare -A OPS P99
+# utime + stime of a process, in clock ticks (all its threads).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICKS=$(getconf CLK_TCK)
+
+# Rounds interleave the servers, so that a noisy minute on the shared machine hits all of them.
+for round in $(seq 1 "$ROUNDS"); do
+    for server in "${SERVERS[@]}"; do
+        for i in "${!WORKLOADS[@]}"; do
+            IFS='|' read -r name flags <<<"${WORKLOADS[$i]}"
+            start_server "$server"
+            out="$RESULTS/$server-$i-$round.json"
+            echo "== round $round, $server: $name" >&2
+            # Prefill first, then measure: every GET of the measured run must hit (its hit ratio says so),
+            # and the server's CPU time is read around the measured run only.
+            # shellcheck disable=SC2086
+            $BENCH_CPU "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --prefill --requests 0 \
+                --quiet --json $flags >/dev/null || echo "   (prefill failed)" >&2
+            cpu_before=$(cpu_ticks "$PID")
+            # shellcheck disable=SC2086
+            $BENCH_CPU "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --quiet --json \
+                --duration "$DURATION" $flags >"$out" || echo "   (exit $?: see $out)" >&2
+            cpu_after=$(cpu_ticks "$PID")
+            echo "$(( cpu_after - cpu_before ))" >"$RESULTS/$server-$i-$round.cpu"
+            kill "$PID"; wait "$PID" 2>/dev/null || true
+        done
+    done
+done
+
+# median FIELD SERVER WORKLOAD: the median over rounds (0 if no run produced it)
+median() {
+    python3 - "$RESULTS" "$2" "$3" "$1" <<'PY'
+import glob, json, statistics, sys
+results, server, workload, field = sys.argv[1:]
+values = []
+for path in glob.glob(f"{results}/{server}-{workload}-*.json"):
+    try:
+        report = json.load(open(path))
+    except Exception:
+        continue
+    if field == "ops":
+        values.append(report["opsPerSecond"])
+    elif field == "p99":
+        values.append(report["latencyMicroseconds"]["p99"])
+    else:  # requests per second of server CPU
+        ticks = int(open(path[: -len(".json")] + ".cpu").read() or 0)
+        if ticks > 0:
+            values.append(report["requests"] / (ticks / int(field.split(":")[1])))
+print(round(statistics.median(values)) if values else 0)
+PY
+}
+
+declare -A OPS P99 EFF
 for server in "${SERVERS[@]}"; do
     for i in "${!WORKLOADS[@]}"; do
-        IFS='|' read -r name flags <<<"${WORKLOADS[$i]}"
-        start_server "$server"
-        out="$RESULTS/$server-$i.json"
-        echo "== $server: $name" >&2
-        # shellcheck disable=SC2086
-        $BENCH_CPU "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --prefill --quiet --json \
-            --duration "$DURATION" $flags >"$out" || echo "   (exit $?: see $out)" >&2
-        OPS[$server,$i]=$(python3 -c "import json;print(round(json.load(open('$out'))['opsPerSecond']))" 2>/dev/null || echo 0)
-        P99[$server,$i]=$(python3 -c "import json;print(round(json.load(open('$out'))['latencyMicroseconds']['p99']))" 2>/dev/null || echo 0)
-        kill "$PID"; wait "$PID" 2>/dev/null || true
+        OPS[$server,$i]=$(median ops "$server" "$i")
+        P99[$server,$i]=$(median p99 "$server" "$i")
+        EFF[$server,$i]=$(median "cpu:$TICKS" "$server" "$i")
     done
 done
 
@@ -116,7 +162,7 @@ done
 
 echo
 echo "Date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r)"
-echo "memcached $(memcached -V | awk '{print $2}'), Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $DURATION s per run"
+echo "memcached $(memcached -V | awk '{print $2}'), Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $DURATION s per run, median of $ROUNDS round(s)"
 echo
 echo "| workload | memcached -t 1 | memcached -t 2 | Redis | Cachet | Cachet / best other |"
 echo "|---|---|---|---|---|---|"
@@ -131,6 +177,12 @@ for i in "${!WORKLOADS[@]}"; do
     row="| $name p99 us"
     for server in "${SERVERS[@]}"; do row="$row | ${P99[$server,$i]}"; done
     echo "$row | |"
+    best=0
+    for server in memcached-t1 memcached-t2 redis; do [ "${EFF[$server,$i]}" -gt "$best" ] && best=${EFF[$server,$i]}; done
+    ratio=$(python3 -c "print('%.2f' % (${EFF[cachet,$i]}/max($best,1)))")
+    row="| $name ops per server CPU-second"
+    for server in "${SERVERS[@]}"; do row="$row | ${EFF[$server,$i]}"; done
+    echo "$row | $ratio |"
 done
 best=999999
 for server in memcached-t1 memcached-t2 redis; do [ "${PERITEM[$server]}" -lt "$best" ] && best=${PERITEM[$server]}; done
