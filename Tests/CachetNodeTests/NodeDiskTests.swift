@@ -247,3 +247,35 @@ struct NodeDiskTests {
         }
     }
 }
+
+@Suite("Node: a full disk queue makes PUTs wait")
+struct NodeDiskQueueTests {
+    @Test func pipelinedPutsWaitForRoomAndNoneIsLost() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({
+            $0.memoryLimit = 1 << 20
+            $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 256 << 20, queueCapacity: 2)
+        }) { _, port in
+            let client = try TestSocket(port: port)
+            // 1,500 PUTs of 2 KiB through a disk queue that holds two writes: most PUTs wait for room.
+            var puts: [UInt8] = []
+            for i in 0..<1500 {
+                CachetCommand.put(key: Array("k\(i)".utf8), value: value(for: i, version: 7, size: 2048), ttl: 0)
+                    .encode(id: UInt32(i), to: &puts)
+            }
+            try client.send(puts)
+            for i in 0..<1500 {
+                let reply = try client.readResponse()
+                #expect(reply.id == UInt32(i) && reply.status == .ok)
+            }
+            try waitForDiskQueue(client)
+            // The memory tier holds a few hundred of them; every one must come back, most from disk.
+            for i in stride(from: 0, to: 1500, by: 7) {
+                #expect(
+                    try client.roundTrip(.get(key: Array("k\(i)".utf8))).body == value(for: i, version: 7, size: 2048)
+                )
+            }
+            #expect(try stats(client)["disk_items"] as? Int == 1500)
+        }
+    }
+}

@@ -1,4 +1,5 @@
 import CachetStore
+import CachetTestSupport
 import CachetWire
 import Testing
 
@@ -125,5 +126,34 @@ struct RequestProcessorTests {
         #expect(RequestProcessor.expiry(ttl: 0, now: 1_000) == 0)
         #expect(RequestProcessor.expiry(ttl: 60, now: 1_000) == 1_060)
         #expect(RequestProcessor.expiry(ttl: .max, now: 1_000) == .max)
+    }
+}
+
+@Suite("Request processor: random bytes")
+struct RequestProcessorFuzzTests {
+    @Test(arguments: [1, 2, 3, 4])
+    func randomInputNeverTrapsAndAlwaysAnswersOrAsksToClose(seed: UInt64) throws {
+        var random = SplitMix64(state: seed)
+        for _ in 0..<2_000 {
+            var harness = ProcessorHarness(maximumPayloadLength: 4096)
+            // Half the time a plausible header with a random length and opcode, otherwise pure noise.
+            var bytes: [UInt8] = []
+            if random.next() % 2 == 0 {
+                let length = UInt32(random.next() % 64)
+                bytes += withUnsafeBytes(of: length.bigEndian, Array.init)
+                bytes += [UInt8(random.next() % 3), UInt8(random.next() % 9)]
+            }
+            bytes += (0..<Int(random.next() % 80)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            let result = harness.feed(bytes)
+            let replies = try harness.takeReplies()
+            switch result {
+            case .closeAfterReply:
+                #expect(replies.last?.id == 0 && replies.last?.opcode == CachetOpcode.none)
+            case .needMoreBytes, .outputFull:
+                #expect(replies.allSatisfy { $0.version == 1 })
+            case .suspended:
+                Issue.record("a node without a disk tier never suspends")
+            }
+        }
     }
 }
