@@ -107,6 +107,7 @@ public final class CachetNodeServer: Sendable {
     @discardableResult
     public func start() throws(CachetNodeError) -> Int {
         signal(SIGPIPE, SIG_IGN)
+        raiseDescriptorLimit()
         let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
@@ -139,6 +140,26 @@ public final class CachetNodeServer: Sendable {
             ]
         )
         return port
+    }
+
+    /// Raises the soft limit on open descriptors towards the hard limit so that `--max-connections` can be
+    /// reached, and warns when it still cannot.
+    private func raiseDescriptorLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        let wanted = rlim_t(configuration.maximumConnections + 64)
+        if limit.rlim_cur < wanted && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = min(wanted, limit.rlim_max)
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+        if limit.rlim_cur < wanted {
+            logger.warning(
+                "the open-file limit is below --max-connections; raise it (ulimit -n) or lower the flag",
+                metadata: [
+                    "limit.nofile": "\(limit.rlim_cur)", "node.max_connections": "\(configuration.maximumConnections)",
+                ]
+            )
+        }
     }
 
     private static func listen(host: String, port: Int) throws(CachetNodeError) -> (Int32, Int) {
