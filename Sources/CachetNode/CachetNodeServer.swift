@@ -13,7 +13,7 @@ import Glibc
 ///
 /// Lifecycle: ``init(configuration:logger:)`` builds nothing that runs; ``start()`` binds and starts
 /// serving; ``shutdown(timeout:)`` stops accepting, lets every connection finish the requests it has sent,
-/// and returns once they are closed. ``runUntilTerminated()`` does the last on SIGTERM or SIGINT.
+/// and returns once they are closed. ``run(until:)`` does the last on SIGTERM or SIGINT.
 public final class CachetNodeServer: Sendable {
     /// The software version reported by STATS.
     public static let version = "0.1.0"
@@ -318,21 +318,11 @@ public final class CachetNodeServer: Sendable {
         logger.info("node stopped")
     }
 
-    /// Blocks until SIGTERM or SIGINT arrives, then shuts down gracefully.
-    public func runUntilTerminated() {
-        let signals = DispatchQueue(label: "cachet.signals")
-        let semaphore = DispatchSemaphore(value: 0)
-        var sources: [any DispatchSourceSignal] = []
-        for number in [SIGTERM, SIGINT] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: signals)
-            source.setEventHandler { semaphore.signal() }
-            source.activate()
-            sources.append(source)
-        }
-        semaphore.wait()
+    /// Blocks until `signals` reports SIGTERM or SIGINT, then shuts down gracefully.
+    /// - Parameter signals: termination signals, installed before the node announced itself.
+    public func run(until signals: CachetTerminationSignals) {
+        signals.wait()
         logger.info("termination signal received; draining connections")
         shutdown()
-        for source in sources { source.cancel() }
     }
 }

@@ -84,10 +84,13 @@ struct CachetNodeCommand: ParsableCommand {
                 configuration.disk = disk
             }
             let server = try CachetNodeServer(configuration: configuration, logger: logger)
+            // Catch SIGTERM/SIGINT before announcing the port, so that a signal sent right after the
+            // announcement is never lost.
+            let signals = CachetTerminationSignals.install()
             let boundPort = try server.start()
             print("cachet-node listening on \(host):\(boundPort)")
             fflush(nil)
-            server.runUntilTerminated()
+            server.run(until: signals)
         } catch {
             throw ValidationError(error.description)
         }
