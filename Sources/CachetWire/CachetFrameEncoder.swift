@@ -3,6 +3,10 @@
 public enum CachetFrameEncoder {
     /// Writes the 4-byte length prefix and the 8-byte header (12 bytes) at `pointer`.
     ///
+    /// A payload longer than the format's 4294967295-byte ceiling is announced as exactly that ceiling,
+    /// which any node refuses as TOO_LARGE before reading the payload, rather than as a shorter length
+    /// that would let the payload's tail be read as further frames.
+    ///
     /// - Parameters:
     ///   - pointer: where to write; must have room for ``CachetProtocol/frameOverhead`` bytes.
     ///   - bodyLength: bytes of body that will follow the header.
@@ -14,7 +18,7 @@ public enum CachetFrameEncoder {
         header: CachetFrameHeader
     ) {
         pointer.storeBytes(
-            of: UInt32(truncatingIfNeeded: CachetProtocol.headerSize + bodyLength).bigEndian,
+            of: UInt32(clamping: CachetProtocol.headerSize + bodyLength).bigEndian,
             as: UInt32.self
         )
         pointer.storeBytes(of: header.version, toByteOffset: 4, as: UInt8.self)
@@ -91,6 +95,10 @@ public enum CachetCommand: Hashable, Sendable {
 
     /// Appends this command as a request frame.
     ///
+    /// A key longer than 65535 bytes cannot be described by the 16-bit `key_len`; it is announced as
+    /// 65535 bytes, which any node refuses as TOO_LARGE (keys are at most 4096 bytes), so the request
+    /// fails instead of being read as a shorter key followed by the rest of the bytes.
+    ///
     /// - Parameters:
     ///   - id: the request id the response will echo.
     ///   - output: the buffer to append to.
@@ -104,7 +112,7 @@ public enum CachetCommand: Hashable, Sendable {
                 to: &output
             )
             CachetFrameEncoder.appendBigEndian(ttl, to: &output)
-            CachetFrameEncoder.appendBigEndian(UInt16(truncatingIfNeeded: key.count), to: &output)
+            CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
             output.append(contentsOf: key)
             output.append(contentsOf: value)
         case .get(let key), .delete(let key):
@@ -113,7 +121,7 @@ public enum CachetCommand: Hashable, Sendable {
                 bodyLength: CachetProtocol.keyBodyPrefixSize + key.count,
                 to: &output
             )
-            CachetFrameEncoder.appendBigEndian(UInt16(truncatingIfNeeded: key.count), to: &output)
+            CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
             output.append(contentsOf: key)
         case .clear, .stats, .ping:
             CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: 0, to: &output)

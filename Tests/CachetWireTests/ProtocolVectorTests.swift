@@ -2,133 +2,149 @@ import CachetTestSupport
 import CachetWire
 import Testing
 
-/// What decoding one request frame of a stream produced.
-enum DecodedRequest: Equatable {
-    case command(CachetCommand, bytes: [UInt8])
-    case bodyError(CachetWireError, header: CachetFrameHeader)
-    case framingError(CachetWireError)
-}
-
-/// Decodes a request stream as a node would: whole frames, in order; a framing error ends the stream.
-/// Returns the results and the number of bytes left over (a partial frame).
-func decodeRequests(_ stream: [UInt8]) -> ([DecodedRequest], leftover: Int) {
-    stream.withUnsafeBytes { buffer in
-        var results: [DecodedRequest] = []
-        var offset = 0
-        while true {
-            let frame: CachetFrame?
-            do throws(CachetWireError) {
-                frame = try CachetFrameDecoder.decodeFrame(in: buffer, at: offset)
-            } catch {
-                results.append(.framingError(error))
-                return (results, 0)
-            }
-            guard let frame else { return (results, buffer.count - offset) }
-            do throws(CachetWireError) {
-                let command = try CachetCommand.decode(frame: frame, in: buffer)
-                results.append(.command(command, bytes: Array(buffer[offset..<frame.end])))
-            } catch {
-                results.append(.bodyError(error, header: frame.header))
-            }
-            offset = frame.end
-        }
-    }
-}
-
-/// Feeds `stream` in chunks of the given sizes, as bytes would arrive from a socket, keeping a partial
-/// frame until its end arrives; returns what was decoded.
-func decodeInChunks(_ stream: [UInt8], sizes: (Int) -> Int) -> [DecodedRequest] {
-    var results: [DecodedRequest] = []
-    var pending: [UInt8] = []
-    var position = 0
-    var chunkIndex = 0
-    while position < stream.count {
-        let size = min(sizes(chunkIndex), stream.count - position)
-        chunkIndex += 1
-        pending += stream[position..<(position + size)]
-        position += size
-        let (decoded, leftover) = decodeRequests(pending)
-        results += decoded
-        if case .framingError = decoded.last { return results }
-        pending = Array(pending.suffix(leftover))
-    }
-    return results
-}
-
-@Suite("Protocol vectors")
+@Suite("Protocol vectors against the codec")
 struct ProtocolVectorTests {
     static let vectors = ProtocolVector.loadAll()
 
-    @Test func vectorsArePresent() {
-        #expect(Self.vectors.count >= 20)
-        for required in ["ping", "put-get", "stats", "payload-too-large", "truncated-frame", "unknown-opcode"] {
-            #expect(Self.vectors.contains { $0.name == required }, "missing \(required).vector")
+    /// The vectors the specification promises, one per opcode and per error class.
+    static let required = [
+        "put-get", "get-missing", "del", "del-missing", "clear", "stats", "ping", "put-with-ttl", "empty-value",
+        "binary-key", "pipelined", "unknown-opcode", "unsupported-version", "empty-key", "key-too-long",
+        "body-shorter-than-key", "trailing-bytes-after-key", "nonempty-ping-body", "payload-too-short",
+        "payload-too-large", "truncated-frame",
+    ]
+
+    @Test func everyRequiredVectorIsPresent() {
+        let names = Set(Self.vectors.map(\.name))
+        for name in Self.required {
+            #expect(names.contains(name), "Protocol/vectors/\(name).vector is missing")
         }
     }
 
+    /// Each request decodes to what its reply says: OK and NOT_FOUND replies answer a command that
+    /// re-encodes to the exact bytes sent; error replies carry the thrown error's status and message,
+    /// echo the header (or opcode 0 and id 0 for framing errors), and are followed by `! close` exactly
+    /// when the error closes the connection.
     @Test(arguments: vectors)
     func requestsDecodeAsTheRepliesSay(_ vector: ProtocolVector) throws {
-        let (decoded, _) = decodeRequests(vector.sentBytes)
-        let replies = vector.steps.compactMap { step -> [UInt8]? in
-            switch step {
-            case .expect(let bytes): return bytes
-            case .expectHeader(let header): return [0, 0, 0, 8] + header
-            default: return nil
-            }
-        }
+        let decoded = decodeRequests(vector.sentBytes)
+        let replies = vector.expectedReplies
         try #require(
-            decoded.count == replies.count,
-            "\(vector.name): \(decoded.count) requests, \(replies.count) replies"
+            decoded.requests.count == replies.count,
+            "\(vector.name): \(decoded.requests.count) requests, \(replies.count) replies"
         )
-        let closes = vector.steps.contains(.close)
-        for (request, replyBytes) in zip(decoded, replies) {
-            let reply = try #require(try replyBytes.withUnsafeBytes { try CachetResponse.decode(from: $0) }).response
+        for (request, expected) in zip(decoded.requests, replies) {
+            let header = expected.header
+            let version = header[0]
+            let opcode = CachetOpcode(rawValue: header[1])
+            let status = CachetStatus(rawValue: UInt16(header[2]) << 8 | UInt16(header[3]))
+            let id = header[4...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            #expect(version == CachetProtocol.version, "\(vector.name): replies are version 1")
             switch request {
             case .command(let command, let bytes):
-                #expect(
-                    reply.status == .ok || reply.status == .notFound,
-                    "\(vector.name): \(command) answered \(reply.status)"
-                )
-                #expect(reply.opcode == command.opcode)
-                // Flags are reserved: the typed command does not carry them, so compare with them zeroed.
-                var withoutFlags = bytes
-                withoutFlags[6] = 0
-                withoutFlags[7] = 0
-                #expect(command.encoded(id: reply.id) == withoutFlags, "\(vector.name): re-encoding differs")
-            case .bodyError(let error, let header):
-                #expect(reply.status == error.status, "\(vector.name): \(error)")
-                #expect(reply.bodyText == error.message)
-                #expect(reply.opcode == header.opcode && reply.id == header.id)
-                #expect(!error.closesConnection)
+                #expect(status == .ok || status == .notFound, "\(vector.name): \(command.opcode) answered \(status)")
+                #expect(opcode == command.opcode)
+                #expect(!expected.closesAfter, "\(vector.name): a valid request is not followed by a close")
+                // The command carries no flags: re-encoding gives the bytes sent with the flags zeroed,
+                // which are the bytes sent unless a vector shows reserved flags being ignored.
+                var flagsZeroed = bytes
+                flagsZeroed[6] = 0
+                flagsZeroed[7] = 0
+                #expect(command.encoded(id: id) == flagsZeroed, "\(vector.name): re-encoding differs")
+                if vector.name != "reserved-flags" {
+                    #expect(bytes == flagsZeroed, "\(vector.name): requests send flags 0")
+                }
+                if case .exact(let reply) = expected.match {
+                    checkOKBody(of: command, status: status, body: Array(reply.dropFirst(12)), in: vector)
+                }
+            case .bodyError(let error, let requestHeader):
+                #expect(status == error.status, "\(vector.name): \(error)")
+                #expect(opcode == requestHeader.opcode && id == requestHeader.id, "\(vector.name): header echoed")
+                #expect(!error.closesConnection && !expected.closesAfter, "\(vector.name): stays open")
+                #expect(expected.match == .exact(replyBytes(opcode, error, id: id)), "\(vector.name): \(error)")
             case .framingError(let error):
-                #expect(reply.status == error.status)
-                #expect(reply.bodyText == error.message)
-                #expect(reply.opcode == .none && reply.id == 0)
-                #expect(error.closesConnection && closes)
+                #expect(status == error.status, "\(vector.name): \(error)")
+                #expect(opcode == .none && id == 0, "\(vector.name): framing errors carry opcode 0 and id 0")
+                #expect(error.closesConnection && expected.closesAfter, "\(vector.name): closes after the reply")
+                #expect(expected.match == .exact(replyBytes(.none, error, id: 0)), "\(vector.name): \(error)")
             }
+        }
+        // A close that follows no fatal reply is the node seeing the client's end of stream.
+        if let close = vector.steps.firstIndex(of: .close), !(replies.last?.closesAfter ?? false) {
+            #expect(vector.steps[..<close].contains(.shutdown), "\(vector.name): the node closes for no reason")
         }
     }
 
+    private func replyBytes(_ opcode: CachetOpcode, _ error: CachetWireError, id: UInt32) -> [UInt8] {
+        CachetResponse(opcode: opcode, status: error.status, id: id, body: Array(error.message.utf8)).encoded
+    }
+
+    private func checkOKBody(of command: CachetCommand, status: CachetStatus, body: [UInt8], in vector: ProtocolVector)
+    {
+        switch (command, status) {
+        case (.clear, .ok):
+            #expect(body.count == CachetProtocol.clearReplySize, "\(vector.name): CLEAR reply is 16 bytes")
+        case (.get, .ok):
+            break  // the value
+        default:
+            #expect(body.isEmpty, "\(vector.name): \(command.opcode) \(status) has an empty body")
+        }
+    }
+
+    /// Every `<` line is one whole response frame that decodes and re-encodes to exactly its bytes.
     @Test(arguments: vectors)
     func repliesRoundTripExactly(_ vector: ProtocolVector) throws {
         for step in vector.steps {
             guard case .expect(let bytes) = step else { continue }
-            let (reply, end) = try #require(try bytes.withUnsafeBytes { try CachetResponse.decode(from: $0) })
-            #expect(end == bytes.count)
+            let decoded = try bytes.withUnsafeBytes { try CachetResponse.decode(from: $0) }
+            let (reply, end) = try #require(decoded, "\(vector.name): \(ProtocolVector.hex(bytes)) is not whole")
+            #expect(end == bytes.count, "\(vector.name): one frame per '<' line")
+            #expect(reply.version == CachetProtocol.version)
             #expect(reply.encoded == bytes)
+            if reply.opcode == .clear && reply.status == .ok {
+                #expect(try CachetClearResult(decoding: reply.body).encoded == reply.body)
+            }
         }
     }
 
+    /// The request stream decodes the same whole, one byte at a time, at every chunk size up to 64 (and
+    /// a few larger ones up to the whole stream), and in seeded random chunks.
     @Test(arguments: vectors)
     func everyChunkingDecodesTheSame(_ vector: ProtocolVector) {
         let stream = vector.sentBytes
-        let whole = decodeRequests(stream).0
-        for size in 1...min(64, max(1, stream.count)) {
-            #expect(decodeInChunks(stream, sizes: { _ in size }) == whole, "\(vector.name) in chunks of \(size)")
+        let whole = decodeRequests(stream)
+        var sizes = Array(1...max(1, min(64, stream.count)))
+        sizes += [100, 1000, 4096, stream.count - 1, stream.count].filter { $0 > 64 && $0 <= stream.count }
+        for size in sizes {
+            #expect(ChunkedReceiver.feed(stream, sizes: { _ in size }) == whole, "\(vector.name) in chunks of \(size)")
         }
-        var random = SplitMix64(state: UInt64(stream.count))
-        for _ in 0..<20 {
-            #expect(decodeInChunks(stream, sizes: { _ in Int(random.next() % 40) + 1 }) == whole)
+        for seed in UInt64(1)...20 {
+            var random = SplitMix64(state: seed)
+            let chunked = ChunkedReceiver.feed(stream, sizes: { _ in Int(random.next() % 97) + 1 })
+            #expect(chunked == whole, "\(vector.name) in random chunks, seed \(seed)")
+        }
+    }
+
+    /// The whole script, replayed through ``ProtocolVector/replay(on:)`` against a node made of the codec
+    /// and a dictionary: values come back, CLEAR counts, errors answer, closes happen where written.
+    @Test(arguments: vectors)
+    func replaysAgainstACodecModelNode(_ vector: ProtocolVector) throws {
+        let node = CodecModelNode()
+        try vector.replay(on: node)
+        #expect(!node.closed || vector.closes, "\(vector.name): the model closed without a '! close' line")
+    }
+
+    /// Whatever a vector leaves unread is a frame cut short, which only `truncated-frame` has.
+    @Test(arguments: vectors)
+    func onlyTheTruncatedFrameVectorLeavesBytesUnread(_ vector: ProtocolVector) {
+        let stream = vector.sentBytes
+        let decoded = decodeRequests(stream)
+        let fatal = decoded.requests.contains { if case .framingError = $0 { true } else { false } }
+        if vector.name == "truncated-frame" {
+            #expect(decoded.consumed < stream.count)
+            #expect(vector.steps.suffix(2) == [.shutdown, .close])
+        } else if !fatal {
+            #expect(decoded.consumed == stream.count, "\(vector.name): \(stream.count - decoded.consumed) bytes unread")
         }
     }
 }
