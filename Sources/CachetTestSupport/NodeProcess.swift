@@ -50,17 +50,26 @@ public final class NodeProcess {
     ///   - arguments: extra command-line arguments.
     ///   - timeout: seconds to wait for the listening line.
     /// - Throws: ``NodeProcessError`` when it exits or stays silent.
-    public init(arguments: [String] = [], timeout: Double = 20) throws {
+    ///   - launcher: a command that runs the node, such as `["/usr/bin/prlimit", "--nofile=64"]`; empty
+    ///     runs it directly.
+    public init(arguments: [String] = [], timeout: Double = 20, launcher: [String] = []) throws {
         logDirectory = TemporaryDirectory(prefix: "cachet-node-log")
         logPath = logDirectory.appending("node.log")
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         process = Process()
-        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-node"))
         var arguments = arguments
         if !arguments.contains("--data-dir") {
             arguments += ["--data-dir", logDirectory.appending("data")]
         }
-        process.arguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
+        let node = BuiltProducts.path(of: "cachet-node")
+        let nodeArguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
+        if let program = launcher.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(launcher.dropFirst()) + [node] + nodeArguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: node)
+            process.arguments = nodeArguments
+        }
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: logPath)

@@ -84,6 +84,41 @@ struct NodeProcessTests {
         #expect(node.stop() == 0)
     }
 
+    /// CPU seconds a process has used (user and system, all threads).
+    static func cpuSeconds(of pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // Fields after the command: state is 0, utime is 11, stime is 12.
+        let ticks = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit"), "prlimit is not installed"))
+    func outOfDescriptorsTheNodeNeitherSpinsNorStops() throws {
+        // 32 descriptors: a few for the process itself, then connections until accept fails with EMFILE.
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"], launcher: ["/usr/bin/prlimit", "--nofile=32"])
+        var clients: [TestSocket] = []
+        for _ in 0..<40 { clients.append(try node.connect()) }
+        Thread.sleep(forTimeInterval: 0.3)
+        let before = Self.cpuSeconds(of: node.process.processIdentifier)
+        Thread.sleep(forTimeInterval: 1)
+        let spent = Self.cpuSeconds(of: node.process.processIdentifier) - before
+        #expect(spent < 0.5, "the node used \(spent) s of CPU in 1 s while out of descriptors")
+        #expect(node.log.contains("pausing accepts"))
+        // The first connections are served; once some close, waiting ones are accepted and served too.
+        #expect(try clients[0].roundTrip(.ping).status == .ok)
+        for client in clients.prefix(20) { client.close() }
+        clients.removeFirst(20)
+        var served = false
+        for _ in 0..<50 where !served {
+            if let reply = try? clients.last!.roundTrip(.ping), reply.status == .ok { served = true }
+        }
+        #expect(served)
+        #expect(node.stop() == 0)
+    }
+
     @Test func rejectsBadFlagsWithAClearMessage() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-node"))
