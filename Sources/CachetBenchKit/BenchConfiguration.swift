@@ -1,28 +1,31 @@
 /// What a load run does. Field names follow the `cachet-bench` flags.
-public struct BenchConfiguration: Sendable {
-    /// Servers to load, as host and port; keys are spread over them by index.
-    public var targets: [(host: String, port: Int)] = [("127.0.0.1", 7420)]
+public struct BenchConfiguration: Sendable, Hashable {
+    /// Servers to load. With more than one, every key belongs to one of them (by a hash of the key) and
+    /// is only ever sent to that one; connections are spread over them evenly.
+    public var targets: [BenchTarget] = [BenchTarget(host: "127.0.0.1", port: BenchProtocol.cachet.defaultPort)]
     /// The protocol spoken.
     public var protocolKind: BenchProtocol = .cachet
-    /// Connections in all, spread over the threads.
+    /// Connections in all, spread over the targets and the threads.
     public var connections = 50
     /// Requests in flight per connection.
     public var pipeline = 1
     /// Distinct keys.
     public var keys = 100_000
-    /// Bytes per key (`key:` and a zero-padded index; at least wide enough for the index).
+    /// Bytes per key wanted: `key:` and a zero-padded index, widened where the largest index needs it.
     public var keySize = 14
     /// Bytes per value.
     public var valueSize = 100
     /// Share of requests that are reads (0 to 1).
     public var getRatio = 0.9
-    /// Seconds to run; nil runs until `requests` are done.
+    /// Seconds to measure; nil measures until `requests` are done.
     public var duration: Double? = 10
-    /// Requests to send in all; nil runs for `duration`.
+    /// Requests to measure in all; nil measures for `duration`. 0 measures nothing (with `prefill`: a fill).
     public var requests: Int? = nil
+    /// Seconds of load before measuring, not counted in the latency or throughput.
+    public var warmup: Double = 0
     /// How keys are drawn.
     public var distribution: BenchDistribution = .uniform
-    /// Write every key once before measuring, so that every read must hit.
+    /// Write every key once before measuring, so that every read must hit with the right length.
     public var prefill = false
     /// Load threads, each with its own epoll loop.
     public var threads = 1
@@ -33,29 +36,65 @@ public struct BenchConfiguration: Sendable {
     public init() {}
 
     /// Checks the values, naming the flag at fault.
-    /// - Throws: ``BenchError``.
+    /// - Throws: ``BenchError`` with code `invalidConfiguration`.
     public func validate() throws(BenchError) {
-        func fail(_ text: String) -> BenchError { BenchError(message: text) }
+        func fail(_ text: String) -> BenchError { BenchError(.invalidConfiguration, text) }
         guard !targets.isEmpty else { throw fail("no server to load: give --host/--port or --cluster") }
-        guard connections >= 1 else { throw fail("--connections must be at least 1") }
+        for target in targets where !(1...65535).contains(target.port) {
+            throw fail("port \(target.port) of \(target.host) is not between 1 and 65535")
+        }
+        guard connections >= 1 && connections <= 100_000 else {
+            throw fail("--connections must be between 1 and 100000")
+        }
         guard pipeline >= 1 && pipeline <= 4096 else { throw fail("--pipeline must be between 1 and 4096") }
-        guard keys >= 1 else { throw fail("--keys must be at least 1") }
-        guard valueSize >= 0 && valueSize <= 512 << 20 else { throw fail("--value-size must be between 0 and 512 MiB") }
-        guard (0...1).contains(getRatio) else { throw fail("--get-ratio must be between 0 and 1") }
-        guard threads >= 1 && threads <= connections else {
-            throw fail("--threads must be between 1 and --connections")
+        guard keys >= 1 && keys <= 100_000_000 else { throw fail("--keys must be between 1 and 100000000") }
+        guard keySize >= 1 && keySize <= 250 else {
+            throw fail("--key-size must be between 1 and 250 (memcached's limit)")
+        }
+        guard valueSize >= 0 && valueSize <= 512 << 20 else {
+            throw fail("--value-size must be between 0 and 536870912 (512 MiB)")
+        }
+        guard getRatio.isFinite && (0...1).contains(getRatio) else { throw fail("--get-ratio must be between 0 and 1") }
+        guard threads >= 1 && threads <= 256 else { throw fail("--threads must be between 1 and 256") }
+        guard connections >= threads * targets.count else {
+            throw fail(
+                "--connections \(connections) is fewer than --threads \(threads) x \(targets.count) server(s): "
+                    + "every thread needs a connection to every server"
+            )
         }
         guard duration != nil || requests != nil else { throw fail("give --duration or --requests") }
-        if let duration, duration <= 0 { throw fail("--duration must be positive") }
+        if let duration, !(duration.isFinite && duration > 0 && duration <= 86_400) {
+            throw fail("--duration must be more than 0 and at most 86400 seconds")
+        }
         if let requests, requests < 0 { throw fail("--requests must not be negative") }
+        guard warmup.isFinite && warmup >= 0 && warmup <= 3_600 else {
+            throw fail("--warmup must be between 0 and 3600 seconds")
+        }
     }
 
-    /// The bytes of key `index`: `key:` followed by the index, zero-padded to `keySize`.
+    /// Digits of the zero-padded index in every key.
+    public var keyDigits: Int { max(keySize - 4, decimalLength(max(keys - 1, 0))) }
+
+    /// Bytes of every key: all keys have the same length.
+    public var keyLength: Int { 4 + keyDigits }
+
+    /// The bytes of key `index`: `key:` and the index, zero-padded to ``keyDigits``.
     /// - Parameter index: the key's index.
     /// - Returns: the key.
     public func key(_ index: Int) -> [UInt8] {
-        let digits = String(index)
-        let width = max(keySize - 4, digits.utf8.count)
-        return Array(("key:" + String(repeating: "0", count: width - digits.utf8.count) + digits).utf8)
+        [UInt8](unsafeUninitializedCapacity: keyLength) { buffer, count in
+            count = BenchConfiguration.writeKey(
+                index,
+                digits: keyDigits,
+                to: UnsafeMutableRawPointer(buffer.baseAddress!)
+            )
+        }
+    }
+
+    /// Writes `key:` and `index` zero-padded to `digits` digits; returns the bytes written.
+    static func writeKey(_ index: Int, digits: Int, to destination: UnsafeMutableRawPointer) -> Int {
+        var offset = put("key:", at: destination, 0)
+        for _ in 0..<(digits - decimalLength(index)) { offset = put("0", at: destination, offset) }
+        return putDecimal(index, at: destination, offset)
     }
 }

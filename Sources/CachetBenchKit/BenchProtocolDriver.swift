@@ -1,7 +1,5 @@
-import CachetWire
-
 /// The outcome of one reply, as the load generator counts it.
-public enum BenchReply: Equatable, Sendable {
+public enum BenchReply: Hashable, Sendable {
     /// A write was acknowledged.
     case stored
     /// A read found a value of this many bytes.
@@ -12,77 +10,142 @@ public enum BenchReply: Equatable, Sendable {
     case error
 }
 
-/// The wire protocol a load generator speaks: requests appended to a reusable buffer, replies parsed
-/// incrementally (a reply may arrive split across reads). Implementations hold no per-request state.
+/// The wire protocol a load generator speaks.
+///
+/// Requests are written into memory the caller provides (at least ``requestLengthBound(keyLength:valueLength:)``
+/// bytes), so that the hot path neither allocates nor retains. Replies are parsed incrementally with the
+/// single-step contract of the codecs: `nil` means the reply has not fully arrived (nothing is consumed),
+/// a thrown error means the stream cannot be trusted. Implementations hold no per-request state, and
+/// the load generator uses them generically, never as existentials.
 public protocol BenchProtocolDriver: Sendable {
-    /// Appends a read of `key`.
-    func appendGet(key: [UInt8], to output: inout [UInt8])
-    /// Appends a write of `value` under `key`.
-    func appendSet(key: [UInt8], value: [UInt8], to output: inout [UInt8])
+    /// The most bytes a GET or SET of these lengths takes.
+    /// - Parameters:
+    ///   - keyLength: bytes of the key.
+    ///   - valueLength: bytes of the value.
+    /// - Returns: an upper bound of the request's length.
+    func requestLengthBound(keyLength: Int, valueLength: Int) -> Int
+
+    /// Writes a read of `key`.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - destination: where to write; has room for ``requestLengthBound(keyLength:valueLength:)`` bytes.
+    /// - Returns: the bytes written.
+    func writeGet(key: UnsafeRawBufferPointer, to destination: UnsafeMutableRawPointer) -> Int
+
+    /// Writes a write of `value` under `key`.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - value: the value.
+    ///   - destination: where to write; has room for ``requestLengthBound(keyLength:valueLength:)`` bytes.
+    /// - Returns: the bytes written.
+    func writeSet(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, to destination: UnsafeMutableRawPointer)
+        -> Int
+
     /// Parses the reply starting at `offset`.
+    /// - Parameters:
+    ///   - buffer: the bytes received so far.
+    ///   - offset: where the reply starts.
     /// - Returns: the reply and the offset after it, or nil when it has not fully arrived.
-    /// - Throws: ``BenchError`` when the bytes are not a reply of this protocol.
+    /// - Throws: ``BenchError`` with code `malformedReply` when the bytes are not a reply of this protocol.
     func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
         reply: BenchReply, end: Int
     )?
 }
 
+extension BenchProtocolDriver {
+    /// A GET request as bytes (for tests and tools; the load loop writes in place).
+    /// - Parameter key: the key.
+    /// - Returns: the request.
+    public func getRequest(key: [UInt8]) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: requestLengthBound(keyLength: key.count, valueLength: 0)) {
+            buffer,
+            count in
+            count = key.withUnsafeBytes { writeGet(key: $0, to: UnsafeMutableRawPointer(buffer.baseAddress!)) }
+        }
+    }
+
+    /// A SET request as bytes (for tests and tools; the load loop writes in place).
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - value: the value.
+    /// - Returns: the request.
+    public func setRequest(key: [UInt8], value: [UInt8]) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: requestLengthBound(keyLength: key.count, valueLength: value.count)) {
+            buffer,
+            count in
+            count = key.withUnsafeBytes { key in
+                value.withUnsafeBytes { value in
+                    writeSet(key: key, value: value, to: UnsafeMutableRawPointer(buffer.baseAddress!))
+                }
+            }
+        }
+    }
+}
+
 /// Which protocol to speak.
 public enum BenchProtocol: String, Sendable, CaseIterable {
-    /// Cachet's binary protocol.
+    /// Cachet's binary protocol (`Protocol/PROTOCOL.md`).
     case cachet
     /// memcached's text protocol (get/set).
     case memcache
     /// Redis' RESP (GET/SET).
     case resp
+
+    /// The server's usual port.
+    public var defaultPort: Int {
+        switch self {
+        case .cachet: return 7420
+        case .memcache: return 11211
+        case .resp: return 6379
+        }
+    }
 }
 
-/// Cachet protocol v1: binary frames.
-public struct CachetDriver: BenchProtocolDriver {
-    /// Creates a driver.
-    public init() {}
+// MARK: - Helpers shared by the text protocols
 
-    /// Appends a GET frame (id 0: replies are matched by order).
-    public func appendGet(key: [UInt8], to output: inout [UInt8]) {
-        CachetFrameEncoder.appendPrefixAndHeader(
-            header: CachetFrameHeader(opcode: .get, word: 0, id: 0),
-            bodyLength: 2 + key.count,
-            to: &output
-        )
-        CachetFrameEncoder.appendBigEndian(UInt16(key.count), to: &output)
-        output.append(contentsOf: key)
-    }
+/// Copies `bytes` to `destination + offset`; returns the offset after them.
+@inline(__always)
+func put(_ bytes: UnsafeRawBufferPointer, at destination: UnsafeMutableRawPointer, _ offset: Int) -> Int {
+    if bytes.count > 0 { (destination + offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+    return offset + bytes.count
+}
 
-    /// Appends a PUT frame without TTL.
-    public func appendSet(key: [UInt8], value: [UInt8], to output: inout [UInt8]) {
-        CachetFrameEncoder.appendPrefixAndHeader(
-            header: CachetFrameHeader(opcode: .put, word: 0, id: 0),
-            bodyLength: 6 + key.count + value.count,
-            to: &output
-        )
-        CachetFrameEncoder.appendBigEndian(UInt32(0), to: &output)
-        CachetFrameEncoder.appendBigEndian(UInt16(key.count), to: &output)
-        output.append(contentsOf: key)
-        output.append(contentsOf: value)
-    }
+/// Writes the ASCII of a static string; returns the offset after it.
+@inline(__always)
+func put(_ text: StaticString, at destination: UnsafeMutableRawPointer, _ offset: Int) -> Int {
+    (destination + offset).copyMemory(from: text.utf8Start, byteCount: text.utf8CodeUnitCount)
+    return offset + text.utf8CodeUnitCount
+}
 
-    /// Parses one reply frame.
-    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
-        reply: BenchReply, end: Int
-    )? {
-        let frame: CachetFrame?
-        do {
-            frame = try CachetFrameDecoder.decodeFrame(in: buffer, at: offset, maximumPayloadLength: Int(UInt32.max))
-        } catch {
-            throw BenchError(message: "invalid Cachet reply: \(error.message)")
-        }
-        guard let frame else { return nil }
-        switch frame.header.status {
-        case .ok: return (frame.header.opcode == .get ? .hit(length: frame.body.count) : .stored, frame.end)
-        case .notFound: return (.miss, frame.end)
-        default: return (.error, frame.end)
-        }
+/// Writes `value` (not negative) in decimal; returns the offset after it.
+@inline(__always)
+func putDecimal(_ value: Int, at destination: UnsafeMutableRawPointer, _ offset: Int) -> Int {
+    var digits = 1
+    var rest = value / 10
+    while rest > 0 {
+        digits += 1
+        rest /= 10
     }
+    var remaining = value
+    var index = offset + digits - 1
+    while index >= offset {
+        destination.storeBytes(of: UInt8(0x30 + remaining % 10), toByteOffset: index, as: UInt8.self)
+        remaining /= 10
+        index -= 1
+    }
+    return offset + digits
+}
+
+/// Decimal digits of `value` (not negative).
+@inline(__always)
+func decimalLength(_ value: Int) -> Int {
+    var digits = 1
+    var rest = value / 10
+    while rest > 0 {
+        digits += 1
+        rest /= 10
+    }
+    return digits
 }
 
 /// Finds `\r\n` at or after `from`; returns the index of `\r`.
@@ -96,134 +159,40 @@ func findLineEnd(_ buffer: UnsafeRawBufferPointer, from: Int) -> Int? {
     return nil
 }
 
-/// Parses a decimal number in `buffer[range]`; nil if it is not one.
+/// Whether `buffer[offset...]` starts with `text`.
+@inline(__always)
+func matches(_ buffer: UnsafeRawBufferPointer, at offset: Int, _ text: StaticString) -> Bool {
+    let count = text.utf8CodeUnitCount
+    guard offset + count <= buffer.count else { return false }
+    for index in 0..<count where buffer[offset + index] != text.utf8Start[index] { return false }
+    return true
+}
+
+/// Parses a decimal number in `buffer[range]` with an optional leading `-`; nil if it is not one or
+/// has more than 18 digits.
 @inline(__always)
 func parseDecimal(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>) -> Int? {
-    guard !range.isEmpty else { return nil }
-    var negative = false
+    var start = range.lowerBound
+    let negative = start < range.upperBound && buffer[start] == UInt8(ascii: "-")
+    if negative { start += 1 }
+    guard start < range.upperBound && range.upperBound - start <= 18 else { return nil }
     var value = 0
-    for index in range {
+    for index in start..<range.upperBound {
         let byte = buffer[index]
-        if index == range.lowerBound && byte == UInt8(ascii: "-") {
-            negative = true
-            continue
-        }
         guard byte >= 0x30 && byte <= 0x39 else { return nil }
         value = value * 10 + Int(byte - 0x30)
     }
     return negative ? -value : value
 }
 
-@inline(__always)
-func appendDecimal(_ value: Int, to output: inout [UInt8]) {
-    if value >= 10 { appendDecimal(value / 10, to: &output) }
-    output.append(UInt8(0x30 + value % 10))
-}
-
-/// memcached's text protocol.
-public struct MemcacheDriver: BenchProtocolDriver {
-    /// Creates a driver.
-    public init() {}
-
-    /// Appends `get KEY\r\n`.
-    public func appendGet(key: [UInt8], to output: inout [UInt8]) {
-        output.append(contentsOf: [0x67, 0x65, 0x74, 0x20])  // "get "
-        output.append(contentsOf: key)
-        output.append(contentsOf: [0x0d, 0x0a])
+/// The first bytes of a line, printable, for error messages.
+func excerpt(_ buffer: UnsafeRawBufferPointer, from offset: Int) -> String {
+    let end = min(buffer.count, offset + 40)
+    var text = ""
+    for index in offset..<end {
+        let byte = buffer[index]
+        if byte == 0x0d || byte == 0x0a { break }
+        text.unicodeScalars.append(byte >= 0x20 && byte < 0x7f ? Unicode.Scalar(byte) : "?")
     }
-
-    /// Appends `set KEY 0 0 N\r\nVALUE\r\n`.
-    public func appendSet(key: [UInt8], value: [UInt8], to output: inout [UInt8]) {
-        output.append(contentsOf: [0x73, 0x65, 0x74, 0x20])  // "set "
-        output.append(contentsOf: key)
-        output.append(contentsOf: [0x20, 0x30, 0x20, 0x30, 0x20])  // " 0 0 "
-        appendDecimal(value.count, to: &output)
-        output.append(contentsOf: [0x0d, 0x0a])
-        output.append(contentsOf: value)
-        output.append(contentsOf: [0x0d, 0x0a])
-    }
-
-    /// Parses `STORED`, `END`, `VALUE key flags bytes\r\ndata\r\nEND`, or an error line.
-    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
-        reply: BenchReply, end: Int
-    )? {
-        guard let lineEnd = findLineEnd(buffer, from: offset) else { return nil }
-        let first = buffer[offset]
-        let length = lineEnd - offset
-        if first == UInt8(ascii: "S") && length == 6 && buffer[offset + 1] == UInt8(ascii: "T") {
-            return (.stored, lineEnd + 2)
-        }  // STORED
-        if first == UInt8(ascii: "E") && length == 3 { return (.miss, lineEnd + 2) }  // END
-        if first == UInt8(ascii: "V") && length > 6 {
-            // VALUE <key> <flags> <bytes>
-            var space = lineEnd - 1
-            while space > offset && buffer[space] != 0x20 { space -= 1 }
-            guard let length = parseDecimal(buffer, (space + 1)..<lineEnd), length >= 0 else {
-                throw BenchError(message: "invalid memcached VALUE line")
-            }
-            let dataEnd = lineEnd + 2 + length
-            guard buffer.count >= dataEnd + 7 else { return nil }  // data \r\n END\r\n
-            return (.hit(length: length), dataEnd + 7)
-        }
-        return (.error, lineEnd + 2)
-    }
-}
-
-/// Redis' RESP.
-public struct RESPDriver: BenchProtocolDriver {
-    /// Creates a driver.
-    public init() {}
-
-    private func appendBulk(_ bytes: [UInt8], to output: inout [UInt8]) {
-        output.append(UInt8(ascii: "$"))
-        appendDecimal(bytes.count, to: &output)
-        output.append(contentsOf: [0x0d, 0x0a])
-        output.append(contentsOf: bytes)
-        output.append(contentsOf: [0x0d, 0x0a])
-    }
-
-    /// Appends `GET key` as an array of bulk strings.
-    public func appendGet(key: [UInt8], to output: inout [UInt8]) {
-        output.append(contentsOf: Array("*2\r\n$3\r\nGET\r\n".utf8))
-        appendBulk(key, to: &output)
-    }
-
-    /// Appends `SET key value` as an array of bulk strings.
-    public func appendSet(key: [UInt8], value: [UInt8], to output: inout [UInt8]) {
-        output.append(contentsOf: Array("*3\r\n$3\r\nSET\r\n".utf8))
-        appendBulk(key, to: &output)
-        appendBulk(value, to: &output)
-    }
-
-    /// Parses `+OK`, `$N\r\ndata\r\n`, `$-1`, or `-ERR`.
-    public func parseReply(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws(BenchError) -> (
-        reply: BenchReply, end: Int
-    )? {
-        guard let lineEnd = findLineEnd(buffer, from: offset) else { return nil }
-        switch buffer[offset] {
-        case UInt8(ascii: "+"): return (.stored, lineEnd + 2)
-        case UInt8(ascii: "-"): return (.error, lineEnd + 2)
-        case UInt8(ascii: "$"):
-            guard let length = parseDecimal(buffer, (offset + 1)..<lineEnd) else {
-                throw BenchError(message: "invalid RESP bulk length")
-            }
-            if length < 0 { return (.miss, lineEnd + 2) }
-            let end = lineEnd + 2 + length + 2
-            guard buffer.count >= end else { return nil }
-            return (.hit(length: length), end)
-        default:
-            throw BenchError(message: "unexpected RESP reply type 0x\(String(buffer[offset], radix: 16))")
-        }
-    }
-}
-
-/// An error of the load generator.
-public struct BenchError: Error, Sendable, CustomStringConvertible {
-    /// What went wrong.
-    public var message: String
-    /// Creates an error.
-    /// - Parameter message: what went wrong.
-    public init(message: String) { self.message = message }
-    /// The message.
-    public var description: String { message }
+    return text
 }

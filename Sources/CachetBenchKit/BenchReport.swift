@@ -1,8 +1,9 @@
 import Foundation
 
-/// What a run measured.
+/// What a run measured. Its JSON form (``json``) is the machine interface of `cachet-bench --json`:
+/// snake_case keys, latencies in microseconds.
 public struct BenchReport: Codable, Sendable, Equatable {
-    /// Latency percentiles in microseconds.
+    /// Latency percentiles in microseconds (reply received minus request sent).
     public struct Latency: Codable, Sendable, Equatable {
         /// Median.
         public var p50: Double
@@ -16,44 +17,107 @@ public struct BenchReport: Codable, Sendable, Equatable {
         public var mean: Double
     }
 
-    /// The protocol spoken.
-    public var protocolName: String
+    /// The run's settings.
+    public struct Settings: Codable, Sendable, Equatable {
+        /// Connections in all.
+        public var connections: Int
+        /// Requests in flight per connection.
+        public var pipeline: Int
+        /// Load threads.
+        public var threads: Int
+        /// Distinct keys.
+        public var keys: Int
+        /// Bytes per key.
+        public var keySize: Int
+        /// Bytes per value.
+        public var valueSize: Int
+        /// Share of reads.
+        public var getRatio: Double
+        /// `uniform` or `zipf`.
+        public var distribution: String
+        /// Whether every key was written before measuring.
+        public var prefill: Bool
+        /// Seconds of unmeasured load before measuring.
+        public var warmupSeconds: Double
+        /// Seconds asked for, if any.
+        public var durationSeconds: Double?
+        /// Requests asked for, if any.
+        public var requests: Int?
+        /// Random seed.
+        public var seed: UInt64
+
+        enum CodingKeys: String, CodingKey {
+            case connections, pipeline, threads, keys, distribution, prefill, requests, seed
+            case keySize = "key_size"
+            case valueSize = "value_size"
+            case getRatio = "get_ratio"
+            case warmupSeconds = "warmup_seconds"
+            case durationSeconds = "duration_seconds"
+        }
+    }
+
+    /// The prefill phase: every key written once.
+    public struct Prefill: Codable, Sendable, Equatable {
+        /// Writes acknowledged.
+        public var requests: Int
+        /// Seconds it took.
+        public var seconds: Double
+        /// Writes per second.
+        public var opsPerSecond: Double
+        /// Error replies (such as out of memory): keys that are not there.
+        public var errors: Int
+
+        enum CodingKeys: String, CodingKey {
+            case requests, seconds, errors
+            case opsPerSecond = "ops_per_sec"
+        }
+    }
+
+    /// The protocol spoken: `cachet`, `memcache` or `resp`.
+    public var `protocol`: String
     /// The servers loaded, as `host:port`.
     public var targets: [String]
-    /// Connections, pipeline depth, threads.
-    public var connections: Int
-    /// Requests in flight per connection.
-    public var pipeline: Int
-    /// Load threads.
-    public var threads: Int
-    /// Bytes per value.
-    public var valueSize: Int
-    /// Distinct keys.
-    public var keys: Int
-    /// Share of reads.
-    public var getRatio: Double
-    /// Key distribution.
-    public var distribution: String
+    /// The run's settings.
+    public var config: Settings
     /// Seconds measured.
     public var durationSeconds: Double
     /// Replies received while measuring.
     public var requests: Int
-    /// Replies per second.
+    /// Replies per second while measuring.
     public var opsPerSecond: Double
     /// Reads that found a value.
     public var hits: Int
     /// Reads that found nothing.
     public var misses: Int
-    /// hits / (hits + misses).
+    /// hits / (hits + misses); 0 without reads.
     public var hitRatio: Double
-    /// Error replies.
+    /// Error replies while measuring.
     public var errors: Int
-    /// Replies that contradict what was written (after --prefill: a miss, or a value of the wrong length).
+    /// Replies that contradict the request or, after a prefill, what was written: a miss, a value of
+    /// the wrong length, or a reply of the wrong kind.
     public var verificationErrors: Int
-    /// Request latency.
-    public var latencyMicroseconds: Latency
+    /// Request latency while measuring.
+    public var latencyUs: Latency
+    /// CPU seconds (user and system) the load generator itself used while measuring: near
+    /// `duration_seconds x threads` means the load generator, not the server, set the pace.
+    public var clientCPUSeconds: Double
+    /// The prefill, when there was one.
+    public var prefill: Prefill?
 
-    /// One JSON object, keys sorted.
+    enum CodingKeys: String, CodingKey {
+        case `protocol`, targets, config, requests, hits, misses, errors, prefill
+        case durationSeconds = "duration_seconds"
+        case opsPerSecond = "ops_per_sec"
+        case hitRatio = "hit_ratio"
+        case verificationErrors = "verification_errors"
+        case latencyUs = "latency_us"
+        case clientCPUSeconds = "client_cpu_seconds"
+    }
+
+    /// Whether the run saw error replies or verification errors (`cachet-bench` then exits with 1).
+    public var hasErrors: Bool { errors > 0 || verificationErrors > 0 || (prefill?.errors ?? 0) > 0 }
+
+    /// One JSON object on one line, keys sorted.
     public var json: String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
@@ -62,35 +126,74 @@ public struct BenchReport: Codable, Sendable, Equatable {
 
     /// A short human summary.
     public var summary: String {
-        func format(_ value: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", value) }
-        return """
-            \(protocolName) \(targets.joined(separator: ",")): \(connections) connections x pipeline \(pipeline), \
-            \(threads) thread(s), \(valueSize) B values, \(keys) keys (\(distribution)), \(Int(getRatio * 100))% GET
-              \(format(opsPerSecond, 0)) ops/s over \(format(durationSeconds)) s (\(requests) requests)
-              latency us: p50 \(format(latencyMicroseconds.p50, 1))  p99 \(format(latencyMicroseconds.p99, 1))  \
-            p99.9 \(format(latencyMicroseconds.p999, 1))  max \(format(latencyMicroseconds.max, 1))
-              hit ratio \(format(hitRatio * 100, 2))%  errors \(errors)  verification errors \(verificationErrors)
-            """
+        func format(_ value: Double, _ digits: Int = 1) -> String { String(format: "%.\(digits)f", value) }
+        var lines = [
+            "\(`protocol`) \(targets.joined(separator: ",")): \(config.connections) connections x pipeline "
+                + "\(config.pipeline), \(config.threads) thread(s), \(config.valueSize) B values, \(config.keys) keys "
+                + "(\(config.distribution)), \(Int((config.getRatio * 100).rounded()))% GET"
+        ]
+        if let prefill {
+            lines.append(
+                "  prefill: \(prefill.requests) writes in \(format(prefill.seconds, 2)) s "
+                    + "(\(format(prefill.opsPerSecond, 0)) ops/s), errors \(prefill.errors)"
+            )
+        }
+        if requests > 0 || config.requests != 0 {
+            let cpu = durationSeconds > 0 ? clientCPUSeconds / durationSeconds * 100 : 0
+            lines += [
+                "  \(format(opsPerSecond, 0)) ops/s over \(format(durationSeconds, 2)) s (\(requests) requests); "
+                    + "client CPU \(format(cpu, 0))% of one core",
+                "  latency us: p50 \(format(latencyUs.p50))  p99 \(format(latencyUs.p99))  "
+                    + "p99.9 \(format(latencyUs.p999))  max \(format(latencyUs.max))",
+                "  hit ratio \(format(hitRatio * 100, 2))%  errors \(errors)  verification errors \(verificationErrors)",
+            ]
+        }
+        return lines.joined(separator: "\n")
     }
 }
 
 /// One second's progress, for the live line.
-public struct BenchProgress: Sendable {
-    /// Seconds since measuring started.
+public struct BenchProgress: Sendable, Equatable {
+    /// Seconds since the phase started.
     public var elapsed: Double
-    /// Replies in the last second.
+    /// Replies per second over the last interval.
     public var opsPerSecond: Double
-    /// Hit ratio so far.
+    /// 99th percentile latency over the last interval, in microseconds; nil when nothing was measured.
+    public var p99Microseconds: Double?
+    /// Hit ratio of the phase so far.
     public var hitRatio: Double
-    /// Errors so far (error replies and verification errors).
+    /// Error replies and verification errors of the phase so far.
     public var errors: Int
     /// Whether this is the prefill phase.
     public var prefilling: Bool
+    /// Whether this is the warm-up (not measured).
+    public var warmingUp: Bool
 
-    /// `[3s] 152340 ops/s  hits 99.8%  errors 0`.
+    /// Creates a progress report.
+    public init(
+        elapsed: Double,
+        opsPerSecond: Double,
+        p99Microseconds: Double?,
+        hitRatio: Double,
+        errors: Int,
+        prefilling: Bool = false,
+        warmingUp: Bool = false
+    ) {
+        self.elapsed = elapsed
+        self.opsPerSecond = opsPerSecond
+        self.p99Microseconds = p99Microseconds
+        self.hitRatio = hitRatio
+        self.errors = errors
+        self.prefilling = prefilling
+        self.warmingUp = warmingUp
+    }
+
+    /// `[3s] 152340 ops/s  p99 0.41 ms  hits 99.8%  errors 0`.
     public var line: String {
-        let phase = prefilling ? " prefill" : ""
-        return
-            "[\(Int(elapsed.rounded()))s\(phase)] \(Int(opsPerSecond)) ops/s  hits \(String(format: "%.1f", hitRatio * 100))%  errors \(errors)"
+        let phase = prefilling ? " prefill" : warmingUp ? " warmup" : ""
+        var text = "[\(Int(elapsed.rounded()))s\(phase)] \(Int(opsPerSecond.rounded())) ops/s"
+        if let p99Microseconds { text += "  p99 " + String(format: "%.2f", p99Microseconds / 1000) + " ms" }
+        if !prefilling { text += "  hits " + String(format: "%.1f", hitRatio * 100) + "%" }
+        return text + "  errors \(errors)"
     }
 }

@@ -1,15 +1,24 @@
 import Dispatch
 import Foundation
+import Histogram
 import Synchronization
 
-/// Runs a load: connects, optionally prefills, measures, and reports.
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs a load: connects, optionally prefills and warms up, measures, and reports.
 public enum CachetBench {
-    /// Runs `configuration` and reports.
+    /// Runs `configuration` on `configuration.threads` threads of its own and reports.
+    ///
+    /// With `requests` 0 and `prefill`, it only writes every key once (a fill, as for memory
+    /// measurements); the report's `prefill` says how it went.
     /// - Parameters:
     ///   - configuration: what to run.
-    ///   - progress: called about once a second from the calling thread.
+    ///   - progress: called about once a second, on the calling thread.
     /// - Returns: the measurements.
-    /// - Throws: ``BenchError`` for a bad configuration, a refused connection, or a broken server.
+    /// - Throws: ``BenchError`` for a bad configuration, a refused connection, or a server that closed a
+    ///   connection or broke the protocol.
     public static func run(
         _ configuration: BenchConfiguration,
         progress: (BenchProgress) -> Void = { _ in }
@@ -27,125 +36,172 @@ public enum CachetBench {
         driver: Driver,
         progress: (BenchProgress) -> Void
     ) throws(BenchError) -> BenchReport {
-        let keys = (0..<configuration.keys).map { configuration.key($0) }
-        var value = [UInt8](repeating: 0, count: configuration.valueSize)
-        for index in value.indices { value[index] = UInt8(0x61 + index % 26) }
+        signal(SIGPIPE, SIG_IGN)
+        let data = BenchDataSet(configuration: configuration)
         let chooser = KeyChooser(count: configuration.keys, distribution: configuration.distribution)
+        let requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
 
-        // Connections, spread over the targets and then over the threads.
-        var perThread = [[BenchConnection]](repeating: [], count: configuration.threads)
+        // Connection i goes to server i % servers and to thread (i / servers) % threads, so that every
+        // thread has a connection to every server.
+        let serverCount = configuration.targets.count
+        var perThread = [[BenchConnectionState]](repeating: [], count: configuration.threads)
+        func closeAll() { for states in perThread { for state in states { state.close() } } }
         for index in 0..<configuration.connections {
-            let target = configuration.targets[index % configuration.targets.count]
-            let fd = try openConnection(host: target.host, port: target.port)
-            perThread[index % configuration.threads].append(BenchConnection(fd: fd, pipeline: configuration.pipeline))
+            let target = index % serverCount
+            let fd: Int32
+            do {
+                fd = try openConnection(to: configuration.targets[target])
+            } catch {
+                closeAll()
+                throw error
+            }
+            perThread[(index / serverCount) % configuration.threads].append(
+                BenchConnectionState(
+                    fd: fd,
+                    target: target,
+                    pipeline: configuration.pipeline,
+                    requestBound: requestBound
+                )
+            )
         }
-        let connections = ConnectionsBox(perThread)
+        let threads = perThread.enumerated().map { thread, states in
+            BenchLoadThread(connections: states, seed: configuration.seed &+ UInt64(thread) &* 0x9E37_79B9_7F4A_7C15)
+        }
 
-        func phase(_ make: @escaping @Sendable (Int) -> WorkerPhase, verify: Bool, prefilling: Bool) throws(BenchError)
-            -> (WorkerResult, Double)
-        {
-            let counters = (0..<configuration.threads).map { _ in WorkerCounters() }
+        /// Runs one phase on every thread, calling `progress` once a second meanwhile.
+        func phase(
+            prefilling: Bool,
+            warmingUp: Bool,
+            _ work: (Int) -> WorkerPhase
+        ) throws(BenchError) -> (result: WorkerResult, seconds: Double, cpuSeconds: Double) {
+            for thread in threads { thread.counters.reset() }
             let results = Mutex<[WorkerResult]>([])
             let group = DispatchGroup()
-            let start = Date()
-            for thread in 0..<configuration.threads {
-                let worker = LoadWorker(
-                    driver: driver,
-                    configuration: configuration,
-                    keys: keys,
-                    value: value,
-                    chooser: chooser,
-                    counters: counters[thread],
-                    verify: verify
-                )
+            let cpuBefore = processCPUSeconds()
+            let start = monotonicNanoseconds()
+            for (index, thread) in threads.enumerated() {
+                let work = work(index)
                 group.enter()
-                let seed = configuration.seed &+ UInt64(thread) &* 0x9E37_79B9
                 Thread.detachNewThread {
-                    let result = worker.run(
-                        connections: connections.connections[thread],
-                        phase: make(thread),
-                        seed: seed
+                    var loop = LoadLoop(
+                        driver: driver,
+                        data: data,
+                        chooser: chooser,
+                        configuration: configuration,
+                        thread: thread
                     )
+                    let result = loop.run(work)
                     results.withLock { $0.append(result) }
                     group.leave()
                 }
             }
             var lastReplies = 0
-            var lastTime = Date()
+            var lastTime = start
             while group.wait(timeout: .now() + 1) == .timedOut {
-                let now = Date()
-                let replies = counters.reduce(0) { $0 + $1.replies.load(ordering: .relaxed) }
-                let hits = counters.reduce(0) { $0 + $1.hits.load(ordering: .relaxed) }
-                let misses = counters.reduce(0) { $0 + $1.misses.load(ordering: .relaxed) }
-                let errors = counters.reduce(0) { $0 + $1.errors.load(ordering: .relaxed) }
+                let now = monotonicNanoseconds()
+                var replies = 0
+                var hits = 0
+                var misses = 0
+                var errors = 0
+                var recent = makeLatencyHistogram()
+                for thread in threads {
+                    replies += thread.counters.replies.load(ordering: .relaxed)
+                    hits += thread.counters.hits.load(ordering: .relaxed)
+                    misses += thread.counters.misses.load(ordering: .relaxed)
+                    errors += thread.counters.errors.load(ordering: .relaxed)
+                    errors += thread.counters.verificationErrors.load(ordering: .relaxed)
+                    thread.counters.recent.withLock {
+                        recent.add($0)
+                        $0.reset()
+                    }
+                }
                 progress(
                     BenchProgress(
-                        elapsed: now.timeIntervalSince(start),
-                        opsPerSecond: Double(replies - lastReplies) / now.timeIntervalSince(lastTime),
+                        elapsed: Double(now - start) / 1e9,
+                        opsPerSecond: Double(replies - lastReplies) / (Double(now - lastTime) / 1e9),
+                        p99Microseconds: recent.totalCount > 0 ? Double(recent.valueAtPercentile(99)) / 1000 : nil,
                         hitRatio: hits + misses > 0 ? Double(hits) / Double(hits + misses) : 0,
                         errors: errors,
-                        prefilling: prefilling
+                        prefilling: prefilling,
+                        warmingUp: warmingUp
                     )
                 )
                 lastReplies = replies
                 lastTime = now
             }
-            let elapsed = Date().timeIntervalSince(start)
+            let seconds = Double(monotonicNanoseconds() - start) / 1e9
+            let cpuSeconds = processCPUSeconds() - cpuBefore
             var merged = WorkerResult()
-            for result in results.withLock({ $0 }) {
-                merged.histogram.add(result.histogram)
-                merged.replies += result.replies
-                merged.hits += result.hits
-                merged.misses += result.misses
-                merged.errors += result.errors
-                merged.verificationErrors += result.verificationErrors
-                if let failure = result.failure { throw BenchError(message: failure) }
-            }
-            return (merged, elapsed)
+            for result in results.withLock({ $0 }) { merged.add(result) }
+            if let failure = merged.failure { throw failure }
+            return (merged, seconds, cpuSeconds)
         }
 
+        var prefillReport: BenchReport.Prefill?
         if configuration.prefill {
-            let threads = configuration.threads
-            let total = configuration.keys
-            _ = try phase(
-                { thread in
-                    let share = (total + threads - 1) / threads
-                    return .prefill((thread * share)..<min(total, (thread + 1) * share))
-                },
-                verify: false,
-                prefilling: true
+            // Each server's keys are split evenly over the threads.
+            let threadCount = configuration.threads
+            let (result, seconds, _) = try phase(prefilling: true, warmingUp: false) { thread in
+                .prefill(
+                    positions: (0..<serverCount).map { server in
+                        let total = data.keyCount(ofTarget: server)
+                        return (total * thread / threadCount)..<(total * (thread + 1) / threadCount)
+                    }
+                )
+            }
+            prefillReport = BenchReport.Prefill(
+                requests: result.replies,
+                seconds: seconds,
+                opsPerSecond: seconds > 0 ? Double(result.replies) / seconds : 0,
+                errors: result.errors + result.verificationErrors
             )
         }
 
-        let measured: WorkerResult
-        let elapsed: Double
-        if configuration.requests == 0 {
-            (measured, elapsed) = (WorkerResult(), 0)
-        } else {
+        if configuration.warmup > 0 && configuration.requests != 0 {
+            let deadline = monotonicNanoseconds() + UInt64(configuration.warmup * 1e9)
+            _ = try phase(prefilling: false, warmingUp: true) { _ in
+                .measure(deadline: deadline, budget: nil, record: false)
+            }
+        }
+
+        var measured = WorkerResult()
+        var elapsed = 0.0
+        var cpuSeconds = 0.0
+        if configuration.requests != 0 {
             let deadline = configuration.duration.map { monotonicNanoseconds() + UInt64($0 * 1e9) }
-            let threads = configuration.threads
+            let threadCount = configuration.threads
             let budget = configuration.requests
-            (measured, elapsed) = try phase(
-                { thread in
-                    .measure(deadline: deadline, budget: budget.map { $0 / threads + (thread < $0 % threads ? 1 : 0) })
-                },
-                verify: configuration.prefill,
-                prefilling: false
-            )
+            (measured, elapsed, cpuSeconds) = try phase(prefilling: false, warmingUp: false) { thread in
+                .measure(
+                    deadline: deadline,
+                    budget: budget.map { $0 / threadCount + (thread < $0 % threadCount ? 1 : 0) },
+                    record: true
+                )
+            }
         }
 
         let histogram = measured.histogram
-        func micro(_ nanoseconds: UInt64) -> Double { Double(nanoseconds) / 1000 }
+        func microseconds(_ percentile: Double) -> Double {
+            histogram.totalCount > 0 ? Double(histogram.valueAtPercentile(percentile)) / 1000 : 0
+        }
         return BenchReport(
-            protocolName: configuration.protocolKind.rawValue,
-            targets: configuration.targets.map { "\($0.host):\($0.port)" },
-            connections: configuration.connections,
-            pipeline: configuration.pipeline,
-            threads: configuration.threads,
-            valueSize: configuration.valueSize,
-            keys: configuration.keys,
-            getRatio: configuration.getRatio,
-            distribution: configuration.distribution.rawValue,
+            protocol: configuration.protocolKind.rawValue,
+            targets: configuration.targets.map(\.description),
+            config: BenchReport.Settings(
+                connections: configuration.connections,
+                pipeline: configuration.pipeline,
+                threads: configuration.threads,
+                keys: configuration.keys,
+                keySize: data.keyLength,
+                valueSize: configuration.valueSize,
+                getRatio: configuration.getRatio,
+                distribution: configuration.distribution.rawValue,
+                prefill: configuration.prefill,
+                warmupSeconds: configuration.warmup,
+                durationSeconds: configuration.duration,
+                requests: configuration.requests,
+                seed: configuration.seed
+            ),
             durationSeconds: elapsed,
             requests: measured.replies,
             opsPerSecond: elapsed > 0 ? Double(measured.replies) / elapsed : 0,
@@ -155,20 +211,23 @@ public enum CachetBench {
                 ? Double(measured.hits) / Double(measured.hits + measured.misses) : 0,
             errors: measured.errors,
             verificationErrors: measured.verificationErrors,
-            latencyMicroseconds: BenchReport.Latency(
-                p50: histogram.totalCount > 0 ? micro(histogram.valueAtPercentile(50)) : 0,
-                p99: histogram.totalCount > 0 ? micro(histogram.valueAtPercentile(99)) : 0,
-                p999: histogram.totalCount > 0 ? micro(histogram.valueAtPercentile(99.9)) : 0,
-                max: histogram.totalCount > 0 ? micro(histogram.max) : 0,
+            latencyUs: BenchReport.Latency(
+                p50: microseconds(50),
+                p99: microseconds(99),
+                p999: microseconds(99.9),
+                max: histogram.totalCount > 0 ? Double(histogram.max) / 1000 : 0,
                 mean: histogram.totalCount > 0 ? histogram.mean / 1000 : 0
-            )
+            ),
+            clientCPUSeconds: cpuSeconds,
+            prefill: prefillReport
         )
     }
 }
 
-/// The connections of every thread. `@unchecked Sendable`: each inner array is handed to exactly one
-/// worker thread per phase, and phases never overlap.
-final class ConnectionsBox: @unchecked Sendable {
-    let connections: [[BenchConnection]]
-    init(_ connections: [[BenchConnection]]) { self.connections = connections }
+/// User and system CPU seconds of this process so far.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    _ = getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }

@@ -6,321 +6,398 @@ import Synchronization
 import Glibc
 #endif
 
-/// Counters one worker publishes for the progress line (relaxed atomics, added once per batch).
+/// A latency histogram in nanoseconds, from 1 ns to 60 s, three significant digits.
+func makeLatencyHistogram() -> Histogram<UInt64> {
+    Histogram<UInt64>(
+        lowestDiscernibleValue: 1,
+        highestTrackableValue: 60_000_000_000,
+        numberOfSignificantValueDigits: .three
+    )
+}
+
+/// What one load thread publishes for the progress line: counters added once per batch, and the
+/// latencies of the last moments, handed over a few times a second.
 final class WorkerCounters: Sendable {
     let replies = Atomic<Int>(0)
     let hits = Atomic<Int>(0)
     let misses = Atomic<Int>(0)
     let errors = Atomic<Int>(0)
+    let verificationErrors = Atomic<Int>(0)
+    let recent = Mutex(makeLatencyHistogram())
+
+    /// Zeroes everything before a phase.
+    func reset() {
+        replies.store(0, ordering: .relaxed)
+        hits.store(0, ordering: .relaxed)
+        misses.store(0, ordering: .relaxed)
+        errors.store(0, ordering: .relaxed)
+        verificationErrors.store(0, ordering: .relaxed)
+        recent.withLock { $0.reset() }
+    }
 }
 
-/// What one worker measured.
+/// What one load thread measured in one phase.
 struct WorkerResult: Sendable {
-    var histogram = Histogram<UInt64>(
-        lowestDiscernibleValue: 1,
-        highestTrackableValue: 60_000_000_000,
-        numberOfSignificantValueDigits: .three
-    )
+    var histogram = makeLatencyHistogram()
     var replies = 0
     var hits = 0
     var misses = 0
     var errors = 0
     var verificationErrors = 0
-    var failure: String?
-}
+    var failure: BenchError?
 
-@inline(__always)
-func monotonicNanoseconds() -> UInt64 {
-    var time = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &time)
-    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-}
-
-/// One connection of a worker: reusable buffers and a ring of in-flight send times.
-final class BenchConnection {
-    let fd: Int32
-    var output: [UInt8] = []
-    var sent = 0
-    var input: [UInt8]
-    var inputStart = 0
-    var inputEnd = 0
-    var sendTimes: [UInt64]
-    var isRead: [Bool]
-    var ringHead = 0
-    var inFlight = 0
-    var writeInterest = false
-
-    init(fd: Int32, pipeline: Int) {
-        self.fd = fd
-        input = [UInt8](repeating: 0, count: 256 * 1024)
-        sendTimes = [UInt64](repeating: 0, count: pipeline)
-        isRead = [Bool](repeating: false, count: pipeline)
-        output.reserveCapacity(64 * 1024)
-    }
-
-    deinit { close(fd) }
-
-    func push(sentAt time: UInt64, read: Bool) {
-        let slot = (ringHead + inFlight) % sendTimes.count
-        sendTimes[slot] = time
-        isRead[slot] = read
-        inFlight += 1
-    }
-
-    func pop() -> (time: UInt64, read: Bool) {
-        let entry = (sendTimes[ringHead], isRead[ringHead])
-        ringHead = (ringHead + 1) % sendTimes.count
-        inFlight -= 1
-        return entry
+    mutating func add(_ other: WorkerResult) {
+        histogram.add(other.histogram)
+        replies += other.replies
+        hits += other.hits
+        misses += other.misses
+        errors += other.errors
+        verificationErrors += other.verificationErrors
+        if failure == nil { failure = other.failure }
     }
 }
 
-/// Opens a non-blocking TCP connection with TCP_NODELAY.
-func openConnection(host: String, port: Int) throws(BenchError) -> Int32 {
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
-    guard inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address.sin_addr) == 1 else {
-        throw BenchError(message: "'\(host)' is not an IPv4 address")
-    }
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard fd >= 0 else { throw BenchError(message: "socket failed: \(String(cString: strerror(errno)))") }
-    let result = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+/// What a load thread does in one phase.
+enum WorkerPhase: Sendable {
+    /// Write every key of `positions[target]` (positions in that server's key list) once.
+    case prefill(positions: [Range<Int>])
+    /// Random reads and writes until `deadline` (monotonic ns) or `budget` requests; latencies are
+    /// recorded when `record` is set (not while warming up).
+    case measure(deadline: UInt64?, budget: Int?, record: Bool)
+}
+
+/// One load thread's connections and epoll set. Its memory is plain structs behind pointers, so that the
+/// event loop touches no reference counts.
+///
+/// `@unchecked Sendable`: the object is created on the calling thread, then handed to exactly one load
+/// thread per phase (phases never overlap), and closed on the calling thread after the last phase.
+final class BenchLoadThread: @unchecked Sendable {
+    let connections: UnsafeMutableBufferPointer<BenchConnectionState>
+    let epoll: Int32
+    let events: UnsafeMutablePointer<epoll_event>
+    let eventCapacity: Int32 = 256
+    let counters = WorkerCounters()
+    var random: BenchRandom
+
+    /// Takes ownership of `connections` and registers them for reading.
+    init(connections states: [BenchConnectionState], seed: UInt64) {
+        connections = .allocate(capacity: states.count)
+        _ = connections.initialize(from: states)
+        epoll = cachet_epoll_create()
+        events = cachet_epoll_events_create(eventCapacity)
+        random = BenchRandom(seed: seed)
+        for index in connections.indices {
+            _ = cachet_epoll_add(epoll, connections[index].fd, cachet_EPOLLIN, UInt64(index))
         }
     }
-    guard result == 0 else {
-        let message = String(cString: strerror(errno))
-        close(fd)
-        throw BenchError(message: "cannot connect to \(host):\(port): \(message)")
+
+    deinit {
+        for connection in connections { connection.close() }
+        connections.deallocate()
+        cachet_epoll_events_free(events)
+        _ = close(epoll)
     }
-    var one: Int32 = 1
-    setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-    return fd
 }
 
-/// The phase a worker runs.
-enum WorkerPhase {
-    /// Write keys `range` once each.
-    case prefill(Range<Int>)
-    /// Random reads and writes until `deadline` (monotonic ns) or `budget` requests.
-    case measure(deadline: UInt64?, budget: Int?)
-}
-
-/// Drives a set of connections with one epoll loop on the calling thread.
-struct LoadWorker<Driver: BenchProtocolDriver> {
+/// The event loop of one load thread for one phase, generic over the protocol so that requests and
+/// replies are encoded and parsed without dynamic dispatch.
+struct LoadLoop<Driver: BenchProtocolDriver> {
     let driver: Driver
-    let configuration: BenchConfiguration
-    let keys: [[UInt8]]
-    let value: [UInt8]
+    let data: BenchDataSet
     let chooser: KeyChooser
-    let counters: WorkerCounters
+    let pipeline: Int
+    let getRatio: Double
+    /// With `--prefill`, every read must hit with the value's length.
     let verify: Bool
+    let thread: BenchLoadThread
 
-    func run(connections: [BenchConnection], phase: WorkerPhase, seed: UInt64) -> WorkerResult {
-        var result = WorkerResult()
-        var random = BenchRandom(seed: seed)
-        let epoll = cachet_epoll_create()
-        defer { close(epoll) }
-        let events = cachet_epoll_events_create(64)
-        defer { cachet_epoll_events_free(events) }
-        for (index, connection) in connections.enumerated() {
-            _ = cachet_epoll_add(epoll, connection.fd, cachet_EPOLLIN, UInt64(index))
-        }
+    private let connections: UnsafeMutablePointer<BenchConnectionState>
+    private let connectionCount: Int
+    private let requestBound: Int
+    private var random: BenchRandom
+    private var result = WorkerResult()
+    private var recent = makeLatencyHistogram()
+    private var outstanding = 0
 
-        var nextPrefill = 0
-        var prefillEnd = 0
-        var prefillStart = 0
-        var deadline: UInt64? = nil
-        var budget = Int.max
+    // The phase.
+    private var prefilling = false
+    private var prefillNext: [Int] = []
+    private var prefillEnd: [Int] = []
+    private var prefillLeft = 0
+    private var deadline = UInt64.max
+    private var budget = Int.max
+    private var issued = 0
+    private var recording = false
+
+    // Counts not yet published.
+    private var batchReplies = 0
+    private var batchHits = 0
+    private var batchMisses = 0
+    private var batchErrors = 0
+    private var batchVerificationErrors = 0
+
+    init(
+        driver: Driver,
+        data: BenchDataSet,
+        chooser: KeyChooser,
+        configuration: BenchConfiguration,
+        thread: BenchLoadThread
+    ) {
+        self.driver = driver
+        self.data = data
+        self.chooser = chooser
+        self.pipeline = configuration.pipeline
+        self.getRatio = configuration.getRatio
+        self.verify = configuration.prefill
+        self.thread = thread
+        connections = thread.connections.baseAddress!
+        connectionCount = thread.connections.count
+        requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
+        random = thread.random
+    }
+
+    /// Runs `phase` to its end on the calling thread.
+    /// - Returns: what was measured, with `failure` set when a server broke the protocol or the connection.
+    mutating func run(_ phase: WorkerPhase) -> WorkerResult {
         switch phase {
-        case .prefill(let range):
-            prefillStart = range.lowerBound
-            nextPrefill = range.lowerBound
-            prefillEnd = range.upperBound
-        case .measure(let end, let limit):
-            deadline = end
-            budget = limit ?? Int.max
+        case .prefill(let positions):
+            prefilling = true
+            prefillNext = positions.map(\.lowerBound)
+            prefillEnd = positions.map(\.upperBound)
+            prefillLeft = positions.reduce(0) { $0 + $1.count }
+        case .measure(let end, let limit, let record):
+            deadline = end ?? .max
+            budget = limit ?? .max
+            recording = record
         }
-        let prefilling: Bool
-        if case .prefill = phase { prefilling = true } else { prefilling = false }
-        _ = prefillStart
-        var issued = 0
-
-        // Appends requests until the connection's pipeline is full or the work is done.
-        func refill(_ connection: BenchConnection, now: UInt64) {
-            while connection.inFlight < configuration.pipeline {
-                if prefilling {
-                    guard nextPrefill < prefillEnd else { return }
-                    driver.appendSet(key: keys[nextPrefill], value: value, to: &connection.output)
-                    nextPrefill += 1
-                    connection.push(sentAt: now, read: false)
-                } else {
-                    guard issued < budget else { return }
-                    if let deadline, now >= deadline { return }
-                    let key = keys[chooser.next(&random)]
-                    let read = random.nextUnit() < configuration.getRatio
-                    if read {
-                        driver.appendGet(key: key, to: &connection.output)
-                    } else {
-                        driver.appendSet(key: key, value: value, to: &connection.output)
-                    }
-                    issued += 1
-                    connection.push(sentAt: now, read: read)
-                }
-            }
-        }
-
-        // Sends pending output; arms EPOLLOUT while some is left. False on a broken connection.
-        func flush(_ connection: BenchConnection, index: Int) -> Bool {
-            while connection.sent < connection.output.count {
-                let n = connection.output.withUnsafeBytes {
-                    cachet_send(connection.fd, $0.baseAddress! + connection.sent, UInt($0.count - connection.sent))
-                }
-                if n > 0 {
-                    connection.sent += n
-                } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    if !connection.writeInterest {
-                        connection.writeInterest = true
-                        _ = cachet_epoll_modify(epoll, connection.fd, cachet_EPOLLIN | cachet_EPOLLOUT, UInt64(index))
-                    }
-                    return true
-                } else if n < 0 && errno == EINTR {
-                    continue
-                } else {
-                    return false
-                }
-            }
-            connection.output.removeAll(keepingCapacity: true)
-            connection.sent = 0
-            if connection.writeInterest {
-                connection.writeInterest = false
-                _ = cachet_epoll_modify(epoll, connection.fd, cachet_EPOLLIN, UInt64(index))
-            }
-            return true
-        }
+        defer { thread.random = random }
 
         let start = monotonicNanoseconds()
-        for (index, connection) in connections.enumerated() {
-            refill(connection, now: start)
-            if !flush(connection, index: index) {
-                result.failure = "the server closed a connection"
-                return result
-            }
+        for index in 0..<connectionCount {
+            refill(index, now: start)
+            if let failure = flush(index) { return failed(failure) }
         }
-
-        var batchReplies = 0
-        var batchHits = 0
-        var batchMisses = 0
-        var batchErrors = 0
+        var lastReply = start
+        var nextPublish = start + 200_000_000
         while true {
-            let outstanding = connections.reduce(0) { $0 + $1.inFlight }
             let now = monotonicNanoseconds()
-            let workLeft =
-                prefilling ? nextPrefill < prefillEnd : (issued < budget && (deadline.map { now < $0 } ?? true))
-            if outstanding == 0 && !workLeft { break }
-            if let deadline, now > deadline + 5_000_000_000 {
-                result.failure = "\(outstanding) replies still missing 5 s after the end"
-                break
+            if outstanding == 0 && !workLeft(now: now) { break }
+            if now > lastReply + 10_000_000_000 {
+                return failed(
+                    BenchError(.repliesMissing, "no reply for 10 s with \(outstanding) request(s) in flight")
+                )
             }
-            let count = cachet_epoll_wait(epoll, events, 64, 50)
-            if count < 0 && errno != EINTR { break }
+            let count = cachet_epoll_wait(thread.epoll, thread.events, thread.eventCapacity, 100)
+            if count < 0 && errno != EINTR {
+                return failed(BenchError(.connectionLost, "epoll_wait failed: \(String(cString: strerror(errno)))"))
+            }
             let received = monotonicNanoseconds()
-            for i in 0..<max(count, 0) {
-                let index = Int(cachet_epoll_event_token(events, i))
-                let connection = connections[index]
-                let mask = cachet_epoll_event_mask(events, i)
-                if mask & cachet_EPOLLOUT != 0 && !flush(connection, index: index) {
-                    result.failure = "the server closed a connection"
-                    return result
-                }
+            for event in 0..<Int32(max(count, 0)) {
+                let index = Int(cachet_epoll_event_token(thread.events, event))
+                let mask = cachet_epoll_event_mask(thread.events, event)
+                if mask & cachet_EPOLLOUT != 0, let failure = flush(index) { return failed(failure) }
                 guard mask & (cachet_EPOLLIN | cachet_EPOLLHUP | cachet_EPOLLERR) != 0 else { continue }
-                // Read what is there.
-                while true {
-                    if connection.inputEnd == connection.input.count {
-                        if connection.inputStart > 0 {
-                            let live = connection.inputEnd - connection.inputStart
-                            connection.input.withUnsafeMutableBytes { bytes in
-                                _ = memmove(bytes.baseAddress!, bytes.baseAddress! + connection.inputStart, live)
-                            }
-                            connection.inputStart = 0
-                            connection.inputEnd = live
-                        } else {
-                            connection.input += [UInt8](repeating: 0, count: connection.input.count)
-                        }
-                    }
-                    let n = connection.input.withUnsafeMutableBytes {
-                        read(connection.fd, $0.baseAddress! + connection.inputEnd, $0.count - connection.inputEnd)
-                    }
-                    if n > 0 {
-                        connection.inputEnd += n
-                        if connection.inputEnd < connection.input.count { break }
-                        continue
-                    }
-                    if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
-                    if n < 0 && errno == EINTR { continue }
-                    result.failure = "the server closed a connection with \(connection.inFlight) replies missing"
-                    return result
-                }
-                // Parse every whole reply.
-                var parseFailure: BenchError?
-                connection.input.withUnsafeBytes { whole in
-                    let bytes = UnsafeRawBufferPointer(rebasing: whole[0..<connection.inputEnd])
-                    while connection.inFlight > 0 {
-                        let parsed: (reply: BenchReply, end: Int)?
-                        do throws(BenchError) {
-                            parsed = try driver.parseReply(bytes, at: connection.inputStart)
-                        } catch {
-                            parseFailure = error
-                            return
-                        }
-                        guard let (reply, end) = parsed else { return }
-                        connection.inputStart = end
-                        let (sentAt, wasRead) = connection.pop()
-                        batchReplies += 1
-                        if !prefilling { result.histogram.record(received &- sentAt) }
-                        switch reply {
-                        case .hit(let length):
-                            batchHits += 1
-                            if verify && length != value.count { result.verificationErrors += 1 }
-                        case .miss:
-                            batchMisses += 1
-                            if verify { result.verificationErrors += 1 }
-                        case .stored:
-                            if wasRead { result.verificationErrors += 1 }
-                        case .error:
-                            batchErrors += 1
-                        }
-                    }
-                }
-                if let parseFailure {
-                    result.failure = parseFailure.message
-                    return result
-                }
-                if connection.inputStart == connection.inputEnd {
-                    connection.inputStart = 0
-                    connection.inputEnd = 0
-                }
-                refill(connection, now: received)
-                if !flush(connection, index: index) {
-                    result.failure = "the server closed a connection"
-                    return result
-                }
+                if let failure = receive(index, now: received) { return failed(failure) }
+                refill(index, now: received)
+                if let failure = flush(index) { return failed(failure) }
             }
             if batchReplies > 0 {
-                counters.replies.add(batchReplies, ordering: .relaxed)
-                counters.hits.add(batchHits, ordering: .relaxed)
-                counters.misses.add(batchMisses, ordering: .relaxed)
-                counters.errors.add(batchErrors, ordering: .relaxed)
-                result.replies += batchReplies
-                result.hits += batchHits
-                result.misses += batchMisses
-                result.errors += batchErrors
-                (batchReplies, batchHits, batchMisses, batchErrors) = (0, 0, 0, 0)
+                lastReply = received
+                publish()
+            }
+            if recording && received >= nextPublish {
+                nextPublish = received + 200_000_000
+                let interval = recent
+                thread.counters.recent.withLock { $0.add(interval) }
+                recent.reset()
             }
         }
+        if recording { thread.counters.recent.withLock { [recent] in $0.add(recent) } }
         return result
+    }
+
+    private mutating func failed(_ failure: BenchError) -> WorkerResult {
+        publish()
+        result.failure = failure
+        return result
+    }
+
+    private mutating func publish() {
+        let counters = thread.counters
+        counters.replies.add(batchReplies, ordering: .relaxed)
+        counters.hits.add(batchHits, ordering: .relaxed)
+        counters.misses.add(batchMisses, ordering: .relaxed)
+        counters.errors.add(batchErrors, ordering: .relaxed)
+        counters.verificationErrors.add(batchVerificationErrors, ordering: .relaxed)
+        result.replies += batchReplies
+        result.hits += batchHits
+        result.misses += batchMisses
+        result.errors += batchErrors
+        result.verificationErrors += batchVerificationErrors
+        (batchReplies, batchHits, batchMisses, batchErrors, batchVerificationErrors) = (0, 0, 0, 0, 0)
+    }
+
+    @inline(__always)
+    private func workLeft(now: UInt64) -> Bool {
+        prefilling ? prefillLeft > 0 : issued < budget && now < deadline
+    }
+
+    /// Writes requests until the connection's pipeline is full or the phase's work is done.
+    @inline(__always)
+    private mutating func refill(_ index: Int, now: UInt64) {
+        let connection = connections + index
+        while connection.pointee.inFlight < pipeline {
+            let target = connection.pointee.target
+            let key: Int
+            let read: Bool
+            if prefilling {
+                guard prefillNext[target] < prefillEnd[target] else { return }
+                key = data.key(ofTarget: target, at: prefillNext[target])
+                prefillNext[target] += 1
+                prefillLeft -= 1
+                read = false
+            } else {
+                guard issued < budget && now < deadline else { return }
+                var candidate = chooser.next(&random)
+                if data.targetCount > 1 {
+                    while data.target(ofKey: candidate) != target { candidate = chooser.next(&random) }
+                }
+                key = candidate
+                read = random.nextUnit() < getRatio
+                issued += 1
+            }
+            let output = connection.pointee.output
+            if output.count + requestBound > output.capacity {
+                connection.pointee.output.reserve(output.count + requestBound)
+            }
+            let destination = connection.pointee.output.base + connection.pointee.output.count
+            let written =
+                read
+                ? driver.writeGet(key: data.key(key), to: destination)
+                : driver.writeSet(key: data.key(key), value: data.value, to: destination)
+            connection.pointee.output.count += written
+            connection.pointee.push(sentAt: now, read: read)
+            outstanding += 1
+        }
+    }
+
+    /// Sends pending output; arms EPOLLOUT while some is left.
+    /// - Returns: nil, or the failure when the connection broke.
+    @inline(__always)
+    private func flush(_ index: Int) -> BenchError? {
+        let connection = connections + index
+        while connection.pointee.sent < connection.pointee.output.count {
+            let n = cachet_send(
+                connection.pointee.fd,
+                connection.pointee.output.base + connection.pointee.sent,
+                UInt(connection.pointee.output.count - connection.pointee.sent)
+            )
+            if n > 0 {
+                connection.pointee.sent += n
+            } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if !connection.pointee.writeInterest {
+                    connection.pointee.writeInterest = true
+                    _ = cachet_epoll_modify(
+                        thread.epoll,
+                        connection.pointee.fd,
+                        cachet_EPOLLIN | cachet_EPOLLOUT,
+                        UInt64(index)
+                    )
+                }
+                return nil
+            } else if n < 0 && errno == EINTR {
+                continue
+            } else {
+                return BenchError(
+                    .connectionLost,
+                    "sending to server \(connection.pointee.target) failed: \(String(cString: strerror(errno)))"
+                )
+            }
+        }
+        connection.pointee.output.count = 0
+        connection.pointee.sent = 0
+        if connection.pointee.writeInterest {
+            connection.pointee.writeInterest = false
+            _ = cachet_epoll_modify(thread.epoll, connection.pointee.fd, cachet_EPOLLIN, UInt64(index))
+        }
+        return nil
+    }
+
+    /// Reads what has arrived and counts every whole reply.
+    /// - Returns: nil, or the failure when the connection closed or a reply broke the protocol.
+    @inline(__always)
+    private mutating func receive(_ index: Int, now: UInt64) -> BenchError? {
+        let connection = connections + index
+        while true {
+            if connection.pointee.input.count == connection.pointee.input.capacity {
+                let start = connection.pointee.inputStart
+                if start > 0 {
+                    let live = connection.pointee.input.count - start
+                    memmove(connection.pointee.input.base, connection.pointee.input.base + start, live)
+                    connection.pointee.inputStart = 0
+                    connection.pointee.input.count = live
+                } else {
+                    connection.pointee.input.reserve(connection.pointee.input.capacity * 2)
+                }
+            }
+            let room = connection.pointee.input.capacity - connection.pointee.input.count
+            let n = read(connection.pointee.fd, connection.pointee.input.base + connection.pointee.input.count, room)
+            if n > 0 {
+                connection.pointee.input.count += n
+                if n < room { break }
+                continue
+            }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+            if n < 0 && errno == EINTR { continue }
+            let reason = n == 0 ? "closed the connection" : "failed: \(String(cString: strerror(errno)))"
+            return BenchError(
+                .connectionLost,
+                "server \(connection.pointee.target) \(reason) with \(connection.pointee.inFlight) request(s) in flight"
+            )
+        }
+
+        let bytes = UnsafeRawBufferPointer(start: connection.pointee.input.base, count: connection.pointee.input.count)
+        var offset = connection.pointee.inputStart
+        let valueLength = data.value.count
+        while offset < bytes.count {
+            guard connection.pointee.inFlight > 0 else {
+                return BenchError(.malformedReply, "server \(connection.pointee.target) sent bytes nobody asked for")
+            }
+            let parsed: (reply: BenchReply, end: Int)?
+            do throws(BenchError) {
+                parsed = try driver.parseReply(bytes, at: offset)
+            } catch {
+                return error
+            }
+            guard let (reply, end) = parsed else { break }
+            offset = end
+            let (sentAt, wasRead) = connection.pointee.pop()
+            outstanding -= 1
+            batchReplies += 1
+            if recording {
+                let latency = now &- sentAt
+                result.histogram.record(latency)
+                recent.record(latency)
+            }
+            switch reply {
+            case .hit(let length):
+                batchHits += 1
+                if !wasRead || (verify && length != valueLength) { batchVerificationErrors += 1 }
+            case .miss:
+                batchMisses += 1
+                if !wasRead || verify { batchVerificationErrors += 1 }
+            case .stored:
+                if wasRead { batchVerificationErrors += 1 }
+            case .error:
+                batchErrors += 1
+            }
+        }
+        if offset == bytes.count {
+            connection.pointee.inputStart = 0
+            connection.pointee.input.count = 0
+        } else {
+            connection.pointee.inputStart = offset
+        }
+        return nil
     }
 }

@@ -11,31 +11,53 @@ struct CachetBenchCommand: ParsableCommand {
         discussion: """
             Every reply is checked; with --prefill every GET must hit with the right length. A progress line \
             goes to stderr once a second; the summary (or --json) goes to stdout. Exit status: 0 ok, \
-            1 verification or error replies, 2 usage or connection errors. Load only 127.0.0.1 or servers \
-            you own.
+            1 error replies or verification errors, 2 usage or connection errors. Load only 127.0.0.1 or \
+            servers you own.
+
+            Examples:
+              cachet-bench --port 7420 --prefill --duration 10
+              cachet-bench --protocol memcache --port 11211 --pipeline 16 --json
+              cachet-bench --fill 1000000 --value-size 100 --key-size 14   (write 1,000,000 keys, then exit)
             """
     )
 
-    @Option(help: "Server address.") var host = "127.0.0.1"
+    @Option(help: "Server address (IPv4).") var host = "127.0.0.1"
     @Option(help: "Server port (default: 7420, 11211 or 6379 by protocol).") var port: Int?
-    @Option(help: "A file of host:port lines; connections are spread over them.") var cluster: String?
+    @Option(help: "A file of host:port lines; each key goes to one of them, by hash.") var cluster: String?
     @Option(help: "cachet, memcache or resp.") var `protocol` = "cachet"
     @Option(help: "Connections in all.") var connections = 50
     @Option(help: "Requests in flight per connection.") var pipeline = 1
     @Option(help: "Distinct keys.") var keys = 100_000
-    @Option(help: "Bytes per key.") var keySize = 14
+    @Option(help: "Bytes per key (key:00000042 style; widened when the key count needs it).") var keySize = 14
     @Option(help: "Bytes per value.") var valueSize = 100
     @Option(help: "Share of GETs, 0 to 1.") var getRatio = 0.9
-    @Option(help: "Seconds to measure.") var duration: Double?
-    @Option(help: "Requests to send in all (instead of --duration).") var requests: Int?
-    @Option(help: "uniform or zipf.") var distribution = "uniform"
+    @Option(help: "Seconds to measure (default 10 unless --requests is given).") var duration: Double?
+    @Option(help: "Requests to measure in all (instead of, or as well as, --duration).") var requests: Int?
+    @Option(help: "Seconds of load before measuring.") var warmup: Double = 0
+    @Option(help: "uniform or zipf (exponent 0.99).") var distribution = "uniform"
     @Flag(help: "Write every key once before measuring; then every GET must hit.") var prefill = false
+    @Option(help: "Write N keys once (--keys N --prefill --requests 0) and exit: for memory measurements.")
+    var fill: Int?
     @Option(help: "Load threads, each with its own epoll loop.") var threads = 1
     @Option(help: "Random seed.") var seed: UInt64 = 42
     @Flag(help: "Print one JSON object instead of the summary.") var json = false
     @Flag(help: "No progress line.") var quiet = false
 
-    func run() throws {
+    /// Runs the command, with usage errors ending in exit status 2 like connection errors.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+    }
+
+    func makeConfiguration() throws -> BenchConfiguration {
         var configuration = BenchConfiguration()
         guard let kind = BenchProtocol(rawValue: self.protocol) else {
             throw ValidationError("--protocol must be cachet, memcache or resp")
@@ -44,22 +66,18 @@ struct CachetBenchCommand: ParsableCommand {
             throw ValidationError("--distribution must be uniform or zipf")
         }
         configuration.protocolKind = kind
-        let defaultPort = [BenchProtocol.cachet: 7420, .memcache: 11211, .resp: 6379][kind]!
         if let cluster {
+            guard port == nil else { throw ValidationError("give --cluster or --port, not both") }
             guard let text = try? String(contentsOfFile: cluster, encoding: .utf8) else {
                 throw ValidationError("cannot read --cluster \(cluster)")
             }
-            configuration.targets = try text.split(separator: "\n").compactMap { line in
-                let trimmed = line.trimmingCharacters(in: .whitespaces)
-                if trimmed.isEmpty || trimmed.hasPrefix("#") { return nil }
-                let parts = trimmed.split(separator: ":")
-                guard parts.count == 2, let port = Int(parts[1]) else {
-                    throw ValidationError("bad line in \(cluster): \(trimmed)")
-                }
-                return (String(parts[0]), port)
+            do {
+                configuration.targets = try BenchTarget.parseList(text)
+            } catch {
+                throw ValidationError("--cluster \(cluster): \(error.message)")
             }
         } else {
-            configuration.targets = [(host, port ?? defaultPort)]
+            configuration.targets = [BenchTarget(host: host, port: port ?? kind.defaultPort)]
         }
         configuration.connections = connections
         configuration.pipeline = pipeline
@@ -69,23 +87,48 @@ struct CachetBenchCommand: ParsableCommand {
         configuration.getRatio = getRatio
         configuration.requests = requests
         configuration.duration = requests == nil ? (duration ?? 10) : duration
+        configuration.warmup = warmup
         configuration.distribution = keyDistribution
         configuration.prefill = prefill
         configuration.threads = threads
         configuration.seed = seed
+        if let fill {
+            guard requests == nil && duration == nil && warmup == 0 else {
+                throw ValidationError("--fill writes keys and exits: it takes no --requests, --duration or --warmup")
+            }
+            configuration.keys = fill
+            configuration.prefill = true
+            configuration.requests = 0
+            configuration.duration = nil
+        }
+        do {
+            try configuration.validate()
+        } catch {
+            throw ValidationError(error.message)
+        }
+        return configuration
+    }
 
+    func run() throws {
+        let configuration = try makeConfiguration()
         let report: BenchReport
         do {
             report = try CachetBench.run(configuration) { progress in
-                if !quiet {
-                    FileHandle.standardError.write(Data((progress.line + "\n").utf8))
-                }
+                if !quiet { FileHandle.standardError.write(Data((progress.line + "\n").utf8)) }
             }
         } catch {
-            FileHandle.standardError.write(Data("cachet-bench: \(error)\n".utf8))
+            FileHandle.standardError.write(Data("cachet-bench: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
         print(json ? report.json : report.summary)
-        if report.errors > 0 || report.verificationErrors > 0 { throw ExitCode(1) }
+        if report.hasErrors {
+            FileHandle.standardError.write(
+                Data(
+                    ("cachet-bench: \(report.errors + (report.prefill?.errors ?? 0)) error replies, "
+                        + "\(report.verificationErrors) verification errors\n").utf8
+                )
+            )
+            throw ExitCode(1)
+        }
     }
 }

@@ -1,14 +1,9 @@
 import CachetBenchKit
-import CachetTestSupport
 import CachetWire
-import Foundation
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
-/// Parses `stream` fed in pieces of `chunk` bytes, as replies arrive from a socket.
+/// Parses `stream` fed in pieces of `chunk` bytes, as replies arrive from a socket, and checks that a
+/// partial reply never consumes anything.
 func parseAll<D: BenchProtocolDriver>(_ driver: D, _ stream: [UInt8], chunk: Int) throws -> [BenchReply] {
     var replies: [BenchReply] = []
     var received: [UInt8] = []
@@ -19,6 +14,7 @@ func parseAll<D: BenchProtocolDriver>(_ driver: D, _ stream: [UInt8], chunk: Int
         received += stream[position..<next]
         position = next
         while let (reply, end) = try received.withUnsafeBytes({ try driver.parseReply($0, at: offset) }) {
+            #expect(end > offset && end <= received.count)
             replies.append(reply)
             offset = end
         }
@@ -27,184 +23,137 @@ func parseAll<D: BenchProtocolDriver>(_ driver: D, _ stream: [UInt8], chunk: Int
     return replies
 }
 
-@Suite("cachet-bench drivers")
-struct BenchDriverTests {
+/// Every chunk size from 1 byte to the whole stream.
+func everyChunking<D: BenchProtocolDriver>(_ driver: D, _ text: [UInt8], expect expected: [BenchReply]) throws {
+    for chunk in 1...text.count {
+        let replies = try parseAll(driver, text, chunk: chunk)
+        #expect(replies == expected, "chunk \(chunk)")
+    }
+}
+
+@Suite("cachet-bench request encoders")
+struct BenchEncoderTests {
     @Test func memcacheRequestsAreExact() {
-        var output: [UInt8] = []
-        MemcacheDriver().appendSet(key: Array("key:1".utf8), value: Array("hello".utf8), to: &output)
-        MemcacheDriver().appendGet(key: Array("key:1".utf8), to: &output)
-        #expect(String(decoding: output, as: UTF8.self) == "set key:1 0 0 5\r\nhello\r\nget key:1\r\n")
+        let driver = MemcacheDriver()
+        #expect(
+            String(decoding: driver.setRequest(key: Array("key:1".utf8), value: Array("hello".utf8)), as: UTF8.self)
+                == "set key:1 0 0 5\r\nhello\r\n"
+        )
+        #expect(String(decoding: driver.getRequest(key: Array("key:1".utf8)), as: UTF8.self) == "get key:1\r\n")
+        #expect(String(decoding: driver.setRequest(key: [0x6b], value: []), as: UTF8.self) == "set k 0 0 0\r\n\r\n")
     }
 
     @Test func respRequestsAreExact() {
-        var output: [UInt8] = []
-        RESPDriver().appendSet(key: Array("k".utf8), value: Array("hello".utf8), to: &output)
-        RESPDriver().appendGet(key: Array("k".utf8), to: &output)
+        let driver = RESPDriver()
         #expect(
-            String(decoding: output, as: UTF8.self)
-                == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+            String(decoding: driver.setRequest(key: Array("k".utf8), value: Array("hello".utf8)), as: UTF8.self)
+                == "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"
+        )
+        #expect(
+            String(decoding: driver.getRequest(key: Array("key:0000000042".utf8)), as: UTF8.self)
+                == "*2\r\n$3\r\nGET\r\n$14\r\nkey:0000000042\r\n"
         )
     }
 
     @Test func cachetRequestsMatchTheCodec() {
-        var output: [UInt8] = []
-        CachetDriver().appendSet(key: [1, 2], value: [3], to: &output)
-        CachetDriver().appendGet(key: [1, 2], to: &output)
+        let driver = CachetDriver()
         #expect(
-            output == CachetCommand.put(key: [1, 2], value: [3], ttl: 0).encoded(id: 0)
-                + CachetCommand.get(key: [1, 2]).encoded(id: 0)
+            driver.setRequest(key: [1, 2], value: [3])
+                == CachetCommand.put(key: [1, 2], value: [3], ttl: 0).encoded(id: 0)
+        )
+        #expect(driver.getRequest(key: [1, 2]) == CachetCommand.get(key: [1, 2]).encoded(id: 0))
+        // Exact bytes: length 8 + 2 + 2, version 1, opcode GET, flags 0, id 0, key_len 2, key.
+        #expect(driver.getRequest(key: [0x61, 0x62]) == [0, 0, 0, 12, 1, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0x61, 0x62])
+    }
+
+    @Test(arguments: [0, 1, 9, 10, 99, 100, 16384, 1_000_000])
+    func requestsFitTheirBound(valueLength: Int) {
+        let key = [UInt8](repeating: 0x6b, count: 14)
+        let value = [UInt8](repeating: 0x76, count: valueLength)
+        func check<D: BenchProtocolDriver>(_ driver: D) {
+            let bound = driver.requestLengthBound(keyLength: key.count, valueLength: value.count)
+            #expect(driver.setRequest(key: key, value: value).count <= bound)
+            #expect(driver.getRequest(key: key).count <= bound)
+        }
+        check(CachetDriver())
+        check(MemcacheDriver())
+        check(RESPDriver())
+    }
+}
+
+@Suite("cachet-bench reply parsers")
+struct BenchParserTests {
+    @Test func memcacheRepliesParseAtEveryChunking() throws {
+        let stream = Array(
+            ("STORED\r\nVALUE key:1 0 5\r\nhello\r\nEND\r\nEND\r\nSERVER_ERROR out of memory\r\n"
+                + "VALUE k 7 0\r\n\r\nEND\r\nNOT_STORED\r\nERROR\r\n").utf8
+        )
+        try everyChunking(
+            MemcacheDriver(),
+            stream,
+            expect: [.stored, .hit(length: 5), .miss, .error, .hit(length: 0), .error, .error]
         )
     }
 
-    @Test(arguments: [1, 2, 3, 7, 1000])
-    func memcacheRepliesParseAcrossReads(chunk: Int) throws {
-        let stream = Array("STORED\r\nVALUE key:1 0 5\r\nhello\r\nEND\r\nEND\r\nSERVER_ERROR out of memory\r\n".utf8)
-        #expect(try parseAll(MemcacheDriver(), stream, chunk: chunk) == [.stored, .hit(length: 5), .miss, .error])
+    @Test func memcacheValueContainingLineEndsIsSkippedByLength() throws {
+        let stream = Array("VALUE k 0 9\r\nEND\r\nEND!\r\nEND\r\nSTORED\r\n".utf8)
+        try everyChunking(MemcacheDriver(), stream, expect: [.hit(length: 9), .stored])
     }
 
-    @Test(arguments: [1, 2, 5, 1000])
-    func respRepliesParseAcrossReads(chunk: Int) throws {
-        let stream = Array("+OK\r\n$5\r\nhello\r\n$-1\r\n-ERR wrong\r\n$0\r\n\r\n".utf8)
-        #expect(
-            try parseAll(RESPDriver(), stream, chunk: chunk) == [
-                .stored, .hit(length: 5), .miss, .error, .hit(length: 0),
-            ]
+    @Test func respRepliesParseAtEveryChunking() throws {
+        let stream = Array("+OK\r\n$5\r\nhello\r\n$-1\r\n-ERR wrong\r\n$0\r\n\r\n$4\r\n\r\n\r\n\r\n".utf8)
+        try everyChunking(
+            RESPDriver(),
+            stream,
+            expect: [.stored, .hit(length: 5), .miss, .error, .hit(length: 0), .hit(length: 4)]
         )
     }
 
-    @Test(arguments: [1, 3, 12, 1000])
-    func cachetRepliesParseAcrossReads(chunk: Int) throws {
+    @Test func cachetRepliesParseAtEveryChunking() throws {
         let stream =
             CachetResponse(opcode: .put, status: .ok, id: 0).encoded
             + CachetResponse(opcode: .get, status: .ok, id: 0, body: [1, 2, 3]).encoded
             + CachetResponse(opcode: .get, status: .notFound, id: 0).encoded
             + CachetResponse(opcode: .get, status: .tooLarge, id: 0, body: Array("no".utf8)).encoded
-        #expect(try parseAll(CachetDriver(), stream, chunk: chunk) == [.stored, .hit(length: 3), .miss, .error])
+            + CachetResponse(opcode: .get, status: .ok, id: 0, body: []).encoded
+        try everyChunking(CachetDriver(), stream, expect: [.stored, .hit(length: 3), .miss, .error, .hit(length: 0)])
     }
 
-    @Test func garbageIsAnError() {
-        #expect(throws: BenchError.self) { try parseAll(RESPDriver(), Array("?what\r\n".utf8), chunk: 100) }
+    @Test(arguments: [
+        "?what\r\n", ":1\r\n", "+QUEUED\r\n", "$abc\r\n", "$-2\r\n", "$3\r\nabcde\r\n", "*1\r\n",
+    ])
+    func malformedRESPIsAnError(text: String) {
+        #expect(throws: BenchError.self) { try parseAll(RESPDriver(), Array(text.utf8), chunk: 100) }
     }
 
-    @Test func zipfFavoursLowRanksAndStaysInRange() {
-        let chooser = KeyChooser(count: 1000, distribution: .zipf)
-        var random = BenchRandom(seed: 7)
-        var counts = [Int](repeating: 0, count: 1000)
-        for _ in 0..<100_000 { counts[chooser.next(&random)] += 1 }
-        // With s = 0.99 over 1,000 keys, rank 1 draws about 13% of requests and rank 2 half as many.
-        #expect((11_000...15_500).contains(counts[0]), "rank 1 drew \(counts[0])")
-        #expect(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[500])
-        let uniform = KeyChooser(count: 10, distribution: .uniform)
-        for _ in 0..<1000 { #expect((0..<10).contains(uniform.next(&random))) }
+    @Test(arguments: [
+        "STORE\r\n", "VALUE k 0 x\r\n", "VALUE k 0 3\r\nabc\r\nEND!\r\n", "VALUE k 0 3\r\nabcd\r\nEND\r\n",
+        "hello\r\n", "VALUE 3\r\nabc\r\nEND\r\n",
+    ])
+    func malformedMemcacheIsAnError(text: String) {
+        #expect(throws: BenchError.self) { try parseAll(MemcacheDriver(), Array(text.utf8), chunk: 100) }
     }
 
-    @Test func keysArePaddedToTheirSize() {
-        var configuration = BenchConfiguration()
-        configuration.keySize = 14
-        #expect(configuration.key(42) == Array("key:0000000042".utf8))
-        configuration.keySize = 3
-        #expect(configuration.key(42) == Array("key:42".utf8))
-    }
-
-    @Test func invalidConfigurationsNameTheFlag() {
-        var configuration = BenchConfiguration()
-        configuration.getRatio = 1.5
-        #expect(throws: BenchError.self) { try configuration.validate() }
-        configuration = BenchConfiguration()
-        configuration.threads = 100
-        configuration.connections = 2
-        do {
-            try configuration.validate()
-            Issue.record("accepted")
-        } catch {
-            #expect(error.message.contains("--threads"))
+    @Test func malformedCachetIsAnError() {
+        // A payload length below the 8-byte header.
+        #expect(throws: BenchError.self) { try parseAll(CachetDriver(), [0, 0, 0, 2, 1, 2], chunk: 100) }
+        // Version 2.
+        var reply = CachetResponse(opcode: .get, status: .ok, id: 0).encoded
+        reply[4] = 2
+        #expect(throws: BenchError.self) { try parseAll(CachetDriver(), reply, chunk: 100) }
+        // OK to a PING where a GET or PUT was sent.
+        #expect(throws: BenchError.self) {
+            try parseAll(CachetDriver(), CachetResponse(opcode: .ping, status: .ok, id: 0).encoded, chunk: 100)
         }
     }
-}
 
-@Suite("cachet-bench end to end")
-struct BenchEndToEndTests {
-    @Test func loadsARealNodeAndVerifiesEveryReply() throws {
-        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = BenchConfiguration()
-        configuration.targets = [("127.0.0.1", node.port)]
-        configuration.connections = 4
-        configuration.pipeline = 8
-        configuration.keys = 500
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 5_000
-        let report = try CachetBench.run(configuration)
-        #expect(report.requests == 5_000)
-        #expect(report.hitRatio == 1)
-        #expect(report.verificationErrors == 0 && report.errors == 0)
-        #expect(report.latencyMicroseconds.p99 >= report.latencyMicroseconds.p50)
-    }
-
-    @Test(
-        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/memcached"), "memcached is not installed")
-    )
-    func loadsMemcached() throws {
-        let port = Int.random(in: 20_000...40_000)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/memcached")
-        process.arguments = ["-u", "nobody", "-l", "127.0.0.1", "-p", "\(port)", "-m", "64"]
-        try process.run()
-        defer {
-            // SIGKILL: memcached may inherit a blocked SIGTERM from the test runner.
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-        var configuration = BenchConfiguration()
-        configuration.protocolKind = .memcache
-        configuration.targets = [("127.0.0.1", port)]
-        configuration.connections = 2
-        configuration.keys = 200
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 2_000
-        var report: BenchReport?
-        for _ in 0..<50 where report == nil {
-            report = try? CachetBench.run(configuration)
-            if report == nil { Thread.sleep(forTimeInterval: 0.05) }
-        }
-        let result = try #require(report)
-        #expect(result.requests == 2_000 && result.verificationErrors == 0 && result.hitRatio == 1)
-    }
-
-    @Test func theExecutableReportsJSON() throws {
-        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-bench"))
-        process.arguments = [
-            "--port", "\(node.port)", "--requests", "1000", "--connections", "2", "--keys", "100", "--prefill",
-            "--json", "--quiet",
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
-        let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
-        #expect(object["requests"] as? Int == 1000)
-        #expect(object["verificationErrors"] as? Int == 0)
-    }
-
-    @Test func aRefusedConnectionIsExitTwo() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-bench"))
-        process.arguments = ["--port", "1", "--requests", "10", "--quiet"]
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = Pipe()
-        try process.run()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 2)
-        #expect(
-            String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
-                "cannot connect to 127.0.0.1:1"
-            )
-        )
+    @Test func partialRepliesWaitForTheirLastByte() throws {
+        let value = [UInt8](repeating: 0x78, count: 1000)
+        let stream = Array("$1000\r\n".utf8) + value + Array("\r\n".utf8)
+        let partial = Array(stream.dropLast())
+        let parsed = try partial.withUnsafeBytes { try RESPDriver().parseReply($0, at: 0) }
+        #expect(parsed == nil)
+        let whole = try stream.withUnsafeBytes { try RESPDriver().parseReply($0, at: 0) }
+        #expect(whole?.reply == .hit(length: 1000) && whole?.end == stream.count)
     }
 }

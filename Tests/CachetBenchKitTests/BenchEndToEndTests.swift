@@ -1,0 +1,245 @@
+import CachetBenchKit
+import CachetTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A port nothing listens on right now (bound to 0 and released).
+func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            _ = bind(fd, $0, length)
+            return getsockname(fd, $0, &length)
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+struct ServerStartError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// A memcached or redis-server child on 127.0.0.1, killed (SIGKILL: it may inherit an ignored SIGTERM)
+/// when released.
+final class ServerProcess {
+    let process = Process()
+    let port = freePort()
+
+    init(_ path: String, arguments: (Int) -> [String]) throws {
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments(port)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Wait until it accepts connections.
+        for _ in 0..<100 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                }
+            }
+            close(fd)
+            if connected { return }
+            usleep(50_000)
+        }
+        throw ServerStartError(description: "\(path) did not listen on port \(port)")
+    }
+
+    deinit {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+/// Runs the built `cachet-bench` and returns its exit status, standard output and standard error.
+func runBench(_ arguments: [String]) throws -> (status: Int32, output: String, errors: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-bench"))
+    process.arguments = arguments
+    let directory = TemporaryDirectory(prefix: "cachet-bench-test")
+    let errorPath = directory.appending("stderr")
+    _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = FileHandle(forWritingAtPath: errorPath)
+    try process.run()
+    let outputData = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (
+        process.terminationStatus,
+        String(decoding: outputData, as: UTF8.self),
+        (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+    )
+}
+
+let memcachedPath = "/usr/bin/memcached"
+let redisPath = "/usr/bin/redis-server"
+
+@Suite("cachet-bench end to end", .serialized)
+struct BenchEndToEndTests {
+    @Test func loadsARealNodeAndVerifiesEveryReply() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        var configuration = BenchConfiguration()
+        configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
+        configuration.connections = 4
+        configuration.pipeline = 8
+        configuration.keys = 500
+        configuration.prefill = true
+        configuration.duration = nil
+        configuration.requests = 5_000
+        let report = try CachetBench.run(configuration)
+        #expect(report.prefill?.requests == 500 && report.prefill?.errors == 0)
+        #expect(report.requests == 5_000)
+        #expect(report.hitRatio == 1 && report.hits > 4_000)
+        #expect(report.verificationErrors == 0 && report.errors == 0)
+        #expect(report.latencyUs.p50 > 0 && report.latencyUs.p99 >= report.latencyUs.p50)
+        #expect(report.latencyUs.p999 >= report.latencyUs.p99 && report.latencyUs.max >= report.latencyUs.p999)
+    }
+
+    @Test func keysOfAClusterGoToTheirOwnNode() throws {
+        // Every key must be read from the node it was written to: a GET sent elsewhere would miss, which
+        // after --prefill is a verification error.
+        let nodes = try (0..<2).map { _ in try NodeProcess(arguments: ["--disk-limit", "0"]) }
+        var configuration = BenchConfiguration()
+        configuration.targets = nodes.map { BenchTarget(host: "127.0.0.1", port: $0.port) }
+        configuration.connections = 4
+        configuration.threads = 2
+        configuration.pipeline = 4
+        configuration.keys = 1_000
+        configuration.prefill = true
+        configuration.duration = nil
+        configuration.requests = 4_000
+        let report = try CachetBench.run(configuration)
+        #expect(report.prefill?.requests == 1_000)
+        #expect(report.requests == 4_000 && report.verificationErrors == 0 && report.hitRatio == 1)
+    }
+
+    @Test func evictedKeysAreVerificationErrorsAndExitOne() throws {
+        // 2,000 values of 4 KiB do not fit a 1 MiB memory tier: reads after the prefill miss.
+        let node = try NodeProcess(arguments: ["--disk-limit", "0", "--memory-limit", "1MiB"])
+        let result = try runBench([
+            "--port", "\(node.port)", "--requests", "2000", "--connections", "2", "--keys", "2000",
+            "--value-size", "4096", "--get-ratio", "1", "--prefill", "--json", "--quiet",
+        ])
+        #expect(result.status == 1, "\(result.errors)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+        #expect((object["verification_errors"] as? Int ?? 0) > 0)
+        #expect(result.errors.contains("verification errors"))
+    }
+
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: memcachedPath), "memcached is not installed"))
+    func loadsMemcached() throws {
+        let server = try ServerProcess(memcachedPath) {
+            ["-u", "nobody", "-l", "127.0.0.1", "-p", "\($0)", "-m", "64", "-U", "0"]
+        }
+        var configuration = BenchConfiguration()
+        configuration.protocolKind = .memcache
+        configuration.targets = [BenchTarget(host: "127.0.0.1", port: server.port)]
+        configuration.connections = 2
+        configuration.pipeline = 4
+        configuration.keys = 200
+        configuration.prefill = true
+        configuration.duration = nil
+        configuration.requests = 2_000
+        let report = try CachetBench.run(configuration)
+        #expect(report.requests == 2_000 && report.verificationErrors == 0 && report.errors == 0)
+        #expect(report.hitRatio == 1)
+    }
+
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: redisPath), "redis-server is not installed"))
+    func loadsRedis() throws {
+        let server = try ServerProcess(redisPath) {
+            [
+                "--port", "\($0)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode",
+                "no",
+            ]
+        }
+        var configuration = BenchConfiguration()
+        configuration.protocolKind = .resp
+        configuration.targets = [BenchTarget(host: "127.0.0.1", port: server.port)]
+        configuration.connections = 2
+        configuration.pipeline = 4
+        configuration.keys = 200
+        configuration.valueSize = 20_000
+        configuration.prefill = true
+        configuration.duration = nil
+        configuration.requests = 2_000
+        let report = try CachetBench.run(configuration)
+        #expect(report.requests == 2_000 && report.verificationErrors == 0 && report.errors == 0)
+        #expect(report.hitRatio == 1)
+    }
+
+    @Test func theExecutableReportsJSON() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let result = try runBench([
+            "--port", "\(node.port)", "--requests", "1000", "--connections", "2", "--keys", "100", "--prefill",
+            "--json", "--quiet",
+        ])
+        #expect(result.status == 0, "\(result.errors)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+        #expect(object["requests"] as? Int == 1000)
+        #expect(object["verification_errors"] as? Int == 0)
+        #expect(object["protocol"] as? String == "cachet")
+        #expect((object["ops_per_sec"] as? Double ?? 0) > 0)
+        let latency = try #require(object["latency_us"] as? [String: Any])
+        #expect(Set(latency.keys) == ["p50", "p99", "p999", "max", "mean"])
+        let config = try #require(object["config"] as? [String: Any])
+        #expect(config["connections"] as? Int == 2 && config["keys"] as? Int == 100)
+    }
+
+    @Test func fillWritesEveryKeyAndExits() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let result = try runBench(["--port", "\(node.port)", "--fill", "3000", "--json", "--quiet"])
+        #expect(result.status == 0, "\(result.errors)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+        let prefill = try #require(object["prefill"] as? [String: Any])
+        #expect(prefill["requests"] as? Int == 3000 && prefill["errors"] as? Int == 0)
+        #expect(object["requests"] as? Int == 0)
+        // Every key is there: a measured run after it hits every time.
+        let check = try runBench([
+            "--port", "\(node.port)", "--keys", "3000", "--requests", "3000", "--get-ratio", "1", "--json", "--quiet",
+        ])
+        #expect(check.output.contains("\"hit_ratio\":1,"), "\(check.output)")
+    }
+
+    @Test func aRefusedConnectionIsExitTwo() throws {
+        let result = try runBench(["--port", "\(freePort())", "--requests", "10", "--quiet"])
+        #expect(result.status == 2)
+        #expect(result.errors.contains("cannot connect to 127.0.0.1:"), "\(result.errors)")
+    }
+
+    @Test(arguments: [
+        ["--get-ratio", "2"], ["--protocol", "http"], ["--pipeline", "0"], ["--no-such-flag"],
+        ["--fill", "10", "--requests", "5"], ["--distribution", "pareto"],
+    ])
+    func usageErrorsAreExitTwo(arguments: [String]) throws {
+        let result = try runBench(arguments + ["--quiet"])
+        #expect(result.status == 2, "\(arguments): \(result.errors)")
+        #expect(!result.errors.isEmpty)
+    }
+
+    @Test func theProgressLineAppearsOnStandardError() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let result = try runBench([
+            "--port", "\(node.port)", "--duration", "1.5", "--connections", "2", "--keys", "100", "--prefill",
+        ])
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.errors.contains("[1s] "), "\(result.errors)")
+        #expect(result.errors.contains(" ops/s  p99 "), "\(result.errors)")
+        #expect(result.output.contains("ops/s over"))
+    }
+}
