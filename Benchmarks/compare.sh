@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Side-by-side: the same workloads against memcached (1 and 2 threads), Redis and cachet-node, in one run,
-# all on 127.0.0.1, measured by the same client (cachet-bench). Prints a Markdown table with ratios.
+# all on 127.0.0.1, measured by the same client (cachet-bench, one thread). Prints a Markdown table with
+# ratios, ready for BENCHMARKS.md.
 #
 #   Benchmarks/compare.sh              # 10 s per workload and server
-#   DURATION=3 Benchmarks/compare.sh   # shorter
-#   QUICK=1 Benchmarks/compare.sh      # 2 s each and a 200,000-item memory run: a smoke test
+#   DURATION=3 Benchmarks/compare.sh   # shorter runs
+#   QUICK=1 Benchmarks/compare.sh      # a smoke run: 2 s each, 200,000 items in the memory run
 #   ROUNDS=3 Benchmarks/compare.sh     # every workload 3 times per server, interleaved; medians reported
+#   ITEMS=500000 Benchmarks/compare.sh # items of the memory run (default 1,000,000)
+#   SERVERS="redis cachet" Benchmarks/compare.sh   # a subset of memcached-t1 memcached-t2 redis cachet
 #
-# Servers run on CPU 0 and the load generator on CPU 1 (taskset), except memcached -t 2, which gets both
-# CPUs. Persistence is off everywhere (Redis: no RDB/AOF; Cachet: --disk-limit 0). Results (JSON per run)
-# go to Benchmarks/results/, which git ignores.
+# Pinning: on two or more cores, servers run on CPU 0 and the load generator on CPU 1 (taskset), except
+# memcached -t 2, which gets every CPU (its second thread would otherwise share CPU 0 and measure nothing).
+# Persistence is off everywhere: Redis without RDB or AOF, Cachet without its disk tier. Each run prefills
+# its keys first (not measured), so every GET of the measured run must hit with the right length; the
+# client verifies every reply. Results (JSON per run, the server's CPU ticks per run) go to
+# Benchmarks/results/, which git ignores. Every server started here is stopped on exit, even on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,15 +26,18 @@ if [ -n "${QUICK:-}" ]; then DURATION=2; ITEMS=200000; fi
 RESULTS=Benchmarks/results/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RESULTS"
 
+# memcached and Redis: install them when missing and possible; otherwise leave them out of the table.
 need=()
 command -v memcached >/dev/null || need+=(memcached)
 command -v redis-server >/dev/null || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" -eq 0 ]; then
-        apt-get install -y -q "${need[@]}" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "${need[@]}" >/dev/null; }
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "installing ${need[*]}..." >&2
+        apt-get install -y -q "${need[@]}" >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${need[@]}" >/dev/null 2>&1; } \
+            || echo "could not install ${need[*]}: they are left out" >&2
     else
-        echo "missing ${need[*]}: install them (apt-get install memcached redis-server) and run again" >&2
-        exit 2
+        echo "${need[*]} missing and not root: they are left out (apt-get install memcached redis-server)" >&2
     fi
 fi
 
@@ -36,24 +45,48 @@ echo "building release binaries..." >&2
 swift build -c release --product cachet-node >/dev/null
 swift build -c release --product cachet-bench >/dev/null
 BIN=$(swift build -c release --show-bin-path)
+CACHET_FLAGS=(--memory-limit 2GiB --log-level warning)
+"$BIN/cachet-node" --help 2>&1 | grep -q -- --disk-limit && CACHET_FLAGS+=(--disk-limit 0)
 
-MEMCACHED_USER=""
-[ "$(id -u)" -eq 0 ] && MEMCACHED_USER="-u nobody"
+ALL_SERVERS=(memcached-t1 memcached-t2 redis cachet)
+available() {
+    case "$1" in
+        memcached*) command -v memcached >/dev/null ;;
+        redis) command -v redis-server >/dev/null ;;
+        cachet) [ -x "$BIN/cachet-node" ] ;;
+    esac
+}
+wanted=${SERVERS:-${ALL_SERVERS[*]}}
+SERVERS=()
+for server in $wanted; do
+    if available "$server"; then SERVERS+=("$server"); else echo "skipping $server: not installed" >&2; fi
+done
+[ ${#SERVERS[@]} -gt 0 ] || { echo "no server to measure" >&2; exit 2; }
 
-SERVER_CPU="taskset -c 0"
-BENCH_CPU="taskset -c 1"
-command -v taskset >/dev/null || { SERVER_CPU=""; BENCH_CPU=""; }
-[ "$(nproc)" -ge 2 ] || { SERVER_CPU=""; BENCH_CPU=""; }
+MEMCACHED_USER=()
+[ "$(id -u)" -eq 0 ] && MEMCACHED_USER=(-u nobody)
+
+SERVER_CPU=(taskset -c 0)
+BENCH_CPU=(taskset -c 1)
+if ! command -v taskset >/dev/null || [ "$(nproc)" -lt 2 ]; then SERVER_CPU=(); BENCH_CPU=(); fi
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+stop_pid() {
+    kill -TERM "$1" 2>/dev/null || return 0
+    for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    # memcached may have inherited an ignored SIGTERM from the calling shell.
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+cleanup() { for pid in "${pids[@]}"; do stop_pid "$pid"; done; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 wait_port() {
-    for _ in $(seq 1 100); do
-        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
+    for _ in $(seq 1 200); do
+        if python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
         sleep 0.05
     done
     echo "server on port $1 did not start" >&2
@@ -64,128 +97,192 @@ wait_port() {
 start_server() {
     PORT=$(free_port)
     case "$1" in
-        memcached-t1) $SERVER_CPU memcached $MEMCACHED_USER -t 1 -m 4096 -U 0 -l 127.0.0.1 -p "$PORT" -c 4096 & ;;
-        memcached-t2) memcached $MEMCACHED_USER -t 2 -m 4096 -U 0 -l 127.0.0.1 -p "$PORT" -c 4096 & ;;
-        redis) $SERVER_CPU redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-                   --protected-mode no --maxclients 4096 --logfile /dev/null & ;;
-        cachet) $SERVER_CPU "$BIN/cachet-node" --port "$PORT" --memory-limit 4GiB --disk-limit 0 --log-level warning & ;;
+        memcached-t1)
+            "${SERVER_CPU[@]}" memcached "${MEMCACHED_USER[@]}" -t 1 -m 2048 -U 0 -l 127.0.0.1 -p "$PORT" -c 4096 & ;;
+        memcached-t2)
+            memcached "${MEMCACHED_USER[@]}" -t 2 -m 2048 -U 0 -l 127.0.0.1 -p "$PORT" -c 4096 & ;;
+        redis)
+            "${SERVER_CPU[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+                --daemonize no --protected-mode no --maxclients 4096 --logfile /dev/null & ;;
+        cachet)
+            "${SERVER_CPU[@]}" "$BIN/cachet-node" --host 127.0.0.1 --port "$PORT" "${CACHET_FLAGS[@]}" >/dev/null & ;;
     esac
     PID=$!
     pids+=("$PID")
     wait_port "$PORT"
 }
 
-protocol_of() { case "$1" in memcached*) echo memcache ;; redis) echo resp ;; cachet) echo cachet ;; esac; }
+stop_server() {
+    stop_pid "$PID"
+    local kept=()
+    for pid in "${pids[@]}"; do [ "$pid" = "$PID" ] || kept+=("$pid"); done
+    pids=("${kept[@]+"${kept[@]}"}")
+}
 
-SERVERS=(memcached-t1 memcached-t2 redis cachet)
+protocol_of() { case "$1" in memcached*) echo memcache ;; redis) echo resp ;; cachet) echo cachet ;; esac; }
+label_of() {
+    case "$1" in memcached-t1) echo "memcached -t 1" ;; memcached-t2) echo "memcached -t 2" ;; redis) echo Redis ;;
+        cachet) echo Cachet ;; esac
+}
+
 # name|flags
 WORKLOADS=(
-    "a: 100 B, 100k keys, 90% GET, 50 conns, pipeline 1|--value-size 100 --keys 100000 --get-ratio 0.9 --connections 50 --pipeline 1"
-    "b: 100 B, 100k keys, 90% GET, 50 conns, pipeline 16|--value-size 100 --keys 100000 --get-ratio 0.9 --connections 50 --pipeline 16"
-    "c: 16 KiB, 10k keys, 90% GET, 8 conns|--value-size 16384 --keys 10000 --get-ratio 0.9 --connections 8 --pipeline 1"
-    "d: 1 MB, 100 keys, 90% GET, 4 conns|--value-size 1000000 --keys 100 --get-ratio 0.9 --connections 4 --pipeline 1"
+    "a: 100 B, 100k keys, 90% GET, 50 conns, pipeline 1|--value-size 100 --keys 100000 --connections 50 --pipeline 1"
+    "b: 100 B, 100k keys, 90% GET, 50 conns, pipeline 16|--value-size 100 --keys 100000 --connections 50 --pipeline 16"
+    "c: 16 KiB, 10k keys, 90% GET, 8 conns|--value-size 16384 --keys 10000 --connections 8 --pipeline 1"
+    "d: 1 MB, 100 keys, 90% GET, 4 conns|--value-size 1000000 --keys 100 --connections 4 --pipeline 1"
 )
 
 # utime + stime of a process, in clock ticks (all its threads).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-TICKS=$(getconf CLK_TCK)
 
-# Rounds interleave the servers, so that a noisy minute on the shared machine hits all of them.
+# Rounds interleave the servers, so that a noisy minute on a shared machine hits all of them.
 for round in $(seq 1 "$ROUNDS"); do
     for server in "${SERVERS[@]}"; do
         for i in "${!WORKLOADS[@]}"; do
             IFS='|' read -r name flags <<<"${WORKLOADS[$i]}"
             start_server "$server"
-            out="$RESULTS/$server-$i-$round.json"
+            out="$RESULTS/$server-$i-$round"
             echo "== round $round, $server: $name" >&2
-            # Prefill first, then measure: every GET of the measured run must hit (its hit ratio says so),
-            # and the server's CPU time is read around the measured run only.
+            # Prefill apart from the measured run, so that the server's CPU time is read around the
+            # measured run only; the measured run's GETs must all hit (its hit ratio says so).
             # shellcheck disable=SC2086
-            $BENCH_CPU "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --prefill --requests 0 \
-                --quiet --json $flags >/dev/null || echo "   (prefill failed)" >&2
+            "${BENCH_CPU[@]}" "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --prefill \
+                --requests 0 --quiet --json --get-ratio 0.9 $flags >"$out.prefill.json" \
+                || echo "   prefill failed (exit $?): see $out.prefill.json" >&2
             cpu_before=$(cpu_ticks "$PID")
             # shellcheck disable=SC2086
-            $BENCH_CPU "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --quiet --json \
-                --duration "$DURATION" $flags >"$out" || echo "   (exit $?: see $out)" >&2
+            "${BENCH_CPU[@]}" "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --quiet \
+                --json --duration "$DURATION" --get-ratio 0.9 $flags >"$out.json" \
+                || echo "   measured run failed (exit $?): see $out.json" >&2
             cpu_after=$(cpu_ticks "$PID")
-            echo "$(( cpu_after - cpu_before ))" >"$RESULTS/$server-$i-$round.cpu"
-            kill "$PID"; wait "$PID" 2>/dev/null || true
+            echo "$((cpu_after - cpu_before))" >"$out.cpu"
+            stop_server
         done
     done
 done
 
-# median FIELD SERVER WORKLOAD: the median over rounds (0 if no run produced it)
-median() {
-    python3 - "$RESULTS" "$2" "$3" "$1" <<'PY'
-import glob, json, statistics, sys
-results, server, workload, field = sys.argv[1:]
-values = []
-for path in glob.glob(f"{results}/{server}-{workload}-*.json"):
-    try:
-        report = json.load(open(path))
-    except Exception:
-        continue
-    if field == "ops":
-        values.append(report["opsPerSecond"])
-    elif field == "p99":
-        values.append(report["latencyMicroseconds"]["p99"])
-    else:  # requests per second of server CPU
-        ticks = int(open(path[: -len(".json")] + ".cpu").read() or 0)
-        if ticks > 0:
-            values.append(report["requests"] / (ticks / int(field.split(":")[1])))
-print(round(statistics.median(values)) if values else 0)
-PY
-}
-
-declare -A OPS P99 EFF
-for server in "${SERVERS[@]}"; do
-    for i in "${!WORKLOADS[@]}"; do
-        OPS[$server,$i]=$(median ops "$server" "$i")
-        P99[$server,$i]=$(median p99 "$server" "$i")
-        EFF[$server,$i]=$(median "cpu:$TICKS" "$server" "$i")
-    done
-done
-
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-declare -A PERITEM
+# The memory run: RSS per item after ITEMS PUTs of 100-byte values under 14-byte keys.
 for server in "${SERVERS[@]}"; do
     start_server "$server"
-    before=$(rss_kib "$PID")
+    sleep 0.5
+    before=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
     echo "== $server: memory, $ITEMS PUTs of 100 B" >&2
-    $BENCH_CPU "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --prefill --requests 0 --quiet --json \
-        --keys "$ITEMS" --value-size 100 --connections 8 --pipeline 64 >"$RESULTS/$server-memory.json" || true
+    "${BENCH_CPU[@]}" "$BIN/cachet-bench" --protocol "$(protocol_of "$server")" --port "$PORT" --fill "$ITEMS" \
+        --value-size 100 --key-size 14 --connections 8 --pipeline 64 --quiet --json >"$RESULTS/$server-memory.json" \
+        || echo "   fill failed (exit $?): see $RESULTS/$server-memory.json" >&2
     sleep 1
-    after=$(rss_kib "$PID")
-    PERITEM[$server]=$(python3 -c "print(round(($after-$before)*1024/$ITEMS))")
-    kill "$PID"; wait "$PID" 2>/dev/null || true
+    after=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
+    echo "$before $after" >"$RESULTS/$server-memory.rss"
+    stop_server
 done
 
 echo
-echo "Date: $(date -u +%Y-%m-%d), machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r)"
-echo "memcached $(memcached -V | awk '{print $2}'), Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $DURATION s per run, median of $ROUNDS round(s)"
+echo "Date: $(date -u +%Y-%m-%d), machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')),"\
+     "$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
+versions=""
+command -v memcached >/dev/null && versions="memcached $(memcached -V | awk '{print $2}'), "
+command -v redis-server >/dev/null && versions="${versions}Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), "
+echo "${versions}$DURATION s per run, median of $ROUNDS round(s); servers on CPU 0 and cachet-bench on CPU 1"
 echo
-echo "| workload | memcached -t 1 | memcached -t 2 | Redis | Cachet | Cachet / best other |"
-echo "|---|---|---|---|---|---|"
-for i in "${!WORKLOADS[@]}"; do
-    IFS='|' read -r name _ <<<"${WORKLOADS[$i]}"
-    best=0
-    for server in memcached-t1 memcached-t2 redis; do [ "${OPS[$server,$i]}" -gt "$best" ] && best=${OPS[$server,$i]}; done
-    ratio=$(python3 -c "print('%.2f' % (${OPS[cachet,$i]}/max($best,1)))")
-    row="| $name ops/s"
-    for server in "${SERVERS[@]}"; do row="$row | ${OPS[$server,$i]}"; done
-    echo "$row | $ratio |"
-    row="| $name p99 us"
-    for server in "${SERVERS[@]}"; do row="$row | ${P99[$server,$i]}"; done
-    echo "$row | |"
-    best=0
-    for server in memcached-t1 memcached-t2 redis; do [ "${EFF[$server,$i]}" -gt "$best" ] && best=${EFF[$server,$i]}; done
-    ratio=$(python3 -c "print('%.2f' % (${EFF[cachet,$i]}/max($best,1)))")
-    row="| $name ops per server CPU-second"
-    for server in "${SERVERS[@]}"; do row="$row | ${EFF[$server,$i]}"; done
-    echo "$row | $ratio |"
-done
-best=999999
-for server in memcached-t1 memcached-t2 redis; do [ "${PERITEM[$server]}" -lt "$best" ] && best=${PERITEM[$server]}; done
-echo "| memory: bytes of RSS per 100 B item ($ITEMS items) | ${PERITEM[memcached-t1]} | ${PERITEM[memcached-t2]} | ${PERITEM[redis]} | ${PERITEM[cachet]} | $(python3 -c "print('%.2f' % (${PERITEM[cachet]}/max($best,1)))") |"
+
+python3 - "$RESULTS" "$(getconf CLK_TCK)" "$ITEMS" "${SERVERS[@]}" <<'PY'
+import glob, json, statistics, sys
+
+results, ticks_per_second, items, servers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+labels = {"memcached-t1": "memcached -t 1", "memcached-t2": "memcached -t 2", "redis": "Redis", "cachet": "Cachet"}
+names = [
+    "a: 100 B, 100k keys, 90% GET, 50 conns, pipeline 1",
+    "b: same, pipeline 16",
+    "c: 16 KiB, 10k keys, 90% GET, 8 conns",
+    "d: 1 MB, 100 keys, 90% GET, 4 conns",
+]
+
+def runs(server, workload):
+    found = []
+    for path in sorted(glob.glob(f"{results}/{server}-{workload}-*.json")):
+        if path.endswith(".prefill.json"):
+            continue
+        try:
+            report = json.load(open(path))
+        except Exception:
+            continue
+        try:
+            ticks = int(open(path[: -len(".json")] + ".cpu").read() or 0)
+        except Exception:
+            ticks = 0
+        found.append((report, ticks))
+    return found
+
+def median(values):
+    return statistics.median(values) if values else None
+
+table = {}
+for server in servers:
+    for w in range(len(names)):
+        found = runs(server, w)
+        clean = all(r["errors"] == 0 and r["verification_errors"] == 0 and r["hit_ratio"] == 1 for r, _ in found)
+        table[server, w] = {
+            "ops": median([r["ops_per_sec"] for r, _ in found]),
+            "p99": median([r["latency_us"]["p99"] for r, _ in found]),
+            "eff": median([r["requests"] / (t / ticks_per_second) for r, t in found if t > 0]),
+            "client": median([100 * r["client_cpu_seconds"] / r["duration_seconds"] for r, _ in found
+                              if r["duration_seconds"] > 0]),
+            "clean": clean and bool(found),
+        }
+
+def cell(value, clean=True, digits=0):
+    if value is None:
+        return "–"
+    text = f"{value:,.{digits}f}"
+    return text if clean else text + " (!)"
+
+others = [s for s in servers if s != "cachet"]
+def ratio(w, key, lower_is_better=False):
+    if "cachet" not in servers or not others:
+        return ""
+    mine = table["cachet", w][key]
+    values = [table[s, w][key] for s in others if table[s, w][key] is not None]
+    if mine is None or not values:
+        return ""
+    best = min(values) if lower_is_better else max(values)
+    return f"{mine / best:.2f}" if best else ""
+
+print("| workload | " + " | ".join(labels[s] for s in servers) + " | Cachet / best other |")
+print("|---|" + "---|" * len(servers) + "---|")
+for w, name in enumerate(names):
+    print(f"| {name} — ops/s | " + " | ".join(cell(table[s, w]["ops"], table[s, w]["clean"]) for s in servers)
+          + f" | {ratio(w, 'ops')} |")
+    print(f"| {name[:1]} — p99 µs | " + " | ".join(cell(table[s, w]["p99"]) for s in servers)
+          + f" | {ratio(w, 'p99', lower_is_better=True)} |")
+    print(f"| {name[:1]} — ops per server CPU-second | " + " | ".join(cell(table[s, w]["eff"]) for s in servers)
+          + f" | {ratio(w, 'eff')} |")
+    print(f"| {name[:1]} — cachet-bench CPU, % of one core | "
+          + " | ".join(cell(table[s, w]["client"]) for s in servers) + " | |")
+
+per_item, overhead, fill_ok = {}, {}, {}
+for server in servers:
+    try:
+        before, after = map(int, open(f"{results}/{server}-memory.rss").read().split())
+        report = json.load(open(f"{results}/{server}-memory.json"))
+        fill_ok[server] = report["prefill"]["errors"] == 0 and report["prefill"]["requests"] == items
+        per_item[server] = (after - before) * 1024 / items
+        overhead[server] = per_item[server] - 114
+    except Exception:
+        per_item[server] = overhead[server] = None
+        fill_ok[server] = False
+def memory_ratio(values):
+    if "cachet" not in servers or values.get("cachet") is None:
+        return ""
+    rest = [values[s] for s in others if values.get(s) is not None]
+    return f"{values['cachet'] / min(rest):.2f}" if rest and min(rest) > 0 else ""
+print(f"| memory: RSS per 100 B item after {items:,} PUTs (bytes) | "
+      + " | ".join(cell(per_item[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(per_item)} |")
+print(f"| memory: overhead per item (RSS per item − 14 B key − 100 B value) | "
+      + " | ".join(cell(overhead[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(overhead)} |")
+print()
+print("(!) marks a run with error replies, verification errors, misses, or a fill that did not store every item.")
+print("p99 ratio: Cachet's p99 over the lowest p99 of the others (below 1 is better).")
+PY
 echo
 echo "JSON per run: $RESULTS"

@@ -38,7 +38,7 @@ for spec in "100 20000" "1048576 50"; do
     set -- $spec
     start_node "$WORK/latency-$1" --memory-limit 1MiB --disk-limit 4GiB
     "$BIN/cachet-bench" --port "$PORT" --value-size "$1" --keys "$2" --get-ratio 1 --prefill --connections 4 \
-        --duration "$DURATION" --quiet | sed -n '2,4p' | sed "s/^/  $1 B values: /"
+        --duration "$DURATION" --quiet | sed -n '3,5p' | sed "s/^/  $1 B values: /"
     kill "$PID"; wait "$PID" 2>/dev/null || true
 done
 
