@@ -1,0 +1,36 @@
+import Benchmark
+import CachetStore
+
+/// The memory tier: GET hits over 100k keys, and PUTs that evict (the LRU at work).
+func memoryTierBenchmarks() {
+    let keys = (0..<100_000).map { Array("key:\(String(repeating: "0", count: 10 - String($0).count))\($0)".utf8) }
+    let value = [UInt8](repeating: 0x62, count: 100)
+
+    let full = CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: 1 << 30))
+    for key in keys { full.put(key: key, value: value, expiry: 0, now: 1) }
+    let small = CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: 4 << 20))
+
+    Benchmark(
+        "memory tier GET hit, 100k keys (1000 per iteration)",
+        configuration: .init(metrics: [.wallClock, .mallocCountTotal, .instructions], scalingFactor: .kilo)
+    ) { benchmark in
+        let store = full
+        for i in benchmark.scaledIterations {
+            keys[i % keys.count].withUnsafeBytes { key in
+                blackHole(store.withValue(forKey: key, now: 1) { value, _ in value.count })
+            }
+        }
+    }
+
+    Benchmark(
+        "memory tier PUT with eviction (1000 per iteration)",
+        configuration: .init(metrics: [.wallClock, .mallocCountTotal, .instructions], scalingFactor: .kilo)
+    ) { benchmark in
+        let store = small
+        for i in benchmark.scaledIterations {
+            keys[i % keys.count].withUnsafeBytes { key in
+                value.withUnsafeBytes { value in blackHole(store.put(key: key, value: value, expiry: 0, now: 1)) }
+            }
+        }
+    }
+}
