@@ -92,9 +92,16 @@ public struct BenchConfiguration: Sendable, Hashable {
     }
 
     /// Writes `key:` and `index` zero-padded to `digits` digits; returns the bytes written.
+    @inline(__always)
     static func writeKey(_ index: Int, digits: Int, to destination: UnsafeMutableRawPointer) -> Int {
-        var offset = put("key:", at: destination, 0)
-        for _ in 0..<(digits - decimalLength(index)) { offset = put("0", at: destination, offset) }
-        return putDecimal(index, at: destination, offset)
+        destination.storeBytes(of: UInt32(0x3a79_656b).littleEndian, as: UInt32.self)  // "key:"
+        var remaining = index
+        var position = 4 + digits - 1
+        while position >= 4 {
+            destination.storeBytes(of: UInt8(0x30 + remaining % 10), toByteOffset: position, as: UInt8.self)
+            remaining /= 10
+            position -= 1
+        }
+        return 4 + digits
     }
 }

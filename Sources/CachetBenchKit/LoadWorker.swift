@@ -78,6 +78,8 @@ final class BenchLoadThread: @unchecked Sendable {
     let eventCapacity: Int32 = 256
     let counters = WorkerCounters()
     var random: BenchRandom
+    /// Where the key of the request being written is spelled out.
+    let keyScratch = UnsafeMutableRawPointer.allocate(byteCount: 256, alignment: 16)
 
     /// Takes ownership of `connections` and registers them for reading.
     init(connections states: [BenchConnectionState], seed: UInt64) {
@@ -95,6 +97,7 @@ final class BenchLoadThread: @unchecked Sendable {
         for connection in connections { connection.close() }
         connections.deallocate()
         cachet_epoll_events_free(events)
+        keyScratch.deallocate()
         _ = close(epoll)
     }
 }
@@ -112,6 +115,7 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
     let thread: BenchLoadThread
 
     private let connections: UnsafeMutablePointer<BenchConnectionState>
+    private let keyScratch: UnsafeMutableRawPointer
     private let connectionCount: Int
     private let requestBound: Int
     private var random: BenchRandom
@@ -151,6 +155,7 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         self.verify = configuration.prefill
         self.thread = thread
         connections = thread.connections.baseAddress!
+        keyScratch = thread.keyScratch
         connectionCount = thread.connections.count
         requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
         random = thread.random
@@ -271,10 +276,11 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 connection.pointee.output.reserve(output.count + requestBound)
             }
             let destination = connection.pointee.output.base + connection.pointee.output.count
+            let keyBytes = data.key(key, in: keyScratch)
             let written =
                 read
-                ? driver.writeGet(key: data.key(key), to: destination)
-                : driver.writeSet(key: data.key(key), value: data.value, to: destination)
+                ? driver.writeGet(key: keyBytes, to: destination)
+                : driver.writeSet(key: keyBytes, value: data.value, to: destination)
             connection.pointee.output.count += written
             connection.pointee.push(sentAt: now, read: read)
             outstanding += 1
