@@ -187,7 +187,7 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         while true {
             let now = monotonicNanoseconds()
             if outstanding == 0 && !workLeft(now: now) { break }
-            if now > lastReply + 10_000_000_000 {
+            if outstanding > 0 && now > lastReply + 10_000_000_000 {
                 return failed(
                     BenchError(.repliesMissing, "no reply for 10 s with \(outstanding) request(s) in flight")
                 )
@@ -265,6 +265,8 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 guard issued < budget && now < deadline else { return }
                 var candidate = chooser.next(&random)
                 if data.targetCount > 1 {
+                    // A server that owns no key gets no request.
+                    guard data.keyCount(ofTarget: target) > 0 else { return }
                     while data.target(ofKey: candidate) != target { candidate = chooser.next(&random) }
                 }
                 key = candidate

@@ -128,6 +128,22 @@ struct BenchEndToEndTests {
         #expect(report.requests == 4_000 && report.verificationErrors == 0 && report.hitRatio == 1)
     }
 
+    @Test func aServerThatOwnsNoKeyGetsNoRequest() throws {
+        // One key for two nodes: one of them owns nothing, and its connections stay idle.
+        let nodes = try (0..<2).map { _ in try NodeProcess(arguments: ["--disk-limit", "0"]) }
+        var configuration = BenchConfiguration()
+        configuration.targets = nodes.map { BenchTarget(host: "127.0.0.1", port: $0.port) }
+        configuration.connections = 2
+        configuration.keys = 1
+        configuration.prefill = true
+        configuration.duration = 5
+        configuration.requests = 200
+        let report = try CachetBench.run(configuration)
+        #expect(report.prefill?.requests == 1)
+        #expect(report.requests == 200 && report.verificationErrors == 0 && report.hitRatio == 1)
+        #expect(report.durationSeconds < 4)
+    }
+
     @Test func evictedKeysAreVerificationErrorsAndExitOne() throws {
         // 2,000 values of 4 KiB do not fit a 1 MiB memory tier: reads after the prefill miss.
         let node = try NodeProcess(arguments: ["--disk-limit", "0", "--memory-limit", "1MiB"])
