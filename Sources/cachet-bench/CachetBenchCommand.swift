@@ -28,7 +28,8 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "Connections in all.") var connections = 50
     @Option(help: "Requests in flight per connection.") var pipeline = 1
     @Option(help: "Distinct keys.") var keys = 100_000
-    @Option(help: "Bytes per key (key:00000042 style; widened when the key count needs it).") var keySize = 14
+    @Option(help: "Bytes per key: key: and a zero-padded index (key:0000000042 at 14), widened when --keys needs it.")
+    var keySize = 14
     @Option(help: "Bytes per value.") var valueSize = 100
     @Option(help: "Share of GETs, 0 to 1.") var getRatio = 0.9
     @Option(help: "Seconds to measure (default 10 unless --requests is given).") var duration: Double?
