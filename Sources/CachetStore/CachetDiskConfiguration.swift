@@ -61,7 +61,8 @@ public struct CachetDiskStatistics: Sendable, Equatable {
     public var limit = 0
     /// Reads that returned a value.
     public var hits = 0
-    /// Reads, writes and deletes that failed (full disk, permissions, I/O errors).
+    /// Reads, writes and deletes that failed (full disk, permissions, I/O errors), and writes of entries
+    /// the file format cannot hold.
     public var errors = 0
     /// Files that failed their checks and were deleted.
     public var corrupt = 0

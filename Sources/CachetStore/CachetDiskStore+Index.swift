@@ -106,7 +106,8 @@ extension CachetDiskStore {
     /// Reads and checks the header of one entry file (not its payload).
     static func scanFile(_ path: String, name: String) -> ScannedFile {
         guard let digest = KeyDigest(hex: name[...]) else { return .corrupt }
-        guard let prefix = DiskFiles.readPrefix(path, count: DiskEntryFormat.headerSize + 4096) else { return .gone }
+        let headerAndKey = DiskEntryFormat.headerSize + DiskEntryFormat.maximumKeyLength
+        guard let prefix = DiskFiles.readPrefix(path, count: headerAndKey) else { return .gone }
         return prefix.bytes.withUnsafeBytes { raw -> ScannedFile in
             guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else {
                 return .corrupt

@@ -233,12 +233,26 @@ public final class CachetDiskStore: Sendable {
 
     /// Writes an entry, replacing any older one, then evicts least recently used entries over the limit.
     /// Failures are logged and counted; an older file for the key is removed so it cannot be served stale.
+    /// A key outside 1 to 4096 bytes or a value over 4 GiB cannot be written: it is counted as an error.
     /// - Parameters:
     ///   - key: the key.
     ///   - value: the value.
     ///   - expiry: absolute expiry in Unix seconds, 0 for never.
     public func put(key: [UInt8], value: [UInt8], expiry: UInt32) {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        guard DiskEntryFormat.canHold(keyLength: key.count, valueLength: value.count) else {
+            // Not representable in an entry file; an older copy must not stay either.
+            logger.warning(
+                """
+                entry not written to disk: keys must be 1 to \(DiskEntryFormat.maximumKeyLength) bytes \
+                and values at most \(DiskEntryFormat.maximumValueLength) bytes
+                """,
+                metadata: ["disk.key_length": "\(key.count)", "disk.value_length": "\(value.count)"]
+            )
+            io.withLock { _ in discard(digest, reason: nil) }
+            state.withLock { $0.statistics.errors += 1 }
+            return
+        }
         let (file, compressed) = DiskEntryFormat.encode(
             key: key,
             value: value,
