@@ -10,6 +10,10 @@ public struct CachetDiskConfiguration: Sendable {
     /// Writes that may wait in the disk queue before a PUT has to wait for room.
     public var queueCapacity: Int
 
+    /// Nanoseconds between two warnings about failed reads, writes or deletes and corrupt files; the ones
+    /// in between are counted in `statistics.errors` and `corrupt` only. One second unless a test says otherwise.
+    package var failureWarningInterval: UInt64 = 1_000_000_000
+
     /// The default zlib level.
     public static let defaultCompressionLevel: Int32 = 1
 

@@ -37,6 +37,9 @@ public final class CachetDiskStore: Sendable {
         var recovering = false
         var recoveryStarted = false
         var cancelRecovery = false
+        /// When the last failure warning was logged (uptime nanoseconds), and how many were held back since.
+        var lastFailureWarning: UInt64?
+        var heldBackFailureWarnings = 0
     }
     private let recoveryDone = DispatchGroup()
 
@@ -60,10 +63,12 @@ public final class CachetDiskStore: Sendable {
         statistics.limit = configuration.limit
 
         let directory = configuration.directory
-        if !DiskFiles.makeDirectory(directory) {
+        let directoryFailure: Int32? =
+            DiskFiles.makeDirectory(directory) ? (DiskFiles.isDirectory(directory) ? nil : ENOTDIR) : errno
+        if let directoryFailure {
             logger.error(
                 "cannot create the data directory; the disk tier is off",
-                metadata: ["error.message": "\(DiskFiles.describe(errno))"]
+                metadata: ["error.message": "\(DiskFiles.describe(directoryFailure))"]
             )
             statistics.writable = false
             statistics.errors += 1
@@ -181,7 +186,7 @@ public final class CachetDiskStore: Sendable {
                 case .gone:
                     break
                 case .corrupt:
-                    logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
+                    warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
                     unlink(path)
                     state.withLock { $0.statistics.corrupt += 1 }
                 case .entry(let digest, let fileSize, let logicalSize, let expiry):
@@ -219,6 +224,28 @@ public final class CachetDiskStore: Sendable {
         }
     }
 
+    // MARK: Failure warnings
+
+    /// Logs a failure at warning level, at most once per ``CachetDiskConfiguration/failureWarningInterval``:
+    /// a full disk fails every write, and a line per write would flood the log (often on that same disk).
+    /// The next line logged says in `disk.warnings_held_back` how many were not.
+    private func warnFailure(_ message: @autoclosure () -> Logger.Message, metadata: Logger.Metadata) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let heldBack = state.withLock { state -> Int? in
+            if let last = state.lastFailureWarning, now &- last < configuration.failureWarningInterval {
+                state.heldBackFailureWarnings += 1
+                return nil
+            }
+            state.lastFailureWarning = now
+            defer { state.heldBackFailureWarnings = 0 }
+            return state.heldBackFailureWarnings
+        }
+        guard let heldBack else { return }
+        var metadata = metadata
+        if heldBack > 0 { metadata["disk.warnings_held_back"] = "\(heldBack)" }
+        logger.warning(message(), metadata: metadata)
+    }
+
     // MARK: Paths
 
     private func path(for digest: KeyDigest) -> (directory: String, file: String) {
@@ -242,7 +269,7 @@ public final class CachetDiskStore: Sendable {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         guard DiskEntryFormat.canHold(keyLength: key.count, valueLength: value.count) else {
             // Not representable in an entry file; an older copy must not stay either.
-            logger.warning(
+            warnFailure(
                 """
                 entry not written to disk: keys must be 1 to \(DiskEntryFormat.maximumKeyLength) bytes \
                 and values at most \(DiskEntryFormat.maximumValueLength) bytes
@@ -278,7 +305,7 @@ public final class CachetDiskStore: Sendable {
                 failure = DiskFiles.replace(paths.file, with: file, temporary: paths.file + ".tmp")
             }
             if let failure {
-                logger.warning(
+                warnFailure(
                     "disk write failed; the entry stays in memory only",
                     metadata: ["disk.path": "\(paths.file)", "error.message": "\(DiskFiles.describe(failure))"]
                 )
@@ -316,7 +343,7 @@ public final class CachetDiskStore: Sendable {
                 state.withLock { _ = $0.index.remove(digest) }
                 return nil
             case .failed(let code):
-                logger.warning(
+                warnFailure(
                     "disk read failed",
                     metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(code))"]
                 )
@@ -324,7 +351,7 @@ public final class CachetDiskStore: Sendable {
                 return nil
             case .bytes(let bytes):
                 guard let entry = Self.decode(bytes, key: key) else {
-                    logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
+                    warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
                     discard(digest, reason: .corrupt)
                     return nil
                 }
@@ -347,7 +374,7 @@ public final class CachetDiskStore: Sendable {
         let file = path(for: digest).file
         guard case .bytes(let bytes) = DiskFiles.read(file) else { return nil }
         guard let entry = Self.decode(bytes, key: key) else {
-            logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
+            warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
             discard(digest, reason: .corrupt)
             return nil
         }
@@ -451,7 +478,7 @@ public final class CachetDiskStore: Sendable {
                 bytes += node.logicalSize
                 let file = path(for: node.digest).file
                 if unlink(file) != 0 && errno != ENOENT {
-                    logger.warning(
+                    warnFailure(
                         "cannot delete entry file",
                         metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"]
                     )

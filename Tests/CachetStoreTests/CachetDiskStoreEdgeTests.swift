@@ -1,6 +1,7 @@
 import CachetTestSupport
 import Foundation
 import Logging
+import Synchronization
 import Testing
 
 @testable import CachetStore
@@ -8,6 +9,47 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
+
+/// Log lines kept for inspection.
+final class CapturedLog: Sendable {
+    struct Line: Sendable {
+        var level: Logger.Level
+        var message: String
+        var metadata: Logger.Metadata
+    }
+
+    private let lines = Mutex<[Line]>([])
+
+    func append(_ line: Line) { lines.withLock { $0.append(line) } }
+
+    func lines(at level: Logger.Level) -> [Line] { lines.withLock { $0.filter { $0.level == level } } }
+
+    /// A logger whose lines land here.
+    func logger() -> Logger {
+        Logger(label: "cachet.test.disk") { _ in Handler(log: self) }
+    }
+
+    struct Handler: LogHandler {
+        let log: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            log.append(
+                Line(
+                    level: event.level,
+                    message: event.message.description,
+                    metadata: metadata.merging(event.metadata ?? [:]) { $1 }
+                )
+            )
+        }
+    }
+}
 
 @Suite("Disk tier edges")
 struct CachetDiskStoreEdgeTests {
@@ -40,5 +82,60 @@ struct CachetDiskStoreEdgeTests {
         #expect(store.statistics.corrupt == 0)
         #expect(store.statistics.logicalBytes == DiskEntryFormat.maximumKeyLength + 300)
         #expect(store.get(key: key, now: 1)?.value == jsonLike(300))
+    }
+
+    @Test func aDataDirectoryThatIsAFileTurnsTheTierOff() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.appending("data")
+        #expect(FileManager.default.createFile(atPath: path, contents: Data([7])))
+        let log = CapturedLog()
+        let store = try CachetDiskStore(
+            configuration: CachetDiskConfiguration(directory: path, limit: 1 << 20),
+            logger: log.logger()
+        )
+        #expect(!store.statistics.writable)
+        #expect(store.statistics.errors == 1)
+        store.put(key: [1], value: [2], expiry: 0)
+        #expect(store.get(key: [1], now: 1) == nil)
+        #expect(store.statistics.errors == 2)
+        let errors = log.lines(at: .error)
+        #expect(errors.count == 1)
+        #expect(errors.first?.message == "cannot create the data directory; the disk tier is off")
+        #expect(errors.first?.metadata["error.message"] == "Not a directory")
+        #expect(FileManager.default.contents(atPath: path) == Data([7]))
+        store.close()
+    }
+
+    @Test func repeatedFailuresAreWarnedAboutOncePerInterval() throws {
+        let directory = TemporaryDirectory()
+        // A regular file wherever a first-level fan-out directory would go: every write fails (ENOTDIR).
+        for first in 0..<256 {
+            let name = String(first, radix: 16)
+            #expect(
+                FileManager.default.createFile(
+                    atPath: directory.appending(first < 16 ? "0" + name : name),
+                    contents: nil
+                )
+            )
+        }
+        var configuration = CachetDiskConfiguration(directory: directory.path, limit: 1 << 20)
+        configuration.failureWarningInterval = 400_000_000
+        let log = CapturedLog()
+        let store = try CachetDiskStore(configuration: configuration, logger: log.logger())
+        for i in 0..<50 { store.put(key: Array("key\(i)".utf8), value: [1], expiry: 0) }
+        #expect(store.statistics.errors == 50)
+        #expect(store.statistics.items == 0)
+        var warnings = log.lines(at: .warning)
+        #expect(warnings.count == 1)
+        #expect(warnings.first?.message == "disk write failed; the entry stays in memory only")
+        #expect(warnings.first?.metadata["error.message"] == "Not a directory")
+        #expect(warnings.first?.metadata["disk.warnings_held_back"] == nil)
+        usleep(450_000)
+        store.put(key: Array("late".utf8), value: [1], expiry: 0)
+        warnings = log.lines(at: .warning)
+        #expect(warnings.count == 2)
+        #expect(warnings.last?.metadata["disk.warnings_held_back"] == "49")
+        #expect(store.statistics.errors == 51)
+        store.close()
     }
 }
