@@ -85,7 +85,7 @@ extension CachetDiskStore {
 
     /// What reading one entry file's header found.
     enum ScannedFile {
-        case entry(digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32)
+        case entry(digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32, modified: UInt32)
         case corrupt
         case gone
     }
@@ -120,7 +120,8 @@ extension CachetDiskStore {
                 digest: digest,
                 fileSize: header.fileSize,
                 logicalSize: header.keyLength + header.valueLength,
-                expiry: header.expiry
+                expiry: header.expiry,
+                modified: UInt32(clamping: max(1, prefix.modified))
             )
         }
     }

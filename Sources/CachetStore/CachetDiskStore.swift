@@ -189,7 +189,7 @@ public final class CachetDiskStore: Sendable {
                     warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
                     unlink(path)
                     state.withLock { $0.statistics.corrupt += 1 }
-                case .entry(let digest, let fileSize, let logicalSize, let expiry):
+                case .entry(let digest, let fileSize, let logicalSize, let expiry, let modified):
                     if CachetClock.isExpired(expiry, now: now) {
                         // Unless a write since start-up replaced it, the file is dead.
                         if state.withLock({ $0.index.lookup(digest) == nil }) { unlink(path) }
@@ -202,7 +202,8 @@ public final class CachetDiskStore: Sendable {
                                 digest,
                                 fileSize: fileSize,
                                 logicalSize: logicalSize,
-                                expiry: expiry
+                                expiry: expiry,
+                                scannedModified: modified
                             )
                         }
                     }
@@ -210,9 +211,16 @@ public final class CachetDiskStore: Sendable {
             }
             return true
         }
+        // Files were found in directory order; put what nothing has used since in order of write time, so
+        // the limit evicts the oldest writes first. Sorted outside the lock: the network queues keep asking
+        // `contains`.
+        let scanned = complete ? state.withLock { $0.index.scannedEntries() }.sorted { $0.modified > $1.modified } : []
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         let items = state.withLock { state -> Int in
-            if complete { state.recovering = false }
+            if complete {
+                state.index.moveToOldestEnd(scanned)
+                state.recovering = false
+            }
             return state.index.count
         }
         if complete {
@@ -464,7 +472,7 @@ public final class CachetDiskStore: Sendable {
                 // Files not indexed yet are entries too: delete them, counting what their headers say.
                 let indexed = Set(nodes.map(\.digest))
                 Self.forEachEntryFile(directory: configuration.directory) { path, name in
-                    if case .entry(let digest, _, let logicalSize, _) = Self.scanFile(path, name: name),
+                    if case .entry(let digest, _, let logicalSize, _, _) = Self.scanFile(path, name: name),
                         !indexed.contains(digest)
                     {
                         items += 1

@@ -138,4 +138,41 @@ struct CachetDiskStoreEdgeTests {
         #expect(store.statistics.errors == 51)
         store.close()
     }
+
+    @Test func afterACrashTheLimitEvictsTheOldestWritesFirst() throws {
+        let directory = TemporaryDirectory()
+        let keys = (0..<20).map { Array(String(format: "key%02d", $0).utf8) }
+        let fileSize = DiskEntryFormat.headerSize + 5 + 1000
+        do {
+            let store = try openStore(directory)
+            for (i, key) in keys.enumerated() { store.put(key: key, value: noise(1000, seed: UInt64(i)), expiry: 0) }
+            store.close()
+        }
+        // As after kill -9: no index file. Write times in an order unrelated to names or hashes.
+        try FileManager.default.removeItem(atPath: directory.appending("index"))
+        let rank = (0..<20).map { ($0 * 7) % 20 }
+        for (i, key) in keys.enumerated() {
+            let hex = key.withUnsafeBytes { KeyDigest(of: $0) }.hex
+            let path = directory.appending("\(hex.prefix(2))/\(hex.dropFirst(2).prefix(2))/\(hex)")
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSince1970: 1_700_000_000 + Double(rank[i]) * 10)],
+                ofItemAtPath: path
+            )
+        }
+        let store = try openStore(directory, limit: 5 * fileSize)
+        // Read the oldest write before the scan: a read makes it the most recently used.
+        #expect(store.get(key: keys[0], now: 1)?.value == noise(1000, seed: 0))
+        store.startRecovery()
+        store.waitForRecovery()
+        let newest = (0..<20).sorted { rank[$0] > rank[$1] }.prefix(4)
+        #expect(Array(newest) == [17, 14, 11, 8])
+        #expect(store.statistics.items == 5)
+        #expect(store.statistics.evictions == 15)
+        for i in 0..<20 {
+            let kept = i == 0 || newest.contains(i)
+            #expect(keys[i].withUnsafeBytes { store.contains(key: $0, now: 1) } == kept, "key\(i)")
+        }
+        #expect(entryFiles(directory).count == 5)
+        store.close()
+    }
 }
