@@ -146,6 +146,32 @@ struct DiskIndex {
         return result
     }
 
+    /// Checks every structural invariant; traps with a message on the first violation.
+    /// - Complexity: O(n).
+    func checkInvariants() {
+        var seen = 0
+        var fileBytes = 0
+        var logicalBytes = 0
+        var previous: Int32 = -1
+        var index = head
+        while index >= 0 {
+            let node = nodes[Int(index)]
+            precondition(node.prev == previous, "node \(index): prev \(node.prev), expected \(previous)")
+            precondition(map[node.digest] == index, "node \(index) is linked but not mapped")
+            seen += 1
+            precondition(seen <= map.count, "the list is longer than the map (a cycle?)")
+            fileBytes += node.fileSize
+            logicalBytes += node.logicalSize
+            previous = index
+            index = node.next
+        }
+        precondition(previous == tail, "tail \(tail), last linked node \(previous)")
+        precondition(seen == map.count, "\(seen) linked, \(map.count) mapped")
+        precondition(seen + freeList.count == nodes.count, "slots leak: \(seen) + \(freeList.count) free")
+        precondition(fileBytes == self.fileBytes, "file bytes \(self.fileBytes), nodes say \(fileBytes)")
+        precondition(logicalBytes == self.logicalBytes, "logical bytes \(self.logicalBytes), nodes say \(logicalBytes)")
+    }
+
     private mutating func unlink(_ index: Int32) {
         let node = nodes[Int(index)]
         if node.prev >= 0 { nodes[Int(node.prev)].next = node.next } else { head = node.next }
