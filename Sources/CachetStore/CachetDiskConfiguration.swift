@@ -72,6 +72,8 @@ public struct CachetDiskStatistics: Sendable, Equatable {
     public var corrupt = 0
     /// Entries deleted to stay within the limit.
     public var evictions = 0
+    /// Entries deleted because they had expired (found by a read, a sweep or the start-up scan).
+    public var expired = 0
     /// Entries written compressed.
     public var compressedWrites = 0
     /// Entries written raw because compression did not save enough.

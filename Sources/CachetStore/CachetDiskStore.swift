@@ -192,7 +192,10 @@ public final class CachetDiskStore: Sendable {
                 case .entry(let digest, let fileSize, let logicalSize, let expiry, let modified):
                     if CachetClock.isExpired(expiry, now: now) {
                         // Unless a write since start-up replaced it, the file is dead.
-                        if state.withLock({ $0.index.lookup(digest) == nil }) { unlink(path) }
+                        if state.withLock({ $0.index.lookup(digest) == nil }) {
+                            unlink(path)
+                            state.withLock { $0.statistics.expired += 1 }
+                        }
                         return
                     }
                     state.withLock { state in
@@ -343,6 +346,7 @@ public final class CachetDiskStore: Sendable {
             }
             if CachetClock.isExpired(node.expiry, now: now) {
                 discard(digest, reason: nil)
+                state.withLock { $0.statistics.expired += 1 }
                 return nil
             }
             let file = path(for: digest).file
@@ -365,6 +369,7 @@ public final class CachetDiskStore: Sendable {
                 }
                 if CachetClock.isExpired(entry.expiry, now: now) {
                     discard(digest, reason: nil)
+                    state.withLock { $0.statistics.expired += 1 }
                     return nil
                 }
                 state.withLock { state in
@@ -388,6 +393,7 @@ public final class CachetDiskStore: Sendable {
         }
         if CachetClock.isExpired(entry.expiry, now: now) {
             unlink(file)
+            state.withLock { $0.statistics.expired += 1 }
             return nil
         }
         state.withLock { state in
@@ -436,6 +442,26 @@ public final class CachetDiskStore: Sendable {
             // While the index is rebuilt, an unindexed key may still have a file.
             guard let node = state.index.lookup(digest) else { return state.recovering }
             return !CachetClock.isExpired(node.expiry, now: now)
+        }
+    }
+
+    /// Deletes expired entries among the next `budget` index entries, continuing where the last sweep
+    /// stopped, so that calls from a timer cover the whole index a little at a time. Expired entries are
+    /// misses anyway; the sweep frees their disk space before the LRU order reaches them.
+    /// - Parameters:
+    ///   - now: the current time.
+    ///   - budget: index entries to examine.
+    /// - Returns: entries deleted.
+    /// - Complexity: O(budget) plus one `unlink` per expired entry.
+    @discardableResult
+    public func sweepExpired(now: UInt32, budget: Int) -> Int {
+        io.withLock { _ in
+            let victims = state.withLock { state -> [KeyDigest] in
+                state.closed ? [] : state.index.expiredDigests(now: now, budget: budget)
+            }
+            for digest in victims { discard(digest, reason: nil) }
+            if !victims.isEmpty { state.withLock { $0.statistics.expired += victims.count } }
+            return victims.count
         }
     }
 

@@ -24,6 +24,8 @@ struct DiskIndex {
     private var tail: Int32 = -1
     private(set) var fileBytes = 0
     private(set) var logicalBytes = 0
+    /// The next slot ``expiredDigests(now:budget:)`` examines.
+    private var sweepCursor = 0
 
     var count: Int { map.count }
 
@@ -121,6 +123,27 @@ struct DiskIndex {
         return node
     }
 
+    /// Digests of expired entries among the next `budget` slots, continuing where the last call stopped and
+    /// wrapping around, so that repeated calls cover the whole index a little at a time.
+    /// - Parameters:
+    ///   - now: the current time.
+    ///   - budget: slots to examine.
+    /// - Returns: the expired entries found; they are still indexed.
+    /// - Complexity: O(budget).
+    mutating func expiredDigests(now: UInt32, budget: Int) -> [KeyDigest] {
+        var result: [KeyDigest] = []
+        for _ in 0..<min(max(0, budget), nodes.count) {
+            if sweepCursor >= nodes.count { sweepCursor = 0 }
+            let node = nodes[sweepCursor]
+            // A free slot keeps its old contents; only a mapped slot is an entry.
+            if CachetClock.isExpired(node.expiry, now: now) && map[node.digest] == Int32(sweepCursor) {
+                result.append(node.digest)
+            }
+            sweepCursor += 1
+        }
+        return result
+    }
+
     /// The least recently used entry.
     var oldest: Node? { tail >= 0 ? nodes[Int(tail)] : nil }
 
@@ -130,6 +153,7 @@ struct DiskIndex {
         map = [:]
         head = -1
         tail = -1
+        sweepCursor = 0
         fileBytes = 0
         logicalBytes = 0
     }

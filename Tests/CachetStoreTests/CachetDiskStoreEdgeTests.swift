@@ -176,3 +176,70 @@ struct CachetDiskStoreEdgeTests {
         store.close()
     }
 }
+
+@Suite("Disk tier expiry sweep")
+struct CachetDiskSweepTests {
+    @Test func sweepsDeleteExpiredEntriesABudgetAtATime() throws {
+        let directory = TemporaryDirectory()
+        let store = try openStore(directory)
+        // Even keys expire at 100, odd ones never; index slots follow the order of the writes.
+        for i in 0..<10 { store.put(key: [UInt8(i + 1)], value: [UInt8(i)], expiry: i % 2 == 0 ? 100 : 0) }
+        #expect(store.sweepExpired(now: 50, budget: 100) == 0)
+        #expect(store.sweepExpired(now: 200, budget: 3) == 2)  // slots 0, 1, 2
+        #expect(store.statistics.items == 8)
+        #expect(store.sweepExpired(now: 200, budget: 10) == 3)  // slots 3 to 9, then around to 0 to 2
+        #expect(store.sweepExpired(now: 200, budget: 10) == 0)
+        let statistics = store.statistics
+        #expect(statistics.items == 5)
+        #expect(statistics.expired == 5)
+        #expect(statistics.logicalBytes == 10)
+        #expect(entryFiles(directory).count == 5)
+        for i in stride(from: 1, to: 10, by: 2) {
+            #expect(store.get(key: [UInt8(i + 1)], now: 200)?.value == [UInt8(i)])
+        }
+        store.close()
+    }
+
+    @Test func expiredEntriesAreCountedWhereverTheyAreFound() throws {
+        let directory = TemporaryDirectory()
+        let now = CachetClock.now()
+        do {
+            let store = try openStore(directory)
+            store.put(key: Array("read".utf8), value: [1], expiry: now + 1)
+            store.put(key: Array("scanned".utf8), value: [2], expiry: now + 1)
+            store.put(key: Array("kept".utf8), value: [3], expiry: 0)
+            #expect(store.get(key: Array("read".utf8), now: now + 1) == nil)
+            #expect(store.statistics.expired == 1)
+            store.close()
+        }
+        try FileManager.default.removeItem(atPath: directory.appending("index"))
+        // The rebuild judges expiry by the clock: wait until "scanned" is past it.
+        while CachetClock.now() <= now + 1 { usleep(50_000) }
+        let store = try openStore(directory)
+        store.startRecovery()
+        store.waitForRecovery()
+        #expect(store.statistics.expired == 1)
+        #expect(store.statistics.items == 1)
+        #expect(entryFiles(directory).count == 1)
+        store.close()
+    }
+
+    @Test func theWorkerQueuesOneSweepAtATime() throws {
+        let directory = TemporaryDirectory()
+        let worker = CachetDiskWorker(store: try openStore(directory))
+        // Hold the queue with a slow read so that everything after it waits.
+        let gate = DispatchSemaphore(value: 0)
+        worker.get(key: [0], now: 1) { _ in gate.wait() }
+        for i in 0..<6 { #expect(worker.submitPut(key: [UInt8(i + 1)], value: [1], expiry: 100)) }
+        worker.submitSweep(now: 200, budget: 2)
+        worker.submitSweep(now: 200, budget: 2)  // one is already waiting: dropped
+        #expect(worker.queueDepth == 8)  // the held read, six writes, one sweep
+        gate.signal()
+        worker.drain()
+        #expect(worker.store.statistics.items == 4)
+        worker.submitSweep(now: 200, budget: 10)
+        worker.drain()
+        #expect(worker.store.statistics.items == 0)
+        #expect(worker.store.statistics.expired == 6)
+    }
+}
