@@ -141,6 +141,11 @@ public final class CachetDiskStore: Sendable {
         return fd
     }
 
+    /// The largest key plus value that always fits the tier, even when it does not compress: the limit less
+    /// one file header. A bigger entry may still fit if it compresses, but a caller that promises to keep
+    /// an entry on disk only should check it against this.
+    public var maximumEntryBytes: Int { max(0, configuration.limit - DiskEntryFormat.headerSize) }
+
     // MARK: Recovery
 
     /// Whether the index is still being rebuilt from the files.

@@ -84,6 +84,20 @@ struct CachetDiskStoreEdgeTests {
         #expect(store.get(key: key, now: 1)?.value == jsonLike(300))
     }
 
+    @Test func anEntryOfMaximumEntryBytesFitsEvenRaw() throws {
+        let directory = TemporaryDirectory()
+        let store = try openStore(directory, limit: 4096)
+        #expect(store.maximumEntryBytes == 4096 - 28)
+        let fits = noise(store.maximumEntryBytes - 3)
+        store.put(key: Array("fit".utf8), value: fits, expiry: 0)
+        #expect(store.get(key: Array("fit".utf8), now: 1)?.value == fits)
+        #expect(store.statistics.bytes == 4096)
+        store.put(key: Array("big".utf8), value: noise(store.maximumEntryBytes - 2), expiry: 0)
+        #expect(store.get(key: Array("big".utf8), now: 1) == nil)
+        #expect(store.get(key: Array("fit".utf8), now: 1)?.value == fits)
+        store.close()
+    }
+
     @Test func aDataDirectoryThatIsAFileTurnsTheTierOff() throws {
         let directory = TemporaryDirectory()
         let path = directory.appending("data")
