@@ -292,7 +292,9 @@ public final class CachetDiskStore: Sendable {
                 """,
                 metadata: ["disk.key_length": "\(key.count)", "disk.value_length": "\(value.count)"]
             )
-            io.withLock { _ in discard(digest, reason: nil) }
+            io.withLock { _ in
+                if !state.withLock({ $0.closed }) { discard(digest, reason: nil) }
+            }
             state.withLock { $0.statistics.errors += 1 }
             return
         }
@@ -303,10 +305,14 @@ public final class CachetDiskStore: Sendable {
             level: configuration.compressionLevel
         )
         io.withLock { _ in
-            let writable = state.withLock { $0.statistics.writable && !$0.closed }
+            let (writable, closed) = state.withLock { state in
+                if !state.statistics.writable || state.closed { state.statistics.errors += 1 }
+                return (state.statistics.writable, state.closed)
+            }
+            // Once closed, the directory may belong to another node: leave its files alone.
+            guard !closed else { return }
             guard writable else {
                 discard(digest, reason: nil)
-                state.withLock { $0.statistics.errors += 1 }
                 return
             }
             guard file.count <= configuration.limit else {
@@ -345,7 +351,11 @@ public final class CachetDiskStore: Sendable {
     public func get(key: [UInt8], now: UInt32) -> CachetDiskEntry? {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ -> CachetDiskEntry? in
-            let (indexed, recovering) = state.withLock { ($0.index.lookup(digest), $0.recovering) }
+            let (indexed, recovering, closed) = state.withLock {
+                ($0.index.lookup(digest), $0.recovering, $0.closed)
+            }
+            // Once closed, the directory may belong to another node.
+            guard !closed else { return nil }
             guard let node = indexed else {
                 return recovering ? readUnindexed(key: key, digest: digest, now: now) : nil
             }
@@ -477,7 +487,10 @@ public final class CachetDiskStore: Sendable {
     public func remove(key: [UInt8]) -> Bool {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ in
-            let (present, recovering) = state.withLock { ($0.index.lookup(digest) != nil, $0.recovering) }
+            let (present, recovering, closed) = state.withLock {
+                ($0.index.lookup(digest) != nil, $0.recovering, $0.closed)
+            }
+            guard !closed else { return false }
             discard(digest, reason: nil)
             if recovering && !present {
                 // Not indexed yet: the file may still be there.
@@ -492,6 +505,7 @@ public final class CachetDiskStore: Sendable {
     @discardableResult
     public func removeAll() -> (items: Int, bytes: Int) {
         io.withLock { _ in
+            guard !state.withLock({ $0.closed }) else { return (0, 0) }
             let nodes = state.withLock { state -> [DiskIndex.Node] in
                 let nodes = state.index.inRecencyOrder()
                 state.index.removeAll()
@@ -546,7 +560,7 @@ public final class CachetDiskStore: Sendable {
         io.withLock { _ in
             while true {
                 let victim = state.withLock { state -> KeyDigest? in
-                    guard !state.recovering, state.index.fileBytes > configuration.limit,
+                    guard !state.recovering, !state.closed, state.index.fileBytes > configuration.limit,
                         let oldest = state.index.oldest
                     else {
                         return nil
@@ -577,7 +591,8 @@ public final class CachetDiskStore: Sendable {
     }
 
     /// Writes the index file (so the next start need not scan) and releases the lock file. Idempotent;
-    /// the store serves nothing afterwards.
+    /// afterwards the store touches no file: reads miss, writes and deletes are refused (writes count as
+    /// errors), since the directory may already belong to another node.
     public func close() {
         let started = state.withLock { state -> Bool in
             state.cancelRecovery = true

@@ -98,6 +98,26 @@ struct CachetDiskStoreEdgeTests {
         store.close()
     }
 
+    @Test func aClosedStoreLeavesTheDirectoryToItsNextOwner() throws {
+        let directory = TemporaryDirectory()
+        let first = try openStore(directory)
+        first.put(key: Array("a".utf8), value: [1], expiry: 0)
+        first.put(key: Array("b".utf8), value: [2], expiry: 0)
+        first.close()
+        try FileManager.default.removeItem(atPath: directory.appending("index"))
+        let second = try openStore(directory)  // recovering: the first store's index is gone
+        #expect(first.get(key: Array("a".utf8), now: 1) == nil)
+        #expect(!first.remove(key: Array("a".utf8)))
+        #expect(first.removeAll() == (items: 0, bytes: 0))
+        first.put(key: Array("b".utf8), value: [9], expiry: 0)
+        #expect(first.statistics.errors == 1)
+        #expect(first.sweepExpired(now: .max, budget: 10) == 0)
+        #expect(entryFiles(directory).count == 2)
+        #expect(second.get(key: Array("a".utf8), now: 1)?.value == [1])
+        #expect(second.get(key: Array("b".utf8), now: 1)?.value == [2])
+        second.close()
+    }
+
     @Test func aDataDirectoryThatIsAFileTurnsTheTierOff() throws {
         let directory = TemporaryDirectory()
         let path = directory.appending("data")
