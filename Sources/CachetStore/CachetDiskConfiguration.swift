@@ -10,6 +10,10 @@ public struct CachetDiskConfiguration: Sendable {
     /// Writes that may wait in the disk queue before a PUT has to wait for room.
     public var queueCapacity: Int
 
+    /// Nanoseconds between two warnings about failed reads, writes or deletes and corrupt files; the ones
+    /// in between are counted in `statistics.errors` and `corrupt` only. One second unless a test says otherwise.
+    package var failureWarningInterval: UInt64 = 1_000_000_000
+
     /// The default zlib level.
     public static let defaultCompressionLevel: Int32 = 1
 
@@ -61,12 +65,15 @@ public struct CachetDiskStatistics: Sendable, Equatable {
     public var limit = 0
     /// Reads that returned a value.
     public var hits = 0
-    /// Reads, writes and deletes that failed (full disk, permissions, I/O errors).
+    /// Reads, writes and deletes that failed (full disk, permissions, I/O errors), and writes of entries
+    /// the file format cannot hold.
     public var errors = 0
     /// Files that failed their checks and were deleted.
     public var corrupt = 0
     /// Entries deleted to stay within the limit.
     public var evictions = 0
+    /// Entries deleted because they had expired (found by a read, a sweep or the start-up scan).
+    public var expired = 0
     /// Entries written compressed.
     public var compressedWrites = 0
     /// Entries written raw because compression did not save enough.

@@ -85,7 +85,7 @@ extension CachetDiskStore {
 
     /// What reading one entry file's header found.
     enum ScannedFile {
-        case entry(digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32)
+        case entry(digest: KeyDigest, fileSize: Int, logicalSize: Int, expiry: UInt32, modified: UInt32)
         case corrupt
         case gone
     }
@@ -106,7 +106,8 @@ extension CachetDiskStore {
     /// Reads and checks the header of one entry file (not its payload).
     static func scanFile(_ path: String, name: String) -> ScannedFile {
         guard let digest = KeyDigest(hex: name[...]) else { return .corrupt }
-        guard let prefix = DiskFiles.readPrefix(path, count: DiskEntryFormat.headerSize + 4096) else { return .gone }
+        let headerAndKey = DiskEntryFormat.headerSize + DiskEntryFormat.maximumKeyLength
+        guard let prefix = DiskFiles.readPrefix(path, count: headerAndKey) else { return .gone }
         return prefix.bytes.withUnsafeBytes { raw -> ScannedFile in
             guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else {
                 return .corrupt
@@ -119,7 +120,8 @@ extension CachetDiskStore {
                 digest: digest,
                 fileSize: header.fileSize,
                 logicalSize: header.keyLength + header.valueLength,
-                expiry: header.expiry
+                expiry: header.expiry,
+                modified: UInt32(clamping: max(1, prefix.modified))
             )
         }
     }

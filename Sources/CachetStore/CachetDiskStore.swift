@@ -37,6 +37,9 @@ public final class CachetDiskStore: Sendable {
         var recovering = false
         var recoveryStarted = false
         var cancelRecovery = false
+        /// When the last failure warning was logged (uptime nanoseconds), and how many were held back since.
+        var lastFailureWarning: UInt64?
+        var heldBackFailureWarnings = 0
     }
     private let recoveryDone = DispatchGroup()
 
@@ -60,10 +63,12 @@ public final class CachetDiskStore: Sendable {
         statistics.limit = configuration.limit
 
         let directory = configuration.directory
-        if !DiskFiles.makeDirectory(directory) {
+        let directoryFailure: Int32? =
+            DiskFiles.makeDirectory(directory) ? (DiskFiles.isDirectory(directory) ? nil : ENOTDIR) : errno
+        if let directoryFailure {
             logger.error(
                 "cannot create the data directory; the disk tier is off",
-                metadata: ["error.message": "\(DiskFiles.describe(errno))"]
+                metadata: ["error.message": "\(DiskFiles.describe(directoryFailure))"]
             )
             statistics.writable = false
             statistics.errors += 1
@@ -136,6 +141,11 @@ public final class CachetDiskStore: Sendable {
         return fd
     }
 
+    /// The largest key plus value that always fits the tier, even when it does not compress: the limit less
+    /// one file header. A bigger entry may still fit if it compresses, but a caller that promises to keep
+    /// an entry on disk only should check it against this.
+    public var maximumEntryBytes: Int { max(0, configuration.limit - DiskEntryFormat.headerSize) }
+
     // MARK: Recovery
 
     /// Whether the index is still being rebuilt from the files.
@@ -181,13 +191,16 @@ public final class CachetDiskStore: Sendable {
                 case .gone:
                     break
                 case .corrupt:
-                    logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
+                    warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
                     unlink(path)
                     state.withLock { $0.statistics.corrupt += 1 }
-                case .entry(let digest, let fileSize, let logicalSize, let expiry):
+                case .entry(let digest, let fileSize, let logicalSize, let expiry, let modified):
                     if CachetClock.isExpired(expiry, now: now) {
                         // Unless a write since start-up replaced it, the file is dead.
-                        if state.withLock({ $0.index.lookup(digest) == nil }) { unlink(path) }
+                        if state.withLock({ $0.index.lookup(digest) == nil }) {
+                            unlink(path)
+                            state.withLock { $0.statistics.expired += 1 }
+                        }
                         return
                     }
                     state.withLock { state in
@@ -197,7 +210,8 @@ public final class CachetDiskStore: Sendable {
                                 digest,
                                 fileSize: fileSize,
                                 logicalSize: logicalSize,
-                                expiry: expiry
+                                expiry: expiry,
+                                scannedModified: modified
                             )
                         }
                     }
@@ -205,9 +219,16 @@ public final class CachetDiskStore: Sendable {
             }
             return true
         }
+        // Files were found in directory order; put what nothing has used since in order of write time, so
+        // the limit evicts the oldest writes first. Sorted outside the lock: the network queues keep asking
+        // `contains`.
+        let scanned = complete ? state.withLock { $0.index.scannedEntries() }.sorted { $0.modified > $1.modified } : []
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         let items = state.withLock { state -> Int in
-            if complete { state.recovering = false }
+            if complete {
+                state.index.moveToOldestEnd(scanned)
+                state.recovering = false
+            }
             return state.index.count
         }
         if complete {
@@ -217,6 +238,28 @@ public final class CachetDiskStore: Sendable {
                 metadata: ["disk.items": "\(items)", "disk.scan_seconds": "\(seconds)"]
             )
         }
+    }
+
+    // MARK: Failure warnings
+
+    /// Logs a failure at warning level, at most once per ``CachetDiskConfiguration/failureWarningInterval``:
+    /// a full disk fails every write, and a line per write would flood the log (often on that same disk).
+    /// The next line logged says in `disk.warnings_held_back` how many were not.
+    private func warnFailure(_ message: @autoclosure () -> Logger.Message, metadata: Logger.Metadata) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let heldBack = state.withLock { state -> Int? in
+            if let last = state.lastFailureWarning, now &- last < configuration.failureWarningInterval {
+                state.heldBackFailureWarnings += 1
+                return nil
+            }
+            state.lastFailureWarning = now
+            defer { state.heldBackFailureWarnings = 0 }
+            return state.heldBackFailureWarnings
+        }
+        guard let heldBack else { return }
+        var metadata = metadata
+        if heldBack > 0 { metadata["disk.warnings_held_back"] = "\(heldBack)" }
+        logger.warning(message(), metadata: metadata)
     }
 
     // MARK: Paths
@@ -233,12 +276,28 @@ public final class CachetDiskStore: Sendable {
 
     /// Writes an entry, replacing any older one, then evicts least recently used entries over the limit.
     /// Failures are logged and counted; an older file for the key is removed so it cannot be served stale.
+    /// A key outside 1 to 4096 bytes or a value over 4 GiB cannot be written: it is counted as an error.
     /// - Parameters:
     ///   - key: the key.
     ///   - value: the value.
     ///   - expiry: absolute expiry in Unix seconds, 0 for never.
     public func put(key: [UInt8], value: [UInt8], expiry: UInt32) {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        guard DiskEntryFormat.canHold(keyLength: key.count, valueLength: value.count) else {
+            // Not representable in an entry file; an older copy must not stay either.
+            warnFailure(
+                """
+                entry not written to disk: keys must be 1 to \(DiskEntryFormat.maximumKeyLength) bytes \
+                and values at most \(DiskEntryFormat.maximumValueLength) bytes
+                """,
+                metadata: ["disk.key_length": "\(key.count)", "disk.value_length": "\(value.count)"]
+            )
+            io.withLock { _ in
+                if !state.withLock({ $0.closed }) { discard(digest, reason: nil) }
+            }
+            state.withLock { $0.statistics.errors += 1 }
+            return
+        }
         let (file, compressed) = DiskEntryFormat.encode(
             key: key,
             value: value,
@@ -246,10 +305,14 @@ public final class CachetDiskStore: Sendable {
             level: configuration.compressionLevel
         )
         io.withLock { _ in
-            let writable = state.withLock { $0.statistics.writable && !$0.closed }
+            let (writable, closed) = state.withLock { state in
+                if !state.statistics.writable || state.closed { state.statistics.errors += 1 }
+                return (state.statistics.writable, state.closed)
+            }
+            // Once closed, the directory may belong to another node: leave its files alone.
+            guard !closed else { return }
             guard writable else {
                 discard(digest, reason: nil)
-                state.withLock { $0.statistics.errors += 1 }
                 return
             }
             guard file.count <= configuration.limit else {
@@ -264,7 +327,7 @@ public final class CachetDiskStore: Sendable {
                 failure = DiskFiles.replace(paths.file, with: file, temporary: paths.file + ".tmp")
             }
             if let failure {
-                logger.warning(
+                warnFailure(
                     "disk write failed; the entry stays in memory only",
                     metadata: ["disk.path": "\(paths.file)", "error.message": "\(DiskFiles.describe(failure))"]
                 )
@@ -288,12 +351,17 @@ public final class CachetDiskStore: Sendable {
     public func get(key: [UInt8], now: UInt32) -> CachetDiskEntry? {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ -> CachetDiskEntry? in
-            let (indexed, recovering) = state.withLock { ($0.index.lookup(digest), $0.recovering) }
+            let (indexed, recovering, closed) = state.withLock {
+                ($0.index.lookup(digest), $0.recovering, $0.closed)
+            }
+            // Once closed, the directory may belong to another node.
+            guard !closed else { return nil }
             guard let node = indexed else {
                 return recovering ? readUnindexed(key: key, digest: digest, now: now) : nil
             }
             if CachetClock.isExpired(node.expiry, now: now) {
                 discard(digest, reason: nil)
+                state.withLock { $0.statistics.expired += 1 }
                 return nil
             }
             let file = path(for: digest).file
@@ -302,7 +370,7 @@ public final class CachetDiskStore: Sendable {
                 state.withLock { _ = $0.index.remove(digest) }
                 return nil
             case .failed(let code):
-                logger.warning(
+                warnFailure(
                     "disk read failed",
                     metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(code))"]
                 )
@@ -310,12 +378,13 @@ public final class CachetDiskStore: Sendable {
                 return nil
             case .bytes(let bytes):
                 guard let entry = Self.decode(bytes, key: key) else {
-                    logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
+                    warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
                     discard(digest, reason: .corrupt)
                     return nil
                 }
                 if CachetClock.isExpired(entry.expiry, now: now) {
                     discard(digest, reason: nil)
+                    state.withLock { $0.statistics.expired += 1 }
                     return nil
                 }
                 state.withLock { state in
@@ -333,12 +402,13 @@ public final class CachetDiskStore: Sendable {
         let file = path(for: digest).file
         guard case .bytes(let bytes) = DiskFiles.read(file) else { return nil }
         guard let entry = Self.decode(bytes, key: key) else {
-            logger.warning("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
+            warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
             discard(digest, reason: .corrupt)
             return nil
         }
         if CachetClock.isExpired(entry.expiry, now: now) {
             unlink(file)
+            state.withLock { $0.statistics.expired += 1 }
             return nil
         }
         state.withLock { state in
@@ -390,6 +460,26 @@ public final class CachetDiskStore: Sendable {
         }
     }
 
+    /// Deletes expired entries among the next `budget` index entries, continuing where the last sweep
+    /// stopped, so that calls from a timer cover the whole index a little at a time. Expired entries are
+    /// misses anyway; the sweep frees their disk space before the LRU order reaches them.
+    /// - Parameters:
+    ///   - now: the current time.
+    ///   - budget: index entries to examine.
+    /// - Returns: entries deleted.
+    /// - Complexity: O(budget) plus one `unlink` per expired entry.
+    @discardableResult
+    public func sweepExpired(now: UInt32, budget: Int) -> Int {
+        io.withLock { _ in
+            let victims = state.withLock { state -> [KeyDigest] in
+                state.closed ? [] : state.index.expiredDigests(now: now, budget: budget)
+            }
+            for digest in victims { discard(digest, reason: nil) }
+            if !victims.isEmpty { state.withLock { $0.statistics.expired += victims.count } }
+            return victims.count
+        }
+    }
+
     /// Deletes an entry.
     /// - Parameter key: the key.
     /// - Returns: whether an entry was indexed.
@@ -397,7 +487,10 @@ public final class CachetDiskStore: Sendable {
     public func remove(key: [UInt8]) -> Bool {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ in
-            let (present, recovering) = state.withLock { ($0.index.lookup(digest) != nil, $0.recovering) }
+            let (present, recovering, closed) = state.withLock {
+                ($0.index.lookup(digest) != nil, $0.recovering, $0.closed)
+            }
+            guard !closed else { return false }
             discard(digest, reason: nil)
             if recovering && !present {
                 // Not indexed yet: the file may still be there.
@@ -412,6 +505,7 @@ public final class CachetDiskStore: Sendable {
     @discardableResult
     public func removeAll() -> (items: Int, bytes: Int) {
         io.withLock { _ in
+            guard !state.withLock({ $0.closed }) else { return (0, 0) }
             let nodes = state.withLock { state -> [DiskIndex.Node] in
                 let nodes = state.index.inRecencyOrder()
                 state.index.removeAll()
@@ -423,7 +517,7 @@ public final class CachetDiskStore: Sendable {
                 // Files not indexed yet are entries too: delete them, counting what their headers say.
                 let indexed = Set(nodes.map(\.digest))
                 Self.forEachEntryFile(directory: configuration.directory) { path, name in
-                    if case .entry(let digest, _, let logicalSize, _) = Self.scanFile(path, name: name),
+                    if case .entry(let digest, _, let logicalSize, _, _) = Self.scanFile(path, name: name),
                         !indexed.contains(digest)
                     {
                         items += 1
@@ -437,7 +531,7 @@ public final class CachetDiskStore: Sendable {
                 bytes += node.logicalSize
                 let file = path(for: node.digest).file
                 if unlink(file) != 0 && errno != ENOENT {
-                    logger.warning(
+                    warnFailure(
                         "cannot delete entry file",
                         metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"]
                     )
@@ -466,7 +560,7 @@ public final class CachetDiskStore: Sendable {
         io.withLock { _ in
             while true {
                 let victim = state.withLock { state -> KeyDigest? in
-                    guard !state.recovering, state.index.fileBytes > configuration.limit,
+                    guard !state.recovering, !state.closed, state.index.fileBytes > configuration.limit,
                         let oldest = state.index.oldest
                     else {
                         return nil
@@ -497,7 +591,8 @@ public final class CachetDiskStore: Sendable {
     }
 
     /// Writes the index file (so the next start need not scan) and releases the lock file. Idempotent;
-    /// the store serves nothing afterwards.
+    /// afterwards the store touches no file: reads miss, writes and deletes are refused (writes count as
+    /// errors), since the directory may already belong to another node.
     public func close() {
         let started = state.withLock { state -> Bool in
             state.cancelRecovery = true

@@ -15,6 +15,7 @@ public final class CachetDiskWorker: Sendable {
     private let pendingWrites = Atomic<Int>(0)
     private let pendingOperations = Atomic<Int>(0)
     private let waiters = LockedBox<[@Sendable () -> Void]>([])
+    private let sweepQueued = Atomic<Bool>(false)
     private let capacity: Int
 
     /// Creates a worker for `store`.
@@ -77,6 +78,19 @@ public final class CachetDiskWorker: Sendable {
     /// - Parameter key: the key.
     public func submitRemove(key: [UInt8]) {
         enqueue { [store] in store.remove(key: key) }
+    }
+
+    /// Queues a sweep of expired entries (``CachetDiskStore/sweepExpired(now:budget:)``), unless one is
+    /// already waiting, so that a timer calling this never piles sweeps up behind slow writes.
+    /// - Parameters:
+    ///   - now: the time expiry is judged at.
+    ///   - budget: index entries to examine.
+    public func submitSweep(now: UInt32, budget: Int) {
+        guard sweepQueued.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        enqueue { [self] in
+            sweepQueued.store(false, ordering: .relaxed)
+            store.sweepExpired(now: now, budget: budget)
+        }
     }
 
     /// Queues a read.

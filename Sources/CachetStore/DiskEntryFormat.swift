@@ -77,6 +77,15 @@ enum DiskEntryFormat {
     static let version: UInt8 = 1
     static let headerSize = 28
     static let flagDeflate: UInt8 = 1
+    /// The longest key a file may hold (the wire protocol's limit); the start-up scan reads no further.
+    static let maximumKeyLength = 4096
+    /// The longest value a file may hold: its length is a `u32`.
+    static let maximumValueLength = Int(UInt32.max)
+
+    /// Whether a file can hold a key and value of these lengths.
+    static func canHold(keyLength: Int, valueLength: Int) -> Bool {
+        (1...maximumKeyLength).contains(keyLength) && valueLength <= maximumValueLength
+    }
     /// Compression must save at least this share of the value, or the value is stored raw.
     static let minimumSaving = 0.10
     /// Values longer than this are judged by compressing a sample first, so that already-compressed media
@@ -120,6 +129,8 @@ enum DiskEntryFormat {
     }
 
     /// Builds a whole file: header, key, payload (compressed when that saves enough).
+    ///
+    /// The caller checks ``canHold(keyLength:valueLength:)`` first.
     static func encode(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (file: [UInt8], compressed: Bool)
     {
         var payload = value
@@ -176,7 +187,8 @@ enum DiskEntryFormat {
             valueCRC: read(UInt32.self, bytes, at: 20),
             headerCRC: read(UInt32.self, bytes, at: 24)
         )
-        guard header.flags & ~flagDeflate == 0, header.keyLength > 0, bytes.count >= headerSize + header.keyLength
+        guard header.flags & ~flagDeflate == 0, (1...maximumKeyLength).contains(header.keyLength),
+            bytes.count >= headerSize + header.keyLength
         else {
             return nil
         }

@@ -86,6 +86,12 @@ enum DiskFiles {
         return mkdir(path, 0o755) == 0 || errno == EEXIST
     }
 
+    /// Whether `path` names a directory (following symbolic links).
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
+    }
+
     /// Names in a directory, without `.` and `..`.
     static func list(_ path: String) -> [String] {
         guard let directory = opendir(path) else { return [] }
