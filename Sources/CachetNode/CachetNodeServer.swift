@@ -119,7 +119,13 @@ public final class CachetNodeServer: Sendable {
         timer.schedule(deadline: .now() + interval, repeating: interval)
         let memory = memory
         let budget = configuration.sweepBudget
-        timer.setEventHandler { _ = memory.sweepExpired(now: CachetClock.now(), budget: budget) }
+        let diskWorker = disk?.worker
+        timer.setEventHandler {
+            let now = CachetClock.now()
+            _ = memory.sweepExpired(now: now, budget: budget)
+            // Queued behind pending writes; skipped while an earlier sweep still waits there.
+            diskWorker?.submitSweep(now: now, budget: budget)
+        }
         state.withLock { state in
             state.listenFD = fd
             state.acceptSource = source

@@ -65,6 +65,7 @@ final class NodeStatistics: Sendable {
                 ("disk_errors", "\(statistics.errors)"),
                 ("disk_corrupt", "\(statistics.corrupt)"),
                 ("disk_evictions", "\(statistics.evictions)"),
+                ("disk_expired", "\(statistics.expired)"),
                 ("compression_ratio", Self.decimal(statistics.compressionRatio)),
                 ("disk_queue_depth", "\(disk.worker.queueDepth)"),
                 ("disk_recovering", statistics.recovering ? "true" : "false"),

@@ -206,10 +206,11 @@ struct RequestProcessor {
             return nil
         }
         if outcome == .tooLarge {
-            guard key.count + value.count <= disk.limit else {
+            // The disk limit must also hold the entry file's header, even for an incompressible value.
+            guard key.count + value.count <= disk.store.maximumEntryBytes else {
                 appendMessage(
                     "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit) "
-                        + "nor --disk-limit \(disk.limit)",
+                        + "nor --disk-limit \(disk.limit) (at most \(disk.store.maximumEntryBytes) bytes of key and value)",
                     status: .tooLarge,
                     opcode: .put,
                     id: id,

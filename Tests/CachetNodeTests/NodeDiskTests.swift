@@ -179,8 +179,44 @@ struct NodeDiskTests {
             )
             #expect(tooBig.status == .tooLarge)
             #expect(
-                tooBig.bodyText == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit 8388608"
+                tooBig.bodyText
+                    == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit 8388608 "
+                    + "(at most 8388580 bytes of key and value)"
             )
+            // Key and value fit the limit but the entry file's 28-byte header does not: refused, not lost.
+            let almost = [UInt8](repeating: 7, count: (8 << 20) - 4 - 10)
+            let refused = try client.roundTrip(.put(key: Array("near".utf8), value: almost, ttl: 0))
+            #expect(refused.status == .tooLarge)
+            #expect(try client.roundTrip(.get(key: Array("near".utf8))).status == .notFound)
+            let fits = [UInt8](repeating: 7, count: (8 << 20) - 4 - 28)
+            #expect(try client.roundTrip(.put(key: Array("near".utf8), value: fits, ttl: 0)).status == .ok)
+            #expect(try client.roundTrip(.get(key: Array("near".utf8))).body == fits)
+        }
+    }
+
+    @Test func theSweepDeletesExpiredDiskEntriesNobodyReads() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({
+            $0.sweepInterval = 0.1
+            $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 8 << 20)
+        }) { _, port in
+            let client = try TestSocket(port: port)
+            for key in 0..<20 {
+                let ttl: UInt32 = key < 15 ? 1 : 0
+                _ = try client.roundTrip(.put(key: Array("k\(key)".utf8), value: value(for: key, version: 1), ttl: ttl))
+            }
+            try waitForDiskQueue(client)
+            #expect(try stats(client)["disk_items"] as? Int == 20)
+            var reply = try stats(client)
+            for _ in 0..<400 where reply["disk_items"] as? Int != 5 {
+                Thread.sleep(forTimeInterval: 0.01)
+                reply = try stats(client)
+            }
+            #expect(reply["disk_items"] as? Int == 5)
+            #expect(reply["disk_expired"] as? Int == 15)
+            let files = try FileManager.default.subpathsOfDirectory(atPath: directory.path)
+                .filter { $0.split(separator: "/").last?.count == 64 }
+            #expect(files.count == 5)
         }
     }
 
