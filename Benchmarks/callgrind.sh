@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Instructions per request on the node's hot path, counted by valgrind's callgrind: repeatable for the same
+# binary and inputs whatever else the machine is doing, so it shows small before/after differences that
+# wall-clock runs on a shared machine cannot. Counts user-space instructions only (the kernel's share of
+# each request, its copies and wake-ups, is what `perf` and `strace -c` show).
+#
+#   Benchmarks/callgrind.sh                 # every workload, 20,000 measured requests each
+#   REQUESTS=5000 Benchmarks/callgrind.sh   # shorter
+#   TOP=15 Benchmarks/callgrind.sh          # and the 15 costliest functions per workload
+#
+# Each workload starts a fresh cachet-node under callgrind with instrumentation off, prefills its keys,
+# switches instrumentation on (callgrind_control -i on), runs a fixed number of requests with cachet-bench,
+# dumps, and divides the instructions by the requests. Profiles go to Benchmarks/results/, which git ignores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REQUESTS=${REQUESTS:-20000}
+TOP=${TOP:-0}
+command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 2; }
+RESULTS=Benchmarks/results/callgrind-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$RESULTS"
+
+echo "building release binaries..." >&2
+swift build -c release --product cachet-node >/dev/null
+swift build -c release --product cachet-bench >/dev/null
+BIN=$(swift build -c release --show-bin-path)
+# Valgrind 3.19 cannot read the DWARF 5 the Swift compiler writes: profile a copy without debug info (the
+# symbol table stays, so functions keep their names).
+NODE="$RESULTS/cachet-node"
+objcopy --strip-debug "$BIN/cachet-node" "$NODE"
+
+PORT=${PORT:-7499}
+node_pid=""
+cleanup() {
+    [ -n "$node_pid" ] && kill -TERM "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
+    return 0
+}
+trap cleanup EXIT INT TERM
+
+WORKLOADS=(
+    "GET 100 B, pipeline 1|--value-size 100 --keys 10000 --connections 8 --pipeline 1 --get-ratio 1"
+    "GET 100 B, pipeline 16|--value-size 100 --keys 10000 --connections 8 --pipeline 16 --get-ratio 1"
+    "PUT 100 B, pipeline 16|--value-size 100 --keys 10000 --connections 8 --pipeline 16 --get-ratio 0"
+    "GET 16 KiB, pipeline 1|--value-size 16384 --keys 1000 --connections 8 --pipeline 1 --get-ratio 1"
+)
+
+printf '| workload | instructions per request |\n|---|---|\n'
+for workload in "${WORKLOADS[@]}"; do
+    name=${workload%%|*}
+    read -r -a flags <<<"${workload#*|}"
+    slug=$(echo "$name" | tr -c 'A-Za-z0-9\n' '-')
+    out="$RESULTS/$slug.out"
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+        "$NODE" --port "$PORT" --disk-limit 0 --memory-limit 1GiB --log-level warning \
+        >"$RESULTS/$slug.log" 2>&1 &
+    node_pid=$!
+    for _ in $(seq 1 300); do
+        grep -q "listening" "$RESULTS/$slug.log" && break
+        sleep 0.1
+    done
+    "$BIN/cachet-bench" --port "$PORT" "${flags[@]}" --prefill --requests 1 --quiet >/dev/null
+    callgrind_control -i on "$node_pid" >/dev/null 2>&1
+    "$BIN/cachet-bench" --port "$PORT" "${flags[@]}" --requests "$REQUESTS" --quiet --json >"$RESULTS/$slug.json"
+    callgrind_control -i off "$node_pid" >/dev/null 2>&1
+    kill -TERM "$node_pid"
+    wait "$node_pid" || true
+    node_pid=""
+    requests=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['requests'])" "$RESULTS/$slug.json")
+    total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}')
+    [ -n "$total" ] || { echo "no profile for $name: see $RESULTS/$slug.log" >&2; exit 1; }
+    printf '| %s | %s |\n' "$name" "$(python3 -c "print(f'{$total / $requests:,.0f}')")"
+    if [ "$TOP" -gt 0 ]; then
+        callgrind_annotate --inclusive=no "$out" 2>/dev/null | grep -E '^ *[0-9,]+ ' | sed 's/^/    /' \
+            | awk -v top="$TOP" 'NR <= top' >&2
+    fi
+done
+rm -f "$NODE"
+echo "profiles: $RESULTS (open with callgrind_annotate or kcachegrind)" >&2
