@@ -23,14 +23,22 @@ public enum CachetHash {
             offset += 8
         }
         if offset < count {
-            var tail: UInt64 = 0
-            var shift: UInt64 = 0
-            while offset < count {
-                tail |= UInt64(bytes[offset]) << shift
-                shift += 8
-                offset += 1
+            // The last 1 to 7 bytes in at most two loads, overlapping where they must (as wyhash does):
+            // with the length already mixed in, first-and-last covers every byte.
+            let rest = count - offset
+            let tail = bytes.baseAddress! + offset
+            let word: UInt64
+            if rest >= 4 {
+                let first = UInt64(tail.loadUnaligned(as: UInt32.self))
+                let last = UInt64((tail + rest - 4).loadUnaligned(as: UInt32.self))
+                word = first | last << 32
+            } else {
+                let first = UInt64(tail.load(as: UInt8.self))
+                let middle = UInt64(tail.load(fromByteOffset: rest >> 1, as: UInt8.self))
+                let last = UInt64(tail.load(fromByteOffset: rest - 1, as: UInt8.self))
+                word = first | middle << 8 | last << 16
             }
-            state = (state ^ tail) &* multiplier
+            state = (state ^ word) &* multiplier
             state ^= state >> 29
         }
         // murmur3 fmix64
