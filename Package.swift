@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "cachet-bench", targets: ["cachet-bench"]),
         .library(name: "CachetWire", targets: ["CachetWire"]),
         .library(name: "CachetStore", targets: ["CachetStore"]),
+        .library(name: "CachetRing", targets: ["CachetRing"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
     ],
     dependencies: [
@@ -31,6 +32,9 @@ let package = Package(
 
         // The wire codec: frames and bodies, no I/O.
         .target(name: "CachetWire", swiftSettings: swiftSettings),
+
+        // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
+        .target(name: "CachetRing", swiftSettings: swiftSettings),
 
         // Memory and disk tiers: no sockets.
         .target(
@@ -101,6 +105,11 @@ let package = Package(
         .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetRingTests",
+            dependencies: ["CachetRing", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
