@@ -67,6 +67,7 @@ let package = Package(
             name: "CachetBenchKit",
             dependencies: [
                 "CachetWire",
+                "CachetRing",
                 "CEpoll",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
@@ -129,7 +130,9 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetBenchKitTests",
-            dependencies: ["CachetBenchKit", "CachetTestSupport", "cachet-bench", "cachet-node"],
+            dependencies: [
+                "CachetBenchKit", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-bench", "cachet-node",
+            ],
             swiftSettings: swiftSettings
         ),
     ]
