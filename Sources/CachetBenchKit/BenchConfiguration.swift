@@ -1,8 +1,8 @@
 /// What a load run does. Field names follow the `cachet-bench` flags.
 public struct BenchConfiguration: Sendable, Hashable {
-    /// Servers to load. With more than one, every key belongs to one of them (its owner on the
-    /// consistent-hash ring of their `host:port` names, see `Protocol/RING.md`) and
-    /// is only ever sent to that one; connections are spread over them evenly.
+    /// Servers to load, each named once. With more than one, every key belongs to one of them (its owner
+    /// on the consistent-hash ring of their `host:port` names, see `Protocol/RING.md`) and is only ever
+    /// sent to that one; connections are spread over them evenly.
     public var targets: [BenchTarget] = [BenchTarget(host: "127.0.0.1", port: BenchProtocol.cachet.defaultPort)]
     /// The protocol spoken.
     public var protocolKind: BenchProtocol = .cachet
