@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "cachet-bench", targets: ["cachet-bench"]),
         .library(name: "CachetWire", targets: ["CachetWire"]),
         .library(name: "CachetStore", targets: ["CachetStore"]),
+        .library(name: "CachetRing", targets: ["CachetRing"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
     ],
     dependencies: [
@@ -31,6 +32,9 @@ let package = Package(
 
         // The wire codec: frames and bodies, no I/O.
         .target(name: "CachetWire", swiftSettings: swiftSettings),
+
+        // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
+        .target(name: "CachetRing", swiftSettings: swiftSettings),
 
         // Memory and disk tiers: no sockets.
         .target(
@@ -63,6 +67,7 @@ let package = Package(
             name: "CachetBenchKit",
             dependencies: [
                 "CachetWire",
+                "CachetRing",
                 "CEpoll",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
@@ -104,6 +109,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "CachetRingTests",
+            dependencies: ["CachetRing", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetStoreTests",
             dependencies: ["CachetStore", "CachetTestSupport"],
             swiftSettings: swiftSettings
@@ -120,7 +130,9 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetBenchKitTests",
-            dependencies: ["CachetBenchKit", "CachetTestSupport", "cachet-bench", "cachet-node"],
+            dependencies: [
+                "CachetBenchKit", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-bench", "cachet-node",
+            ],
             swiftSettings: swiftSettings
         ),
     ]

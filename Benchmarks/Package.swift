@@ -1,5 +1,5 @@
 // swift-tools-version:6.1
-// Micro-benchmarks for the codec and the memory tier, outside the root package's build and tests.
+// Micro-benchmarks for the codec, the memory tier and the ring, outside the root package's build and tests.
 // Run from this directory: swift package benchmark
 import Foundation
 import PackageDescription
@@ -21,6 +21,7 @@ let package = Package(
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "CachetWire", package: root),
                 .product(name: "CachetStore", package: root),
+                .product(name: "CachetRing", package: root),
             ],
             path: "Benchmarks/CachetMicro",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]

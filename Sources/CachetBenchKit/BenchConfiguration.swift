@@ -1,7 +1,8 @@
 /// What a load run does. Field names follow the `cachet-bench` flags.
 public struct BenchConfiguration: Sendable, Hashable {
-    /// Servers to load. With more than one, every key belongs to one of them (by a hash of the key) and
-    /// is only ever sent to that one; connections are spread over them evenly.
+    /// Servers to load, each named once. With more than one, every key belongs to one of them (its owner
+    /// on the consistent-hash ring of their `host:port` names, see `Protocol/RING.md`) and is only ever
+    /// sent to that one; connections are spread over them evenly.
     public var targets: [BenchTarget] = [BenchTarget(host: "127.0.0.1", port: BenchProtocol.cachet.defaultPort)]
     /// The protocol spoken.
     public var protocolKind: BenchProtocol = .cachet
@@ -42,6 +43,10 @@ public struct BenchConfiguration: Sendable, Hashable {
         guard !targets.isEmpty else { throw fail("no server to load: give --host/--port or --cluster") }
         for target in targets where !(1...65535).contains(target.port) {
             throw fail("port \(target.port) of \(target.host) is not between 1 and 65535")
+        }
+        var named = Set<String>()
+        for target in targets where !named.insert(target.description).inserted {
+            throw fail("server \(target) is named twice: list every server once")
         }
         guard connections >= 1 && connections <= 100_000 else {
             throw fail("--connections must be between 1 and 100000")

@@ -1,7 +1,13 @@
-/// The keys and the value of a run. The value is laid out once; a key is written from its index when
-/// a request needs it, which is cheaper than reading it from a table of every key: with 100,000 random
-/// keys such a table missed the cache on most requests (measured with perf, 10% of the load
-/// generator's time).
+import CachetRing
+
+/// The keys and the value of a run, and which server each key belongs to. The value is laid out once;
+/// a key is written from its index when a request needs it, which is cheaper than reading it from a table
+/// of every key: with 100,000 random keys such a table missed the cache on most requests (measured with
+/// perf, 10% of the load generator's time).
+///
+/// With several servers, a key belongs to its owner on the consistent-hash ring (`CachetRing`) whose
+/// members are the servers' `host:port` names, so keys go where a Cachet client routing by
+/// `Protocol/RING.md` would send them.
 ///
 /// `@unchecked Sendable`: the memory is written in `init` only and read by every load thread afterwards;
 /// it is freed in `deinit`, after the last thread has let go of the object.
@@ -22,7 +28,11 @@ final class BenchDataSet: @unchecked Sendable {
     private let byTarget: UnsafeMutablePointer<Int32>
     private let targetStart: [Int]
 
-    init(configuration: BenchConfiguration) {
+    /// Lays out the value and, with several servers, finds every key's server on the ring.
+    /// - Parameter configuration: a validated configuration.
+    /// - Throws: ``BenchError`` with code `invalidConfiguration` when the servers do not make a ring
+    ///   (a server named twice).
+    init(configuration: BenchConfiguration) throws(BenchError) {
         count = configuration.keys
         keyLength = configuration.keyLength
         targetCount = configuration.targets.count
@@ -36,17 +46,26 @@ final class BenchDataSet: @unchecked Sendable {
         }
         value = UnsafeRawBufferPointer(valueBytes)
 
-        byTarget = .allocate(capacity: max(1, count))
         if targetCount > 1 {
+            let ring: CachetRing
+            do {
+                ring = try CachetRing(members: configuration.targets.map(\.description))
+            } catch {
+                value.deallocate()
+                throw BenchError(.invalidConfiguration, error.message)
+            }
+            // The ring numbers its members in name order; the connections number servers as given.
+            let targetOfMember = ring.members.map { member in
+                configuration.targets.firstIndex { $0.description == member }!
+            }
+            byTarget = .allocate(capacity: max(1, count))
             let owners = UnsafeMutablePointer<UInt32>.allocate(capacity: count)
             var sizes = [Int](repeating: 0, count: targetCount)
             let key = UnsafeMutableRawPointer.allocate(byteCount: keyLength, alignment: 8)
             defer { key.deallocate() }
             for index in 0..<count {
                 _ = BenchConfiguration.writeKey(index, digits: keyDigits, to: key)
-                let owner = Int(
-                    BenchDataSet.hash(UnsafeRawBufferPointer(start: key, count: keyLength)) % UInt64(targetCount)
-                )
+                let owner = targetOfMember[ring.owner(of: UnsafeRawBufferPointer(start: key, count: keyLength))]
                 owners[index] = UInt32(owner)
                 sizes[owner] += 1
             }
@@ -61,6 +80,7 @@ final class BenchDataSet: @unchecked Sendable {
             targetOfKey = owners
             targetStart = starts
         } else {
+            byTarget = .allocate(capacity: max(1, count))
             for index in 0..<count { byTarget[index] = Int32(index) }
             targetOfKey = nil
             targetStart = [0, count]
@@ -71,15 +91,6 @@ final class BenchDataSet: @unchecked Sendable {
         value.deallocate()
         targetOfKey?.deallocate()
         byTarget.deallocate()
-    }
-
-    /// FNV-1a, 64 bits: which server a key belongs to is `hash(key) % servers`.
-    /// - Parameter key: the key's bytes.
-    /// - Returns: the hash.
-    static func hash(_ key: UnsafeRawBufferPointer) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in key { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-        return hash
     }
 
     /// Writes key `index` to `destination` (``keyLength`` bytes) and returns it.

@@ -36,7 +36,7 @@ public enum CachetBench {
         driver: Driver,
         progress: (BenchProgress) -> Void
     ) throws(BenchError) -> BenchReport {
-        let data = BenchDataSet(configuration: configuration)
+        let data = try BenchDataSet(configuration: configuration)
         let chooser = KeyChooser(count: configuration.keys, distribution: configuration.distribution)
         let requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
 

@@ -23,7 +23,7 @@ struct CachetBenchCommand: ParsableCommand {
 
     @Option(help: "Server address (IPv4).") var host = "127.0.0.1"
     @Option(help: "Server port (default: 7420, 11211 or 6379 by protocol).") var port: Int?
-    @Option(help: "A file of host:port lines; each key goes to one of them, by hash.") var cluster: String?
+    @Option(help: "A file of host:port lines; each key goes to its owner on their hash ring.") var cluster: String?
     @Option(help: "cachet, memcache or resp.") var `protocol` = "cachet"
     @Option(help: "Connections in all.") var connections = 50
     @Option(help: "Requests in flight per connection.") var pipeline = 1

@@ -92,6 +92,21 @@ struct BenchConfigurationTests {
         #expect(throws: Never.self) { try configuration.validate() }
     }
 
+    @Test func aServerNamedTwiceIsRejected() {
+        // Keys are routed on the ring of the servers' host:port names, which names every server once.
+        var configuration = BenchConfiguration()
+        configuration.targets = [7001, 7002, 7001].map { BenchTarget(host: "127.0.0.1", port: $0) }
+        do {
+            try configuration.validate()
+            Issue.record("accepted a server named twice")
+        } catch {
+            #expect(error.message == "server 127.0.0.1:7001 is named twice: list every server once")
+        }
+        // The same port on another host name is another server.
+        configuration.targets[2].host = "localhost"
+        #expect(throws: Never.self) { try configuration.validate() }
+    }
+
     @Test func clusterFilesParse() throws {
         let targets = try BenchTarget.parseList("# nodes\n127.0.0.1:7001\n\n  127.0.0.1:7002 \r\nlocalhost:7003\n")
         #expect(targets.map(\.description) == ["127.0.0.1:7001", "127.0.0.1:7002", "localhost:7003"])

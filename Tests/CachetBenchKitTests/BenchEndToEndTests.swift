@@ -1,5 +1,7 @@
 import CachetBenchKit
+import CachetRing
 import CachetTestSupport
+import CachetWire
 import Foundation
 import Testing
 
@@ -126,6 +128,36 @@ struct BenchEndToEndTests {
         let report = try CachetBench.run(configuration)
         #expect(report.prefill?.requests == 1_000)
         #expect(report.requests == 4_000 && report.verificationErrors == 0 && report.hitRatio == 1)
+    }
+
+    @Test func clusterKeysAreWrittenToTheirOwnerOnTheRing() throws {
+        // cachet-bench routes as Protocol/RING.md says: after a fill over three nodes, every key is on its
+        // owner among the servers' host:port names, and on no other node.
+        let nodes = try (0..<3).map { _ in try NodeProcess(arguments: ["--disk-limit", "0"]) }
+        var configuration = BenchConfiguration()
+        configuration.targets = nodes.map { BenchTarget(host: "127.0.0.1", port: $0.port) }
+        configuration.connections = 3
+        configuration.keys = 300
+        configuration.prefill = true
+        configuration.duration = nil
+        configuration.requests = 0
+        let report = try CachetBench.run(configuration)
+        #expect(report.prefill?.requests == 300 && report.prefill?.errors == 0)
+
+        let ring = try CachetRing(members: configuration.targets.map(\.description))
+        let clients = try nodes.map { try $0.connect() }
+        var owned = [String: Int]()
+        for index in 0..<configuration.keys {
+            let key = configuration.key(index)
+            let owner = ring.members[ring.owner(of: key)]
+            owned[owner, default: 0] += 1
+            for (target, client) in zip(configuration.targets, clients) {
+                let status = try client.roundTrip(.get(key: key), id: UInt32(index)).status
+                let expected: CachetStatus = target.description == owner ? .ok : .notFound
+                #expect(status == expected, "key \(index) on \(target), whose owner is \(owner)")
+            }
+        }
+        #expect(owned.count == 3, "every node owns some of the 300 keys: \(owned)")
     }
 
     @Test func aServerThatOwnsNoKeyGetsNoRequest() throws {

@@ -5,6 +5,5 @@ import Benchmark
 let benchmarks: @Sendable () -> Void = {
     codecBenchmarks()
     memoryTierBenchmarks()
-    // The ring (CachetRing) gets `ringBenchmarks()` in Ring.swift beside this file once it exists:
-    // node lookup for a key, and rebuilding the ring when a node joins or leaves.
+    ringBenchmarks()
 }
