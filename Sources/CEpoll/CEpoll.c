@@ -2,6 +2,9 @@
 #include "CEpoll.h"
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <errno.h>
 
 int cachet_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 
@@ -27,6 +30,20 @@ int cachet_epoll_remove(int epfd, int fd) {
 
 int cachet_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms) {
     return epoll_wait(epfd, events, capacity, timeout_ms);
+}
+
+int cachet_eventfd_create(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+
+void cachet_eventfd_signal(int fd) {
+    uint64_t one = 1;
+    ssize_t written;
+    do { written = write(fd, &one, sizeof one); } while (written < 0 && errno == EINTR);
+}
+
+void cachet_eventfd_reset(int fd) {
+    uint64_t value;
+    ssize_t got;
+    do { got = read(fd, &value, sizeof value); } while (got < 0 && errno == EINTR);
 }
 
 struct epoll_event *cachet_epoll_events_create(int capacity) {

@@ -15,6 +15,10 @@ public struct CachetNodeConfiguration: Sendable {
     public var maximumConnections: Int = 10_000
     /// Serial I/O queues, each with its own epoll set (`--io-queues`).
     public var ioQueueCount: Int = CachetNodeConfiguration.defaultIOQueueCount
+    /// Milliseconds an I/O queue that has just served requests keeps waiting for the next ones on its own
+    /// thread (`--io-linger-ms`) before handing the epoll set back to its Dispatch source; 0 hands it back
+    /// at once. See `EventLoop`.
+    public var ioLingerMilliseconds: Int = 2
     /// Pending reply bytes per connection above which the node stops reading that connection's requests.
     public var outputHighWatermark: Int = 4 << 20
     /// Shards of the memory tier, each with its own lock.
@@ -51,6 +55,9 @@ public struct CachetNodeConfiguration: Sendable {
         guard maximumConnections >= 1 else { throw fail("--max-connections must be at least 1") }
         guard (1...64).contains(ioQueueCount) else {
             throw fail("--io-queues \(ioQueueCount) must be between 1 and 64")
+        }
+        guard (0...1000).contains(ioLingerMilliseconds) else {
+            throw fail("--io-linger-ms \(ioLingerMilliseconds) must be between 0 and 1000")
         }
         guard memoryShardCount > 0 && memoryShardCount & (memoryShardCount - 1) == 0 else {
             throw fail("memory shard count \(memoryShardCount) must be a power of two")

@@ -87,6 +87,7 @@ public final class CachetNodeServer: Sendable {
                         statistics: { statistics.json() }
                     ),
                     outputLimit: configuration.outputHighWatermark,
+                    lingerMilliseconds: configuration.ioLingerMilliseconds,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
                 )
@@ -140,6 +141,7 @@ public final class CachetNodeServer: Sendable {
             metadata: [
                 "node.address": "\(configuration.host):\(port)",
                 "node.io_queues": "\(configuration.ioQueueCount)",
+                "node.io_linger_ms": "\(configuration.ioLingerMilliseconds)",
                 "memory.limit": "\(configuration.memoryLimit)",
                 "disk.limit": "\(disk?.limit ?? 0)",
                 "disk.directory": "\(configuration.disk?.directory ?? "")",
@@ -245,7 +247,7 @@ public final class CachetNodeServer: Sendable {
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
-            loop.queue.async { loop.register(fd: fd) }
+            loop.execute { loop.register(fd: fd) }
         }
     }
 
@@ -308,7 +310,7 @@ public final class CachetNodeServer: Sendable {
         let group = DispatchGroup()
         for loop in loops {
             group.enter()
-            loop.queue.async { loop.drain { group.leave() } }
+            loop.execute { loop.drain { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning(
@@ -316,7 +318,7 @@ public final class CachetNodeServer: Sendable {
                 metadata: ["shutdown.timeout": "\(timeout)"]
             )
         }
-        for loop in loops { loop.queue.sync { loop.stop() } }
+        for loop in loops { loop.executeAndWait { loop.stop() } }
         if let disk {
             disk.worker.drain()
             disk.store.close()

@@ -11,27 +11,33 @@ import Glibc
 /// (read, send, close) and leaves protocol work to ``RequestProcessor``.
 ///
 /// `@unchecked Sendable`: a disk completion carries the reference through the disk queue, but every
-/// property is read and written only on the owning loop's queue (completions hop back with `queue.async`).
+/// property is read and written only on the owning loop's queue (completions hop back with `EventLoop.execute`).
+///
+/// `@exclusivity(unchecked)`: the stored properties are touched on every request, and the run-time
+/// exclusivity check on a class property (a thread-local access set, two runtime calls per access) cost
+/// about a quarter of the node's instructions per small GET (Benchmarks/callgrind.sh). The single-queue
+/// rule above is what keeps accesses from overlapping; no code holds an `inout` to one of these across a
+/// call that could reach the same property.
 final class Connection: @unchecked Sendable {
     let fd: Int32
     let token: UInt64
-    var input: ByteBuffer
-    var output: ByteBuffer
+    @exclusivity(unchecked) var input: ByteBuffer
+    @exclusivity(unchecked) var output: ByteBuffer
     /// The epoll events currently registered.
-    var interest: UInt32 = 0
+    @exclusivity(unchecked) var interest: UInt32 = 0
     /// The peer has closed its sending side.
-    var readClosed = false
+    @exclusivity(unchecked) var readClosed = false
     /// A fatal reply is queued; close once it is sent.
-    var closeAfterFlush = false
+    @exclusivity(unchecked) var closeAfterFlush = false
     /// The input holds frames that wait for the output to drain.
-    var outputBlocked = false
+    @exclusivity(unchecked) var outputBlocked = false
     /// A request waits for the disk queue; nothing more is read or answered until it completes.
-    var suspended = false
+    @exclusivity(unchecked) var suspended = false
     /// The length of the partial frame at the head of the input, 0 if unknown.
-    var pendingFrameLength = 0
-    var isClosed = false
+    @exclusivity(unchecked) var pendingFrameLength = 0
+    @exclusivity(unchecked) var isClosed = false
     /// When the last bytes arrived; kept only while the loop drains.
-    var lastReceived = DispatchTime(uptimeNanoseconds: 0)
+    @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
 
     static let initialBufferSize = 16 * 1024
     static let minimumReadRoom = 4096

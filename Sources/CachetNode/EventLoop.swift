@@ -11,27 +11,40 @@ import Glibc
 /// One I/O queue: a serial `DispatchQueue` with a `DispatchSourceRead` over an epoll descriptor of its own.
 ///
 /// Connections are registered level-triggered in the loop's epoll set. When the epoll descriptor turns
-/// readable, the source's handler drains every ready connection (`epoll_wait` with timeout 0, until it
-/// returns fewer events than the array holds), so Dispatch's per-event toll is paid once per batch rather
-/// than once per connection (see `shared notes: dispatch-on-linux`).
+/// readable, the source's handler drains every ready connection (`epoll_wait` with timeout 0), so
+/// Dispatch's per-event toll (a hand-off from its manager thread to a worker, and re-arming the
+/// descriptor: several system calls and a thread switch) is paid once per batch rather than once per
+/// connection.
+///
+/// Lingering: when a batch has been served and nothing else is ready, the handler waits up to
+/// `lingerMilliseconds` in `epoll_wait` on its own set before returning. While requests keep coming the
+/// worker thread stays in the loop and the kernel wakes it directly, as in a single-threaded event loop;
+/// after that much quiet it hands the set back to the source. Work queued for the loop from elsewhere
+/// (new connections, disk completions, drain and stop) goes through ``execute(_:)``, which also signals an
+/// eventfd in the epoll set, so a lingering handler returns at once and lets `queue` run it.
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
-/// only through `queue.async`.
+/// only through ``execute(_:)``.
 final class EventLoop: @unchecked Sendable {
     let index: Int
     let queue: DispatchQueue
     private let epollFD: Int32
+    /// An eventfd in the epoll set, signalled by ``execute(_:)``.
+    private let wakeFD: Int32
+    private static let wakeToken = UInt64.max
+    private let lingerMilliseconds: Int32
     private var source: (any DispatchSourceRead)?
     private let events: UnsafeMutablePointer<epoll_event>
     private let eventCapacity: Int32 = 256
-    private var connections: [Connection?] = []
-    private var freeSlots: [Int] = []
-    private var generation: UInt64 = 0
+    // Unchecked for the reason given on `Connection`: read on every event, touched only on `queue`.
+    @exclusivity(unchecked) private var connections: [Connection?] = []
+    @exclusivity(unchecked) private var freeSlots: [Int] = []
+    @exclusivity(unchecked) private var generation: UInt64 = 0
     private let processor: RequestProcessor
     private let outputLimit: Int
     private let logger: Logger
     private let onClose: @Sendable () -> Void
-    private var draining = false
+    @exclusivity(unchecked) private var draining = false
     private var drainedCallback: (@Sendable () -> Void)?
     private var drainTimer: (any DispatchSourceTimer)?
 
@@ -42,6 +55,7 @@ final class EventLoop: @unchecked Sendable {
         index: Int,
         processor: RequestProcessor,
         outputLimit: Int,
+        lingerMilliseconds: Int = 0,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
     ) throws(CachetNodeError) {
@@ -52,8 +66,17 @@ final class EventLoop: @unchecked Sendable {
                 message: "epoll_create1 failed: \(String(cString: strerror(errno)))"
             )
         }
+        let wakeFD = cachet_eventfd_create()
+        guard wakeFD >= 0, cachet_epoll_add(fd, wakeFD, cachet_EPOLLIN, Self.wakeToken) == 0 else {
+            let message = "eventfd failed: \(String(cString: strerror(errno)))"
+            if wakeFD >= 0 { _ = Glibc.close(wakeFD) }
+            _ = Glibc.close(fd)
+            throw CachetNodeError(code: .resourceExhausted, message: message)
+        }
         self.index = index
         self.epollFD = fd
+        self.wakeFD = wakeFD
+        self.lingerMilliseconds = Int32(lingerMilliseconds)
         self.queue = DispatchQueue(label: "cachet.io.\(index)", qos: .userInitiated)
         self.events = cachet_epoll_events_create(eventCapacity)
         self.processor = processor
@@ -66,13 +89,42 @@ final class EventLoop: @unchecked Sendable {
 
     deinit {
         cachet_epoll_events_free(events)
-        _ = Glibc.close(epollFD)
+        if let source {
+            // The cancel handler closes the descriptors.
+            source.cancel()
+        } else {
+            _ = Glibc.close(wakeFD)
+            _ = Glibc.close(epollFD)
+        }
+    }
+
+    /// Runs `work` on the loop's queue, waking the handler if it is lingering in `epoll_wait`.
+    /// - Parameter work: what to run; it may touch the loop's state.
+    func execute(_ work: @escaping @Sendable () -> Void) {
+        queue.async(execute: work)
+        cachet_eventfd_signal(wakeFD)
+    }
+
+    /// Runs `work` on the loop's queue and waits for it. Never call this from the loop's queue.
+    /// - Parameter work: what to run; it may touch the loop's state.
+    func executeAndWait(_ work: () -> Void) {
+        cachet_eventfd_signal(wakeFD)
+        queue.sync(execute: work)
     }
 
     /// Starts watching the epoll descriptor.
     func start() {
         let source = DispatchSource.makeReadSource(fileDescriptor: epollFD, queue: queue)
         source.setEventHandler { [unowned self] in self.drainReadyConnections() }
+        // Close only once Dispatch has let go of the descriptor: closing earlier lets its number be reused
+        // (by another loop's epoll set, a socket) while Dispatch still watches the old registration, and
+        // the new descriptor would never report an event.
+        let epollFD = epollFD
+        let wakeFD = wakeFD
+        source.setCancelHandler {
+            _ = Glibc.close(wakeFD)
+            _ = Glibc.close(epollFD)
+        }
         source.activate()
         self.source = source
     }
@@ -98,12 +150,21 @@ final class EventLoop: @unchecked Sendable {
     }
 
     private func drainReadyConnections() {
+        var timeout: Int32 = 0
         while true {
-            let count = cachet_epoll_wait(epollFD, events, eventCapacity, 0)
+            let count = cachet_epoll_wait(epollFD, events, eventCapacity, timeout)
+            if count < 0 && errno == EINTR { continue }
+            // Nothing ready (after a linger, nothing came): hand the set back to the source.
             if count <= 0 { return }
+            var woken = false
             let now = CachetClock.now()
             for i in 0..<count {
                 let token = cachet_epoll_event_token(events, i)
+                if token == Self.wakeToken {
+                    cachet_eventfd_reset(wakeFD)
+                    woken = true
+                    continue
+                }
                 let mask = cachet_epoll_event_mask(events, i)
                 let slot = Int(token & 0xffff_ffff)
                 guard slot < connections.count, let connection = connections[slot], connection.token == token else {
@@ -111,7 +172,16 @@ final class EventLoop: @unchecked Sendable {
                 }
                 handle(connection, mask: mask, now: now)
             }
-            if count < eventCapacity { return }
+            // Work waits on `queue`: return so that it runs; the source fires again for what is still ready.
+            if woken { return }
+            if count == eventCapacity {
+                timeout = 0
+                continue
+            }
+            // Having just served requests, wait for the next ones here rather than be woken again through
+            // Dispatch's manager thread.
+            guard lingerMilliseconds > 0, !draining else { return }
+            timeout = lingerMilliseconds
         }
     }
 
@@ -192,7 +262,7 @@ final class EventLoop: @unchecked Sendable {
         switch operation {
         case .get(let key, let id):
             disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
-                queue.async { [self] in
+                execute { [self] in
                     resume(connection) { processor, output, now in
                         processor.completeGet(key: key, id: id, entry: entry, output: &output, now: now)
                     }
@@ -200,7 +270,7 @@ final class EventLoop: @unchecked Sendable {
             }
         case .put(let key, let value, let expiry, let id):
             disk.worker.notifyWhenWritable { [self] in
-                queue.async { [self] in
+                execute { [self] in
                     guard !connection.isClosed else { return }
                     if disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
@@ -211,7 +281,7 @@ final class EventLoop: @unchecked Sendable {
             }
         case .clear(let id, let memoryOnlyItems, let memoryOnlyBytes):
             disk.worker.removeAll { [self] removed in
-                queue.async { [self] in
+                execute { [self] in
                     resume(connection) { processor, output, _ in
                         processor.completeClear(
                             id: id,
@@ -311,7 +381,7 @@ final class EventLoop: @unchecked Sendable {
         drainTimer?.cancel()
         drainTimer = nil
         for case let connection? in connections { close(connection) }
+        // Kept (cancelled) so that deinit knows the cancel handler closes the descriptors.
         source?.cancel()
-        source = nil
     }
 }

@@ -38,6 +38,9 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "I/O queues (each a serial queue with its own epoll set). Default: 1 on 2 cores, cores-1 above.")
     var ioQueues = CachetNodeConfiguration.defaultIOQueueCount
 
+    @Option(help: "Milliseconds an I/O queue that has served requests waits for more on its own thread (0-1000).")
+    var ioLingerMs = 2
+
     @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
     var dataDir = "./cachet-data"
 
@@ -68,6 +71,7 @@ struct CachetNodeCommand: ParsableCommand {
         configuration.port = port
         configuration.maximumConnections = maxConnections
         configuration.ioQueueCount = ioQueues
+        configuration.ioLingerMilliseconds = ioLingerMs
         do throws(CachetNodeError) {
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)

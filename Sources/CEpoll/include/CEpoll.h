@@ -35,6 +35,16 @@ void cachet_epoll_events_free(struct epoll_event *events);
 uint32_t cachet_epoll_event_mask(const struct epoll_event *events, int index);
 uint64_t cachet_epoll_event_token(const struct epoll_event *events, int index);
 
+/// An eventfd (non-blocking, close-on-exec) for waking a thread blocked in epoll_wait. Returns -1 and sets
+/// errno on failure.
+int cachet_eventfd_create(void);
+
+/// Makes the eventfd readable (adds 1 to its counter).
+void cachet_eventfd_signal(int fd);
+
+/// Resets the eventfd's counter, so that it is no longer readable until signalled again.
+void cachet_eventfd_reset(int fd);
+
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC.
 int cachet_accept_nonblocking(int fd);
 
