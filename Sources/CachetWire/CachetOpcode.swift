@@ -12,19 +12,19 @@ public struct CachetOpcode: RawRepresentable, Hashable, Sendable, CustomStringCo
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// Stores a value under a key, with an optional TTL.
-    public static let put = CachetOpcode(rawValue: 0x01)
+    @inlinable public static var put: CachetOpcode { CachetOpcode(rawValue: 0x01) }
     /// Reads the value stored under a key.
-    public static let get = CachetOpcode(rawValue: 0x02)
+    @inlinable public static var get: CachetOpcode { CachetOpcode(rawValue: 0x02) }
     /// Removes a key.
-    public static let delete = CachetOpcode(rawValue: 0x03)
+    @inlinable public static var delete: CachetOpcode { CachetOpcode(rawValue: 0x03) }
     /// Removes every entry of the node.
-    public static let clear = CachetOpcode(rawValue: 0x04)
+    @inlinable public static var clear: CachetOpcode { CachetOpcode(rawValue: 0x04) }
     /// Asks for the node's counters as a JSON object.
-    public static let stats = CachetOpcode(rawValue: 0x05)
+    @inlinable public static var stats: CachetOpcode { CachetOpcode(rawValue: 0x05) }
     /// Asks for an empty OK reply.
-    public static let ping = CachetOpcode(rawValue: 0x06)
+    @inlinable public static var ping: CachetOpcode { CachetOpcode(rawValue: 0x06) }
     /// The opcode of a reply to a frame that could not be trusted (framing errors); its id is 0 too.
-    public static let none = CachetOpcode(rawValue: 0x00)
+    @inlinable public static var none: CachetOpcode { CachetOpcode(rawValue: 0x00) }
 
     /// Every opcode that protocol version 1 defines.
     public static let allKnown: [CachetOpcode] = [.put, .get, .delete, .clear, .stats, .ping]

@@ -12,21 +12,21 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
     public init(rawValue: UInt16) { self.rawValue = rawValue }
 
     /// The request succeeded.
-    public static let ok = CachetStatus(rawValue: 0)
+    @inlinable public static var ok: CachetStatus { CachetStatus(rawValue: 0) }
     /// GET or DEL of a key that is not stored (or has expired).
-    public static let notFound = CachetStatus(rawValue: 1)
+    @inlinable public static var notFound: CachetStatus { CachetStatus(rawValue: 1) }
     /// The request contradicts its own lengths, has an empty key or a non-empty body where none belongs.
-    public static let badRequest = CachetStatus(rawValue: 2)
+    @inlinable public static var badRequest: CachetStatus { CachetStatus(rawValue: 2) }
     /// A frame, key or value exceeds a limit of the node.
-    public static let tooLarge = CachetStatus(rawValue: 3)
+    @inlinable public static var tooLarge: CachetStatus { CachetStatus(rawValue: 3) }
     /// The opcode is not one this protocol version defines.
-    public static let unknownOpcode = CachetStatus(rawValue: 4)
+    @inlinable public static var unknownOpcode: CachetStatus { CachetStatus(rawValue: 4) }
     /// The request's version byte is not 1.
-    public static let unsupportedVersion = CachetStatus(rawValue: 5)
+    @inlinable public static var unsupportedVersion: CachetStatus { CachetStatus(rawValue: 5) }
     /// The node failed while serving a valid request.
-    public static let serverError = CachetStatus(rawValue: 6)
+    @inlinable public static var serverError: CachetStatus { CachetStatus(rawValue: 6) }
     /// The node cannot serve the request now (shutting down, overloaded, owner unreachable).
-    public static let unavailable = CachetStatus(rawValue: 7)
+    @inlinable public static var unavailable: CachetStatus { CachetStatus(rawValue: 7) }
 
     /// The upper-case name used in the specification, or `STATUS_N` for an unknown value.
     public var description: String {
