@@ -114,15 +114,59 @@ public final class CachetMemoryStore: @unchecked Sendable {
         let hash = CachetHash.hash(key, seed: seed)
         let index = shardIndex(hash)
         withShard(index) { shard in
-            let delta = shard.insert(key: key, value: value, hash: hash, expiry: expiry)
-            var total = used.add(delta, ordering: .relaxed).newValue
-            let inserted = shard.mostRecent
-            while total > memoryLimit {
-                let freed = shard.evictOne(keeping: inserted)
-                if freed == 0 { break }
-                total = used.subtract(freed, ordering: .relaxed).newValue
-            }
+            settle(shard, delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry))
         }
+        if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
+        return .stored
+    }
+
+    /// Counts a just-inserted entry's bytes and evicts from its shard (never the new entry) until the tier
+    /// is within its limit or the shard has nothing else. Called with the shard's lock held.
+    @inline(__always)
+    private func settle(_ shard: MemoryShard, delta: Int) {
+        var total = used.add(delta, ordering: .relaxed).newValue
+        let inserted = shard.mostRecent
+        while total > memoryLimit {
+            let freed = shard.evictOne(keeping: inserted)
+            if freed == 0 { break }
+            total = used.subtract(freed, ordering: .relaxed).newValue
+        }
+    }
+
+    /// Starts a PUT whose value is written in place later, without a copy: allocates the entry with its key
+    /// and room for `valueLength` bytes, outside any lock. Fill ``CachetPendingPut/value``, then call
+    /// ``commit(_:now:)``; a pending PUT that is never committed frees its memory when released, and the
+    /// store never sees it. The entry's bytes count against the limit only once committed.
+    ///
+    /// - Parameters:
+    ///   - key: 1 to 65535 bytes.
+    ///   - valueLength: the value's length in bytes.
+    ///   - expiry: absolute ``CachetClock`` seconds, 0 for never.
+    /// - Returns: the pending PUT, or nil when the entry alone would exceed the limit.
+    /// - Complexity: O(n) in the key's length (it is hashed and copied).
+    public func reservePut(key: UnsafeRawBufferPointer, valueLength: Int, expiry: UInt32) -> CachetPendingPut? {
+        guard MemoryEntry.accountedSize(keyLength: key.count, valueLength: valueLength) <= memoryLimit,
+            key.count > 0, key.count <= Int(UInt16.max), valueLength >= 0, valueLength <= Int(UInt32.max)
+        else { return nil }
+        let hash = CachetHash.hash(key, seed: seed)
+        return CachetPendingPut(
+            MemoryEntry.makeUnfilled(key: key, valueLength: valueLength, hash: hash, expiry: expiry)
+        )
+    }
+
+    /// Stores a pending PUT's entry, replacing an older one with the same key and evicting as ``put(key:value:expiry:now:)``
+    /// does. The pending PUT is empty afterwards; committing it again does nothing.
+    ///
+    /// - Parameters:
+    ///   - pending: a PUT from ``reservePut(key:valueLength:expiry:)`` whose value has been written.
+    ///   - now: the current time.
+    /// - Returns: ``CachetPutOutcome/stored``, or ``CachetPutOutcome/tooLarge`` for an empty pending PUT.
+    /// - Complexity: O(1) on average, plus one step per evicted entry.
+    @discardableResult
+    public func commit(_ pending: CachetPendingPut, now: UInt32) -> CachetPutOutcome {
+        guard let entry = pending.take() else { return .tooLarge }
+        let index = shardIndex(entry.hash)
+        withShard(index) { shard in settle(shard, delta: shard.insert(entry)) }
         if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
         return .stored
     }

@@ -27,20 +27,33 @@ struct MemoryEntry: Equatable {
     static func make(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32)
         -> MemoryEntry
     {
-        let size = headerSize + key.count + value.count
-        let base = malloc(size)!
+        let entry = makeUnfilled(key: key, valueLength: value.count, hash: hash, expiry: expiry)
+        if value.count > 0 {
+            (entry.base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count)
+        }
+        return entry
+    }
+
+    /// Allocates an entry with its header and key written and room for a value of `valueLength` bytes,
+    /// left uninitialised for the caller to fill; links are nil.
+    static func makeUnfilled(key: UnsafeRawBufferPointer, valueLength: Int, hash: UInt64, expiry: UInt32)
+        -> MemoryEntry
+    {
+        let base = malloc(headerSize + key.count + valueLength)!
         let entry = MemoryEntry(base)
         entry.prev = nil
         entry.next = nil
         base.storeBytes(of: hash, toByteOffset: 16, as: UInt64.self)
         base.storeBytes(of: expiry, toByteOffset: 24, as: UInt32.self)
-        base.storeBytes(of: UInt32(value.count), toByteOffset: 28, as: UInt32.self)
+        base.storeBytes(of: UInt32(valueLength), toByteOffset: 28, as: UInt32.self)
         base.storeBytes(of: UInt16(key.count), toByteOffset: 32, as: UInt16.self)
         if key.count > 0 { (base + headerSize).copyMemory(from: key.baseAddress!, byteCount: key.count) }
-        if value.count > 0 {
-            (base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count)
-        }
         return entry
+    }
+
+    /// The value's bytes, writable: only for an entry not yet in a shard.
+    var mutableValue: UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(start: base + Self.headerSize + keyLength, count: valueLength)
     }
 
     func free() { Glibc.free(base) }

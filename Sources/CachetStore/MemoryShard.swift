@@ -165,14 +165,26 @@ final class MemoryShard {
     func insert(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32) -> Int {
         var delta = 0
         if let index = find(key, hash: hash) { delta -= discard(at: index) }
-        let entry = MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry)
+        return delta + link(MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry))
+    }
+
+    /// Stores an entry made (and filled) outside the shard, replacing an older one with the same key.
+    /// - Returns: the change in accounted bytes.
+    func insert(_ entry: MemoryEntry) -> Int {
+        var delta = 0
+        if let index = find(entry.key, hash: entry.hash) { delta -= discard(at: index) }
+        return delta + link(entry)
+    }
+
+    /// Puts a new entry into the table and at the front of the LRU list. Returns its accounted size.
+    private func link(_ entry: MemoryEntry) -> Int {
         precondition(UInt(bitPattern: entry.base) & ~Self.addressMask == 0, "heap address above 48 bits")
         insertIntoTable(entry)
         pushFront(entry)
         let size = entry.accountedSize
         accountedBytes += size
         payloadBytes += entry.payloadSize
-        return delta + size
+        return size
     }
 
     /// Looks `key` up, refreshing a live hit and discarding an expired one.
