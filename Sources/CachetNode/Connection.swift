@@ -36,6 +36,8 @@ final class Connection: @unchecked Sendable {
     /// The length of the partial frame at the head of the input, 0 if unknown.
     @exclusivity(unchecked) var pendingFrameLength = 0
     @exclusivity(unchecked) var isClosed = false
+    /// A large PUT whose value is being read straight into its entry; nil otherwise.
+    @exclusivity(unchecked) var directPut: DirectPut?
     /// When the last bytes arrived; kept only while the loop drains.
     @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
 
@@ -77,6 +79,24 @@ final class Connection: @unchecked Sendable {
             let n = read(fd, input.writePointer, input.writableBytes)
             if n > 0 {
                 input.moveWriteIndex(forwardBy: n)
+                return .data
+            }
+            if n == 0 { return .endOfStream }
+            let code = errno
+            if code == EINTR { continue }
+            if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
+            return .failed(code)
+        }
+    }
+
+    /// Reads once straight into a large PUT's entry, at most the bytes its value still lacks (so that the
+    /// frames after it stay in the socket for the input buffer).
+    func readValue(into put: DirectPut) -> ReadResult {
+        let room = put.remaining
+        while true {
+            let n = read(fd, room.baseAddress, room.count)
+            if n > 0 {
+                put.received += n
                 return .data
             }
             if n == 0 { return .endOfStream }

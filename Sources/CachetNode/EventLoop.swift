@@ -211,6 +211,32 @@ final class EventLoop: @unchecked Sendable {
         var reads = 0
         while connection.wantsRead && reads < 8 {
             reads += 1
+            if let direct = connection.directPut {
+                switch connection.readValue(into: direct) {
+                case .data:
+                    if draining { connection.lastReceived = DispatchTime.now() }
+                    if direct.isComplete {
+                        connection.directPut = nil
+                        processor.completeDirectPut(direct, output: &connection.output, now: now)
+                        process(connection, now: now)
+                        continue
+                    }
+                    // Fewer bytes than the value lacks: the socket is drained for now.
+                    return
+                case .wouldBlock:
+                    return
+                case .endOfStream:
+                    connection.readClosed = true
+                    return
+                case .failed(let code):
+                    logger.debug(
+                        "read failed",
+                        metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"]
+                    )
+                    close(connection)
+                    return
+                }
+            }
             switch connection.readOnce() {
             case .data:
                 let full = connection.input.writableBytes == 0
@@ -250,6 +276,9 @@ final class EventLoop: @unchecked Sendable {
         case .suspended(let operation):
             connection.suspended = true
             start(operation, for: connection)
+        case .receivingValue(let direct):
+            connection.directPut = direct
+            connection.pendingFrameLength = 0
         }
         _ = send(connection)
     }

@@ -36,6 +36,48 @@ enum ProcessingResult {
     case closeAfterReply
     /// A request needs the disk queue; the connection waits for it before answering anything else.
     case suspended(PendingOperation)
+    /// The head frame is a PUT of a large value whose remaining bytes are to be read straight into its
+    /// entry; the buffered part has been copied there and the input is empty.
+    case receivingValue(DirectPut)
+}
+
+/// A PUT of a large value being received straight into its memory entry, so that the value is not first
+/// gathered in the connection's input buffer and then copied (memcached reads large values into the item
+/// the same way). The entry stays outside the store until every byte has arrived; if the peer goes away
+/// first, releasing this frees it and the older value, if any, stays.
+final class DirectPut {
+    let pending: CachetPendingPut
+    let id: UInt32
+    /// Value bytes written so far.
+    var received: Int
+    private let budget: DirectPutBudget
+    private let reserved: Int
+
+    init(pending: CachetPendingPut, id: UInt32, received: Int, budget: DirectPutBudget) {
+        self.pending = pending
+        self.id = id
+        self.received = received
+        self.budget = budget
+        self.reserved = pending.valueLength
+        budget.reserved += reserved
+    }
+
+    deinit { budget.reserved -= reserved }
+
+    /// Where the next bytes go.
+    var remaining: UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: pending.value[received...])
+    }
+
+    var isComplete: Bool { received == pending.valueLength }
+}
+
+/// Value bytes allocated for large PUTs still arriving on one event loop. An entry is allocated whole when
+/// its PUT starts, so a peer that announces large values and sends them slowly holds memory the store does
+/// not count yet; past a quarter of the memory limit, further large PUTs wait in the connection's input
+/// buffer as smaller ones do, which grows only as bytes arrive. Touched only on the loop's queue.
+final class DirectPutBudget {
+    var reserved = 0
 }
 
 /// Turns request frames into replies: decoding, dispatch to the store, reply encoding. No I/O.
@@ -47,6 +89,7 @@ struct RequestProcessor {
     let counters: RequestCounters
     let maximumPayloadLength: Int
     let statistics: @Sendable () -> String
+    let directPutBudget = DirectPutBudget()
 
     /// Answers every whole frame in `input`, appending the replies to `output`.
     ///
@@ -83,6 +126,13 @@ struct RequestProcessor {
                 let available = input.readableBytes
                 if available >= CachetProtocol.lengthPrefixSize {
                     let length = Int(region.loadUnaligned(fromByteOffset: input.readIndex, as: UInt32.self).bigEndian)
+                    if length >= Self.directPutThreshold,
+                        let direct = startDirectPut(in: region, at: input.readIndex, payloadLength: length, now: now)
+                    {
+                        // Every buffered byte belongs to this frame and has been copied into the entry.
+                        input.moveReadIndex(to: input.writeIndex)
+                        return .receivingValue(direct)
+                    }
                     return .needMoreBytes(frameLength: CachetProtocol.lengthPrefixSize + length)
                 }
                 return .needMoreBytes(frameLength: 0)
@@ -260,6 +310,56 @@ struct RequestProcessor {
         return .clear(id: id, memoryOnlyItems: memoryOnlyItems, memoryOnlyBytes: memoryOnlyBytes)
     }
 
+    // MARK: - Large PUTs received in place
+
+    /// Starts receiving a partial PUT frame's value straight into a new entry, when the frame is a valid
+    /// PUT whose header and key have arrived, the node has no disk tier (which copies every write), and the
+    /// entry fits the memory limit. Anything else (including every error) returns nil and takes the normal
+    /// path once the whole frame is buffered, so replies and their order do not change.
+    private func startDirectPut(
+        in buffer: UnsafeRawBufferPointer,
+        at offset: Int,
+        payloadLength: Int,
+        now: UInt32
+    ) -> DirectPut? {
+        guard disk == nil, payloadLength <= maximumPayloadLength,
+            directPutBudget.reserved + payloadLength <= store.memoryLimit / 4
+        else { return nil }
+        let start = offset + CachetProtocol.lengthPrefixSize
+        let bodyStart = start + CachetProtocol.headerSize
+        guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize else { return nil }
+        let header = CachetFrameHeader(
+            version: buffer[start],
+            opcode: CachetOpcode(rawValue: buffer[start + 1]),
+            word: buffer.loadUnaligned(fromByteOffset: start + 2, as: UInt16.self).bigEndian,
+            id: buffer.loadUnaligned(fromByteOffset: start + 4, as: UInt32.self).bigEndian
+        )
+        guard header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
+            let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
+            put.key.upperBound <= buffer.count
+        else { return nil }
+        let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
+        guard
+            let pending = store.reservePut(
+                key: key,
+                valueLength: put.value.count,
+                expiry: Self.expiry(ttl: put.ttl, now: now)
+            )
+        else { return nil }
+        let buffered = UnsafeRawBufferPointer(rebasing: buffer[put.value.lowerBound..<buffer.count])
+        if buffered.count > 0 {
+            pending.value.baseAddress!.copyMemory(from: buffered.baseAddress!, byteCount: buffered.count)
+        }
+        return DirectPut(pending: pending, id: header.id, received: buffered.count, budget: directPutBudget)
+    }
+
+    /// Stores a PUT received in place and answers it.
+    func completeDirectPut(_ put: DirectPut, output: inout ByteBuffer, now: UInt32) {
+        RequestCounters.bump(counters.puts)
+        store.commit(put.pending, now: now)
+        appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
+    }
+
     // MARK: - Completing disk operations (on the loop's queue)
 
     /// Answers a GET that went to disk, promoting a hit into memory.
@@ -303,6 +403,8 @@ struct RequestProcessor {
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
     /// rather than copied into the output buffer first.
     static let directSendThreshold = 8 * 1024
+    /// Frames of PUTs at least this large have their value received straight into the entry.
+    static let directPutThreshold = 64 * 1024
 
     /// Sends a GET reply's header and value straight to the socket (under the shard's lock, with a
     /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output

@@ -122,6 +122,104 @@ struct RequestProcessorTests {
         )
     }
 
+    @Test func aLargePutIsReceivedInPlaceAndStoredOnlyWhenComplete() throws {
+        var harness = ProcessorHarness(maximumPayloadLength: 4 << 20)
+        let old = CachetCommand.put(key: Array("k".utf8), value: [1, 2, 3], ttl: 0).encoded(id: 1)
+        let value = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let put = CachetCommand.put(key: Array("k".utf8), value: value, ttl: 0).encoded(id: 2)
+        let get = CachetCommand.get(key: Array("k".utf8)).encoded(id: 3)
+        // The old PUT, then the start of the large one: its header, key and 1,000 value bytes.
+        let head = 4 + 8 + 6 + 1 + 1_000
+        guard case .receivingValue(let direct) = harness.feed(old + Array(put.prefix(head))) else {
+            Issue.record("expected the large PUT to be received in place")
+            return
+        }
+        #expect(try harness.takeReplies() == [CachetResponse(opcode: .put, status: .ok, id: 1)])
+        #expect(harness.input.readableBytes == 0)
+        #expect(direct.received == 1_000 && direct.id == 2 && !direct.isComplete)
+        // Until complete, readers see the old value.
+        #expect(harness.processor.store.value(forKey: Array("k".utf8)) == [1, 2, 3])
+        let rest = Array(put.dropFirst(head))
+        rest.withUnsafeBytes { direct.remaining.copyMemory(from: $0) }
+        direct.received += rest.count
+        #expect(direct.isComplete)
+        harness.processor.completeDirectPut(direct, output: &harness.output, now: 1_000)
+        _ = harness.feed(get)
+        #expect(
+            try harness.takeReplies() == [
+                CachetResponse(opcode: .put, status: .ok, id: 2),
+                CachetResponse(opcode: .get, status: .ok, id: 3, body: value),
+            ]
+        )
+    }
+
+    @Test func largeFramesThatCannotBeReceivedInPlaceTakeTheNormalPath() throws {
+        // Larger than the memory tier: answered TOO_LARGE once whole, as before.
+        var harness = ProcessorHarness(maximumPayloadLength: 4 << 20, memoryLimit: 1 << 20)
+        let tooBig = CachetCommand.put(key: Array("k".utf8), value: [UInt8](repeating: 1, count: 2 << 20), ttl: 0)
+            .encoded(id: 1)
+        guard case .needMoreBytes = harness.feed(Array(tooBig.prefix(5_000))) else {
+            Issue.record("expected needMoreBytes")
+            return
+        }
+        _ = harness.feed(Array(tooBig.dropFirst(5_000)))
+        #expect(try harness.takeReplies().map(\.status) == [.tooLarge])
+        // An unsupported version: the error reply comes once the frame is whole.
+        var versioned = CachetCommand.put(key: Array("k".utf8), value: [UInt8](repeating: 1, count: 100_000), ttl: 0)
+            .encoded(id: 2)
+        versioned[4] = 9
+        guard case .needMoreBytes = harness.feed(Array(versioned.prefix(5_000))) else {
+            Issue.record("expected needMoreBytes")
+            return
+        }
+        _ = harness.feed(Array(versioned.dropFirst(5_000)))
+        #expect(try harness.takeReplies().map(\.status) == [.unsupportedVersion])
+        // An empty key.
+        let emptyKey = CachetCommand.put(key: [], value: [UInt8](repeating: 1, count: 100_000), ttl: 0).encoded(id: 3)
+        guard case .needMoreBytes = harness.feed(Array(emptyKey.prefix(5_000))) else {
+            Issue.record("expected needMoreBytes")
+            return
+        }
+        _ = harness.feed(Array(emptyKey.dropFirst(5_000)))
+        #expect(try harness.takeReplies().map(\.status) == [.badRequest])
+    }
+
+    @Test func largePutsInFlightStayWithinABudget() throws {
+        // A quarter of an 8 MiB tier: 2 MiB of values may be arriving in place at once.
+        var harness = ProcessorHarness(maximumPayloadLength: 4 << 20, memoryLimit: 8 << 20)
+        let first = CachetCommand.put(key: Array("a".utf8), value: [UInt8](repeating: 1, count: 1_500_000), ttl: 0)
+            .encoded(id: 1)
+        let second = CachetCommand.put(key: Array("b".utf8), value: [UInt8](repeating: 2, count: 1_000_000), ttl: 0)
+            .encoded(id: 2)
+        var otherInput = ByteBuffer(capacity: 64)
+        var otherOutput = ByteBuffer(capacity: 64)
+        do {
+            guard case .receivingValue(let direct) = harness.feed(Array(first.prefix(2_000))) else {
+                Issue.record("expected the first PUT to be received in place")
+                return
+            }
+            #expect(harness.processor.directPutBudget.reserved == 1_500_000)
+            otherInput.append(Array(second.prefix(2_000)))
+            let result = harness.processor.process(
+                input: &otherInput,
+                output: &otherOutput,
+                outputLimit: .max,
+                now: 1_000
+            )
+            guard case .needMoreBytes = result else {
+                Issue.record("over the budget the second PUT must wait in the input buffer, got \(result)")
+                return
+            }
+            #expect(direct.received == 2_000 - 19)
+        }
+        // The first PUT abandoned (its connection closed): its reservation is returned.
+        #expect(harness.processor.directPutBudget.reserved == 0)
+        otherInput.append(Array(second.dropFirst(2_000)))
+        _ = harness.processor.process(input: &otherInput, output: &otherOutput, outputLimit: .max, now: 1_000)
+        #expect(harness.processor.store.value(forKey: Array("b".utf8))?.count == 1_000_000)
+        #expect(harness.processor.store.value(forKey: Array("a".utf8)) == nil)
+    }
+
     @Test func ttlBecomesAnAbsoluteExpiry() {
         #expect(RequestProcessor.expiry(ttl: 0, now: 1_000) == 0)
         #expect(RequestProcessor.expiry(ttl: 60, now: 1_000) == 1_060)
@@ -153,6 +251,8 @@ struct RequestProcessorFuzzTests {
                 #expect(replies.allSatisfy { $0.version == 1 })
             case .suspended:
                 Issue.record("a node without a disk tier never suspends")
+            case .receivingValue:
+                Issue.record("frames below 64 KiB are never received in place")
             }
         }
     }

@@ -1,0 +1,85 @@
+import CachetNode
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+/// Large PUTs are read straight into their entries (no disk tier): the bytes that arrive, in whatever
+/// pieces, must make exactly the value sent, and a PUT cut off half-way must leave no trace.
+@Suite("Node: large values received in place")
+struct NodeLargeValueTests {
+    func pattern(_ count: Int, seed: UInt8) -> [UInt8] {
+        (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
+    }
+
+    @Test func aLargePutSentInPiecesWithARequestBehindItIsStoredExactly() throws {
+        try withNode { _, port in
+            let client = try TestSocket(port: port)
+            let value = pattern(1_500_000, seed: 3)
+            let put = CachetCommand.put(key: Array("big".utf8), value: value, ttl: 0).encoded(id: 1)
+            let get = CachetCommand.get(key: Array("big".utf8)).encoded(id: 2)
+            // Uneven pieces, the first ending inside the header, the last carrying the GET as well.
+            let stream = put + get
+            var offset = 0
+            for size in [7, 13, 65_536, 1, 300_000, 999] {
+                try client.send(Array(stream[offset..<(offset + size)]))
+                offset += size
+                usleep(2_000)
+            }
+            try client.send(Array(stream[offset...]))
+            #expect(try client.readResponse() == CachetResponse(opcode: .put, status: .ok, id: 1))
+            let reply = try client.readResponse()
+            #expect(reply.id == 2 && reply.status == .ok)
+            #expect(reply.body == value)
+        }
+    }
+
+    @Test func aPeerThatVanishesMidValueLeavesTheOldValueAndNoMemoryBehind() throws {
+        try withNode { server, port in
+            let keeper = try TestSocket(port: port)
+            let old = pattern(200_000, seed: 1)
+            #expect(try keeper.roundTrip(.put(key: Array("k".utf8), value: old, ttl: 0)).status == .ok)
+            let before = server.memory.statistics
+            for cut in [30, 100_000, 1_199_999] {
+                let quitter = try TestSocket(port: port)
+                let put = CachetCommand.put(key: Array("k".utf8), value: pattern(1_200_000, seed: 2), ttl: 0)
+                    .encoded(id: 9)
+                try quitter.send(Array(put.prefix(4 + 8 + 6 + 1 + cut)))
+                usleep(20_000)
+                quitter.close()
+            }
+            usleep(50_000)
+            #expect(try keeper.roundTrip(.get(key: Array("k".utf8))).body == old)
+            #expect(server.memory.statistics == before)
+        }
+    }
+
+    @Test func interleavedLargeAndSmallRequestsOnSeveralConnections() throws {
+        try withNode({ $0.memoryLimit = 256 << 20 }) { _, port in
+            let clients = try (0..<3).map { _ in try TestSocket(port: port) }
+            var random = SplitMix64(state: 11)
+            var model: [String: [UInt8]] = [:]
+            for round in 0..<40 {
+                let client = clients[round % clients.count]
+                let key = "key-\(random.next() % 6)"
+                let size = [10, 70_000, 300_000, 1_000_000][Int(random.next() % 4)]
+                let value = pattern(size, seed: UInt8(truncatingIfNeeded: round))
+                // A PUT and a GET of the same key, and a GET of another, in one write.
+                let other = "key-\(random.next() % 6)"
+                var batch = CachetCommand.put(key: Array(key.utf8), value: value, ttl: 0).encoded(id: 1)
+                batch += CachetCommand.get(key: Array(key.utf8)).encoded(id: 2)
+                batch += CachetCommand.get(key: Array(other.utf8)).encoded(id: 3)
+                try client.send(batch)
+                model[key] = value
+                #expect(try client.readResponse().status == .ok)
+                #expect(try client.readResponse().body == value)
+                let reply = try client.readResponse()
+                if let expected = model[other] {
+                    #expect(reply.status == .ok && reply.body == expected, "round \(round)")
+                } else {
+                    #expect(reply.status == .notFound, "round \(round)")
+                }
+            }
+        }
+    }
+}
