@@ -75,35 +75,30 @@ final class Connection: @unchecked Sendable {
         // a peer that only announces a large frame does not make the node allocate all of it up front.
         let missing = max(0, pendingFrameLength - input.readableBytes)
         input.reserveWritable(max(Self.minimumReadRoom, min(missing, input.capacity)))
-        while true {
-            let n = read(fd, input.writePointer, input.writableBytes)
-            if n > 0 {
-                input.moveWriteIndex(forwardBy: n)
-                return .data
-            }
-            if n == 0 { return .endOfStream }
-            let code = errno
-            if code == EINTR { continue }
-            if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
-            return .failed(code)
-        }
+        let (result, count) = readOnce(into: input.writePointer, count: input.writableBytes)
+        if count > 0 { input.moveWriteIndex(forwardBy: count) }
+        return result
     }
 
     /// Reads once straight into a large PUT's entry, at most the bytes its value still lacks (so that the
     /// frames after it stay in the socket for the input buffer).
     func readValue(into put: DirectPut) -> ReadResult {
         let room = put.remaining
+        let (result, count) = readOnce(into: room.baseAddress!, count: room.count)
+        put.received += count
+        return result
+    }
+
+    /// One `read`, retried on EINTR; the bytes read come back with `.data`.
+    private func readOnce(into buffer: UnsafeMutableRawPointer, count: Int) -> (ReadResult, Int) {
         while true {
-            let n = read(fd, room.baseAddress, room.count)
-            if n > 0 {
-                put.received += n
-                return .data
-            }
-            if n == 0 { return .endOfStream }
+            let n = read(fd, buffer, count)
+            if n > 0 { return (.data, n) }
+            if n == 0 { return (.endOfStream, 0) }
             let code = errno
             if code == EINTR { continue }
-            if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
-            return .failed(code)
+            if code == EAGAIN || code == EWOULDBLOCK { return (.wouldBlock, 0) }
+            return (.failed(code), 0)
         }
     }
 

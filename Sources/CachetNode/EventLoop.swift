@@ -206,43 +206,28 @@ final class EventLoop: @unchecked Sendable {
         settle(connection)
     }
 
-    /// Reads what is available, answers whole frames, and sends the replies.
+    /// Reads what is available, answers whole frames, and sends the replies. While a large PUT is being
+    /// received in place, reads go straight into its entry, up to its last byte.
     private func receive(_ connection: Connection, now: UInt32) {
         var reads = 0
         while connection.wantsRead && reads < 8 {
             reads += 1
-            if let direct = connection.directPut {
-                switch connection.readValue(into: direct) {
-                case .data:
-                    if draining { connection.lastReceived = DispatchTime.now() }
-                    if direct.isComplete {
-                        connection.directPut = nil
-                        processor.completeDirectPut(direct, output: &connection.output, now: now)
-                        process(connection, now: now)
-                        continue
-                    }
-                    // Fewer bytes than the value lacks: the socket is drained for now.
-                    return
-                case .wouldBlock:
-                    return
-                case .endOfStream:
-                    connection.readClosed = true
-                    return
-                case .failed(let code):
-                    logger.debug(
-                        "read failed",
-                        metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"]
-                    )
-                    close(connection)
-                    return
-                }
-            }
-            switch connection.readOnce() {
+            let direct = connection.directPut
+            let result = direct.map { connection.readValue(into: $0) } ?? connection.readOnce()
+            switch result {
             case .data:
-                let full = connection.input.writableBytes == 0
                 if draining { connection.lastReceived = DispatchTime.now() }
-                process(connection, now: now)
-                if !full { return }
+                if let direct {
+                    // Fewer bytes than the value lacks: the socket is drained for now.
+                    guard direct.isComplete else { return }
+                    connection.directPut = nil
+                    processor.completeDirectPut(direct, output: &connection.output, now: now)
+                    process(connection, now: now)
+                } else {
+                    let full = connection.input.writableBytes == 0
+                    process(connection, now: now)
+                    if !full { return }
+                }
             case .wouldBlock:
                 return
             case .endOfStream:
