@@ -65,6 +65,9 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// The byte limit.
     public let memoryLimit: Int
 
+    /// The longest key an entry can hold (the protocol allows 4096 bytes).
+    public static let maximumKeyLength = MemoryEntry.maximumKeyLength
+
     /// Creates an empty tier.
     /// - Parameter configuration: the limit and shard count.
     public init(configuration: CachetMemoryStoreConfiguration) {
@@ -98,7 +101,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// until the tier is within its limit.
     ///
     /// - Parameters:
-    ///   - key: 1 to 65535 bytes.
+    ///   - key: 1 to ``maximumKeyLength`` bytes.
     ///   - value: the value bytes.
     ///   - expiry: absolute ``CachetClock`` seconds, 0 for never.
     ///   - now: the current time.
@@ -109,7 +112,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
         -> CachetPutOutcome
     {
         guard MemoryEntry.accountedSize(keyLength: key.count, valueLength: value.count) <= memoryLimit,
-            key.count <= Int(UInt16.max)
+            key.count <= Self.maximumKeyLength
         else { return .tooLarge }
         let hash = CachetHash.hash(key, seed: seed)
         let index = shardIndex(hash)
@@ -139,14 +142,14 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// store never sees it. The entry's bytes count against the limit only once committed.
     ///
     /// - Parameters:
-    ///   - key: 1 to 65535 bytes.
+    ///   - key: 1 to ``maximumKeyLength`` bytes.
     ///   - valueLength: the value's length in bytes.
     ///   - expiry: absolute ``CachetClock`` seconds, 0 for never.
     /// - Returns: the pending PUT, or nil when the entry alone would exceed the limit.
     /// - Complexity: O(n) in the key's length (it is hashed and copied).
     public func reservePut(key: UnsafeRawBufferPointer, valueLength: Int, expiry: UInt32) -> CachetPendingPut? {
         guard MemoryEntry.accountedSize(keyLength: key.count, valueLength: valueLength) <= memoryLimit,
-            key.count > 0, key.count <= Int(UInt16.max), valueLength >= 0, valueLength <= Int(UInt32.max)
+            key.count > 0, key.count <= Self.maximumKeyLength, valueLength >= 0, valueLength <= Int(UInt32.max)
         else { return nil }
         let hash = CachetHash.hash(key, seed: seed)
         return CachetPendingPut(
@@ -301,9 +304,14 @@ public final class CachetMemoryStore: @unchecked Sendable {
         precondition(accounted <= memoryLimit, "over the limit: \(accounted) > \(memoryLimit)")
     }
 
-    /// Keys of one shard from most to least recently used (tests with one shard).
+    /// Keys of one shard from the front of its LRU list to the back (tests with one shard).
     package func _keysInRecencyOrder(shard: Int = 0) -> [[UInt8]] {
         withShard(shard) { $0.keysInRecencyOrder() }
+    }
+
+    /// Keys of one shard read since they were last moved to the front of its LRU list (tests).
+    package func _referencedKeys(shard: Int = 0) -> Set<[UInt8]> {
+        withShard(shard) { $0.referencedKeys() }
     }
 
     /// The bytes an entry with these lengths counts against the limit.

@@ -12,7 +12,7 @@ import Glibc
 /// offset 16  hash    8 bytes
 /// offset 24  expiry  4 bytes  (Unix seconds, 0 = never)
 /// offset 28  value length  4 bytes
-/// offset 32  key length    2 bytes
+/// offset 32  key length    2 bytes  (the top bit is the "referenced" mark of the second-chance LRU)
 /// offset 34  key, then value
 /// ```
 @usableFromInline
@@ -20,6 +20,8 @@ struct MemoryEntry: Equatable {
     let base: UnsafeMutableRawPointer
 
     static let headerSize = 34
+    static let maximumKeyLength = 0x7fff
+    private static let referencedBit: UInt16 = 0x8000
 
     init(_ base: UnsafeMutableRawPointer) { self.base = base }
 
@@ -46,6 +48,7 @@ struct MemoryEntry: Equatable {
         base.storeBytes(of: hash, toByteOffset: 16, as: UInt64.self)
         base.storeBytes(of: expiry, toByteOffset: 24, as: UInt32.self)
         base.storeBytes(of: UInt32(valueLength), toByteOffset: 28, as: UInt32.self)
+        precondition(key.count <= maximumKeyLength)
         base.storeBytes(of: UInt16(key.count), toByteOffset: 32, as: UInt16.self)
         if key.count > 0 { (base + headerSize).copyMemory(from: key.baseAddress!, byteCount: key.count) }
         return entry
@@ -74,7 +77,18 @@ struct MemoryEntry: Equatable {
 
     var valueLength: Int { Int(base.load(fromByteOffset: 28, as: UInt32.self)) }
 
-    var keyLength: Int { Int(base.load(fromByteOffset: 32, as: UInt16.self)) }
+    var keyLength: Int { Int(base.load(fromByteOffset: 32, as: UInt16.self) & ~Self.referencedBit) }
+
+    /// Read since it was last moved to the front of the LRU list: the next eviction scan moves it to the
+    /// front again instead of evicting it. A read sets it in the header the lookup has just loaded, so a
+    /// hit costs no write to other entries.
+    var referenced: Bool {
+        get { base.load(fromByteOffset: 32, as: UInt16.self) & Self.referencedBit != 0 }
+        nonmutating set {
+            let length = base.load(fromByteOffset: 32, as: UInt16.self) & ~Self.referencedBit
+            base.storeBytes(of: newValue ? length | Self.referencedBit : length, toByteOffset: 32, as: UInt16.self)
+        }
+    }
 
     var key: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base + Self.headerSize, count: keyLength) }
 

@@ -2,7 +2,12 @@
 import Glibc
 #endif
 
-/// One shard of the memory tier: an open-addressing hash table of entry pointers and an intrusive LRU list.
+/// One shard of the memory tier: an open-addressing hash table of entry pointers and an intrusive LRU list
+/// with second chance (CLOCK): a read only marks its entry; eviction walks from the least recently used
+/// end and moves each marked entry back to the front, clearing its mark, until it finds an unmarked one.
+/// A hit thus touches only its own entry instead of relinking it between two others (which on a large
+/// working set meant cache misses on both neighbours); the order is LRU by insertion and by the last
+/// rescue, which is what memcached and most caches approximate as well.
 ///
 /// Not thread-safe: ``CachetMemoryStore`` holds the shard's lock around every call.
 ///
@@ -195,7 +200,7 @@ final class MemoryShard {
             expired += 1
             return (nil, discard(at: index))
         }
-        touch(entry)
+        if !entry.referenced { entry.referenced = true }
         return (entry, 0)
     }
 
@@ -207,14 +212,28 @@ final class MemoryShard {
         return (live, discard(at: index))
     }
 
-    /// Evicts the least recently used entry, unless it is `keep`. Returns the bytes freed, 0 if none.
+    /// Evicts the least recently used entry not read since it was last moved to the front, never `keep`
+    /// (the entry just inserted). Returns the bytes freed, 0 if there is nothing else to evict.
+    /// - Complexity: amortised O(1); one pass over the shard at worst, each step clearing a mark.
     func evictOne(keeping keep: MemoryEntry? = nil) -> Int {
+        var steps = 0
+        while let candidate = tail, steps <= 2 * count {
+            if candidate == keep {
+                guard count > 1 else { return 0 }
+            } else if candidate.referenced {
+                candidate.referenced = false
+            } else {
+                break
+            }
+            touch(candidate)
+            steps += 1
+        }
         guard let victim = tail, victim != keep, let index = find(victim.key, hash: victim.hash) else { return 0 }
         evictions += 1
         return discard(at: index)
     }
 
-    /// The most recently inserted or used entry.
+    /// The entry at the front of the LRU list: the one just inserted, right after an insert.
     var mostRecent: MemoryEntry? { head }
 
     /// Removes every entry, calling `visit` with each key and value length. Returns items and payload bytes.
@@ -288,7 +307,18 @@ final class MemoryShard {
         precondition(count * 4 <= capacity * 3, "table over its load factor")
     }
 
-    /// Keys from most to least recently used (tests only).
+    /// Keys whose entries carry the second-chance mark (tests only).
+    func referencedKeys() -> Set<[UInt8]> {
+        var keys: Set<[UInt8]> = []
+        var entry = head
+        while let current = entry {
+            if current.referenced { keys.insert(Array(current.key)) }
+            entry = current.next
+        }
+        return keys
+    }
+
+    /// Keys from the front of the LRU list to its back (tests only).
     func keysInRecencyOrder() -> [[UInt8]] {
         var keys: [[UInt8]] = []
         var entry = head

@@ -3,10 +3,12 @@ import CachetTestSupport
 import Dispatch
 import Testing
 
-/// The obvious LRU: a dictionary and an array in recency order (most recent first).
+/// The obvious second-chance LRU: a dictionary, an array from the front of the list to the back, and the
+/// set of keys read since they were last moved to the front.
 struct ModelLRU {
     var entries: [[UInt8]: (value: [UInt8], expiry: UInt32)] = [:]
     var order: [[UInt8]] = []
+    var referenced: Set<[UInt8]> = []
     var bytes = 0
     var evictions = 0
     var expired = 0
@@ -20,6 +22,12 @@ struct ModelLRU {
         let old = entries.removeValue(forKey: key)!
         bytes -= Self.size(key, old.value)
         order.removeAll { $0 == key }
+        referenced.remove(key)
+    }
+
+    mutating func moveToFront(_ key: [UInt8]) {
+        order.removeAll { $0 == key }
+        order.insert(key, at: 0)
     }
 
     mutating func put(_ key: [UInt8], _ value: [UInt8], expiry: UInt32) -> CachetPutOutcome {
@@ -29,7 +37,13 @@ struct ModelLRU {
         order.insert(key, at: 0)
         bytes += Self.size(key, value)
         while bytes > limit {
-            drop(order.last!)
+            // From the back: a marked entry (or the new one) goes to the front, its mark cleared.
+            while let last = order.last, last == key ? order.count > 1 : referenced.contains(last) {
+                referenced.remove(last)
+                moveToFront(last)
+            }
+            guard let victim = order.last, victim != key else { break }
+            drop(victim)
             evictions += 1
         }
         return .stored
@@ -42,8 +56,7 @@ struct ModelLRU {
             expired += 1
             return nil
         }
-        order.removeAll { $0 == key }
-        order.insert(key, at: 0)
+        referenced.insert(key)
         return entry.value
     }
 
@@ -96,12 +109,14 @@ struct CachetMemoryStoreTests {
                     #expect(removed.bytes == model.entries.reduce(0) { $0 + $1.key.count + $1.value.value.count })
                     model.entries = [:]
                     model.order = []
+                    model.referenced = []
                     model.bytes = 0
                 }
             }
             store._checkInvariants()
             #expect(store._keysInRecencyOrder() == model.order, "recency order differs at step \(step)")
-            if store._keysInRecencyOrder() != model.order { return }
+            #expect(store._referencedKeys() == model.referenced, "second-chance marks differ at step \(step)")
+            if store._keysInRecencyOrder() != model.order || store._referencedKeys() != model.referenced { return }
         }
         let statistics = store.statistics
         #expect(statistics.items == model.entries.count)
@@ -117,12 +132,27 @@ struct CachetMemoryStoreTests {
         store.put(key: [1], value: value)
         store.put(key: [2], value: value)
         store.put(key: [3], value: value)
-        #expect(store.value(forKey: [1]) != nil)  // 1 is now the most recent; 2 is the least
+        #expect(store.value(forKey: [1]) != nil)  // 1 is marked: eviction passes it over once; 2 is next
         store.put(key: [4], value: value)
         #expect(store.value(forKey: [2]) == nil)
         #expect(store.value(forKey: [1]) == value)
         #expect(store.value(forKey: [3]) == value)
         #expect(store.value(forKey: [4]) == value)
+        #expect(store.statistics.evictions == 1)
+        store._checkInvariants()
+    }
+
+    @Test func whenEveryEntryWasReadTheOldestStillMakesRoom() {
+        let entry = CachetMemoryStore.accountedSize(keyLength: 1, valueLength: 100)
+        let store = Self.store(limit: entry * 3)
+        let value = [UInt8](repeating: 1, count: 100)
+        for key: UInt8 in 1...3 { store.put(key: [key], value: value) }
+        for key: UInt8 in 1...3 { #expect(store.value(forKey: [key]) != nil) }
+        store.put(key: [4], value: value)
+        // Every mark is cleared in one pass and the oldest goes; the new entry stays.
+        #expect(store.value(forKey: [1]) == nil)
+        #expect(store.value(forKey: [4]) == value)
+        #expect(store.statistics.items == 3 && store.statistics.accountedBytes <= entry * 3)
         #expect(store.statistics.evictions == 1)
         store._checkInvariants()
     }
