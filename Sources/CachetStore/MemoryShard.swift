@@ -26,6 +26,8 @@ final class MemoryShard {
     private var sweepCursor: MemoryEntry?
     private(set) var accountedBytes = 0
     private(set) var payloadBytes = 0
+    /// Entries with an expiry: while there are none, the sweep has nothing to look for.
+    private(set) var expiringCount = 0
     private(set) var evictions = 0
     private(set) var expired = 0
 
@@ -161,6 +163,7 @@ final class MemoryShard {
         let size = entry.accountedSize
         accountedBytes -= size
         payloadBytes -= entry.payloadSize
+        if entry.expiry != 0 { expiringCount -= 1 }
         entry.free()
         return size
     }
@@ -189,6 +192,7 @@ final class MemoryShard {
         let size = entry.accountedSize
         accountedBytes += size
         payloadBytes += entry.payloadSize
+        if entry.expiry != 0 { expiringCount += 1 }
         return size
     }
 
@@ -257,12 +261,16 @@ final class MemoryShard {
         count = 0
         accountedBytes = 0
         payloadBytes = 0
+        expiringCount = 0
         return result
     }
 
     /// Examines up to `budget` entries, walking from the least recently used end and resuming where the
     /// previous sweep stopped; removes the expired ones. Returns (removed, bytes freed).
     func sweep(now: UInt32, budget: Int) -> (removed: Int, freed: Int) {
+        // Without entries that can expire, walking the list (a cache miss per entry, under the shard's
+        // lock) would find nothing.
+        guard expiringCount > 0 else { return (0, 0) }
         var removed = 0
         var freed = 0
         var examined = 0
@@ -285,6 +293,7 @@ final class MemoryShard {
         var walked = 0
         var accounted = 0
         var payload = 0
+        var expiring = 0
         var previous: MemoryEntry? = nil
         var entry = head
         while let current = entry {
@@ -292,6 +301,7 @@ final class MemoryShard {
             precondition(find(current.key, hash: current.hash) != nil, "listed entry missing from the table")
             accounted += current.accountedSize
             payload += current.payloadSize
+            if current.expiry != 0 { expiring += 1 }
             walked += 1
             precondition(walked <= count, "list longer than the table (cycle?)")
             previous = current
@@ -301,6 +311,7 @@ final class MemoryShard {
         precondition(walked == count, "list has \(walked) entries, table \(count)")
         precondition(accounted == accountedBytes, "accounted bytes \(accountedBytes), entries sum to \(accounted)")
         precondition(payload == payloadBytes, "payload bytes \(payloadBytes), entries sum to \(payload)")
+        precondition(expiring == expiringCount, "expiring count \(expiringCount), entries with an expiry \(expiring)")
         var occupied = 0
         for i in 0..<capacity where slots[i] != 0 { occupied += 1 }
         precondition(occupied == count, "table holds \(occupied) slots, count \(count)")
