@@ -24,12 +24,12 @@ import Glibc
 public final class CachetDiskStore: Sendable {
     /// The configuration the tier was opened with.
     public let configuration: CachetDiskConfiguration
-    private let logger: Logger
-    private let state: LockedBox<State>
-    private let io = LockedBox(())
+    let logger: Logger
+    let state: LockedBox<State>
+    let io = LockedBox(())
     private let lockFD: Int32
 
-    private struct State {
+    struct State {
         var index = DiskIndex()
         var statistics = CachetDiskStatistics()
         var closed = false
@@ -41,7 +41,7 @@ public final class CachetDiskStore: Sendable {
         var lastFailureWarning: UInt64?
         var heldBackFailureWarnings = 0
     }
-    private let recoveryDone = DispatchGroup()
+    let recoveryDone = DispatchGroup()
 
     private static let indexFileName = "index"
     private static let lockFileName = "LOCK"
@@ -146,106 +146,12 @@ public final class CachetDiskStore: Sendable {
     /// an entry on disk only should check it against this.
     public var maximumEntryBytes: Int { max(0, configuration.limit - DiskEntryFormat.headerSize) }
 
-    // MARK: Recovery
-
-    /// Whether the index is still being rebuilt from the files.
-    public var isRecovering: Bool { state.withLock { $0.recovering } }
-
-    /// Starts rebuilding the index from the entry files on a background queue, if the index file of a
-    /// clean shutdown was missing. Returns at once; does nothing when there is nothing to rebuild or a
-    /// rebuild has already started.
-    public func startRecovery() {
-        let start = state.withLock { state -> Bool in
-            guard state.recovering, !state.recoveryStarted, !state.closed else { return false }
-            state.recoveryStarted = true
-            return true
-        }
-        guard start else { return }
-        recoveryDone.enter()
-        DispatchQueue(label: "cachet.disk.recovery", qos: .utility).async { [self] in
-            recover()
-            recoveryDone.leave()
-        }
-    }
-
-    /// Blocks until a started recovery has finished.
-    public func waitForRecovery() {
-        recoveryDone.wait()
-    }
-
-    private func recover() {
-        let started = DispatchTime.now()
-        let now = CachetClock.now()
-        var complete = true
-        Self.forEachEntryFile(directory: configuration.directory) { path, name in
-            if state.withLock({ $0.cancelRecovery }) {
-                complete = false
-                return false
-            }
-            io.withLock { _ in
-                if name.hasSuffix(".tmp") {
-                    unlink(path)
-                    return
-                }
-                switch Self.scanFile(path, name: name) {
-                case .gone:
-                    break
-                case .corrupt:
-                    warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(path)"])
-                    unlink(path)
-                    state.withLock { $0.statistics.corrupt += 1 }
-                case .entry(let digest, let fileSize, let logicalSize, let expiry, let modified):
-                    if CachetClock.isExpired(expiry, now: now) {
-                        // Unless a write since start-up replaced it, the file is dead.
-                        if state.withLock({ $0.index.lookup(digest) == nil }) {
-                            unlink(path)
-                            state.withLock { $0.statistics.expired += 1 }
-                        }
-                        return
-                    }
-                    state.withLock { state in
-                        // Entries written or read since start-up are newer than anything found here.
-                        if state.index.lookup(digest) == nil {
-                            state.index.appendOldest(
-                                digest,
-                                fileSize: fileSize,
-                                logicalSize: logicalSize,
-                                expiry: expiry,
-                                scannedModified: modified
-                            )
-                        }
-                    }
-                }
-            }
-            return true
-        }
-        // Files were found in directory order; put what nothing has used since in order of write time, so
-        // the limit evicts the oldest writes first. Sorted outside the lock: the network queues keep asking
-        // `contains`.
-        let scanned = complete ? state.withLock { $0.index.scannedEntries() }.sorted { $0.modified > $1.modified } : []
-        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
-        let items = state.withLock { state -> Int in
-            if complete {
-                state.index.moveToOldestEnd(scanned)
-                state.recovering = false
-            }
-            return state.index.count
-        }
-        if complete {
-            trimToLimit()
-            logger.info(
-                "disk index rebuilt from the files",
-                metadata: ["disk.items": "\(items)", "disk.scan_seconds": "\(seconds)"]
-            )
-        }
-    }
-
     // MARK: Failure warnings
 
     /// Logs a failure at warning level, at most once per ``CachetDiskConfiguration/failureWarningInterval``:
     /// a full disk fails every write, and a line per write would flood the log (often on that same disk).
     /// The next line logged says in `disk.warnings_held_back` how many were not.
-    private func warnFailure(_ message: @autoclosure () -> Logger.Message, metadata: Logger.Metadata) {
+    func warnFailure(_ message: @autoclosure () -> Logger.Message, metadata: Logger.Metadata) {
         let now = DispatchTime.now().uptimeNanoseconds
         let heldBack = state.withLock { state -> Int? in
             if let last = state.lastFailureWarning, now &- last < configuration.failureWarningInterval {
@@ -556,7 +462,7 @@ public final class CachetDiskStore: Sendable {
 
     /// Deletes least recently used entries while the files exceed the limit. Waits for a complete index:
     /// while it is rebuilt, the LRU order is not known yet.
-    private func trimToLimit() {
+    func trimToLimit() {
         io.withLock { _ in
             while true {
                 let victim = state.withLock { state -> KeyDigest? in
