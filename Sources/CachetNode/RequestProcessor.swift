@@ -288,14 +288,9 @@ struct RequestProcessor {
         else { return nil }
         let start = offset + CachetProtocol.lengthPrefixSize
         let bodyStart = start + CachetProtocol.headerSize
-        guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize else { return nil }
-        let header = CachetFrameHeader(
-            version: buffer[start],
-            opcode: CachetOpcode(rawValue: buffer[start + 1]),
-            word: buffer.loadUnaligned(fromByteOffset: start + 2, as: UInt16.self).bigEndian,
-            id: buffer.loadUnaligned(fromByteOffset: start + 4, as: UInt32.self).bigEndian
-        )
-        guard header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
+        guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize,
+            let header = CachetFrameDecoder.decodeHeader(in: buffer, at: offset),
+            header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count
         else { return nil }

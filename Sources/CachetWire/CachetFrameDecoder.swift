@@ -31,13 +31,35 @@ public enum CachetFrameDecoder {
         }
         guard available - CachetProtocol.lengthPrefixSize >= length else { return nil }
         let start = offset + CachetProtocol.lengthPrefixSize
-        let header = CachetFrameHeader(
+        return CachetFrame(
+            header: readHeader(in: buffer, at: start),
+            body: (start + CachetProtocol.headerSize)..<(start + length)
+        )
+    }
+
+    /// Reads the fixed header of the frame at `buffer[offset...]` once its length prefix and header have
+    /// arrived, whether or not the rest of the frame has: for a receiver that acts on a frame's head while
+    /// its body is still arriving (a large PUT read straight into its entry). Checks nothing; the length
+    /// prefix is left to ``decodeFrame(in:at:maximumPayloadLength:)``.
+    ///
+    /// - Parameters:
+    ///   - buffer: bytes received so far.
+    ///   - offset: where the frame starts (its length prefix).
+    /// - Returns: the header, or `nil` when its 12 bytes (prefix and header) have not all arrived.
+    @inlinable
+    public static func decodeHeader(in buffer: UnsafeRawBufferPointer, at offset: Int = 0) -> CachetFrameHeader? {
+        guard buffer.count - offset >= CachetProtocol.frameOverhead else { return nil }
+        return readHeader(in: buffer, at: offset + CachetProtocol.lengthPrefixSize)
+    }
+
+    @inlinable
+    static func readHeader(in buffer: UnsafeRawBufferPointer, at start: Int) -> CachetFrameHeader {
+        CachetFrameHeader(
             version: buffer[start],
             opcode: CachetOpcode(rawValue: buffer[start + 1]),
             word: buffer.loadUnaligned(fromByteOffset: start + 2, as: UInt16.self).bigEndian,
             id: buffer.loadUnaligned(fromByteOffset: start + 4, as: UInt32.self).bigEndian
         )
-        return CachetFrame(header: header, body: (start + CachetProtocol.headerSize)..<(start + length))
     }
 
     /// Checks a request header: version 1 and a defined opcode.

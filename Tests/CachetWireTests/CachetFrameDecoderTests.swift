@@ -24,6 +24,25 @@ struct CachetFrameDecoderTests {
         #expect(frame.body == 12..<14 && frame.end == 14)
     }
 
+    @Test func theHeaderOfAFrameStillArrivingIsReadOnceItsTwelveBytesAreIn() {
+        // A frame announcing 1,000 bytes of payload, of which only the header and two body bytes are here.
+        let bytes: [UInt8] = [0xaa, 0, 0, 0x03, 0xe8, 0x01, 0x01, 0, 0, 0, 0, 0, 7, 0x11, 0x22]
+        let expected = CachetFrameHeader(version: 1, opcode: .put, word: 0, id: 7)
+        #expect(CachetFrameDecoder.decodeHeader(in: UnsafeRawBufferPointer(start: nil, count: 0)) == nil)
+        for end in 1..<13 {
+            bytes.withUnsafeBytes {
+                #expect(CachetFrameDecoder.decodeHeader(in: .init(rebasing: $0[..<end]), at: 1) == nil)
+            }
+        }
+        for end in 13...bytes.count {
+            bytes.withUnsafeBytes {
+                #expect(CachetFrameDecoder.decodeHeader(in: .init(rebasing: $0[..<end]), at: 1) == expected)
+            }
+        }
+        // The whole frame is not there, so the frame decoder still waits.
+        #expect((try? decodeFrame(bytes, at: 1)) == .some(nil))
+    }
+
     @Test func aFrameIsFoundAtAnOffset() throws {
         let bytes: [UInt8] = [0xaa, 0xbb, 0, 0, 0, 8, 1, 6, 0, 0, 0, 0, 0, 9]
         let frame = try #require(try decodeFrame(bytes, at: 2))
