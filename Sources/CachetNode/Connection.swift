@@ -15,7 +15,7 @@ import Glibc
 ///
 /// `@exclusivity(unchecked)`: the stored properties are touched on every request, and the run-time
 /// exclusivity check on a class property (a thread-local access set, two runtime calls per access) cost
-/// about a quarter of the node's instructions per small GET (Benchmarks/callgrind.sh). The single-queue
+/// about a third of the node's instructions per small GET (Benchmarks/callgrind.sh). The single-queue
 /// rule above is what keeps accesses from overlapping; no code holds an `inout` to one of these across a
 /// call that could reach the same property.
 final class Connection: @unchecked Sendable {

@@ -55,7 +55,7 @@ final class EventLoop: @unchecked Sendable {
         index: Int,
         processor: RequestProcessor,
         outputLimit: Int,
-        lingerMilliseconds: Int = 0,
+        lingerMilliseconds: Int,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
     ) throws(CachetNodeError) {
