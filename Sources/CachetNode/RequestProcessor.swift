@@ -283,16 +283,15 @@ struct RequestProcessor {
         payloadLength: Int,
         now: UInt32
     ) -> DirectPut? {
-        guard disk == nil, payloadLength <= maximumPayloadLength,
-            directPutBudget.reserved + payloadLength <= store.memoryLimit / 4
-        else { return nil }
+        guard disk == nil, payloadLength <= maximumPayloadLength else { return nil }
         let start = offset + CachetProtocol.lengthPrefixSize
         let bodyStart = start + CachetProtocol.headerSize
         guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize,
             let header = CachetFrameDecoder.decodeHeader(in: buffer, at: offset),
             header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
-            put.key.upperBound <= buffer.count
+            put.key.upperBound <= buffer.count,
+            directPutBudget.reserved + put.value.count <= store.memoryLimit / 4
         else { return nil }
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         guard
