@@ -9,6 +9,7 @@
 #   ROUNDS=3 Benchmarks/compare.sh     # every workload 3 times per server, interleaved; medians reported
 #   ITEMS=500000 Benchmarks/compare.sh # items of the memory run (default 1,000,000)
 #   SERVERS="redis cachet" Benchmarks/compare.sh   # a subset of memcached-t1 memcached-t2 redis cachet
+#   ONLY="c d" Benchmarks/compare.sh   # a subset of the workloads a b c d and memory
 #
 # Pinning: on two or more cores, servers run on CPU 0 and the load generator on CPU 1 (taskset), except
 # memcached -t 2, which gets every CPU (its second thread would otherwise share CPU 0 and measure nothing).
@@ -136,11 +137,15 @@ WORKLOADS=(
 # utime + stime of a process, in clock ticks (all its threads).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+ONLY=${ONLY:-a b c d memory}
+selected() { [[ " $ONLY " == *" $1 "* ]]; }
+
 # Rounds interleave the servers, so that a noisy minute on a shared machine hits all of them.
 for round in $(seq 1 "$ROUNDS"); do
     for server in "${SERVERS[@]}"; do
         for i in "${!WORKLOADS[@]}"; do
             IFS='|' read -r name flags <<<"${WORKLOADS[$i]}"
+            selected "${name:0:1}" || continue
             start_server "$server"
             out="$RESULTS/$server-$i-$round"
             echo "== round $round, $server: $name" >&2
@@ -164,6 +169,7 @@ done
 
 # The memory run: RSS per item after ITEMS PUTs of 100-byte values under 14-byte keys.
 for server in "${SERVERS[@]}"; do
+    selected memory || break
     start_server "$server"
     sleep 0.5
     before=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
@@ -225,6 +231,8 @@ for server in servers:
         table[server, w] = {
             "ops": median([r["ops_per_sec"] for r, _ in found]),
             "p99": median([r["latency_us"]["p99"] for r, _ in found]),
+            "get_p99": median([r["get_latency_us"]["p99"] for r, _ in found if r.get("get_latency_us")]),
+            "put_p99": median([r["put_latency_us"]["p99"] for r, _ in found if r.get("put_latency_us")]),
             "eff": median([r["requests"] / (t / ticks_per_second) for r, t in found if t > 0]),
             "client": median([100 * r["client_cpu_seconds"] / r["duration_seconds"] for r, _ in found
                               if r["duration_seconds"] > 0]),
@@ -255,6 +263,9 @@ for w, name in enumerate(names):
           + f" | {ratio(w, 'ops')} |")
     print(f"| {name[:1]} — p99 µs | " + " | ".join(cell(table[s, w]["p99"]) for s in servers)
           + f" | {ratio(w, 'p99', lower_is_better=True)} |")
+    print(f"| {name[:1]} — p99 µs of GETs / of PUTs | "
+          + " | ".join(cell(table[s, w]["get_p99"]) + " / " + cell(table[s, w]["put_p99"]) for s in servers)
+          + f" | {ratio(w, 'get_p99', lower_is_better=True)} / {ratio(w, 'put_p99', lower_is_better=True)} |")
     print(f"| {name[:1]} — ops per server CPU-second | " + " | ".join(cell(table[s, w]["eff"]) for s in servers)
           + f" | {ratio(w, 'eff')} |")
     print(f"| {name[:1]} — cachet-bench CPU, % of one core | "

@@ -98,6 +98,11 @@ public struct BenchReport: Codable, Sendable, Equatable {
     public var verificationErrors: Int
     /// Request latency while measuring.
     public var latencyUs: Latency
+    /// The latency of reads alone (GET), when any were measured. With a mix of reads and writes the
+    /// overall p99 often falls among the slower kind; these two say which.
+    public var getLatencyUs: Latency?
+    /// The latency of writes alone (PUT, or the protocol's SET), when any were measured.
+    public var putLatencyUs: Latency?
     /// CPU seconds (user and system) the load generator itself used while measuring: near
     /// `duration_seconds x threads` means the load generator, not the server, set the pace.
     public var clientCPUSeconds: Double
@@ -111,6 +116,8 @@ public struct BenchReport: Codable, Sendable, Equatable {
         case hitRatio = "hit_ratio"
         case verificationErrors = "verification_errors"
         case latencyUs = "latency_us"
+        case getLatencyUs = "get_latency_us"
+        case putLatencyUs = "put_latency_us"
         case clientCPUSeconds = "client_cpu_seconds"
     }
 
@@ -127,6 +134,10 @@ public struct BenchReport: Codable, Sendable, Equatable {
     /// A short human summary.
     public var summary: String {
         func format(_ value: Double, _ digits: Int = 1) -> String { String(format: "%.\(digits)f", value) }
+        func latencyLine(_ latency: Latency) -> String {
+            "p50 \(format(latency.p50))  p99 \(format(latency.p99))  p99.9 \(format(latency.p999))  "
+                + "max \(format(latency.max))"
+        }
         var lines = [
             "\(`protocol`) \(targets.joined(separator: ",")): \(config.connections) connections x pipeline "
                 + "\(config.pipeline), \(config.threads) thread(s), \(config.valueSize) B values, \(config.keys) keys "
@@ -143,10 +154,13 @@ public struct BenchReport: Codable, Sendable, Equatable {
             lines += [
                 "  \(format(opsPerSecond, 0)) ops/s over \(format(durationSeconds, 2)) s (\(requests) requests); "
                     + "client CPU \(format(cpu, 0))% of one core",
-                "  latency us: p50 \(format(latencyUs.p50))  p99 \(format(latencyUs.p99))  "
-                    + "p99.9 \(format(latencyUs.p999))  max \(format(latencyUs.max))",
+                "  latency us: " + latencyLine(latencyUs),
                 "  hit ratio \(format(hitRatio * 100, 2))%  errors \(errors)  verification errors \(verificationErrors)",
             ]
+            if let getLatencyUs, let putLatencyUs {
+                lines.insert("    GET:      " + latencyLine(getLatencyUs), at: lines.count - 1)
+                lines.insert("    PUT:      " + latencyLine(putLatencyUs), at: lines.count - 1)
+            }
         }
         return lines.joined(separator: "\n")
     }

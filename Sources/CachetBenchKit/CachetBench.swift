@@ -179,10 +179,6 @@ public enum CachetBench {
             }
         }
 
-        let histogram = measured.histogram
-        func microseconds(_ percentile: Double) -> Double {
-            histogram.totalCount > 0 ? Double(histogram.valueAtPercentile(percentile)) / 1000 : 0
-        }
         return BenchReport(
             protocol: configuration.protocolKind.rawValue,
             targets: configuration.targets.map(\.description),
@@ -210,13 +206,11 @@ public enum CachetBench {
                 ? Double(measured.hits) / Double(measured.hits + measured.misses) : 0,
             errors: measured.errors,
             verificationErrors: measured.verificationErrors,
-            latencyUs: BenchReport.Latency(
-                p50: microseconds(50),
-                p99: microseconds(99),
-                p999: microseconds(99.9),
-                max: histogram.totalCount > 0 ? Double(histogram.max) / 1000 : 0,
-                mean: histogram.totalCount > 0 ? histogram.mean / 1000 : 0
-            ),
+            latencyUs: BenchReport.Latency(nanoseconds: measured.histogram),
+            getLatencyUs: measured.getHistogram.totalCount > 0
+                ? BenchReport.Latency(nanoseconds: measured.getHistogram) : nil,
+            putLatencyUs: measured.putHistogram.totalCount > 0
+                ? BenchReport.Latency(nanoseconds: measured.putHistogram) : nil,
             clientCPUSeconds: cpuSeconds,
             prefill: prefillReport
         )
@@ -229,4 +223,21 @@ func processCPUSeconds() -> Double {
     _ = getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
     func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+extension BenchReport.Latency {
+    /// The percentiles of a histogram of nanoseconds, in microseconds; all 0 when it is empty.
+    init(nanoseconds histogram: Histogram<UInt64>) {
+        let empty = histogram.totalCount == 0
+        func microseconds(_ percentile: Double) -> Double {
+            empty ? 0 : Double(histogram.valueAtPercentile(percentile)) / 1000
+        }
+        self.init(
+            p50: microseconds(50),
+            p99: microseconds(99),
+            p999: microseconds(99.9),
+            max: empty ? 0 : Double(histogram.max) / 1000,
+            mean: empty ? 0 : histogram.mean / 1000
+        )
+    }
 }

@@ -38,7 +38,12 @@ final class WorkerCounters: Sendable {
 
 /// What one load thread measured in one phase.
 struct WorkerResult: Sendable {
+    /// Every request's latency.
     var histogram = makeLatencyHistogram()
+    /// Reads' latencies alone.
+    var getHistogram = makeLatencyHistogram()
+    /// Writes' latencies alone.
+    var putHistogram = makeLatencyHistogram()
     var replies = 0
     var hits = 0
     var misses = 0
@@ -48,6 +53,8 @@ struct WorkerResult: Sendable {
 
     mutating func add(_ other: WorkerResult) {
         histogram.add(other.histogram)
+        getHistogram.add(other.getHistogram)
+        putHistogram.add(other.putHistogram)
         replies += other.replies
         hits += other.hits
         misses += other.misses
@@ -385,6 +392,11 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
             if recording {
                 let latency = now &- sentAt
                 result.histogram.record(latency)
+                if wasRead {
+                    result.getHistogram.record(latency)
+                } else {
+                    result.putHistogram.record(latency)
+                }
                 recent.record(latency)
             }
             switch reply {

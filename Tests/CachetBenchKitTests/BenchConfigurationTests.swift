@@ -145,14 +145,17 @@ struct BenchConfigurationTests {
         let text = """
             {"client_cpu_seconds":1.5,"config":{"connections":50,"distribution":"uniform","duration_seconds":2,\
             "get_ratio":0.9,"key_size":14,"keys":100,"pipeline":1,"prefill":true,"seed":42,"threads":1,\
-            "value_size":100,"warmup_seconds":0},"duration_seconds":2,"errors":0,"hit_ratio":1,"hits":9,\
+            "value_size":100,"warmup_seconds":0},"duration_seconds":2,"errors":0,\
+            "get_latency_us":{"max":7,"mean":2,"p50":1,"p99":4,"p999":7},"hit_ratio":1,"hits":9,\
             "latency_us":{"max":9,"mean":2,"p50":1,"p99":5,"p999":8},"misses":0,"ops_per_sec":5,\
-            "prefill":{"errors":0,"ops_per_sec":100,"requests":100,"seconds":1},"protocol":"cachet","requests":10,\
+            "prefill":{"errors":0,"ops_per_sec":100,"requests":100,"seconds":1},"protocol":"cachet",\
+            "put_latency_us":{"max":9,"mean":6,"p50":5,"p99":9,"p999":9},"requests":10,\
             "targets":["127.0.0.1:7420"],"verification_errors":0}
             """
         let report = try JSONDecoder().decode(BenchReport.self, from: Data(text.utf8))
         #expect(report.json == text)
         #expect(report.latencyUs.p999 == 8 && report.config.keySize == 14 && report.prefill?.requests == 100)
+        #expect(report.getLatencyUs?.p99 == 4 && report.putLatencyUs?.p50 == 5)
         #expect(!report.hasErrors)
         var failing = report
         failing.prefill?.errors = 1

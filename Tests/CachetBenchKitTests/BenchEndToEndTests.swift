@@ -110,6 +110,28 @@ struct BenchEndToEndTests {
         #expect(report.verificationErrors == 0 && report.errors == 0)
         #expect(report.latencyUs.p50 > 0 && report.latencyUs.p99 >= report.latencyUs.p50)
         #expect(report.latencyUs.p999 >= report.latencyUs.p99 && report.latencyUs.max >= report.latencyUs.p999)
+        // Reads and writes are also measured apart; together they make up the overall histogram.
+        let gets = try #require(report.getLatencyUs)
+        let puts = try #require(report.putLatencyUs)
+        #expect(gets.p50 > 0 && puts.p50 > 0)
+        #expect(max(gets.max, puts.max) == report.latencyUs.max)
+        #expect(min(gets.p50, puts.p50) <= report.latencyUs.p50 && report.latencyUs.p50 <= max(gets.p50, puts.p50))
+    }
+
+    @Test func aReadOnlyRunHasNoWriteLatency() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        var configuration = BenchConfiguration()
+        configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
+        configuration.connections = 2
+        configuration.keys = 100
+        configuration.prefill = true
+        configuration.getRatio = 1
+        configuration.duration = nil
+        configuration.requests = 1_000
+        let report = try CachetBench.run(configuration)
+        #expect(report.hits == 1_000 && report.verificationErrors == 0)
+        #expect(report.getLatencyUs == report.latencyUs)
+        #expect(report.putLatencyUs == nil)
     }
 
     @Test func keysOfAClusterGoToTheirOwnNode() throws {
