@@ -39,6 +39,7 @@ final class NodeStatistics: Sendable {
             ("memory_bytes", "\(memory.accountedBytes)"),
             ("memory_payload_bytes", "\(memory.keyValueBytes)"),
             ("memory_limit", "\(memory.memoryLimit)"),
+            ("memory_pooled_bytes", "\(memory.pooledBytes)"),
             ("gets", "\(requests.gets)"),
             ("hits", "\(requests.hits)"),
             ("misses", "\(requests.misses)"),

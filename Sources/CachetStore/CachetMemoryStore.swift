@@ -43,6 +43,9 @@ public struct CachetMemoryStatistics: Sendable, Equatable {
     public var evictions: Int
     /// Entries removed because their TTL had passed.
     public var expired: Int
+    /// Bytes of freed large entries (64 KiB and more) kept for reuse by later large entries: resident,
+    /// but not counted in `accountedBytes`; at most a sixteenth of the limit, and 64 MiB.
+    public var pooledBytes: Int
 }
 
 /// The memory tier: a byte-limited, sharded LRU with TTLs.
@@ -62,6 +65,8 @@ public final class CachetMemoryStore: @unchecked Sendable {
     private let seed: UInt64
     private let used = Atomic<Int>(0)
     private let victimCursor = Atomic<Int>(0)
+    /// Keeps freed large blocks for reuse; its free bytes are outside `memoryLimit` (see ``pooledBytes``).
+    private let pool: LargeBlockPool
     /// The byte limit.
     public let memoryLimit: Int
 
@@ -73,7 +78,9 @@ public final class CachetMemoryStore: @unchecked Sendable {
     public init(configuration: CachetMemoryStoreConfiguration) {
         precondition(configuration.shardCount > 0 && configuration.shardCount & (configuration.shardCount - 1) == 0)
         memoryLimit = configuration.memoryLimit
-        shards = (0..<configuration.shardCount).map { _ in MemoryShard() }
+        let pool = LargeBlockPool(limit: LargeBlockPool.defaultLimit(memoryLimit: configuration.memoryLimit))
+        self.pool = pool
+        shards = (0..<configuration.shardCount).map { _ in MemoryShard(pool: pool) }
         locks = .allocate(capacity: configuration.shardCount)
         for i in 0..<configuration.shardCount { pthread_mutex_init(locks + i, nil) }
         shardShift = UInt64(64 - configuration.shardCount.trailingZeroBitCount)
@@ -153,7 +160,8 @@ public final class CachetMemoryStore: @unchecked Sendable {
         else { return nil }
         let hash = CachetHash.hash(key, seed: seed)
         return CachetPendingPut(
-            MemoryEntry.makeUnfilled(key: key, valueLength: valueLength, hash: hash, expiry: expiry)
+            MemoryEntry.makeUnfilled(key: key, valueLength: valueLength, hash: hash, expiry: expiry, pool: pool),
+            pool: pool
         )
     }
 
@@ -277,7 +285,8 @@ public final class CachetMemoryStore: @unchecked Sendable {
             accountedBytes: 0,
             memoryLimit: memoryLimit,
             evictions: 0,
-            expired: 0
+            expired: 0,
+            pooledBytes: pool.pooledBytes
         )
         for index in shards.indices {
             withShard(index) { shard in

@@ -8,10 +8,14 @@
 /// Not thread-safe: one owner fills and commits it.
 public final class CachetPendingPut {
     private var entry: MemoryEntry?
+    private let pool: LargeBlockPool
 
-    init(_ entry: MemoryEntry) { self.entry = entry }
+    init(_ entry: MemoryEntry, pool: LargeBlockPool) {
+        self.entry = entry
+        self.pool = pool
+    }
 
-    deinit { entry?.free() }
+    deinit { entry?.free(to: pool) }
 
     /// Where the value's bytes go: exactly the value's length. Empty once committed.
     public var value: UnsafeMutableRawBufferPointer {

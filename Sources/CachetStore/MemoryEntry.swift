@@ -4,7 +4,8 @@ import Glibc
 
 /// One cache entry in a single `malloc` block: a 34-byte header, then the key, then the value
 /// (memcached's item layout). No Swift object per entry, so a 14-byte key with a 100-byte value costs one
-/// 160-byte heap chunk plus a table slot.
+/// 160-byte heap chunk plus a table slot. Blocks of 64 KiB and more come from a ``LargeBlockPool`` at a
+/// size class, and go back to it.
 ///
 /// ```
 /// offset  0  prev    8 bytes  (towards the most recently used end)
@@ -26,10 +27,14 @@ struct MemoryEntry: Equatable {
     init(_ base: UnsafeMutableRawPointer) { self.base = base }
 
     /// Allocates and fills an entry; links are nil.
-    static func make(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32)
-        -> MemoryEntry
-    {
-        let entry = makeUnfilled(key: key, valueLength: value.count, hash: hash, expiry: expiry)
+    static func make(
+        key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        hash: UInt64,
+        expiry: UInt32,
+        pool: LargeBlockPool
+    ) -> MemoryEntry {
+        let entry = makeUnfilled(key: key, valueLength: value.count, hash: hash, expiry: expiry, pool: pool)
         if value.count > 0 {
             (entry.base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count)
         }
@@ -38,10 +43,14 @@ struct MemoryEntry: Equatable {
 
     /// Allocates an entry with its header and key written and room for a value of `valueLength` bytes,
     /// left uninitialised for the caller to fill; links are nil.
-    static func makeUnfilled(key: UnsafeRawBufferPointer, valueLength: Int, hash: UInt64, expiry: UInt32)
-        -> MemoryEntry
-    {
-        let base = malloc(headerSize + key.count + valueLength)!
+    static func makeUnfilled(
+        key: UnsafeRawBufferPointer,
+        valueLength: Int,
+        hash: UInt64,
+        expiry: UInt32,
+        pool: LargeBlockPool
+    ) -> MemoryEntry {
+        let base = pool.allocate(size: LargeBlockPool.blockSize(for: headerSize + key.count + valueLength))
         let entry = MemoryEntry(base)
         entry.prev = nil
         entry.next = nil
@@ -59,7 +68,10 @@ struct MemoryEntry: Equatable {
         UnsafeMutableRawBufferPointer(start: base + Self.headerSize + keyLength, count: valueLength)
     }
 
-    func free() { Glibc.free(base) }
+    /// Gives the entry's block back to the pool it came from (which frees it or keeps it for reuse).
+    func free(to pool: LargeBlockPool) {
+        pool.release(base, size: LargeBlockPool.blockSize(for: Self.headerSize + keyLength + valueLength))
+    }
 
     var prev: MemoryEntry? {
         get { base.load(as: UnsafeMutableRawPointer?.self).map(MemoryEntry.init) }
@@ -106,9 +118,10 @@ struct MemoryEntry: Equatable {
     }
 
     /// The bytes an entry of this shape costs: glibc's chunk for the block (8 bytes of header, 16-byte
-    /// granules, 32 at least) plus a hash-table slot at its worst load (8 bytes at 50%).
+    /// granules, 32 at least; a large block rounded up to its size class first) plus a hash-table slot at
+    /// its worst load (8 bytes at 50%).
     static func accountedSize(keyLength: Int, valueLength: Int) -> Int {
-        let request = headerSize + keyLength + valueLength
+        let request = LargeBlockPool.blockSize(for: headerSize + keyLength + valueLength)
         let chunk = max(32, (request + 8 + 15) & ~15)
         return chunk + 16
     }

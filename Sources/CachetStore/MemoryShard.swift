@@ -34,7 +34,11 @@ final class MemoryShard {
     private static let initialCapacity = 16
     private static let addressMask: UInt = (1 << 48) - 1
 
-    init() {
+    /// Where entries' blocks come from and go back to; shared by every shard of a tier.
+    private let pool: LargeBlockPool
+
+    init(pool: LargeBlockPool) {
+        self.pool = pool
         capacity = Self.initialCapacity
         slots = .allocate(capacity: capacity)
         slots.initialize(repeating: 0, count: capacity)
@@ -44,7 +48,7 @@ final class MemoryShard {
         var entry = head
         while let current = entry {
             entry = current.next
-            current.free()
+            current.free(to: pool)
         }
         slots.deallocate()
     }
@@ -164,7 +168,7 @@ final class MemoryShard {
         accountedBytes -= size
         payloadBytes -= entry.payloadSize
         if entry.expiry != 0 { expiringCount -= 1 }
-        entry.free()
+        entry.free(to: pool)
         return size
     }
 
@@ -173,7 +177,7 @@ final class MemoryShard {
     func insert(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32) -> Int {
         var delta = 0
         if let index = find(key, hash: hash) { delta -= discard(at: index) }
-        return delta + link(MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry))
+        return delta + link(MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry, pool: pool))
     }
 
     /// Stores an entry made (and filled) outside the shard, replacing an older one with the same key.
@@ -249,7 +253,7 @@ final class MemoryShard {
         while let current = entry {
             entry = current.next
             visit?(current.key, current.valueLength)
-            current.free()
+            current.free(to: pool)
         }
         head = nil
         tail = nil

