@@ -27,6 +27,7 @@ let package = Package(
     targets: [
         // C shims and system libraries.
         .target(name: "CEpoll"),
+        .target(name: "CMalloc"),
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
@@ -54,6 +55,7 @@ let package = Package(
                 "CachetWire",
                 "CachetStore",
                 "CEpoll",
+                "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

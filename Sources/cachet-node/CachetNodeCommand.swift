@@ -54,6 +54,8 @@ struct CachetNodeCommand: ParsableCommand {
     var logLevel = "info"
 
     func run() throws {
+        // Before any I/O queue's thread allocates (see CachetAllocatorSettings).
+        CachetAllocatorSettings.applyToProcess()
         guard let level = Logger.Level(rawValue: logLevel) else {
             throw ValidationError(
                 "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical"
