@@ -259,6 +259,8 @@ def ratio(w, key, lower_is_better=False):
 print("| workload | " + " | ".join(labels[s] for s in servers) + " | Cachet / best other |")
 print("|---|" + "---|" * len(servers) + "---|")
 for w, name in enumerate(names):
+    if all(table[s, w]["ops"] is None for s in servers):
+        continue  # not run (ONLY=)
     print(f"| {name} — ops/s | " + " | ".join(cell(table[s, w]["ops"], table[s, w]["clean"]) for s in servers)
           + f" | {ratio(w, 'ops')} |")
     print(f"| {name[:1]} — p99 µs | " + " | ".join(cell(table[s, w]["p99"]) for s in servers)
@@ -287,10 +289,11 @@ def memory_ratio(values):
         return ""
     rest = [values[s] for s in others if values.get(s) is not None]
     return f"{values['cachet'] / min(rest):.2f}" if rest and min(rest) > 0 else ""
-print(f"| memory: RSS per 100 B item after {items:,} PUTs (bytes) | "
-      + " | ".join(cell(per_item[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(per_item)} |")
-print(f"| memory: overhead per item (RSS per item − 14 B key − 100 B value) | "
-      + " | ".join(cell(overhead[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(overhead)} |")
+if any(per_item[s] is not None for s in servers):
+    print(f"| memory: RSS per 100 B item after {items:,} PUTs (bytes) | "
+          + " | ".join(cell(per_item[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(per_item)} |")
+    print(f"| memory: overhead per item (RSS per item − 14 B key − 100 B value) | "
+          + " | ".join(cell(overhead[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(overhead)} |")
 print()
 print("(!) marks a run with error replies, verification errors, misses, or a fill that did not store every item.")
 print("p99 ratio: Cachet's p99 over the lowest p99 of the others (below 1 is better).")
