@@ -14,8 +14,9 @@ import Glibc
 ///
 /// Blocks of ``minimumBlockSize`` bytes and more are allocated at a size class: eight classes per power
 /// of two, so a block is at most 12.5% larger than asked for (``blockSize(for:)``). A freed block is kept
-/// while the pool holds at most `limit` bytes, and handed out again for the same class; otherwise it goes
-/// back to the allocator. Smaller blocks go straight to `malloc` and `free`.
+/// within the pool's `limit`, and handed out again for the same class; to make room for it, blocks of other
+/// classes go back to the allocator first, so that sizes no longer asked for do not hold the pool. Smaller
+/// blocks go straight to `malloc` and `free`.
 ///
 /// Thread-safe: one lock around the free lists, taken only for large blocks. `@unchecked Sendable`: the
 /// free lists are reached only through `state`'s lock.
@@ -29,6 +30,15 @@ final class LargeBlockPool: @unchecked Sendable {
         /// Free blocks by class index (see `classIndex(ofBlockSize:)`), as addresses.
         var free: [Int: [UInt]] = [:]
         var pooledBytes = 0
+
+        /// Removes a pooled block of another class than `index`, if there is one.
+        mutating func takeBlock(otherThan index: Int) -> (address: UInt, size: Int)? {
+            guard let victim = free.first(where: { $0.key != index && !$0.value.isEmpty })?.key,
+                let address = free[victim]?.popLast()
+            else { return nil }
+            if free[victim]?.isEmpty == true { free[victim] = nil }
+            return (address, LargeBlockPool.blockSize(ofClass: victim))
+        }
     }
 
     private let state = Mutex(State())
@@ -74,6 +84,12 @@ final class LargeBlockPool: @unchecked Sendable {
         return octave * classesPerDoubling + (size - (1 << octave)) / step
     }
 
+    /// The block size of class `index`: the inverse of `classIndex(ofBlockSize:)`.
+    private static func blockSize(ofClass index: Int) -> Int {
+        let octave = index / classesPerDoubling
+        return (1 << octave) + ((index % classesPerDoubling) << (octave - 3))
+    }
+
     /// Free bytes held for reuse.
     var pooledBytes: Int { state.withLock { $0.pooledBytes } }
 
@@ -99,12 +115,20 @@ final class LargeBlockPool: @unchecked Sendable {
     func release(_ block: UnsafeMutableRawPointer, size: Int) {
         if size >= Self.minimumBlockSize {
             let index = Self.classIndex(ofBlockSize: size)
-            let kept = state.withLock { state in
-                guard state.pooledBytes + size <= limit else { return false }
+            let (kept, dropped) = state.withLock { state -> (Bool, [UInt]) in
+                guard size <= limit else { return (false, []) }
+                // The newest block wins: blocks of classes no longer asked for must not hold the room.
+                var dropped: [UInt] = []
+                while state.pooledBytes + size > limit, let victim = state.takeBlock(otherThan: index) {
+                    dropped.append(victim.address)
+                    state.pooledBytes -= victim.size
+                }
+                guard state.pooledBytes + size <= limit else { return (false, dropped) }
                 state.free[index, default: []].append(UInt(bitPattern: block))
                 state.pooledBytes += size
-                return true
+                return (true, dropped)
             }
+            for address in dropped { Glibc.free(UnsafeMutableRawPointer(bitPattern: address)) }
             if kept { return }
         }
         Glibc.free(block)

@@ -65,6 +65,27 @@ struct LargeBlockPoolTests {
         #expect(none.pooledBytes == 0)
     }
 
+    @Test func blocksOfOtherClassesMakeRoomForTheNewest() {
+        let small = LargeBlockPool.blockSize(for: 100_000)
+        let large = LargeBlockPool.blockSize(for: 1_000_000)
+        let limit = large + small + small / 2
+        let pool = LargeBlockPool(limit: limit)
+        let smalls = (0..<3).map { _ in pool.allocate(size: small) }
+        for block in smalls { pool.release(block, size: small) }
+        #expect(pool.pooledBytes == 3 * small)
+        // A large block pushes out as many small ones as it needs room for, and is kept.
+        let block = pool.allocate(size: large)
+        pool.release(block, size: large)
+        #expect(pool.pooledBytes == large + small)
+        #expect(pool.allocate(size: large) == block)
+        pool.release(block, size: large)
+        // A block larger than the whole limit is never kept and pushes nothing out.
+        let huge = LargeBlockPool.blockSize(for: 8 << 20)
+        let before = pool.pooledBytes
+        pool.release(pool.allocate(size: huge), size: huge)
+        #expect(pool.pooledBytes == before)
+    }
+
     @Test func smallBlocksAreNeverPooled() {
         let pool = LargeBlockPool(limit: 8 << 20)
         pool.release(pool.allocate(size: 4096), size: 4096)
