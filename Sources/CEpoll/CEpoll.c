@@ -5,6 +5,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <errno.h>
+#include <sys/prctl.h>
+#include <time.h>
 
 int cachet_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 
@@ -31,6 +33,13 @@ int cachet_epoll_remove(int epfd, int fd) {
 int cachet_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms) {
     return epoll_wait(epfd, events, capacity, timeout_ms);
 }
+
+int cachet_epoll_wait_ns(int epfd, struct epoll_event *events, int capacity, long long timeout_ns) {
+    struct timespec timeout = {.tv_sec = timeout_ns / 1000000000LL, .tv_nsec = timeout_ns % 1000000000LL};
+    return epoll_pwait2(epfd, events, capacity, &timeout, NULL);
+}
+
+void cachet_set_timer_slack_ns(unsigned long slack_ns) { prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0); }
 
 int cachet_eventfd_create(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 

@@ -24,6 +24,11 @@ public struct BenchConfiguration: Sendable, Hashable {
     public var requests: Int? = nil
     /// Seconds of load before measuring, not counted in the latency or throughput.
     public var warmup: Double = 0
+    /// Requests per second in all, sent on a fixed schedule (split evenly over the threads); nil sends
+    /// each request as soon as a reply frees its place. A paced request's latency counts from when the
+    /// schedule meant to send it, so a server that falls behind is charged for the requests waiting behind
+    /// it (no coordinated omission). Prefills are never paced.
+    public var rate: Double? = nil
     /// How keys are drawn.
     public var distribution: BenchDistribution = .uniform
     /// Write every key once before measuring, so that every read must hit with the right length.
@@ -74,6 +79,9 @@ public struct BenchConfiguration: Sendable, Hashable {
         if let requests, requests < 0 { throw fail("--requests must not be negative") }
         guard warmup.isFinite && warmup >= 0 && warmup <= 3_600 else {
             throw fail("--warmup must be between 0 and 3600 seconds")
+        }
+        if let rate, !(rate.isFinite && rate >= 1 && rate <= 100_000_000) {
+            throw fail("--rate must be between 1 and 100000000 requests per second")
         }
     }
 

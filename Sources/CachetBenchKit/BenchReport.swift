@@ -39,6 +39,8 @@ public struct BenchReport: Codable, Sendable, Equatable {
         public var prefill: Bool
         /// Seconds of unmeasured load before measuring.
         public var warmupSeconds: Double
+        /// Requests per second the run was paced at, if it was.
+        public var rate: Double?
         /// Seconds asked for, if any.
         public var durationSeconds: Double?
         /// Requests asked for, if any.
@@ -47,7 +49,7 @@ public struct BenchReport: Codable, Sendable, Equatable {
         public var seed: UInt64
 
         enum CodingKeys: String, CodingKey {
-            case connections, pipeline, threads, keys, distribution, prefill, requests, seed
+            case connections, pipeline, threads, keys, distribution, prefill, requests, seed, rate
             case keySize = "key_size"
             case valueSize = "value_size"
             case getRatio = "get_ratio"
@@ -142,6 +144,7 @@ public struct BenchReport: Codable, Sendable, Equatable {
             "\(`protocol`) \(targets.joined(separator: ",")): \(config.connections) connections x pipeline "
                 + "\(config.pipeline), \(config.threads) thread(s), \(config.valueSize) B values, \(config.keys) keys "
                 + "(\(config.distribution)), \(Int((config.getRatio * 100).rounded()))% GET"
+                + (config.rate.map { ", paced at \(format($0, 0)) requests/s" } ?? "")
         ]
         if let prefill {
             lines.append(

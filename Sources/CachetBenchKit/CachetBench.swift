@@ -193,6 +193,7 @@ public enum CachetBench {
                 distribution: configuration.distribution.rawValue,
                 prefill: configuration.prefill,
                 warmupSeconds: configuration.warmup,
+                rate: configuration.rate,
                 durationSeconds: configuration.duration,
                 requests: configuration.requests,
                 seed: configuration.seed

@@ -139,6 +139,14 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
     private var budget = Int.max
     private var issued = 0
     private var recording = false
+    /// Nanoseconds between two requests of this thread with `--rate`; 0 without.
+    private let interval: UInt64
+    /// Whether this phase follows the schedule (measure phases with `--rate`).
+    private var pacing = false
+    /// When the schedule means to send the next request (monotonic ns), while pacing.
+    private var nextScheduled: UInt64 = 0
+    /// The connection the next scheduled request is offered to first.
+    private var pacingCursor = 0
 
     // Counts not yet published.
     private var batchReplies = 0
@@ -166,6 +174,7 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         connectionCount = thread.connections.count
         requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
         random = thread.random
+        interval = configuration.rate.map { UInt64(max(1, (Double(configuration.threads) / $0 * 1e9).rounded())) } ?? 0
     }
 
     /// Runs `phase` to its end on the calling thread.
@@ -181,6 +190,12 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
             deadline = end ?? .max
             budget = limit ?? .max
             recording = record
+            pacing = interval > 0
+            if pacing {
+                // Timed waits of a few microseconds must not end 50 µs late (the default slack).
+                cachet_set_timer_slack_ns(1_000)
+                nextScheduled = monotonicNanoseconds()
+            }
         }
         defer { thread.random = random }
 
@@ -191,6 +206,8 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         }
         var lastReply = start
         var nextPublish = start + 200_000_000
+        // While pacing: every connection's pipeline is full, so the next request waits for a reply.
+        var scheduleBlocked = false
         while true {
             let now = monotonicNanoseconds()
             if outstanding == 0 && !workLeft(now: now) { break }
@@ -199,7 +216,13 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                     BenchError(.repliesMissing, "no reply for 10 s with \(outstanding) request(s) in flight")
                 )
             }
-            let count = cachet_epoll_wait(thread.epoll, thread.events, thread.eventCapacity, 100)
+            let count: Int32
+            if pacing && !scheduleBlocked && workLeft(now: now) {
+                let wait = nextScheduled > now ? min(nextScheduled - now, 100_000_000) : 0
+                count = cachet_epoll_wait_ns(thread.epoll, thread.events, thread.eventCapacity, Int64(wait))
+            } else {
+                count = cachet_epoll_wait(thread.epoll, thread.events, thread.eventCapacity, 100)
+            }
             if count < 0 && errno != EINTR {
                 return failed(BenchError(.connectionLost, "epoll_wait failed: \(String(cString: strerror(errno)))"))
             }
@@ -212,6 +235,12 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 if let failure = receive(index, now: received) { return failed(failure) }
                 refill(index, now: received)
                 if let failure = flush(index) { return failed(failure) }
+            }
+            if pacing {
+                switch sendScheduled() {
+                case .failure(let failure): return failed(failure)
+                case .blocked(let blocked): scheduleBlocked = blocked
+                }
             }
             if batchReplies > 0 {
                 lastReply = received
@@ -226,6 +255,27 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         }
         if recording { thread.counters.recent.withLock { [recent] in $0.add(recent) } }
         return result
+    }
+
+    private enum ScheduleOutcome {
+        case failure(BenchError)
+        /// Whether requests are due that found every pipeline full: they wait for a reply.
+        case blocked(Bool)
+    }
+
+    /// Sends the requests whose scheduled time has come, offering them to the connections in turn from
+    /// `pacingCursor`; those that find every pipeline full wait for a reply (and keep their scheduled time).
+    private mutating func sendScheduled() -> ScheduleOutcome {
+        let now = monotonicNanoseconds()
+        var step = 0
+        while nextScheduled <= now && step < connectionCount && workLeft(now: now) {
+            let index = (pacingCursor + step) % connectionCount
+            refill(index, now: now)
+            if let failure = flush(index) { return .failure(failure) }
+            step += 1
+        }
+        pacingCursor = (pacingCursor + 1) % connectionCount
+        return .blocked(nextScheduled <= now && workLeft(now: now))
     }
 
     private mutating func failed(_ failure: BenchError) -> WorkerResult {
@@ -262,6 +312,7 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
             let target = connection.pointee.target
             let key: Int
             let read: Bool
+            var sentAt = now
             if prefilling {
                 guard prefillNext[target] < prefillEnd[target] else { return }
                 key = data.key(ofTarget: target, at: prefillNext[target])
@@ -270,6 +321,11 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 read = false
             } else {
                 guard issued < budget && now < deadline else { return }
+                if pacing {
+                    guard nextScheduled <= now else { return }
+                    sentAt = nextScheduled
+                    nextScheduled += interval
+                }
                 var candidate = chooser.next(&random)
                 if data.targetCount > 1 {
                     // A server that owns no key gets no request.
@@ -291,7 +347,7 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 ? driver.writeGet(key: keyBytes, to: destination)
                 : driver.writeSet(key: keyBytes, value: data.value, to: destination)
             connection.pointee.output.count += written
-            connection.pointee.push(sentAt: now, read: read)
+            connection.pointee.push(sentAt: sentAt, read: read)
             outstanding += 1
         }
     }

@@ -17,6 +17,7 @@ struct CachetBenchCommand: ParsableCommand {
             Examples:
               cachet-bench --port 7420 --prefill --duration 10
               cachet-bench --protocol memcache --port 11211 --pipeline 16 --json
+              cachet-bench --port 7420 --prefill --rate 20000   (latency at a fixed load)
               cachet-bench --fill 1000000 --value-size 100 --key-size 14   (write 1,000,000 keys, then exit)
             """
     )
@@ -35,6 +36,10 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "Seconds to measure (default 10 unless --requests is given).") var duration: Double?
     @Option(help: "Requests to measure in all (instead of, or as well as, --duration).") var requests: Int?
     @Option(help: "Seconds of load before measuring.") var warmup: Double = 0
+    @Option(
+        help: "Requests per second in all, on a fixed schedule; latency counts from each request's scheduled time."
+    )
+    var rate: Double?
     @Option(help: "uniform or zipf (exponent 0.99).") var distribution = "uniform"
     @Flag(help: "Write every key once before measuring; then every GET must hit.") var prefill = false
     @Option(help: "Write N keys once (--keys N --prefill --requests 0) and exit: for memory measurements.")
@@ -89,13 +94,16 @@ struct CachetBenchCommand: ParsableCommand {
         configuration.requests = requests
         configuration.duration = requests == nil ? (duration ?? 10) : duration
         configuration.warmup = warmup
+        configuration.rate = rate
         configuration.distribution = keyDistribution
         configuration.prefill = prefill
         configuration.threads = threads
         configuration.seed = seed
         if let fill {
-            guard requests == nil && duration == nil && warmup == 0 else {
-                throw ValidationError("--fill writes keys and exits: it takes no --requests, --duration or --warmup")
+            guard requests == nil && duration == nil && warmup == 0 && rate == nil else {
+                throw ValidationError(
+                    "--fill writes keys and exits: it takes no --requests, --duration, --warmup or --rate"
+                )
             }
             configuration.keys = fill
             configuration.prefill = true

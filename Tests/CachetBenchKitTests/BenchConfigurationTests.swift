@@ -51,7 +51,7 @@ struct BenchConfigurationTests {
         ("connections", "--connections"), ("pipeline", "--pipeline"), ("keys", "--keys"), ("getRatio", "--get-ratio"),
         ("threads", "--threads"), ("duration", "--duration"), ("requests", "--requests"),
         ("valueSize", "--value-size"), ("keySize", "--key-size"), ("warmup", "--warmup"), ("port", "port"),
-        ("noStop", "--duration or --requests"),
+        ("noStop", "--duration or --requests"), ("rate", "--rate"), ("rateNaN", "--rate"),
     ])
     func invalidConfigurationsNameTheFlag(field: String, flag: String) {
         var configuration = BenchConfiguration()
@@ -67,6 +67,8 @@ struct BenchConfigurationTests {
         case "keySize": configuration.keySize = 300
         case "warmup": configuration.warmup = .nan
         case "port": configuration.targets = [BenchTarget(host: "127.0.0.1", port: 70_000)]
+        case "rate": configuration.rate = 0
+        case "rateNaN": configuration.rate = .nan
         default: (configuration.duration, configuration.requests) = (nil, nil)
         }
         #expect(throws: BenchError.self) { try configuration.validate() }

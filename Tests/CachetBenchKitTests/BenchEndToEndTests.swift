@@ -118,6 +118,25 @@ struct BenchEndToEndTests {
         #expect(min(gets.p50, puts.p50) <= report.latencyUs.p50 && report.latencyUs.p50 <= max(gets.p50, puts.p50))
     }
 
+    @Test func aPacedRunKeepsToItsSchedule() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        var configuration = BenchConfiguration()
+        configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
+        configuration.connections = 4
+        configuration.keys = 100
+        configuration.prefill = true
+        configuration.duration = nil
+        configuration.requests = 1_200
+        configuration.rate = 4_000
+        let report = try CachetBench.run(configuration)
+        #expect(report.requests == 1_200 && report.verificationErrors == 0)
+        #expect(report.config.rate == 4_000)
+        // Never ahead of the schedule: 1,200 requests at 4,000/s take 0.3 s less one interval at least,
+        // however fast the node answers.
+        #expect(report.durationSeconds >= 0.299, "\(report.durationSeconds) s")
+        #expect(report.opsPerSecond <= 4_000 * 1.01)
+    }
+
     @Test func aReadOnlyRunHasNoWriteLatency() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         var configuration = BenchConfiguration()

@@ -27,6 +27,12 @@ int cachet_epoll_remove(int epfd, int fd);
 /// Waits for events. `events` is an opaque array of `capacity` elements made by `cachet_epoll_events_create`.
 int cachet_epoll_wait(int epfd, struct epoll_event *events, int capacity, int timeout_ms);
 
+/// Waits for events at most `timeout_ns` nanoseconds (epoll_pwait2), for timeouts finer than a millisecond.
+int cachet_epoll_wait_ns(int epfd, struct epoll_event *events, int capacity, long long timeout_ns);
+
+/// Sets the calling thread's timer slack (how late the kernel may end its timed waits), in nanoseconds.
+void cachet_set_timer_slack_ns(unsigned long slack_ns);
+
 /// Allocates and frees an event array (so that Swift never lays out the packed struct itself).
 struct epoll_event *cachet_epoll_events_create(int capacity);
 void cachet_epoll_events_free(struct epoll_event *events);
