@@ -320,17 +320,16 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 prefillLeft -= 1
                 read = false
             } else {
-                guard issued < budget && now < deadline else { return }
-                if pacing {
-                    guard nextScheduled <= now else { return }
-                    sentAt = nextScheduled
-                    nextScheduled += interval
-                }
+                guard issued < budget && now < deadline, !pacing || nextScheduled <= now else { return }
                 var candidate = chooser.next(&random)
                 if data.targetCount > 1 {
-                    // A server that owns no key gets no request.
+                    // A server that owns no key gets no request (and a scheduled one goes to another).
                     guard data.keyCount(ofTarget: target) > 0 else { return }
                     while data.target(ofKey: candidate) != target { candidate = chooser.next(&random) }
+                }
+                if pacing {
+                    sentAt = nextScheduled
+                    nextScheduled += interval
                 }
                 key = candidate
                 read = random.nextUnit() < getRatio
