@@ -91,18 +91,24 @@ func runBench(_ arguments: [String]) throws -> (status: Int32, output: String, e
 let memcachedPath = "/usr/bin/memcached"
 let redisPath = "/usr/bin/redis-server"
 
+/// A prefilled run of `requests` requests over `keys` keys against one node.
+func prefilledRun(of node: NodeProcess, connections: Int, keys: Int, requests: Int) -> BenchConfiguration {
+    var configuration = BenchConfiguration()
+    configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
+    configuration.connections = connections
+    configuration.keys = keys
+    configuration.prefill = true
+    configuration.duration = nil
+    configuration.requests = requests
+    return configuration
+}
+
 @Suite("cachet-bench end to end", .serialized)
 struct BenchEndToEndTests {
     @Test func loadsARealNodeAndVerifiesEveryReply() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = BenchConfiguration()
-        configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
-        configuration.connections = 4
+        var configuration = prefilledRun(of: node, connections: 4, keys: 500, requests: 5_000)
         configuration.pipeline = 8
-        configuration.keys = 500
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 5_000
         let report = try CachetBench.run(configuration)
         #expect(report.prefill?.requests == 500 && report.prefill?.errors == 0)
         #expect(report.requests == 5_000)
@@ -120,13 +126,7 @@ struct BenchEndToEndTests {
 
     @Test func aPacedRunKeepsToItsSchedule() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = BenchConfiguration()
-        configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
-        configuration.connections = 4
-        configuration.keys = 100
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 1_200
+        var configuration = prefilledRun(of: node, connections: 4, keys: 100, requests: 1_200)
         configuration.rate = 4_000
         let report = try CachetBench.run(configuration)
         #expect(report.requests == 1_200 && report.verificationErrors == 0)
@@ -139,14 +139,8 @@ struct BenchEndToEndTests {
 
     @Test func aReadOnlyRunHasNoWriteLatency() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = BenchConfiguration()
-        configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
-        configuration.connections = 2
-        configuration.keys = 100
-        configuration.prefill = true
+        var configuration = prefilledRun(of: node, connections: 2, keys: 100, requests: 1_000)
         configuration.getRatio = 1
-        configuration.duration = nil
-        configuration.requests = 1_000
         let report = try CachetBench.run(configuration)
         #expect(report.hits == 1_000 && report.verificationErrors == 0)
         #expect(report.getLatencyUs == report.latencyUs)
