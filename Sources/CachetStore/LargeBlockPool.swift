@@ -18,30 +18,23 @@ import Glibc
 /// classes go back to the allocator first, so that sizes no longer asked for do not hold the pool. Smaller
 /// blocks go straight to `malloc` and `free`.
 ///
+/// Each class's free blocks form a list linked through their own first eight bytes (the memory is free,
+/// so it can hold the link), so taking and returning a block allocates nothing.
+///
 /// Thread-safe: one lock around the free lists, taken only for large blocks. `@unchecked Sendable`: the
-/// free lists are reached only through `state`'s lock.
+/// list heads are read and written only inside `pooledBytes`' lock.
 final class LargeBlockPool: @unchecked Sendable {
     /// Blocks this large or larger are allocated at a size class and pooled when freed.
     static let minimumBlockSize = 64 * 1024
     /// Size classes per power of two.
     private static let classesPerDoubling = 8
+    /// Classes up to blocks of 2^34 bytes, past the largest entry (a 4 GiB value with its header).
+    private static let classCount = 35 * classesPerDoubling
 
-    private struct State {
-        /// Free blocks by class index (see `classIndex(ofBlockSize:)`), as addresses.
-        var free: [Int: [UInt]] = [:]
-        var pooledBytes = 0
-
-        /// Removes a pooled block of another class than `index`, if there is one.
-        mutating func takeBlock(otherThan index: Int) -> (address: UInt, size: Int)? {
-            guard let victim = free.first(where: { $0.key != index && !$0.value.isEmpty })?.key,
-                let address = free[victim]?.popLast()
-            else { return nil }
-            if free[victim]?.isEmpty == true { free[victim] = nil }
-            return (address, LargeBlockPool.blockSize(ofClass: victim))
-        }
-    }
-
-    private let state = Mutex(State())
+    /// Free bytes held, and the lock that guards `heads`.
+    private let pooled = Mutex(0)
+    /// The first free block of each class, by class index (see `classIndex(ofBlockSize:)`); nil when none.
+    private let heads: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     /// Bytes of free blocks the pool keeps at most.
     let limit: Int
 
@@ -49,6 +42,8 @@ final class LargeBlockPool: @unchecked Sendable {
     /// - Parameter limit: bytes of free blocks to keep at most; 0 keeps none.
     init(limit: Int) {
         self.limit = max(0, limit)
+        heads = .allocate(capacity: Self.classCount)
+        heads.initialize(repeating: nil, count: Self.classCount)
     }
 
     /// The pool's limit for a memory tier of `memoryLimit` bytes: a sixteenth of it, at most 64 MiB.
@@ -57,11 +52,25 @@ final class LargeBlockPool: @unchecked Sendable {
     }
 
     deinit {
-        state.withLock { state in
-            for blocks in state.free.values {
-                for address in blocks { Glibc.free(UnsafeMutableRawPointer(bitPattern: address)) }
+        pooled.withLock { _ in
+            for index in 0..<Self.classCount {
+                while let block = pop(index) { Glibc.free(block) }
             }
         }
+        heads.deallocate()
+    }
+
+    /// Unlinks the first free block of class `index`. Called with the lock held.
+    private func pop(_ index: Int) -> UnsafeMutableRawPointer? {
+        guard let block = heads[index] else { return nil }
+        heads[index] = block.load(as: UnsafeMutableRawPointer?.self)
+        return block
+    }
+
+    /// Links `block` in front of class `index`'s free blocks. Called with the lock held.
+    private func push(_ block: UnsafeMutableRawPointer, _ index: Int) {
+        block.storeBytes(of: heads[index], as: UnsafeMutableRawPointer?.self)
+        heads[index] = block
     }
 
     /// The bytes a block for a request of `byteCount` bytes takes: `byteCount` below
@@ -91,46 +100,59 @@ final class LargeBlockPool: @unchecked Sendable {
     }
 
     /// Free bytes held for reuse.
-    var pooledBytes: Int { state.withLock { $0.pooledBytes } }
+    var pooledBytes: Int { pooled.withLock { $0 } }
 
     /// A block of `size` bytes, as ``blockSize(for:)`` returned it: a pooled one of the same class when
     /// there is one, otherwise a new one.
-    /// - Complexity: O(1) on average.
+    /// - Complexity: O(1).
     func allocate(size: Int) -> UnsafeMutableRawPointer {
         if size >= Self.minimumBlockSize {
             let index = Self.classIndex(ofBlockSize: size)
-            let reused: UInt? = state.withLock { state in
-                guard let address = state.free[index]?.popLast() else { return nil }
-                state.pooledBytes -= size
-                return address
+            let reused = pooled.withLock { pooledBytes -> UnsafeMutableRawPointer? in
+                guard let block = pop(index) else { return nil }
+                pooledBytes -= size
+                return block
             }
-            if let reused { return UnsafeMutableRawPointer(bitPattern: reused)! }
+            if let reused { return reused }
         }
         return malloc(size)!
     }
 
-    /// Takes back a block from ``allocate(size:)``: keeps it for reuse if it is large and the pool has room,
-    /// otherwise frees it.
-    /// - Complexity: O(1) on average.
+    /// Takes back a block from ``allocate(size:)``: keeps it for reuse if it is large and fits the limit,
+    /// after pushing out blocks of other classes if that makes room; otherwise frees it.
+    /// - Complexity: O(1), plus a scan of the classes when the pool is full.
     func release(_ block: UnsafeMutableRawPointer, size: Int) {
-        if size >= Self.minimumBlockSize {
-            let index = Self.classIndex(ofBlockSize: size)
-            let (kept, dropped) = state.withLock { state -> (Bool, [UInt]) in
-                guard size <= limit else { return (false, []) }
-                // The newest block wins: blocks of classes no longer asked for must not hold the room.
-                var dropped: [UInt] = []
-                while state.pooledBytes + size > limit, let victim = state.takeBlock(otherThan: index) {
-                    dropped.append(victim.address)
-                    state.pooledBytes -= victim.size
-                }
-                guard state.pooledBytes + size <= limit else { return (false, dropped) }
-                state.free[index, default: []].append(UInt(bitPattern: block))
-                state.pooledBytes += size
-                return (true, dropped)
-            }
-            for address in dropped { Glibc.free(UnsafeMutableRawPointer(bitPattern: address)) }
-            if kept { return }
+        guard size >= Self.minimumBlockSize, size <= limit else {
+            Glibc.free(block)
+            return
         }
-        Glibc.free(block)
+        let index = Self.classIndex(ofBlockSize: size)
+        // The newest block wins: blocks of classes no longer asked for must not hold the room. What is
+        // pushed out is linked into a list of its own and freed after the lock.
+        var dropped: UnsafeMutableRawPointer? = nil
+        pooled.withLock { pooledBytes in
+            var victim = 0
+            while pooledBytes + size > limit && victim < Self.classCount {
+                if victim != index, let old = pop(victim) {
+                    old.storeBytes(of: dropped, as: UnsafeMutableRawPointer?.self)
+                    dropped = old
+                    pooledBytes -= Self.blockSize(ofClass: victim)
+                } else {
+                    victim += 1
+                }
+            }
+            if pooledBytes + size <= limit {
+                push(block, index)
+                pooledBytes += size
+            } else {
+                // Only blocks of this class are pooled and they fill the limit.
+                block.storeBytes(of: dropped, as: UnsafeMutableRawPointer?.self)
+                dropped = block
+            }
+        }
+        while let old = dropped {
+            dropped = old.load(as: UnsafeMutableRawPointer?.self)
+            Glibc.free(old)
+        }
     }
 }
