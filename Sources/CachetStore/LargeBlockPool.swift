@@ -9,8 +9,9 @@ import Glibc
 ///
 /// Without it, glibc serves some large blocks from fresh memory (an `mmap`, or a heap that grows because
 /// the block was freed into another thread's arena): every 4 KiB page of the value then costs a page fault
-/// while the socket read fills it. With 1 MB values and 10% PUTs that was about 1 PUT in 10, each paying
-/// some 245 faults, which is where the 99th percentile of a mixed workload sits (BENCHMARKS.md).
+/// while the socket read fills it. With 1 MB values and 10% PUTs that was one PUT in ten to one in five
+/// (23 to 55 faults per PUT on average, 245 for one that gets fresh memory), and those PUTs are where the
+/// 99th percentile of a mixed workload sits (BENCHMARKS.md).
 ///
 /// Blocks of ``minimumBlockSize`` bytes and more are allocated at a size class: eight classes per power
 /// of two, so a block is at most 12.5% larger than asked for (``blockSize(for:)``). A freed block is kept
@@ -28,7 +29,8 @@ final class LargeBlockPool: @unchecked Sendable {
     static let minimumBlockSize = 64 * 1024
     /// Size classes per power of two.
     private static let classesPerDoubling = 8
-    /// Classes up to blocks of 2^34 bytes, past the largest entry (a 4 GiB value with its header).
+    /// Classes up to blocks of 2^35 bytes, past the largest entry (a 4 GiB value with its header); a block
+    /// beyond them would simply not be pooled.
     private static let classCount = 35 * classesPerDoubling
 
     /// Free bytes held, and the lock that guards `heads`.
@@ -78,7 +80,13 @@ final class LargeBlockPool: @unchecked Sendable {
     /// - Complexity: O(1).
     @inline(__always)
     static func blockSize(for byteCount: Int) -> Int {
-        guard byteCount >= minimumBlockSize else { return byteCount }
+        byteCount < minimumBlockSize ? byteCount : classSize(for: byteCount)
+    }
+
+    /// `byteCount` (at least ``minimumBlockSize``) rounded up to its size class. Kept out of line so that
+    /// the small-entry path, which is every PUT of a small value, inlines to one comparison.
+    @inline(never)
+    private static func classSize(for byteCount: Int) -> Int {
         // Classes split [2^k, 2^(k+1)) into eight equal steps of 2^(k-3) bytes.
         let octave = Int.bitWidth - 1 - byteCount.leadingZeroBitCount
         let step = 1 << (octave - 3)
@@ -93,6 +101,13 @@ final class LargeBlockPool: @unchecked Sendable {
         return octave * classesPerDoubling + (size - (1 << octave)) / step
     }
 
+    /// The class index of a large block size, or nil past the last class.
+    @inline(__always)
+    private static func pooledClass(ofBlockSize size: Int) -> Int? {
+        let index = classIndex(ofBlockSize: size)
+        return index < classCount ? index : nil
+    }
+
     /// The block size of class `index`: the inverse of `classIndex(ofBlockSize:)`.
     private static func blockSize(ofClass index: Int) -> Int {
         let octave = index / classesPerDoubling
@@ -105,9 +120,14 @@ final class LargeBlockPool: @unchecked Sendable {
     /// A block of `size` bytes, as ``blockSize(for:)`` returned it: a pooled one of the same class when
     /// there is one, otherwise a new one.
     /// - Complexity: O(1).
+    @inline(__always)
     func allocate(size: Int) -> UnsafeMutableRawPointer {
-        if size >= Self.minimumBlockSize {
-            let index = Self.classIndex(ofBlockSize: size)
+        size < Self.minimumBlockSize ? malloc(size)! : allocateLarge(size: size)
+    }
+
+    @inline(never)
+    private func allocateLarge(size: Int) -> UnsafeMutableRawPointer {
+        if let index = Self.pooledClass(ofBlockSize: size) {
             let reused = pooled.withLock { pooledBytes -> UnsafeMutableRawPointer? in
                 guard let block = pop(index) else { return nil }
                 pooledBytes -= size
@@ -121,12 +141,21 @@ final class LargeBlockPool: @unchecked Sendable {
     /// Takes back a block from ``allocate(size:)``: keeps it for reuse if it is large and fits the limit,
     /// after pushing out blocks of other classes if that makes room; otherwise frees it.
     /// - Complexity: O(1), plus a scan of the classes when the pool is full.
+    @inline(__always)
     func release(_ block: UnsafeMutableRawPointer, size: Int) {
-        guard size >= Self.minimumBlockSize, size <= limit else {
+        if size < Self.minimumBlockSize {
+            Glibc.free(block)
+        } else {
+            releaseLarge(block, size: size)
+        }
+    }
+
+    @inline(never)
+    private func releaseLarge(_ block: UnsafeMutableRawPointer, size: Int) {
+        guard size <= limit, let index = Self.pooledClass(ofBlockSize: size) else {
             Glibc.free(block)
             return
         }
-        let index = Self.classIndex(ofBlockSize: size)
         // The newest block wins: blocks of classes no longer asked for must not hold the room. What is
         // pushed out is linked into a list of its own and freed after the lock.
         var dropped: UnsafeMutableRawPointer? = nil

@@ -69,6 +69,7 @@ struct MemoryEntry: Equatable {
     }
 
     /// Gives the entry's block back to the pool it came from (which frees it or keeps it for reuse).
+    @inline(__always)
     func free(to pool: LargeBlockPool) {
         pool.release(base, size: LargeBlockPool.blockSize(for: Self.headerSize + keyLength + valueLength))
     }
@@ -120,11 +121,14 @@ struct MemoryEntry: Equatable {
     /// The bytes an entry of this shape costs: glibc's chunk for the block (8 bytes of header, 16-byte
     /// granules, 32 at least; a large block rounded up to its size class first) plus a hash-table slot at
     /// its worst load (8 bytes at 50%).
+    @inline(__always)
     static func accountedSize(keyLength: Int, valueLength: Int) -> Int {
         let request = LargeBlockPool.blockSize(for: headerSize + keyLength + valueLength)
         let chunk = max(32, (request + 8 + 15) & ~15)
         return chunk + 16
     }
 
-    var accountedSize: Int { Self.accountedSize(keyLength: keyLength, valueLength: valueLength) }
+    var accountedSize: Int {
+        @inline(__always) get { Self.accountedSize(keyLength: keyLength, valueLength: valueLength) }
+    }
 }
