@@ -6,11 +6,11 @@ import CMalloc
 /// moment an I/O queue may run on another worker, which allocates new entries from its own arena while the
 /// entries it replaces go back to the arena they came from. The new arena then grows into fresh memory,
 /// and each of its pages costs a page fault when first written, on the request path (with 16 KiB values
-/// after a restart of the load: about 3 faults per PUT, and the heap growing behind them). With a single
+/// after a restart of the load: 2 to 3 faults per PUT, and the heap growing behind them). With a single
 /// arena the memory of replaced and evicted entries is reused whichever thread frees or allocates it;
-/// memcached's slab allocator is likewise one pool behind one lock. Entries are allocated and freed under
-/// their shard's lock, once per PUT, so one arena lock adds no contention that matters next to the system
-/// calls of a request.
+/// memcached's slab allocator is likewise one pool behind one lock. A PUT allocates one entry and frees at
+/// most the one it replaces, so one arena lock adds little next to the system calls of a request; that was
+/// measured with one I/O queue on two cores, not with many queues on many cores.
 ///
 /// `cachet-node` applies these settings first thing, before any thread allocates; a program that embeds
 /// ``CachetNodeServer`` may call ``applyToProcess()`` the same way. They are process-wide, which is why

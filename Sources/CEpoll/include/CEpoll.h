@@ -1,8 +1,8 @@
 #ifndef CACHET_CEPOLL_H
 #define CACHET_CEPOLL_H
 
-// Thin shims over Linux epoll and a few socket calls that Swift's Glibc module does not export
-// or cannot import cleanly (epoll_event is a packed struct on x86_64).
+// Thin shims over Linux epoll, eventfd, a few socket calls and the thread's timer slack, which Swift's
+// Glibc module does not export or cannot import cleanly (epoll_event is a packed struct on x86_64).
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
