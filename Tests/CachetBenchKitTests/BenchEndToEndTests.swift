@@ -91,10 +91,10 @@ func runBench(_ arguments: [String]) throws -> (status: Int32, output: String, e
 let memcachedPath = "/usr/bin/memcached"
 let redisPath = "/usr/bin/redis-server"
 
-/// A prefilled run of `requests` requests over `keys` keys against one node.
-func prefilledRun(of node: NodeProcess, connections: Int, keys: Int, requests: Int) -> BenchConfiguration {
+/// A prefilled run of `requests` requests over `keys` keys against the servers on 127.0.0.1 at `ports`.
+func prefilledRun(ports: [Int], connections: Int, keys: Int, requests: Int) -> BenchConfiguration {
     var configuration = BenchConfiguration()
-    configuration.targets = [BenchTarget(host: "127.0.0.1", port: node.port)]
+    configuration.targets = ports.map { BenchTarget(host: "127.0.0.1", port: $0) }
     configuration.connections = connections
     configuration.keys = keys
     configuration.prefill = true
@@ -107,7 +107,7 @@ func prefilledRun(of node: NodeProcess, connections: Int, keys: Int, requests: I
 struct BenchEndToEndTests {
     @Test func loadsARealNodeAndVerifiesEveryReply() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = prefilledRun(of: node, connections: 4, keys: 500, requests: 5_000)
+        var configuration = prefilledRun(ports: [node.port], connections: 4, keys: 500, requests: 5_000)
         configuration.pipeline = 8
         let report = try CachetBench.run(configuration)
         #expect(report.prefill?.requests == 500 && report.prefill?.errors == 0)
@@ -126,7 +126,7 @@ struct BenchEndToEndTests {
 
     @Test func aPacedRunKeepsToItsSchedule() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = prefilledRun(of: node, connections: 4, keys: 100, requests: 1_200)
+        var configuration = prefilledRun(ports: [node.port], connections: 4, keys: 100, requests: 1_200)
         configuration.rate = 4_000
         let report = try CachetBench.run(configuration)
         #expect(report.requests == 1_200 && report.verificationErrors == 0)
@@ -139,7 +139,7 @@ struct BenchEndToEndTests {
 
     @Test func aReadOnlyRunHasNoWriteLatency() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        var configuration = prefilledRun(of: node, connections: 2, keys: 100, requests: 1_000)
+        var configuration = prefilledRun(ports: [node.port], connections: 2, keys: 100, requests: 1_000)
         configuration.getRatio = 1
         let report = try CachetBench.run(configuration)
         #expect(report.hits == 1_000 && report.verificationErrors == 0)
@@ -151,15 +151,9 @@ struct BenchEndToEndTests {
         // Every key must be read from the node it was written to: a GET sent elsewhere would miss, which
         // after --prefill is a verification error.
         let nodes = try (0..<2).map { _ in try NodeProcess(arguments: ["--disk-limit", "0"]) }
-        var configuration = BenchConfiguration()
-        configuration.targets = nodes.map { BenchTarget(host: "127.0.0.1", port: $0.port) }
-        configuration.connections = 4
+        var configuration = prefilledRun(ports: nodes.map(\.port), connections: 4, keys: 1_000, requests: 4_000)
         configuration.threads = 2
         configuration.pipeline = 4
-        configuration.keys = 1_000
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 4_000
         let report = try CachetBench.run(configuration)
         #expect(report.prefill?.requests == 1_000)
         #expect(report.requests == 4_000 && report.verificationErrors == 0 && report.hitRatio == 1)
@@ -169,13 +163,7 @@ struct BenchEndToEndTests {
         // cachet-bench routes as Protocol/RING.md says: after a fill over three nodes, every key is on its
         // owner among the servers' host:port names, and on no other node.
         let nodes = try (0..<3).map { _ in try NodeProcess(arguments: ["--disk-limit", "0"]) }
-        var configuration = BenchConfiguration()
-        configuration.targets = nodes.map { BenchTarget(host: "127.0.0.1", port: $0.port) }
-        configuration.connections = 3
-        configuration.keys = 300
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 0
+        let configuration = prefilledRun(ports: nodes.map(\.port), connections: 3, keys: 300, requests: 0)
         let report = try CachetBench.run(configuration)
         #expect(report.prefill?.requests == 300 && report.prefill?.errors == 0)
 
@@ -198,13 +186,8 @@ struct BenchEndToEndTests {
     @Test func aServerThatOwnsNoKeyGetsNoRequest() throws {
         // One key for two nodes: one of them owns nothing, and its connections stay idle.
         let nodes = try (0..<2).map { _ in try NodeProcess(arguments: ["--disk-limit", "0"]) }
-        var configuration = BenchConfiguration()
-        configuration.targets = nodes.map { BenchTarget(host: "127.0.0.1", port: $0.port) }
-        configuration.connections = 2
-        configuration.keys = 1
-        configuration.prefill = true
+        var configuration = prefilledRun(ports: nodes.map(\.port), connections: 2, keys: 1, requests: 200)
         configuration.duration = 5
-        configuration.requests = 200
         let report = try CachetBench.run(configuration)
         #expect(report.prefill?.requests == 1)
         #expect(report.requests == 200 && report.verificationErrors == 0 && report.hitRatio == 1)
@@ -229,15 +212,9 @@ struct BenchEndToEndTests {
         let server = try ServerProcess(memcachedPath) {
             ["-u", "nobody", "-l", "127.0.0.1", "-p", "\($0)", "-m", "64", "-U", "0"]
         }
-        var configuration = BenchConfiguration()
+        var configuration = prefilledRun(ports: [server.port], connections: 2, keys: 200, requests: 2_000)
         configuration.protocolKind = .memcache
-        configuration.targets = [BenchTarget(host: "127.0.0.1", port: server.port)]
-        configuration.connections = 2
         configuration.pipeline = 4
-        configuration.keys = 200
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 2_000
         let report = try CachetBench.run(configuration)
         #expect(report.requests == 2_000 && report.verificationErrors == 0 && report.errors == 0)
         #expect(report.hitRatio == 1)
@@ -251,16 +228,10 @@ struct BenchEndToEndTests {
                 "no",
             ]
         }
-        var configuration = BenchConfiguration()
+        var configuration = prefilledRun(ports: [server.port], connections: 2, keys: 200, requests: 2_000)
         configuration.protocolKind = .resp
-        configuration.targets = [BenchTarget(host: "127.0.0.1", port: server.port)]
-        configuration.connections = 2
         configuration.pipeline = 4
-        configuration.keys = 200
         configuration.valueSize = 20_000
-        configuration.prefill = true
-        configuration.duration = nil
-        configuration.requests = 2_000
         let report = try CachetBench.run(configuration)
         #expect(report.requests == 2_000 && report.verificationErrors == 0 && report.errors == 0)
         #expect(report.hitRatio == 1)
