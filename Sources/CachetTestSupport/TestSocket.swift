@@ -49,11 +49,13 @@ public final class TestSocket: @unchecked Sendable {
         setTimeout(timeout)
     }
 
-    /// Sets how long a read may block.
+    /// Sets how long a read, or a send into a full socket, may block, so that a server that stops reading
+    /// or answering fails the test rather than hanging it.
     /// - Parameter seconds: the timeout.
     public func setTimeout(_ seconds: Double) {
         var tv = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
     /// Sets the kernel receive buffer size (before connecting traffic starts).
@@ -65,7 +67,7 @@ public final class TestSocket: @unchecked Sendable {
 
     /// Sends every byte.
     /// - Parameter bytes: what to send.
-    /// - Throws: ``TestSocketError`` when the peer is gone.
+    /// - Throws: ``TestSocketError`` when the peer is gone, or has taken nothing for the timeout.
     public func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
@@ -74,6 +76,9 @@ public final class TestSocket: @unchecked Sendable {
             }
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK {
+                    throw TestSocketError(description: "send timed out with \(bytes.count - sent) bytes unsent")
+                }
                 throw TestSocketError(description: "send: errno \(errno)")
             }
             sent += n
