@@ -23,8 +23,11 @@ final class Connection: @unchecked Sendable {
     let token: UInt64
     @exclusivity(unchecked) var input: ByteBuffer
     @exclusivity(unchecked) var output: ByteBuffer
-    /// The epoll events currently registered.
+    /// The epoll events currently registered (edge-triggered; see `EventLoop`).
     @exclusivity(unchecked) var interest: UInt32 = 0
+    /// Reading stopped before the socket was drained; the registration must be renewed so that epoll
+    /// reports the bytes left (no new edge would).
+    @exclusivity(unchecked) var rearm = false
     /// The peer has closed its sending side.
     @exclusivity(unchecked) var readClosed = false
     /// A fatal reply is queued; close once it is sent.
@@ -54,12 +57,16 @@ final class Connection: @unchecked Sendable {
         output = ByteBuffer(capacity: Self.initialBufferSize)
     }
 
+    /// Readable, or the peer has closed its side: `EPOLLRDHUP` tells a short read that left the end of
+    /// the stream behind (it needs one more read) from one that drained the socket.
+    static let readInterest = cachet_EPOLLIN | cachet_EPOLLRDHUP
+
     /// Whether the loop should watch for readability.
     var wantsRead: Bool { !readClosed && !closeAfterFlush && !outputBlocked && !suspended }
 
     /// The epoll events this connection needs now.
     var desiredInterest: UInt32 {
-        (wantsRead ? cachet_EPOLLIN : 0) | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
+        (wantsRead ? Self.readInterest : 0) | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
     }
 
     enum ReadResult {

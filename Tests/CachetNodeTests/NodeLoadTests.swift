@@ -35,6 +35,49 @@ struct NodeLoadTests {
         }
     }
 
+    /// Connections are registered edge-triggered and read at most a few times per event: a burst many times
+    /// larger than that must still be read to its end, with no further bytes arriving to report it.
+    @Test func aBurstOfManyReadsIsReadToTheEnd() throws {
+        try withNode { _, port in
+            let client = try TestSocket(port: port, timeout: 5)
+            // 2 MiB of PUTs in one send, against 8 reads of 16 KiB per event; the replies are small, so
+            // nothing needs reading while the requests go out.
+            let count = 256
+            let value = [UInt8](repeating: 0x42, count: 8 << 10)
+            var batch: [UInt8] = []
+            for i in 0..<count {
+                CachetCommand.put(key: [UInt8]("burst-\(i)"), value: value, ttl: 0).encode(id: UInt32(i), to: &batch)
+            }
+            try client.send(batch)
+            for i in 0..<count {
+                let reply = try client.readResponse()
+                #expect(reply.id == UInt32(i) && reply.status == .ok)
+                if reply.id != UInt32(i) { break }
+            }
+            #expect(try client.roundTrip(.get(key: [UInt8]("burst-\(count - 1)"))).body == value)
+        }
+    }
+
+    /// 2,000 GETs of a 32 KiB value in one send: the node stops reading each time its pending replies pass
+    /// the high-water mark, with requests still in the socket, and must find them again once the client
+    /// has read enough (no new bytes arrive to report them).
+    @Test func aReaderThatFallsBehindGetsEveryReplyInOrder() throws {
+        try withNode { _, port in
+            let client = try TestSocket(port: port, timeout: 5)
+            let value = (0..<(32 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            #expect(try client.roundTrip(.put(key: [UInt8]("wide"), value: value, ttl: 0)).status == .ok)
+            let count = 2_000
+            var batch: [UInt8] = []
+            for i in 0..<count { CachetCommand.get(key: [UInt8]("wide")).encode(id: UInt32(i), to: &batch) }
+            try client.send(batch)
+            for i in 0..<count {
+                let reply = try client.readResponse()
+                #expect(reply.id == UInt32(i) && reply.body == value)
+                if reply.id != UInt32(i) { break }
+            }
+        }
+    }
+
     @Test func twoHundredConcurrentConnections() throws {
         try withNode({ $0.ioQueueCount = 2 }) { server, port in
             let clients = try (0..<200).map { _ in try TestSocket(port: port) }

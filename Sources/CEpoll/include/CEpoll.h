@@ -15,6 +15,7 @@ static const uint32_t cachet_EPOLLOUT = EPOLLOUT;
 static const uint32_t cachet_EPOLLERR = EPOLLERR;
 static const uint32_t cachet_EPOLLHUP = EPOLLHUP;
 static const uint32_t cachet_EPOLLRDHUP = EPOLLRDHUP;
+static const uint32_t cachet_EPOLLET = EPOLLET;
 
 /// Creates an epoll descriptor with EPOLL_CLOEXEC. Returns -1 and sets errno on failure.
 int cachet_epoll_create(void);
