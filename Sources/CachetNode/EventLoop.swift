@@ -20,7 +20,7 @@ import Glibc
 /// of those whose requests arrive while the batch is served: a connection answered in one batch whose
 /// next request came quickly went first again in the next batch, and one that became ready meanwhile
 /// waited behind it, sometimes for two rounds. With 16 KiB values on 8 connections at pipeline 1, the p99
-/// was 2.4–2.7 times the median level-triggered and 1.4–1.7 times edge-triggered (Benchmarks/BENCHMARKS.md).
+/// was 2.4–2.7 times the median level-triggered and 1.4–1.7 times edge-triggered (BENCHMARKS.md).
 ///
 /// Edge-triggered, a connection is reported again only when new bytes arrive, so the loop must leave none
 /// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer
