@@ -61,8 +61,10 @@ final class Connection: @unchecked Sendable {
     /// the stream behind (it needs one more read) from one that drained the socket.
     static let readInterest = cachet_EPOLLIN | cachet_EPOLLRDHUP
 
-    /// Whether the loop should watch for readability.
-    var wantsRead: Bool { !readClosed && !closeAfterFlush && !outputBlocked && !suspended }
+    /// Whether the loop should read from the socket, and watch it for readability. Never once the connection
+    /// is closed: a send that fails while a batch is answered closes it, and its descriptor number may
+    /// already belong to a new connection.
+    var wantsRead: Bool { !isClosed && !readClosed && !closeAfterFlush && !outputBlocked && !suspended }
 
     /// The epoll events this connection needs now.
     var desiredInterest: UInt32 {
