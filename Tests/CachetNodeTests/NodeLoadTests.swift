@@ -40,8 +40,8 @@ struct NodeLoadTests {
     @Test func aBurstOfManyReadsIsReadToTheEnd() throws {
         try withNode { _, port in
             let client = try TestSocket(port: port, timeout: 5)
-            // 2 MiB of PUTs in one send, against 8 reads of 16 KiB per event; the replies are small, so
-            // nothing needs reading while the requests go out.
+            // 2 MiB of PUTs in one send, against at most 8 reads of about 16 KiB per event; the replies are
+            // small, so nothing needs reading while the requests go out.
             let count = 256
             let value = [UInt8](repeating: 0x42, count: 8 << 10)
             var batch: [UInt8] = []
