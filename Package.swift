@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
+        .library(name: "CachetIO", targets: ["CachetIO"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -36,6 +37,10 @@ let package = Package(
 
         // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
         .target(name: "CachetRing", swiftSettings: swiftSettings),
+
+        // The transport: addresses, connect and listen, the byte buffer, the epoll event loop on Dispatch
+        // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
+        .target(name: "CachetIO", dependencies: ["CEpoll"], swiftSettings: swiftSettings),
 
         // Memory and disk tiers: no sockets.
         .target(
@@ -123,6 +128,11 @@ let package = Package(
         .testTarget(
             name: "CachetNodeTests",
             dependencies: ["CachetNode", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetIOTests",
+            dependencies: ["CachetIO", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
