@@ -67,7 +67,7 @@ let package = Package(
         ),
 
         // The debugging client's command language, formatting and blocking connection.
-        .target(name: "CachetCLIKit", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .target(name: "CachetCLIKit", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
 
         // The load generator: event loops, protocol drivers for Cachet, memcached and Redis, reports.
         .target(
@@ -109,7 +109,7 @@ let package = Package(
         ),
 
         // Tests: one target per module, shared helpers in a support target.
-        .target(name: "CachetTestSupport", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .target(name: "CachetTestSupport", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
         .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
@@ -137,7 +137,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetCLIKitTests",
-            dependencies: ["CachetCLIKit", "CachetTestSupport", "cachet-cli", "cachet-node"],
+            dependencies: ["CachetCLIKit", "CachetIO", "CachetTestSupport", "cachet-cli", "cachet-node"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
