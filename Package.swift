@@ -73,6 +73,7 @@ let package = Package(
         .target(
             name: "CachetBenchKit",
             dependencies: [
+                "CachetIO",
                 "CachetWire",
                 "CachetRing",
                 "CEpoll",
@@ -143,7 +144,8 @@ let package = Package(
         .testTarget(
             name: "CachetBenchKitTests",
             dependencies: [
-                "CachetBenchKit", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-bench", "cachet-node",
+                "CachetBenchKit", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-bench",
+                "cachet-node",
             ],
             swiftSettings: swiftSettings
         ),
