@@ -276,7 +276,7 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// Closes `channel` with `error` on a later turn of the queue, so that the caller never sees a
     /// handler run from inside its own call.
     private func fail(_ channel: CachetChannel, _ error: CachetIOError) {
-        queue.async { [self] in close(channel, error: error) }
+        execute { [self] in close(channel, error: error) }
     }
 
     /// Puts a channel with a socket into the epoll set. Returns false (and closes) when epoll refuses it.
