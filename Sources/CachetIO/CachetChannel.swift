@@ -85,6 +85,50 @@ open class CachetChannel: @unchecked Sendable {
     /// already closed. Not called for a channel that never reached the loop.
     open func channelInactive(error: CachetIOError?) {}
 
+    // MARK: - Taking over the I/O (for servers that read in their own way)
+
+    /// The epoll events reported for a channel.
+    public struct Events: OptionSet, Sendable, Hashable {
+        /// The epoll mask.
+        public var rawValue: UInt32
+        /// Creates events from an epoll mask.
+        /// - Parameter rawValue: the mask.
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        /// `EPOLLIN`: bytes to read.
+        public static let readable = Events(rawValue: cachet_EPOLLIN)
+        /// `EPOLLOUT`: room to send.
+        public static let writable = Events(rawValue: cachet_EPOLLOUT)
+        /// `EPOLLRDHUP`: the peer has closed its sending side (what is left to read ends the stream).
+        public static let readHangup = Events(rawValue: cachet_EPOLLRDHUP)
+        /// `EPOLLHUP`: both directions are closed.
+        public static let hangup = Events(rawValue: cachet_EPOLLHUP)
+        /// `EPOLLERR`: the socket has an error.
+        public static let error = Events(rawValue: cachet_EPOLLERR)
+    }
+
+    /// Handles the events of an active channel. The default sends pending output, reads into ``input``
+    /// (calling ``channelRead()`` after each read), closes on an error or the end of the stream, and
+    /// renews the registration. A server that reads in its own way (into a value's final memory, say)
+    /// overrides it and uses ``fd``, ``close(error:)`` and ``updateInterest(rearm:)``; it must leave no
+    /// bytes unread without calling `updateInterest(rearm: true)`, since registrations are edge-triggered.
+    /// - Parameter events: what epoll reported.
+    open func handleEvents(_ events: Events) {
+        eventLoop?.serve(self, mask: events.rawValue)
+    }
+
+    /// Whether the channel wants to be told about bytes to read; consulted whenever the registration is
+    /// brought up to date. The default is `!isReadingPaused`; override to derive it from the channel's
+    /// own state (output blocked, waiting for the disk...).
+    open var wantsToRead: Bool { !isReadingPaused }
+
+    /// Brings the channel's epoll registration up to date with ``wantsToRead`` and pending output.
+    /// - Parameter rearm: renew the registration even if unchanged, which makes the kernel report the
+    ///   socket again at once if it still holds bytes (after a read stopped early).
+    public final func updateInterest(rearm: Bool = false) {
+        guard state == .active, let loop = eventLoop else { return }
+        loop.settle(self, rearm: rearm)
+    }
+
     // MARK: - Operations (call on the loop's queue)
 
     /// Whether the channel is connected and registered.
@@ -135,7 +179,7 @@ open class CachetChannel: @unchecked Sendable {
         switch state {
         case .connecting: return cachet_EPOLLOUT | cachet_EPOLLIN | cachet_EPOLLRDHUP
         case .active:
-            return (isReadingPaused ? 0 : cachet_EPOLLIN | cachet_EPOLLRDHUP)
+            return (wantsToRead ? cachet_EPOLLIN | cachet_EPOLLRDHUP : 0)
                 | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
         case .idle, .closed: return 0
         }

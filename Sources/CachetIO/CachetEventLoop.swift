@@ -351,11 +351,20 @@ public final class CachetEventLoop: @unchecked Sendable {
         }
     }
 
+    @inline(__always)
     private func handle(_ channel: CachetChannel, mask: UInt32) {
         if channel.state == .connecting {
             finishConnect(channel, mask: mask)
             return
         }
+        channel.handleEvents(CachetChannel.Events(rawValue: mask))
+    }
+
+    /// The standard handling of an active channel's events (``CachetChannel/handleEvents(_:)``'s default):
+    /// send pending output on `EPOLLOUT`, read into the input on `EPOLLIN` and hand each read to
+    /// ``CachetChannel/channelRead()``, close on an error or the end of the stream, then bring the
+    /// registration up to date.
+    func serve(_ channel: CachetChannel, mask: UInt32) {
         if mask & cachet_EPOLLERR != 0 {
             let code = CachetSocket.pendingError(channel.fd)
             close(channel, error: closedError(channel, code: code))
@@ -367,7 +376,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             guard channel.state == .active else { return }
         }
         let rearm: Bool
-        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 && !channel.isReadingPaused {
+        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 && channel.wantsToRead {
             guard let capped = receive(channel, peerClosed: mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0)
             else { return }
             rearm = capped
@@ -414,7 +423,7 @@ public final class CachetEventLoop: @unchecked Sendable {
                 channel.input.moveWriteIndex(forwardBy: count)
                 channel.channelRead()
                 guard channel.state == .active else { return nil }
-                if channel.isReadingPaused { return false }
+                if !channel.wantsToRead { return false }
                 if count < room && !peerClosed { return false }
             case .wouldBlock:
                 return false

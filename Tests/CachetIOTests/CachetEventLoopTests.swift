@@ -15,7 +15,7 @@ final class EchoChannel: CachetChannel, @unchecked Sendable {
 
 /// Records what happens to an outbound channel. Its properties are touched on the loop's queue only; the
 /// test reads them through `executeAndWait`.
-final class RecordingChannel: CachetChannel, @unchecked Sendable {
+class RecordingChannel: CachetChannel, @unchecked Sendable {
     var events: [String] = []
     var received: [UInt8] = []
     var error: CachetIOError?
@@ -35,6 +35,21 @@ final class RecordingChannel: CachetChannel, @unchecked Sendable {
     override func channelInactive(error: CachetIOError?) {
         events.append("inactive")
         self.error = error
+    }
+}
+
+/// Pauses reading after its first read; counts the events the loop hands it.
+final class PausingChannel: RecordingChannel, @unchecked Sendable {
+    var eventCount = 0
+
+    override func handleEvents(_ events: Events) {
+        eventCount += 1
+        super.handleEvents(events)
+    }
+
+    override func channelRead() {
+        super.channelRead()
+        pauseReading()
     }
 }
 
@@ -204,6 +219,45 @@ func waitUntil(
         loop.executeAndWait {
             #expect(channel.received == Array("bye".utf8))
             #expect(channel.error?.code == .connectionClosed)
+        }
+    }
+
+    @Test func pausedReadingLeavesBytesInTheKernelUntilResumed() throws {
+        let (listener, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        defer { CachetSocket.close(listener) }
+        let loop = try CachetEventLoop(label: "test.pause")
+        loop.start()
+        defer { loop.stop() }
+        let channel = PausingChannel()
+        loop.execute { loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2)) }
+        let deadline = CachetDeadline(after: .seconds(2))
+        var accepted: Int32?
+        while accepted == nil && !deadline.hasPassed {
+            accepted = try CachetSocket.accept(listener)
+            if accepted == nil { usleep(1000) }
+        }
+        let server = try #require(accepted)
+        defer { CachetSocket.close(server) }
+        _ = [UInt8](repeating: 1, count: 100).withUnsafeBytes { CachetSocket.send(server, $0) }
+        #expect(waitUntil(loop) { channel.isReadingPaused && !channel.received.isEmpty })
+        let before = loop.executeAndWait { channel.received.count }
+        _ = [UInt8](repeating: 2, count: 100).withUnsafeBytes { CachetSocket.send(server, $0) }
+        usleep(100_000)
+        #expect(loop.executeAndWait { channel.received.count } == before)
+        // Resuming renews the registration, so the bytes already waiting are reported without a new edge.
+        loop.execute {
+            channel.resumeReading()
+        }
+        #expect(waitUntil(loop) { channel.received.count > before })
+        // Each read pauses again: resume until everything has arrived.
+        let deadlineAll = CachetDeadline(after: .seconds(5))
+        while loop.executeAndWait({ channel.received.count }) < 200 && !deadlineAll.hasPassed {
+            loop.execute { channel.resumeReading() }
+            usleep(2_000)
+        }
+        loop.executeAndWait {
+            #expect(channel.received == [UInt8](repeating: 1, count: 100) + [UInt8](repeating: 2, count: 100))
+            #expect(channel.eventCount > 0)
         }
     }
 
