@@ -396,7 +396,8 @@ public final class CachetEventLoop: @unchecked Sendable {
             channel.pendingAddresses = []
             channel.lastConnectError = nil
             channel.state = .active
-            settle(channel)
+            // Renewed even if unchanged: bytes the server sent at once arrived with this event's edge.
+            settle(channel, rearm: true)
             channel.channelActive()
             if channel.state == .active { flush(channel) }
             return

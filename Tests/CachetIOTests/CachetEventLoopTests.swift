@@ -4,8 +4,21 @@ import Foundation
 import Synchronization
 import Testing
 
-/// Echoes every byte back: an inbound channel.
+/// Echoes every byte back: an inbound channel. With a greeting, sends it as soon as it is registered.
 final class EchoChannel: CachetChannel, @unchecked Sendable {
+    let greeting: [UInt8]
+
+    init(greeting: [UInt8] = []) {
+        self.greeting = greeting
+        super.init()
+    }
+
+    override func channelActive() {
+        guard !greeting.isEmpty else { return }
+        write(greeting)
+        flush()
+    }
+
     override func channelRead() {
         write(input.readableRegion)
         input.moveReadIndex(forwardBy: input.readableBytes)
@@ -53,19 +66,52 @@ final class PausingChannel: RecordingChannel, @unchecked Sendable {
     }
 }
 
+/// Sends a 100-byte message, waits for its echo, sends the next: `rounds` round trips, one at a time.
+final class PingPongChannel: CachetChannel, @unchecked Sendable {
+    let rounds: Int
+    var completed = 0
+    var failure: CachetIOError?
+    private var message = [UInt8](repeating: 0x5a, count: 100)
+
+    init(rounds: Int) {
+        self.rounds = rounds
+        super.init()
+    }
+
+    override func channelActive() {
+        write(message)
+        flush()
+    }
+
+    override func channelRead() {
+        while input.readableBytes >= message.count {
+            input.moveReadIndex(forwardBy: message.count)
+            completed += 1
+            if completed < rounds {
+                message.withUnsafeBytes { write($0) }
+                flush()
+            }
+        }
+    }
+
+    override func channelInactive(error: CachetIOError?) { failure = error }
+}
+
 /// Accepts connections on a loop and registers each as an `EchoChannel`.
 final class EchoServer: @unchecked Sendable {
     let port: Int
     let loop: CachetEventLoop
     private let source: any DispatchSourceRead
 
-    init(loop: CachetEventLoop) throws {
+    init(loop: CachetEventLoop, greeting: [UInt8] = []) throws {
         let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
         self.port = port
         self.loop = loop
         source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: loop.queue)
         source.setEventHandler {
-            while let accepted = try? CachetSocket.accept(fd) { loop.register(EchoChannel(), fd: accepted) }
+            while let accepted = try? CachetSocket.accept(fd) {
+                loop.register(EchoChannel(greeting: greeting), fd: accepted)
+            }
         }
         source.setCancelHandler { CachetSocket.close(fd) }
         source.activate()
@@ -140,6 +186,49 @@ func waitUntil(
         }
         // The server side sees the close and frees its channel.
         #expect(waitUntil(serverLoop) { serverLoop.channelCount == 0 })
+    }
+
+    @Test func pingPongRoundTripsInOrder() throws {
+        // CACHET_IO_ROUNDS raises the count, to measure per-event costs under valgrind.
+        let rounds = Int(ProcessInfo.processInfo.environment["CACHET_IO_ROUNDS"] ?? "") ?? 2000
+        let loop = try CachetEventLoop(
+            label: "test.pingpong",
+            lingerMilliseconds: Int(ProcessInfo.processInfo.environment["CACHET_IO_LINGER"] ?? "") ?? 0
+        )
+        loop.start()
+        defer { loop.stop() }
+        let server = try EchoServer(loop: loop)
+        defer { server.stop() }
+        let channel = PingPongChannel(rounds: rounds)
+        loop.execute {
+            loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: server.port), timeout: .seconds(2))
+        }
+        #expect(waitUntil(loop, timeout: .seconds(60)) { channel.completed == rounds || channel.failure != nil })
+        loop.executeAndWait {
+            #expect(channel.completed == rounds)
+            #expect(channel.failure == nil)
+            #expect(channel.input.readableBytes == 0)
+        }
+    }
+
+    @Test func aGreetingSentOnAcceptArrivesBeforeTheEchoOfWhatWasWrittenEarly() throws {
+        let loop = try CachetEventLoop(label: "test.greeting")
+        loop.start()
+        defer { loop.stop() }
+        let server = try EchoServer(loop: loop, greeting: Array("hello ".utf8))
+        defer { server.stop() }
+        for _ in 0..<20 {
+            let channel = RecordingChannel()
+            loop.execute {
+                channel.write(Array("early".utf8))
+                loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: server.port), timeout: .seconds(2))
+            }
+            #expect(waitUntil(loop) { channel.received.count >= 11 || channel.state == .closed })
+            loop.executeAndWait {
+                #expect(channel.received == Array("hello early".utf8))
+                channel.close()
+            }
+        }
     }
 
     @Test func connectRefusedIsReported() throws {
