@@ -106,6 +106,8 @@ public final class CachetEventLoop: @unchecked Sendable {
 
     deinit {
         cachet_epoll_events_free(events)
+        // Reached only for a loop never started (a started one is kept alive by its source until stop()).
+        timerSource?.cancel()
         if source == nil {
             _ = Glibc.close(wakeFD)
             _ = Glibc.close(epollFD)
