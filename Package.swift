@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
+        .library(name: "CachetIO", targets: ["CachetIO"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -36,6 +37,10 @@ let package = Package(
 
         // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
         .target(name: "CachetRing", swiftSettings: swiftSettings),
+
+        // The transport: addresses, connect and listen, the byte buffer, the epoll event loop on Dispatch
+        // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
+        .target(name: "CachetIO", dependencies: ["CEpoll"], swiftSettings: swiftSettings),
 
         // Memory and disk tiers: no sockets.
         .target(
@@ -62,12 +67,13 @@ let package = Package(
         ),
 
         // The debugging client's command language, formatting and blocking connection.
-        .target(name: "CachetCLIKit", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .target(name: "CachetCLIKit", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
 
         // The load generator: event loops, protocol drivers for Cachet, memcached and Redis, reports.
         .target(
             name: "CachetBenchKit",
             dependencies: [
+                "CachetIO",
                 "CachetWire",
                 "CachetRing",
                 "CEpoll",
@@ -104,7 +110,7 @@ let package = Package(
         ),
 
         // Tests: one target per module, shared helpers in a support target.
-        .target(name: "CachetTestSupport", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .target(name: "CachetTestSupport", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
         .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
@@ -126,14 +132,20 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "CachetIOTests",
+            dependencies: ["CachetIO", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetCLIKitTests",
-            dependencies: ["CachetCLIKit", "CachetTestSupport", "cachet-cli", "cachet-node"],
+            dependencies: ["CachetCLIKit", "CachetIO", "CachetTestSupport", "cachet-cli", "cachet-node"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetBenchKitTests",
             dependencies: [
-                "CachetBenchKit", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-bench", "cachet-node",
+                "CachetBenchKit", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-bench",
+                "cachet-node",
             ],
             swiftSettings: swiftSettings
         ),

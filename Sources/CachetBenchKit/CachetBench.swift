@@ -1,3 +1,4 @@
+import CachetIO
 import Dispatch
 import Foundation
 import Histogram
@@ -43,8 +44,8 @@ public enum CachetBench {
         // Connection i goes to server i % servers and to thread (i / servers) % threads, so that every
         // thread has a connection to every server.
         let serverCount = configuration.targets.count
-        var perThread = [[BenchConnectionState]](repeating: [], count: configuration.threads)
-        func closeAll() { for states in perThread { for state in states { state.close() } } }
+        var perThread = [[(fd: Int32, target: Int)]](repeating: [], count: configuration.threads)
+        func closeAll() { for sockets in perThread { for socket in sockets { CachetSocket.close(socket.fd) } } }
         for index in 0..<configuration.connections {
             let target = index % serverCount
             let fd: Int32
@@ -54,17 +55,15 @@ public enum CachetBench {
                 closeAll()
                 throw error
             }
-            perThread[(index / serverCount) % configuration.threads].append(
-                BenchConnectionState(
-                    fd: fd,
-                    target: target,
-                    pipeline: configuration.pipeline,
-                    requestBound: requestBound
-                )
-            )
+            perThread[(index / serverCount) % configuration.threads].append((fd, target))
         }
-        let threads = perThread.enumerated().map { thread, states in
-            BenchLoadThread(connections: states, seed: configuration.seed &+ UInt64(thread) &* 0x9E37_79B9_7F4A_7C15)
+        let threads = perThread.enumerated().map { thread, sockets in
+            BenchLoadThread(
+                sockets: sockets,
+                pipeline: configuration.pipeline,
+                requestBound: requestBound,
+                seed: configuration.seed &+ UInt64(thread) &* 0x9E37_79B9_7F4A_7C15
+            )
         }
 
         /// Runs one phase on every thread, calling `progress` once a second meanwhile.

@@ -54,14 +54,12 @@ public struct CachetDriver: BenchProtocolDriver {
     )? {
         let found: CachetFrame?
         do {
-            found = try CachetFrameDecoder.decodeFrame(in: buffer, at: offset, maximumPayloadLength: Int(UInt32.max))
+            found = try CachetReplyDecoder.decodeReply(in: buffer, at: offset, maximumPayloadLength: Int(UInt32.max))
+            if let found { try CachetReplyDecoder.validateReplyHeader(found.header) }
         } catch {
             throw BenchError(.malformedReply, "invalid Cachet reply: \(error.message)")
         }
         guard let frame = found else { return nil }
-        guard frame.header.version == CachetProtocol.version else {
-            throw BenchError(.malformedReply, "Cachet reply of version \(frame.header.version)")
-        }
         switch frame.header.status {
         case .ok:
             if frame.header.opcode == .get { return (.hit(length: frame.body.count), frame.end) }

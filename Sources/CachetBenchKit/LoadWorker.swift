@@ -88,20 +88,35 @@ final class BenchLoadThread: @unchecked Sendable {
     /// Where the key of the request being written is spelled out.
     let keyScratch = UnsafeMutableRawPointer.allocate(byteCount: 256, alignment: 16)
 
-    /// Takes ownership of `connections` and registers them for reading.
-    init(connections states: [BenchConnectionState], seed: UInt64) {
-        connections = .allocate(capacity: states.count)
-        _ = connections.initialize(from: states)
+    /// Takes ownership of the sockets in `sockets` and registers them for reading.
+    /// - Parameters:
+    ///   - sockets: connected sockets and the index of the server each goes to.
+    ///   - pipeline: requests in flight per connection.
+    ///   - requestBound: the most bytes one request takes.
+    ///   - seed: the random generator's seed.
+    init(sockets: [(fd: Int32, target: Int)], pipeline: Int, requestBound: Int, seed: UInt64) {
+        connections = .allocate(capacity: sockets.count)
+        for (index, socket) in sockets.enumerated() {
+            (connections.baseAddress! + index).initialize(
+                to: BenchConnectionState(
+                    fd: socket.fd,
+                    target: socket.target,
+                    pipeline: pipeline,
+                    requestBound: requestBound
+                )
+            )
+        }
         epoll = cachet_epoll_create()
         events = cachet_epoll_events_create(eventCapacity)
         random = BenchRandom(seed: seed)
-        for index in connections.indices {
-            _ = cachet_epoll_add(epoll, connections[index].fd, cachet_EPOLLIN, UInt64(index))
+        for index in 0..<sockets.count {
+            _ = cachet_epoll_add(epoll, sockets[index].fd, cachet_EPOLLIN, UInt64(index))
         }
     }
 
     deinit {
-        for connection in connections { connection.close() }
+        // Each state closes its socket and frees its buffers.
+        connections.baseAddress?.deinitialize(count: connections.count)
         connections.deallocate()
         cachet_epoll_events_free(events)
         keyScratch.deallocate()
@@ -335,17 +350,14 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 read = random.nextUnit() < getRatio
                 issued += 1
             }
-            let output = connection.pointee.output
-            if output.count + requestBound > output.capacity {
-                connection.pointee.output.reserve(output.count + requestBound)
-            }
-            let destination = connection.pointee.output.base + connection.pointee.output.count
+            connection.pointee.output.reserveWritable(requestBound)
+            let destination = connection.pointee.output.writePointer
             let keyBytes = data.key(key, in: keyScratch)
             let written =
                 read
                 ? driver.writeGet(key: keyBytes, to: destination)
                 : driver.writeSet(key: keyBytes, value: data.value, to: destination)
-            connection.pointee.output.count += written
+            connection.pointee.output.moveWriteIndex(forwardBy: written)
             connection.pointee.push(sentAt: sentAt, read: read)
             outstanding += 1
         }
@@ -356,14 +368,12 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
     @inline(__always)
     private func flush(_ index: Int) -> BenchError? {
         let connection = connections + index
-        while connection.pointee.sent < connection.pointee.output.count {
-            let n = cachet_send(
-                connection.pointee.fd,
-                connection.pointee.output.base + connection.pointee.sent,
-                UInt(connection.pointee.output.count - connection.pointee.sent)
-            )
+        while connection.pointee.output.readableBytes > 0 {
+            let pending = connection.pointee.output.readableRegion
+            let n = cachet_send(connection.pointee.fd, pending.baseAddress, UInt(pending.count))
             if n > 0 {
-                connection.pointee.sent += n
+                // Sending everything empties the buffer, which starts over at offset 0.
+                connection.pointee.output.moveReadIndex(forwardBy: n)
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 if !connection.pointee.writeInterest {
                     connection.pointee.writeInterest = true
@@ -384,8 +394,6 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 )
             }
         }
-        connection.pointee.output.count = 0
-        connection.pointee.sent = 0
         if connection.pointee.writeInterest {
             connection.pointee.writeInterest = false
             _ = cachet_epoll_modify(thread.epoll, connection.pointee.fd, cachet_EPOLLIN, UInt64(index))
@@ -399,21 +407,12 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
     private mutating func receive(_ index: Int, now: UInt64) -> BenchError? {
         let connection = connections + index
         while true {
-            if connection.pointee.input.count == connection.pointee.input.capacity {
-                let start = connection.pointee.inputStart
-                if start > 0 {
-                    let live = connection.pointee.input.count - start
-                    memmove(connection.pointee.input.base, connection.pointee.input.base + start, live)
-                    connection.pointee.inputStart = 0
-                    connection.pointee.input.count = live
-                } else {
-                    connection.pointee.input.reserve(connection.pointee.input.capacity * 2)
-                }
-            }
-            let room = connection.pointee.input.capacity - connection.pointee.input.count
-            let n = read(connection.pointee.fd, connection.pointee.input.base + connection.pointee.input.count, room)
+            // Full: move the unparsed bytes to the front, or, if they fill the buffer, double it.
+            if connection.pointee.input.writableBytes == 0 { connection.pointee.input.reserveWritable(1) }
+            let room = connection.pointee.input.writableBytes
+            let n = read(connection.pointee.fd, connection.pointee.input.writePointer, room)
             if n > 0 {
-                connection.pointee.input.count += n
+                connection.pointee.input.moveWriteIndex(forwardBy: n)
                 if n < room { break }
                 continue
             }
@@ -426,8 +425,8 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
             )
         }
 
-        let bytes = UnsafeRawBufferPointer(start: connection.pointee.input.base, count: connection.pointee.input.count)
-        var offset = connection.pointee.inputStart
+        let bytes = connection.pointee.input.wholeRegion
+        var offset = connection.pointee.input.readIndex
         let valueLength = data.value.count
         while offset < bytes.count {
             guard connection.pointee.inFlight > 0 else {
@@ -467,12 +466,8 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 batchErrors += 1
             }
         }
-        if offset == bytes.count {
-            connection.pointee.inputStart = 0
-            connection.pointee.input.count = 0
-        } else {
-            connection.pointee.inputStart = offset
-        }
+        // Everything parsed empties the buffer, which starts over at offset 0.
+        connection.pointee.input.moveReadIndex(to: offset)
         return nil
     }
 }

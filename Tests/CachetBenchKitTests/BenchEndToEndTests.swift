@@ -1,4 +1,5 @@
 import CachetBenchKit
+import CachetIO
 import CachetRing
 import CachetTestSupport
 import CachetWire
@@ -11,19 +12,9 @@ import Glibc
 
 /// A port nothing listens on right now (bound to 0 and released).
 func freePort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            _ = bind(fd, $0, length)
-            return getsockname(fd, $0, &length)
-        }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
+    guard let (fd, port) = try? CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0)) else { return 0 }
+    CachetSocket.close(fd)
+    return port
 }
 
 struct ServerStartError: Error, CustomStringConvertible {
@@ -44,18 +35,13 @@ final class ServerProcess {
         try process.run()
         // Wait until it accepts connections.
         for _ in 0..<100 {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-                }
+            if let fd = try? CachetSocket.connect(
+                to: CachetAddress(host: "127.0.0.1", port: port),
+                timeout: .milliseconds(500)
+            ) {
+                CachetSocket.close(fd)
+                return
             }
-            close(fd)
-            if connected { return }
             usleep(50_000)
         }
         throw ServerStartError(description: "\(path) did not listen on port \(port)")
