@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "CachetWire", targets: ["CachetWire"]),
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
+        .library(name: "CachetCluster", targets: ["CachetCluster"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
     ],
     dependencies: [
@@ -37,6 +38,10 @@ let package = Package(
         // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
         .target(name: "CachetRing", swiftSettings: swiftSettings),
 
+        // Cluster membership: the cluster file, its members and their ring, the membership hash; no I/O but
+        // reading the file.
+        .target(name: "CachetCluster", dependencies: ["CachetRing"], swiftSettings: swiftSettings),
+
         // Memory and disk tiers: no sockets.
         .target(
             name: "CachetStore",
@@ -54,6 +59,7 @@ let package = Package(
             dependencies: [
                 "CachetWire",
                 "CachetStore",
+                "CachetCluster",
                 "CEpoll",
                 "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
@@ -116,13 +122,20 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "CachetClusterTests",
+            dependencies: ["CachetCluster", "CachetRing", "CachetTestSupport", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetStoreTests",
             dependencies: ["CachetStore", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetNodeTests",
-            dependencies: ["CachetNode", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node"],
+            dependencies: [
+                "CachetNode", "CachetCluster", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
