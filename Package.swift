@@ -123,7 +123,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetClusterTests",
-            dependencies: ["CachetCluster", "CachetRing", "CachetTestSupport", "cachet-node"],
+            dependencies: ["CachetCluster", "CachetRing", "CachetTestSupport", "cachet-node", "cachet-cli"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -59,6 +59,14 @@ running_pid() {
     fi
 }
 
+close_inherited_descriptors() {
+    local fd
+    for fd in /proc/$BASHPID/fd/*; do
+        fd="${fd##*/}"
+        if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+}
+
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 cmd_up() {
@@ -113,9 +121,14 @@ cmd_up() {
         id="n$i"
         mkdir -p "$dir/$id/data"
         : >"$dir/$id/node.out"
-        # setsid: the nodes outlive this script and ignore the terminal's Ctrl-C.
-        setsid "$node_bin" --cluster "$cluster_file" --node-id "$id" --data-dir "$dir/$id/data" "${extra[@]}" \
-            >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null &
+        # setsid: the nodes outlive this script and ignore the terminal's Ctrl-C; they keep none of the
+        # caller's descriptors beyond the standard three (a caller waiting for this script's pipes to close
+        # would otherwise wait for the nodes).
+        (
+            close_inherited_descriptors
+            exec setsid "$node_bin" --cluster "$cluster_file" --node-id "$id" --data-dir "$dir/$id/data" "${extra[@]}" \
+                >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null
+        ) &
         echo $! >"$dir/$id/node.pid"
         started+=("$id")
     done

@@ -57,7 +57,10 @@ public enum CachetCLIFormatter {
     /// as compact JSON with sorted keys.
     private static func statsValue(_ value: Any) -> String {
         guard value is [Any] || value is [String: Any],
-            let data = try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys, .withoutEscapingSlashes])
+            let data = try? JSONSerialization.data(
+                withJSONObject: value,
+                options: [.sortedKeys, .withoutEscapingSlashes]
+            )
         else { return "\(value)" }
         return String(decoding: data, as: UTF8.self)
     }

@@ -35,7 +35,9 @@ public final class CachetNodeMembership: Sendable {
             state = Mutex(State(nodeID: id, membership: cluster.membership, idFromAddress: false))
         } else {
             file = nil
-            let id = configuration.nodeID ?? CachetClusterMember.defaultID(host: configuration.host, port: configuration.port)
+            let id =
+                configuration.nodeID
+                ?? CachetClusterMember.defaultID(host: configuration.host, port: configuration.port)
             state = Mutex(
                 State(
                     nodeID: id,

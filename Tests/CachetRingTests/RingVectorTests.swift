@@ -74,7 +74,11 @@ struct RingVectorTests {
         // Members named by id (a cluster file's), not by address, including one id that is a prefix of another.
         let named = Self.file.rings.filter { $0.members.allSatisfy { !$0.contains(":") } }
         #expect(named.count == 2)
-        #expect(named.contains { ring in ring.members.contains { other in ring.members.contains { $0 != other && $0.hasPrefix(other) } } })
+        #expect(
+            named.contains { ring in
+                ring.members.contains { other in ring.members.contains { $0 != other && $0.hasPrefix(other) } }
+            }
+        )
         #expect(named.contains { $0.members.contains { !$0.allSatisfy(\.isASCII) } })
     }
 
