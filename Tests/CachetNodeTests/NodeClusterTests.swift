@@ -266,4 +266,26 @@ struct NodeClusterTests {
         configuration.nodeID = "fine"
         try configuration.validate()
     }
+
+    @Test func statsQuotesIdsAndHostsAsJSONStrings() throws {
+        // Ids may hold quotes, backslashes and non-ASCII text; STATS must stay valid JSON.
+        let directory = TemporaryDirectory(prefix: "cachet-cluster-node")
+        let file = directory.appending("cluster.json")
+        try Self.write(
+            #"{"members": [{"id": "we\"ird\\id", "host": "127.0.0.1", "port": 7420}, "#
+                + #"{"id": "nœud/🔑", "host": "h\"ost", "port": 7421}]}"#,
+            to: file
+        )
+        try withNode({ configuration in
+            try? configuration.joinCluster(file: file, nodeID: "we\"ird\\id", host: "127.0.0.1", port: 0)
+        }) { server, _ in
+            let stats = try JSONSerialization.jsonObject(with: Data(server.statisticsJSON.utf8)) as! [String: Any]
+            #expect(stats["node_id"] as? String == "we\"ird\\id")
+            #expect(Self.memberStates(stats) == ["we\"ird\\id": "self", "nœud/🔑": "unknown"])
+            let hosts = (stats["cluster_members"] as? [[String: Any]] ?? []).map { $0["host"] as? String }
+            #expect(hosts == ["h\"ost", "127.0.0.1"], "in id order")
+            #expect(server.membership.nodeID == "we\"ird\\id")
+            #expect(server.membership.current.members.count == 2)
+        }
+    }
 }
