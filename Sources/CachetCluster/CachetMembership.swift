@@ -36,6 +36,15 @@ public struct CachetMembership: Sendable {
 
     private var storage: [CachetClusterMember]
 
+    /// Checks `members` and builds their ring at the default virtual node count (160).
+    /// - Parameter members: every node of the cluster, in any order.
+    /// - Throws: ``CachetClusterError`` naming the member at fault by its position in `members`, as
+    ///   ``init(members:virtualNodesPerMember:)``.
+    /// - Complexity: O(n log n + p log p) for n members and p points.
+    public init(members: [CachetClusterMember]) throws(CachetClusterError) {
+        try self.init(members: members, virtualNodesPerMember: CachetRing.defaultVirtualNodesPerMember)
+    }
+
     /// Checks `members` and builds their ring.
     /// - Parameters:
     ///   - members: every node of the cluster, in any order.
@@ -45,10 +54,7 @@ public struct CachetMembership: Sendable {
     ///   `noMembers`, `emptyID`, `invalidID`, `duplicateID`, `invalidHost`, `duplicateAddress`,
     ///   `portOutOfRange` or `virtualNodeCountOutOfRange`.
     /// - Complexity: O(n log n + p log p) for n members and p points.
-    public init(
-        members: [CachetClusterMember],
-        virtualNodesPerMember: Int = CachetRing.defaultVirtualNodesPerMember
-    ) throws(CachetClusterError) {
+    public init(members: [CachetClusterMember], virtualNodesPerMember: Int) throws(CachetClusterError) {
         try self.init(
             checking: members,
             virtualNodesPerMember: virtualNodesPerMember,
