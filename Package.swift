@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "CachetWire", targets: ["CachetWire"]),
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
+        .library(name: "CachetCluster", targets: ["CachetCluster"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
         .library(name: "CachetIO", targets: ["CachetIO"]),
     ],
@@ -42,6 +43,10 @@ let package = Package(
         // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
         .target(name: "CachetIO", dependencies: ["CEpoll"], swiftSettings: swiftSettings),
 
+        // Cluster membership: the cluster file, its members and their ring, the membership hash; no I/O but
+        // reading the file.
+        .target(name: "CachetCluster", dependencies: ["CachetRing"], swiftSettings: swiftSettings),
+
         // Memory and disk tiers: no sockets.
         .target(
             name: "CachetStore",
@@ -59,6 +64,7 @@ let package = Package(
             dependencies: [
                 "CachetWire",
                 "CachetStore",
+                "CachetCluster",
                 "CEpoll",
                 "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
@@ -122,13 +128,20 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "CachetClusterTests",
+            dependencies: ["CachetCluster", "CachetRing", "CachetTestSupport", "cachet-node", "cachet-cli"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetStoreTests",
             dependencies: ["CachetStore", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetNodeTests",
-            dependencies: ["CachetNode", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node"],
+            dependencies: [
+                "CachetNode", "CachetCluster", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
