@@ -74,6 +74,7 @@ public final class CachetNodeServer: Sendable {
             loopCount: configuration.ioQueueCount
         )
         self.statistics = statistics
+        let connectionMemory = statistics.connectionMemory
         var loops: [EventLoop] = []
         for index in 0..<configuration.ioQueueCount {
             loops.append(
@@ -84,9 +85,11 @@ public final class CachetNodeServer: Sendable {
                         disk: disk,
                         counters: statistics.loopCounters[index],
                         maximumPayloadLength: configuration.maximumPayloadLength,
-                        statistics: { statistics.json() }
+                        statistics: { statistics.json() },
+                        connectionMemory: connectionMemory
                     ),
                     outputLimit: configuration.outputHighWatermark,
+                    memory: connectionMemory,
                     lingerMilliseconds: configuration.ioLingerMilliseconds,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
@@ -284,9 +287,11 @@ public final class CachetNodeServer: Sendable {
     }
 
     /// Stops accepting, lets each connection finish the requests it has sent and receive the replies,
-    /// then closes everything. Connections still busy after `timeout` seconds are closed anyway.
-    /// - Parameter timeout: seconds to wait for connections to finish.
-    public func shutdown(timeout: Double = 10) {
+    /// closes each gracefully (FIN after its last reply), then finishes the queued disk writes. Connections
+    /// still open after `timeout` seconds are closed anyway.
+    /// - Parameter timeout: seconds to wait for connections to finish; `--shutdown-timeout` when nil.
+    public func shutdown(timeout: Double? = nil) {
+        let timeout = timeout ?? configuration.shutdownTimeout
         let (source, timer) = state.withLock { state -> ((any DispatchSourceRead)?, (any DispatchSourceTimer)?) in
             guard state.started, !state.stopped else { return (nil, nil) }
             state.stopped = true
@@ -310,7 +315,7 @@ public final class CachetNodeServer: Sendable {
         let group = DispatchGroup()
         for loop in loops {
             group.enter()
-            loop.execute { loop.drain { group.leave() } }
+            loop.execute { loop.drain(timeout: timeout) { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning(

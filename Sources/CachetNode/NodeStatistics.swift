@@ -11,6 +11,8 @@ final class NodeStatistics: Sendable {
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
     let startTime: UInt32
+    /// The budget of connections' buffers and arriving values, shared by every loop.
+    let connectionMemory: ConnectionMemory
 
     init(configuration: CachetNodeConfiguration, memory: CachetMemoryStore, disk: DiskTier?, loopCount: Int) {
         self.configuration = configuration
@@ -18,6 +20,7 @@ final class NodeStatistics: Sendable {
         self.disk = disk
         self.loopCounters = (0..<loopCount).map { _ in RequestCounters() }
         self.startTime = CachetClock.now()
+        self.connectionMemory = ConnectionMemory(limit: configuration.effectiveConnectionMemoryLimit)
     }
 
     /// Request counters summed over the loops.
@@ -54,6 +57,11 @@ final class NodeStatistics: Sendable {
             ("max_connections", "\(configuration.maximumConnections)"),
             ("max_frame", "\(configuration.maximumPayloadLength)"),
             ("io_queues", "\(configuration.ioQueueCount)"),
+        ]
+        fields += [
+            ("connection_memory_bytes", "\(connectionMemory.current)"),
+            ("connection_memory_limit", "\(connectionMemory.limit)"),
+            ("connections_paused", "\(connectionMemory.paused)"),
         ]
         if let disk {
             let statistics = disk.store.statistics

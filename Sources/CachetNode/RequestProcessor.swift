@@ -32,6 +32,9 @@ enum ProcessingResult {
     case needMoreBytes(frameLength: Int)
     /// The output passed its high-water mark; the rest of the input waits until it drains.
     case outputFull
+    /// The next reply does not fit the memory the connection may still take (``ConnectionMemory``); its
+    /// request stays at the head of the input until memory is returned.
+    case memoryFull
     /// A framing error was answered; the connection closes once the reply is sent.
     case closeAfterReply
     /// A request needs the disk queue; the connection waits for it before answering anything else.
@@ -50,7 +53,8 @@ struct RequestProcessor {
     let counters: RequestCounters
     let maximumPayloadLength: Int
     let statistics: @Sendable () -> String
-    let directPutBudget = DirectPutBudget()
+    /// The budget shared by every connection's buffers and large PUTs still arriving.
+    let connectionMemory: ConnectionMemory
 
     /// Answers every whole frame in `input`, appending the replies to `output`.
     ///
@@ -58,12 +62,15 @@ struct RequestProcessor {
     ///   - input: the connection's received bytes; whole frames are consumed.
     ///   - output: the connection's pending replies.
     ///   - outputLimit: stop once `output` holds more than this many bytes.
+    ///   - outputGrowth: bytes by which `output` may grow beyond its capacity for a GET's reply; a reply
+    ///     that needs more is not produced (`.memoryFull`).
     ///   - now: the store's clock, read once per batch.
     /// - Returns: why processing stopped.
     func process(
         input: inout ByteBuffer,
         output: inout ByteBuffer,
         outputLimit: Int,
+        outputGrowth: Int = .max,
         now: UInt32,
         directSend: DirectSend? = nil
     ) -> ProcessingResult {
@@ -98,10 +105,27 @@ struct RequestProcessor {
                 }
                 return .needMoreBytes(frameLength: 0)
             }
-            let pending = dispatch(frame, in: region, output: &output, now: now, directSend: directSend)
+            let pending = dispatch(
+                frame,
+                in: region,
+                output: &output,
+                outputGrowth: outputGrowth,
+                now: now,
+                directSend: directSend
+            )
+            if case .noRoom = pending { return .memoryFull }
             input.moveReadIndex(to: frame.end)
-            if let pending { return .suspended(pending) }
+            if case .disk(let operation) = pending { return .suspended(operation) }
         }
+    }
+
+    /// What answering one frame left to do.
+    enum Dispatched {
+        case answered
+        /// The reply waits for this disk operation.
+        case disk(PendingOperation)
+        /// The reply does not fit the memory the connection may take; the frame was not answered.
+        case noRoom
     }
 
     /// Answers one request frame, or says what it waits for.
@@ -110,9 +134,10 @@ struct RequestProcessor {
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         output: inout ByteBuffer,
+        outputGrowth: Int,
         now: UInt32,
         directSend: DirectSend?
-    ) -> PendingOperation? {
+    ) -> Dispatched {
         let header = frame.header
         do {
             try CachetFrameDecoder.validateRequestHeader(header)
@@ -123,18 +148,19 @@ struct RequestProcessor {
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
                     id: header.id,
                     output: &output,
+                    outputGrowth: outputGrowth,
                     now: now,
                     directSend: directSend
                 )
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
-                return self.put(put, in: buffer, id: header.id, output: &output, now: now)
+                return Dispatched(self.put(put, in: buffer, id: header.id, output: &output, now: now))
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
-                return clear(id: header.id, output: &output)
+                return Dispatched(clear(id: header.id, output: &output))
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 var json = statistics()
@@ -155,7 +181,7 @@ struct RequestProcessor {
             RequestCounters.bump(counters.badRequests)
             appendError(error, opcode: header.opcode, id: header.id, to: &output)
         }
-        return nil
+        return .answered
     }
 
     @inline(__always)
@@ -163,11 +189,16 @@ struct RequestProcessor {
         _ key: UnsafeRawBufferPointer,
         id: UInt32,
         output: inout ByteBuffer,
+        outputGrowth: Int,
         now: UInt32,
         directSend: DirectSend?
-    ) -> PendingOperation? {
-        RequestCounters.bump(counters.gets)
+    ) -> Dispatched {
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
+            // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
+            // direct send may leave all of it to be queued.
+            if value.count + CachetProtocol.frameOverhead - (output.capacity - output.readableBytes) > outputGrowth {
+                return false
+            }
             if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
                 appendReplyDirectly(id: id, value: value, output: &output, directSend: directSend)
             } else {
@@ -175,18 +206,21 @@ struct RequestProcessor {
             }
             return true
         }
-        if hit != nil {
+        if let hit {
+            guard hit else { return .noRoom }
+            RequestCounters.bump(counters.gets)
             RequestCounters.bump(counters.hits)
-            return nil
+            return .answered
         }
+        RequestCounters.bump(counters.gets)
         // A miss in memory goes to the disk queue when the key may be there: the index says so, or
         // writes are still queued (the serial queue then answers after them, in order).
         if let disk, disk.worker.queueDepth > 0 || disk.store.contains(key: key, now: now) {
-            return .get(key: Array(key), id: id)
+            return .disk(.get(key: Array(key), id: id))
         }
         RequestCounters.bump(counters.misses)
         appendReply(opcode: .get, status: .notFound, id: id, to: &output)
-        return nil
+        return .answered
     }
 
     @inline(__always)
@@ -291,7 +325,7 @@ struct RequestProcessor {
             header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,
-            directPutBudget.reserved + put.value.count <= store.memoryLimit / 4
+            connectionMemory.allows(put.value.count)
         else { return nil }
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         guard
@@ -305,7 +339,7 @@ struct RequestProcessor {
         if buffered.count > 0 {
             pending.value.baseAddress!.copyMemory(from: buffered.baseAddress!, byteCount: buffered.count)
         }
-        return DirectPut(pending: pending, id: header.id, received: buffered.count, budget: directPutBudget)
+        return DirectPut(pending: pending, id: header.id, received: buffered.count, budget: connectionMemory)
     }
 
     /// Stores a PUT received in place and answers it.
@@ -392,6 +426,13 @@ struct RequestProcessor {
         guard ttl > 0 else { return 0 }
         let (sum, overflow) = now.addingReportingOverflow(ttl)
         return overflow ? UInt32.max : sum
+    }
+}
+
+extension RequestProcessor.Dispatched {
+    @inline(__always)
+    init(_ operation: PendingOperation?) {
+        if let operation { self = .disk(operation) } else { self = .answered }
     }
 }
 

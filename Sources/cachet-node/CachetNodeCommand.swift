@@ -41,6 +41,17 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "Milliseconds an I/O queue that has served requests waits for more on its own thread (0-1000).")
     var ioLingerMs = 2
 
+    @Option(
+        help: """
+            Bytes all connections together may hold in buffers and in large PUT values still arriving \
+            (e.g. 64MiB). Default: a quarter of --memory-limit, at least --max-frame + 16MiB.
+            """
+    )
+    var connectionMemory: String?
+
+    @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
+    var shutdownTimeout = 5.0
+
     @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
     var dataDir = "./cachet-data"
 
@@ -77,6 +88,10 @@ struct CachetNodeCommand: ParsableCommand {
         do throws(CachetNodeError) {
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
+            configuration.shutdownTimeout = shutdownTimeout
+            if let connectionMemory {
+                configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
+            }
             let diskBytes = try CachetByteCount.parse(diskLimit)
             if let level = compressionLevel, !(0...9).contains(level) {
                 throw CachetNodeError(
