@@ -87,6 +87,11 @@ final class Connection: @unchecked Sendable {
     @exclusivity(unchecked) var rearm = false
     /// Bytes of this connection's buffers charged to `memory`.
     @exclusivity(unchecked) var charged = 0
+    /// The input capacity reserved in the budget for the frame being received (0 when none is): the
+    /// whole frame is charged as soon as the input must grow for it, although the buffer grows only as
+    /// its bytes arrive, so that connections sharing the last of the budget cannot each hold part of a
+    /// frame and none be able to complete it.
+    @exclusivity(unchecked) var inputReserved = 0
     /// When the last bytes arrived; kept only while the loop drains.
     @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
 
@@ -147,18 +152,23 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Buffer bytes held now.
-    var footprint: Int { input.capacity + output.capacity }
+    /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts).
+    var footprint: Int { max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize }
 
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
     /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
     /// date.
     func trimBuffers(tight: Bool) {
         let inputKept = tight ? Self.initialBufferSize : Self.retainedInputSize
+        var frameLength = 0
+        switch phase {
+        case .reading(let length), .waitingForMemory(.input(let length)): frameLength = length
+        default: break
+        }
+        let held = max(input.readableBytes, frameLength)
+        // The frame reserved for has passed.
+        if inputReserved > 0 && held + Self.minimumReadRoom < inputReserved { inputReserved = 0 }
         if input.capacity > inputKept {
-            var frameLength = 0
-            if case .reading(let length) = phase { frameLength = length }
-            let held = max(input.readableBytes, frameLength)
             if held <= input.capacity / 4 {
                 input.resize(to: max(Self.initialBufferSize, input.readableBytes + Self.minimumReadRoom))
             }
@@ -193,8 +203,14 @@ final class Connection: @unchecked Sendable {
             ByteBuffer.largestGrowthStep
         )
         let newCapacity = input.readableBytes + max(step, Self.minimumReadRoom)
-        let growth = newCapacity - input.capacity
-        if growth > 0 && !memory.allows(growth) { return false }
+        let target = max(newCapacity, frameLength)
+        let held = max(input.capacity, inputReserved)
+        if target > held {
+            guard memory.allows(target - held) else { return false }
+            memory.charge(target - held)
+            charged += target - held
+            inputReserved = target
+        }
         input.resize(to: newCapacity)
         return true
     }

@@ -179,8 +179,6 @@ final class EventLoop: @unchecked Sendable {
         let token = UInt64(slot) | (generation << 32)
         let connection = Connection(fd: fd, token: token, memory: memory)
         connections[slot] = connection
-        connection.charged = connection.footprint
-        memory.charge(connection.charged)
         if draining { connection.lastReceived = DispatchTime.now() }
         connection.interest = Connection.interest(for: connection.phase, outputPending: false)
         if cachet_epoll_add(epollFD, fd, connection.interest | cachet_EPOLLET, token) != 0 {
@@ -358,7 +356,7 @@ final class EventLoop: @unchecked Sendable {
             input: &connection.input,
             output: &connection.output,
             outputLimit: outputLimit,
-            outputGrowth: max(0, memory.limit - memory.current),
+            outputCapacityLimit: connection.output.capacity + memory.replyRoom,
             now: now,
             directSend: DirectSend(fd: connection.fd)
         )
@@ -484,7 +482,7 @@ final class EventLoop: @unchecked Sendable {
             }
             break
         }
-        connection.trimBuffers(tight: !memory.allows(1))
+        connection.trimBuffers(tight: memory.replyRoom == 0)
         let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
         if desired != connection.interest || connection.rearm {
             connection.interest = desired
@@ -534,27 +532,38 @@ final class EventLoop: @unchecked Sendable {
         seenReleases = releases
         guard retry || closingCount > 0 || draining else { return }
         let now = CachetClock.now()
-        let clock = DispatchTime.now()
-        for case let connection? in connections {
-            switch connection.phase {
-            case .waitingForMemory(let wait) where retry:
-                switch wait {
-                case .input(let frameLength):
-                    connection.phase = .reading(frameLength: frameLength)
-                    // Reading resumes through the renewed registration.
-                    connection.rearm = true
-                case .reply:
-                    connection.phase = .reading(frameLength: 0)
-                    process(connection, now: now)
-                }
-                settle(connection, now: now)
-            case .closing(let closing) where clock.uptimeNanoseconds >= closing.deadline:
-                close(connection)
-            default:
-                break
+        if retry { retryWaitingForMemory(now: now) }
+        if closingCount > 0 {
+            let clock = DispatchTime.now().uptimeNanoseconds
+            for case let connection? in connections {
+                if case .closing(let closing) = connection.phase, clock >= closing.deadline { close(connection) }
             }
         }
         if draining { drainStep(now: now) }
+    }
+
+    /// Resumes connections waiting for memory, those holding the least first, until the budget is out again:
+    /// a connection that holds much (a client that does not read its replies) is served only once the
+    /// others' needs are met, so it cannot take back all that the others return.
+    private func retryWaitingForMemory(now: UInt32) {
+        var waiting: [Connection] = []
+        for case let connection? in connections where connection.phase.isWaitingForMemory {
+            waiting.append(connection)
+        }
+        waiting.sort { $0.footprint < $1.footprint }
+        for connection in waiting {
+            guard memory.allows(1) else { return }
+            guard case .waitingForMemory(let wait) = connection.phase else { continue }
+            switch wait {
+            case .input(let frameLength):
+                connection.phase = .reading(frameLength: frameLength)
+                receive(connection, peerClosed: false, now: now)
+            case .reply:
+                connection.phase = .reading(frameLength: 0)
+                process(connection, now: now)
+            }
+            settle(connection, now: now)
+        }
     }
 
     /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to

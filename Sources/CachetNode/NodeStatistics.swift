@@ -20,7 +20,10 @@ final class NodeStatistics: Sendable {
         self.disk = disk
         self.loopCounters = (0..<loopCount).map { _ in RequestCounters() }
         self.startTime = CachetClock.now()
-        self.connectionMemory = ConnectionMemory(limit: configuration.effectiveConnectionMemoryLimit)
+        self.connectionMemory = ConnectionMemory(
+            limit: configuration.effectiveConnectionMemoryLimit,
+            largestFrame: configuration.maximumPayloadLength + 4 + 64 * 1024
+        )
     }
 
     /// Request counters summed over the loops.

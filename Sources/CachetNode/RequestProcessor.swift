@@ -62,15 +62,16 @@ struct RequestProcessor {
     ///   - input: the connection's received bytes; whole frames are consumed.
     ///   - output: the connection's pending replies.
     ///   - outputLimit: stop once `output` holds more than this many bytes.
-    ///   - outputGrowth: bytes by which `output` may grow beyond its capacity for a GET's reply; a reply
-    ///     that needs more is not produced (`.memoryFull`).
+    ///   - outputCapacityLimit: the most `output` may hold once a GET's reply is queued (its capacity plus
+    ///     what the memory budget still allows); a reply that would pass it is not produced
+    ///     (`.memoryFull`). Other replies are small and not limited.
     ///   - now: the store's clock, read once per batch.
     /// - Returns: why processing stopped.
     func process(
         input: inout ByteBuffer,
         output: inout ByteBuffer,
         outputLimit: Int,
-        outputGrowth: Int = .max,
+        outputCapacityLimit: Int = .max,
         now: UInt32,
         directSend: DirectSend? = nil
     ) -> ProcessingResult {
@@ -109,7 +110,7 @@ struct RequestProcessor {
                 frame,
                 in: region,
                 output: &output,
-                outputGrowth: outputGrowth,
+                outputCapacityLimit: outputCapacityLimit,
                 now: now,
                 directSend: directSend
             )
@@ -134,7 +135,7 @@ struct RequestProcessor {
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         output: inout ByteBuffer,
-        outputGrowth: Int,
+        outputCapacityLimit: Int,
         now: UInt32,
         directSend: DirectSend?
     ) -> Dispatched {
@@ -148,7 +149,7 @@ struct RequestProcessor {
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
                     id: header.id,
                     output: &output,
-                    outputGrowth: outputGrowth,
+                    outputCapacityLimit: outputCapacityLimit,
                     now: now,
                     directSend: directSend
                 )
@@ -189,14 +190,14 @@ struct RequestProcessor {
         _ key: UnsafeRawBufferPointer,
         id: UInt32,
         output: inout ByteBuffer,
-        outputGrowth: Int,
+        outputCapacityLimit: Int,
         now: UInt32,
         directSend: DirectSend?
     ) -> Dispatched {
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
             // direct send may leave all of it to be queued.
-            if value.count + CachetProtocol.frameOverhead - (output.capacity - output.readableBytes) > outputGrowth {
+            if value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes {
                 return false
             }
             if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
