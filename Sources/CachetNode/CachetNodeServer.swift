@@ -292,6 +292,7 @@ public final class CachetNodeServer: Sendable {
     /// - Parameter timeout: seconds to wait for connections to finish; `--shutdown-timeout` when nil.
     public func shutdown(timeout: Double? = nil) {
         let timeout = timeout ?? configuration.shutdownTimeout
+        let started = DispatchTime.now()
         let (source, timer) = state.withLock { state -> ((any DispatchSourceRead)?, (any DispatchSourceTimer)?) in
             guard state.started, !state.stopped else { return (nil, nil) }
             state.stopped = true
@@ -324,7 +325,16 @@ public final class CachetNodeServer: Sendable {
             )
         }
         for loop in loops { loop.executeAndWait { loop.stop() } }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        logger.info(
+            "connections closed",
+            metadata: [
+                "shutdown.seconds": "\(NodeStatistics.decimal(seconds))",
+                "disk.queue_depth": "\(disk?.worker.queueDepth ?? 0)",
+            ]
+        )
         if let disk {
+            // Every PUT acknowledged is in this queue or already written.
             disk.worker.drain()
             disk.store.close()
         }

@@ -73,13 +73,10 @@ final class Connection: @unchecked Sendable {
     let memory: ConnectionMemory
     @exclusivity(unchecked) var input: ByteBuffer
     @exclusivity(unchecked) var output: ByteBuffer
-    @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0) {
-        didSet {
-            let was = oldValue.isWaitingForMemory
-            let now = phase.isWaitingForMemory
-            if was != now { memory.countPaused(now ? 1 : -1) }
-        }
-    }
+    @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
+    /// Whether this connection is counted among those waiting for memory (brought up to date by the
+    /// loop when it settles or closes the connection).
+    @exclusivity(unchecked) var countedAsWaiting = false
     /// The epoll events currently registered (edge-triggered; see `EventLoop`).
     @exclusivity(unchecked) var interest: UInt32 = 0
     /// Reading stopped before the socket was drained; the registration must be renewed so that epoll
@@ -158,7 +155,16 @@ final class Connection: @unchecked Sendable {
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
     /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
     /// date.
+    @inline(__always)
     func trimBuffers(tight: Bool) {
+        // The common case: initial buffers, nothing charged.
+        if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize {
+            return
+        }
+        trimLargeBuffers(tight: tight)
+    }
+
+    private func trimLargeBuffers(tight: Bool) {
         let inputKept = tight ? Self.initialBufferSize : Self.retainedInputSize
         var frameLength = 0
         switch phase {
@@ -188,11 +194,15 @@ final class Connection: @unchecked Sendable {
     /// `frameLength` bytes still lacks (at least `minimumReadRoom`, at most one growth step of the buffer,
     /// never towards the length a frame merely claims). Returns false when growing needs memory the
     /// budget does not have.
+    @inline(__always)
     func prepareInput(frameLength: Int) -> Bool {
+        if input.writableBytes >= Self.minimumReadRoom { return true }
+        return makeInputRoom(frameLength: frameLength)
+    }
+
+    private func makeInputRoom(frameLength: Int) -> Bool {
         let missing = frameLength - input.readableBytes
-        if input.writableBytes >= Self.minimumReadRoom || (missing > 0 && input.writableBytes >= missing) {
-            return true
-        }
+        if missing > 0 && input.writableBytes >= missing { return true }
         input.compact()
         if input.writableBytes >= Self.minimumReadRoom || (missing > 0 && input.writableBytes >= missing) {
             return true

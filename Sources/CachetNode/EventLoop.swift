@@ -69,10 +69,12 @@ final class EventLoop: @unchecked Sendable {
     private var seenReleases = 0
     /// Connections in the `closing` phase.
     private var closingCount = 0
+    /// Connections counted as waiting for memory (see `settle`).
+    private var waitingForMemory = 0
     /// How long a graceful close may wait for the peer to close after the last reply.
     private let closeLinger: Double
     /// Input bytes a graceful close throws away before it gives up waiting for the peer.
-    static let discardLimit = 4 << 20
+    static let discardLimit = 64 << 20
     static let housekeepingInterval = DispatchTimeInterval.milliseconds(10)
     private var housekeepingTimer: (any DispatchSourceTimer)?
 
@@ -159,6 +161,12 @@ final class EventLoop: @unchecked Sendable {
         }
         source.activate()
         self.source = source
+    }
+
+    /// Starts the housekeeping timer unless it runs. It runs only while some connection waits for memory or
+    /// closes, or the loop drains, so an idle node is not woken for nothing.
+    private func scheduleHousekeeping() {
+        guard housekeepingTimer == nil else { return }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + Self.housekeepingInterval, repeating: Self.housekeepingInterval)
         timer.setEventHandler { [unowned self] in self.housekeep() }
@@ -395,7 +403,9 @@ final class EventLoop: @unchecked Sendable {
         case .put(let key, let value, let expiry, let id):
             disk.worker.notifyWhenWritable { [self] in
                 execute { [self] in
-                    guard !connection.isClosed else { return }
+                    // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
+                    // never acknowledged.
+                    guard case .waitingForDisk = connection.phase else { return }
                     if disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
                     } else {
@@ -483,6 +493,13 @@ final class EventLoop: @unchecked Sendable {
             break
         }
         connection.trimBuffers(tight: memory.replyRoom == 0)
+        let waiting = connection.phase.isWaitingForMemory
+        if waiting != connection.countedAsWaiting {
+            connection.countedAsWaiting = waiting
+            memory.countPaused(waiting ? 1 : -1)
+            waitingForMemory += waiting ? 1 : -1
+            if waiting { scheduleHousekeeping() }
+        }
         let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
         if desired != connection.interest || connection.rearm {
             connection.interest = desired
@@ -504,6 +521,7 @@ final class EventLoop: @unchecked Sendable {
         connection.input.moveReadIndex(to: connection.input.writeIndex)
         connection.phase = .closing(Connection.Closing(deadline: deadline.uptimeNanoseconds))
         closingCount += 1
+        scheduleHousekeeping()
         _ = send(connection)
     }
 
@@ -519,6 +537,11 @@ final class EventLoop: @unchecked Sendable {
         // The buffers go with the connection (the last reference is the slot's, or a disk completion's).
         memory.charge(-connection.charged)
         connection.charged = 0
+        if connection.countedAsWaiting {
+            connection.countedAsWaiting = false
+            memory.countPaused(-1)
+            waitingForMemory -= 1
+        }
         onClose()
     }
 
@@ -527,10 +550,14 @@ final class EventLoop: @unchecked Sendable {
     /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
     /// been returned, closes graceful closes that reached their deadline, and drives a drain.
     private func housekeep() {
+        guard waitingForMemory > 0 || closingCount > 0 || draining else {
+            housekeepingTimer?.cancel()
+            housekeepingTimer = nil
+            return
+        }
         let releases = memory.releases
-        let retry = releases != seenReleases && memory.allows(1)
-        seenReleases = releases
-        guard retry || closingCount > 0 || draining else { return }
+        let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
+        if retry { seenReleases = releases }
         let now = CachetClock.now()
         if retry { retryWaitingForMemory(now: now) }
         if closingCount > 0 {
@@ -567,9 +594,9 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
-    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after
-    /// `servingPeriod` every connection not waiting for the disk is; graceful closes end by `timeout` at
-    /// the latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
+    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after half of
+    /// `timeout` every connection not waiting for the disk is; graceful closes end by `timeout` at the
+    /// latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
     func drain(
         timeout: Double,
         quietPeriod: DispatchTimeInterval = .milliseconds(100),
@@ -578,10 +605,13 @@ final class EventLoop: @unchecked Sendable {
         draining = true
         drainedCallback = completion
         let start = DispatchTime.now()
-        drainDeadline = start + max(0.05, timeout - 0.1)
-        drainServingEnds = start + min(1, timeout / 4)
+        // Graceful closes end a little before the server's own deadline, so that they end the drain
+        // rather than being cut short by it.
+        drainDeadline = start + max(0.05, timeout * 0.9 - 0.05)
+        drainServingEnds = start + timeout / 2
         drainQuietPeriod = quietPeriod
         for case let connection? in connections { connection.lastReceived = start }
+        scheduleHousekeeping()
         drainStep(now: CachetClock.now())
     }
 
@@ -591,14 +621,17 @@ final class EventLoop: @unchecked Sendable {
         let servingOver = clock >= drainServingEnds
         for case let connection? in connections {
             switch connection.phase {
-            case .closing, .closed, .waitingForDisk:
+            case .closing, .closed:
                 continue
+            case .waitingForDisk:
+                // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written).
+                guard servingOver else { continue }
             default:
                 let idle = connection.output.readableBytes == 0 && connection.lastReceived < quietSince
                 guard idle || servingOver else { continue }
-                beginClosing(connection, deadline: drainDeadline)
-                settle(connection, now: now)
             }
+            beginClosing(connection, deadline: drainDeadline)
+            settle(connection, now: now)
         }
         if connectionCount == 0, let callback = drainedCallback {
             drainedCallback = nil

@@ -116,7 +116,10 @@ struct NodeConnectionMemoryTests {
             answered = rejecters.filter { $0.received >= 4 + 8 }.count
         }
         let finalStats = String(decoding: try client.roundTrip(.stats).body, as: UTF8.self)
-        #expect(answered == rejecters.count, "rejected frames answered: \(answered) of \(rejecters.count); \(finalStats)")
+        #expect(
+            answered == rejecters.count,
+            "rejected frames answered: \(answered) of \(rejecters.count); \(finalStats)"
+        )
         try checkWellBehaved("after the rejected frames were answered")
     }
 }
@@ -170,7 +173,9 @@ final class RawClient {
     func step() {
         guard fd >= 0 else { return }
         while offset < pending.count {
-            let n = pending.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            let n = pending.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
+            }
             if n <= 0 { break }
             offset += n
         }
