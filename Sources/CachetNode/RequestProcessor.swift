@@ -106,39 +106,34 @@ struct RequestProcessor {
                 }
                 return .needMoreBytes(frameLength: 0)
             }
+            var noRoom = false
             let pending = dispatch(
                 frame,
                 in: region,
                 output: &output,
                 outputCapacityLimit: outputCapacityLimit,
+                noRoom: &noRoom,
                 now: now,
                 directSend: directSend
             )
-            if case .noRoom = pending { return .memoryFull }
+            if noRoom { return .memoryFull }
             input.moveReadIndex(to: frame.end)
-            if case .disk(let operation) = pending { return .suspended(operation) }
+            if let pending { return .suspended(pending) }
         }
     }
 
-    /// What answering one frame left to do.
-    enum Dispatched {
-        case answered
-        /// The reply waits for this disk operation.
-        case disk(PendingOperation)
-        /// The reply does not fit the memory the connection may take; the frame was not answered.
-        case noRoom
-    }
-
-    /// Answers one request frame, or says what it waits for.
+    /// Answers one request frame, or says what it waits for. Sets `noRoom` instead when the reply does
+    /// not fit the memory the connection may take; the frame is then not answered.
     @inline(__always)
     private func dispatch(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         output: inout ByteBuffer,
         outputCapacityLimit: Int,
+        noRoom: inout Bool,
         now: UInt32,
         directSend: DirectSend?
-    ) -> Dispatched {
+    ) -> PendingOperation? {
         let header = frame.header
         do {
             try CachetFrameDecoder.validateRequestHeader(header)
@@ -150,18 +145,19 @@ struct RequestProcessor {
                     id: header.id,
                     output: &output,
                     outputCapacityLimit: outputCapacityLimit,
+                    noRoom: &noRoom,
                     now: now,
                     directSend: directSend
                 )
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
-                return Dispatched(self.put(put, in: buffer, id: header.id, output: &output, now: now))
+                return self.put(put, in: buffer, id: header.id, output: &output, now: now)
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
-                return Dispatched(clear(id: header.id, output: &output))
+                return clear(id: header.id, output: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 var json = statistics()
@@ -182,7 +178,7 @@ struct RequestProcessor {
             RequestCounters.bump(counters.badRequests)
             appendError(error, opcode: header.opcode, id: header.id, to: &output)
         }
-        return .answered
+        return nil
     }
 
     @inline(__always)
@@ -191,9 +187,10 @@ struct RequestProcessor {
         id: UInt32,
         output: inout ByteBuffer,
         outputCapacityLimit: Int,
+        noRoom: inout Bool,
         now: UInt32,
         directSend: DirectSend?
-    ) -> Dispatched {
+    ) -> PendingOperation? {
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
             // direct send may leave all of it to be queued.
@@ -208,20 +205,23 @@ struct RequestProcessor {
             return true
         }
         if let hit {
-            guard hit else { return .noRoom }
+            guard hit else {
+                noRoom = true
+                return nil
+            }
             RequestCounters.bump(counters.gets)
             RequestCounters.bump(counters.hits)
-            return .answered
+            return nil
         }
         RequestCounters.bump(counters.gets)
         // A miss in memory goes to the disk queue when the key may be there: the index says so, or
         // writes are still queued (the serial queue then answers after them, in order).
         if let disk, disk.worker.queueDepth > 0 || disk.store.contains(key: key, now: now) {
-            return .disk(.get(key: Array(key), id: id))
+            return .get(key: Array(key), id: id)
         }
         RequestCounters.bump(counters.misses)
         appendReply(opcode: .get, status: .notFound, id: id, to: &output)
-        return .answered
+        return nil
     }
 
     @inline(__always)
@@ -427,13 +427,6 @@ struct RequestProcessor {
         guard ttl > 0 else { return 0 }
         let (sum, overflow) = now.addingReportingOverflow(ttl)
         return overflow ? UInt32.max : sum
-    }
-}
-
-extension RequestProcessor.Dispatched {
-    @inline(__always)
-    init(_ operation: PendingOperation?) {
-        if let operation { self = .disk(operation) } else { self = .answered }
     }
 }
 

@@ -16,7 +16,8 @@ struct CachetNodeCommand: ParsableCommand {
         discussion: """
             Listens for Cachet protocol v1 (Protocol/PROTOCOL.md) and prints one line once ready:
             'cachet-node listening on HOST:PORT'. SIGTERM or SIGINT stops accepting, finishes the requests \
-            already received, and exits 0. Sizes take KiB, MiB, GiB suffixes.
+            already received, closes the connections within --shutdown-timeout, writes the queued disk \
+            writes, and exits 0. Sizes take KiB, MiB, GiB suffixes.
             """
     )
 
