@@ -26,7 +26,7 @@ public struct CachetNodeConfiguration: Sendable {
     public var connectionMemoryLimit: Int? = nil
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
-    public var shutdownTimeout: Double = 5
+    public var shutdownTimeout: Double = 10
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.

@@ -273,7 +273,7 @@ public final class CachetNodeServer: Sendable {
         }
     }
 
-    /// Answers a connection over the limit with UNAVAILABLE and closes it.
+    /// Answers a connection over the limit with UNAVAILABLE and closes it (gracefully, on an I/O loop).
     private func reject(_ fd: Int32) {
         var reply: [UInt8] = []
         CachetResponse(
@@ -282,8 +282,8 @@ public final class CachetNodeServer: Sendable {
             id: 0,
             body: Array("too many connections (--max-connections \(configuration.maximumConnections))".utf8)
         ).encode(to: &reply)
-        _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
-        close(fd)
+        let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
+        loop.execute { [reply] in loop.reject(fd: fd, reply: reply) }
     }
 
     /// Stops accepting, lets each connection finish the requests it has sent and receive the replies,

@@ -71,6 +71,9 @@ final class Connection: @unchecked Sendable {
     let fd: Int32
     let token: UInt64
     let memory: ConnectionMemory
+    /// Whether the connection counts as open (STATS `connections_current`); a connection answered
+    /// UNAVAILABLE and closing does not.
+    let counted: Bool
     @exclusivity(unchecked) var input: ByteBuffer
     @exclusivity(unchecked) var output: ByteBuffer
     @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
@@ -105,10 +108,11 @@ final class Connection: @unchecked Sendable {
     /// not pay for a fresh allocation (and its page faults) each time; a larger one shrinks back once sent.
     static let retainedOutputSize = 256 * 1024
 
-    init(fd: Int32, token: UInt64, memory: ConnectionMemory) {
+    init(fd: Int32, token: UInt64, memory: ConnectionMemory, counted: Bool = true) {
         self.fd = fd
         self.token = token
         self.memory = memory
+        self.counted = counted
         input = ByteBuffer(capacity: Self.initialBufferSize)
         output = ByteBuffer(capacity: Self.initialBufferSize)
     }

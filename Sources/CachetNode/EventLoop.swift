@@ -26,7 +26,10 @@ import Glibc
 /// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer
 /// has closed), and a connection it stops reading early (the per-event read cap) is registered again
 /// (`rearm`), which makes the kernel check it at once. A connection that stops reading because of its
-/// state (output blocked, waiting for the disk) is checked the same way when it takes `EPOLLIN` back.
+/// phase (waiting for its output to drain, for memory or for the disk; see `Connection.Phase`) is checked
+/// the same way when it takes `EPOLLIN` back. Which events a connection is registered for is decided in
+/// one place, `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after
+/// every event, completion and wake-up.
 ///
 /// Lingering: when a batch has been served and nothing else is ready, the handler waits up to
 /// `lingerMilliseconds` in `epoll_wait` on its own set before returning. While requests keep coming the
@@ -176,6 +179,25 @@ final class EventLoop: @unchecked Sendable {
 
     /// Adopts an accepted socket. Called on `queue`.
     func register(fd: Int32) {
+        _ = adopt(fd: fd, counted: true)
+    }
+
+    /// Answers a connection over `--max-connections` with `reply` and closes it gracefully (a client that
+    /// sent requests at once would otherwise get a reset, which may discard the reply). It is not counted
+    /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
+    /// a flood of connections cannot hold descriptors. Called on `queue`.
+    func reject(fd: Int32, reply: [UInt8]) {
+        guard closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
+            _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
+            _ = Glibc.close(fd)
+            return
+        }
+        reply.withUnsafeBytes { connection.output.append($0) }
+        beginClosing(connection)
+        settle(connection, now: CachetClock.now())
+    }
+
+    private func adopt(fd: Int32, counted: Bool) -> Connection? {
         let slot: Int
         if let free = freeSlots.popLast() {
             slot = free
@@ -185,14 +207,16 @@ final class EventLoop: @unchecked Sendable {
         }
         generation &+= 1
         let token = UInt64(slot) | (generation << 32)
-        let connection = Connection(fd: fd, token: token, memory: memory)
+        let connection = Connection(fd: fd, token: token, memory: memory, counted: counted)
         connections[slot] = connection
         if draining { connection.lastReceived = DispatchTime.now() }
         connection.interest = Connection.interest(for: connection.phase, outputPending: false)
         if cachet_epoll_add(epollFD, fd, connection.interest | cachet_EPOLLET, token) != 0 {
             logger.warning("epoll_ctl(ADD) failed", metadata: ["connection.fd": "\(fd)", "error.errno": "\(errno)"])
             close(connection)
+            return nil
         }
+        return connection
     }
 
     private func drainReadyConnections() {
@@ -272,6 +296,8 @@ final class EventLoop: @unchecked Sendable {
             case .reading(let frameLength):
                 guard connection.prepareInput(frameLength: frameLength) else {
                     connection.phase = .waitingForMemory(.input(frameLength: frameLength))
+                    // This event's hang-up would not be reported again.
+                    if peerClosed { peerClosedWhileWaiting(connection) }
                     return
                 }
                 switch connection.readOnce() {
@@ -542,7 +568,7 @@ final class EventLoop: @unchecked Sendable {
             memory.countPaused(-1)
             waitingForMemory -= 1
         }
-        onClose()
+        if connection.counted { onClose() }
     }
 
     // MARK: - Housekeeping
@@ -594,9 +620,9 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
-    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after half of
-    /// `timeout` every connection not waiting for the disk is; graceful closes end by `timeout` at the
-    /// latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
+    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after three
+    /// quarters of `timeout` every connection is (one waiting for the disk loses that request's reply);
+    /// graceful closes end by 90% of `timeout` at the latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
     func drain(
         timeout: Double,
         quietPeriod: DispatchTimeInterval = .milliseconds(100),
@@ -608,7 +634,10 @@ final class EventLoop: @unchecked Sendable {
         // Graceful closes end a little before the server's own deadline, so that they end the drain
         // rather than being cut short by it.
         drainDeadline = start + max(0.05, timeout * 0.9 - 0.05)
-        drainServingEnds = start + timeout / 2
+        // Requests already sent may need the disk queue (a thousand writes take a second or two on a
+        // busy machine): most of the time goes to answering them; closing gracefully takes milliseconds
+        // for a client that reads.
+        drainServingEnds = start + timeout * 0.75
         drainQuietPeriod = quietPeriod
         for case let connection? in connections { connection.lastReceived = start }
         scheduleHousekeeping()

@@ -51,7 +51,7 @@ struct CachetNodeCommand: ParsableCommand {
     var connectionMemory: String?
 
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
-    var shutdownTimeout = 5.0
+    var shutdownTimeout = 10.0
 
     @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
     var dataDir = "./cachet-data"

@@ -36,6 +36,7 @@ struct NodeShutdownTests {
         // Four writers that pipeline PUTs without pause; each records the keys acknowledged.
         let writers = 4
         let outcomes = Mutex<[WriterOutcome]>([])
+        let working = Atomic<Int>(0)
         let group = DispatchGroup()
         for writer in 0..<writers {
             let socket = try node.connect()
@@ -43,12 +44,16 @@ struct NodeShutdownTests {
             // A thread each: the global queue's few threads would run some writers only after others end.
             group.enter()
             Thread {
-                let outcome = runWriter(writer, socket)
+                let outcome = runWriter(writer, socket, working: working)
                 outcomes.withLock { $0.append(outcome) }
                 group.leave()
             }.start()
         }
-        usleep(300_000)
+        // Every writer has had a PUT acknowledged (the disk queue is shared and may make some wait).
+        let busy = Date().addingTimeInterval(10)
+        while working.load(ordering: .relaxed) < writers && Date() < busy { usleep(10_000) }
+        #expect(working.load(ordering: .relaxed) == writers)
+        usleep(200_000)
         pump(nonReaders, seconds: 0.1)
         let started = Date()
         let status = node.stop(signal: SIGTERM, timeout: timeout + 10)
@@ -102,8 +107,9 @@ struct WriterOutcome: Sendable {
 }
 
 /// Sends PUTs (key = value) in batches of 16 without waiting, on one thread, while reading replies on
-/// another, until the node ends the stream; returns the keys whose PUT was answered OK.
-func runWriter(_ writer: Int, _ socket: TestSocket) -> WriterOutcome {
+/// another, until the node ends the stream; returns the keys whose PUT was answered OK. Adds 1 to
+/// `working` at the first acknowledgement.
+func runWriter(_ writer: Int, _ socket: TestSocket, working: borrowing Atomic<Int>) -> WriterOutcome {
     let stop = Atomic<Bool>(false)
     let sent = Mutex<[String]>([])
     let sender = Thread {
@@ -135,6 +141,7 @@ func runWriter(_ writer: Int, _ socket: TestSocket) -> WriterOutcome {
                 break
             }
             outcome.acknowledged.append(key)
+            if outcome.acknowledged.count == 1 { working.add(1, ordering: .relaxed) }
         }
     } catch {
         outcome.error = "\(error)"
