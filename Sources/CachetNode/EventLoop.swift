@@ -383,14 +383,25 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
+    /// The pending output above which a connection's requests wait for its peer to read: the output limit
+    /// (4 MiB), or, when the memory budget's share for replies is short, what the output buffer holds
+    /// without growing beyond that share, less 2 KiB for one more small reply (GET replies of 1 KiB and
+    /// more are checked against the budget one by one). So a client that pipelines
+    /// small requests and never reads is held to its buffer as it is, not to the output limit.
+    @inline(__always)
+    private func pendingOutputLimit(_ connection: Connection, room: Int) -> Int {
+        min(outputLimit, connection.output.capacity + room) - 2048
+    }
+
     /// Answers the whole frames in the input and tries to send the replies. Called with the connection
     /// in a reading phase; leaves it in the phase the input calls for.
     private func process(_ connection: Connection, now: UInt32) {
+        let replyRoom = memory.replyRoom
         let result = processor.process(
             input: &connection.input,
             output: &connection.output,
-            outputLimit: outputLimit,
-            outputCapacityLimit: connection.output.capacity + memory.replyRoom,
+            outputLimit: pendingOutputLimit(connection, room: replyRoom),
+            outputCapacityLimit: connection.output.capacity + replyRoom,
             now: now,
             directSend: DirectSend(fd: connection.fd)
         )
@@ -494,7 +505,8 @@ final class EventLoop: @unchecked Sendable {
     private func settle(_ connection: Connection, now: UInt32) {
         while true {
             switch connection.phase {
-            case .waitingForOutput where connection.output.readableBytes <= outputLimit:
+            case .waitingForOutput
+            where connection.output.readableBytes <= pendingOutputLimit(connection, room: memory.replyRoom):
                 connection.phase = .reading(frameLength: 0)
                 process(connection, now: now)
                 continue

@@ -193,8 +193,11 @@ struct RequestProcessor {
     ) -> PendingOperation? {
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
-            // direct send may leave all of it to be queued.
-            if value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes {
+            // direct send may leave all of it to be queued. (Values below the threshold are never held
+            // back: their replies fit a connection's initial buffer, or grow it by little.)
+            if value.count >= Self.budgetCheckThreshold
+                && value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes
+            {
                 return false
             }
             if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
@@ -393,6 +396,8 @@ struct RequestProcessor {
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
     /// rather than copied into the output buffer first.
     static let directSendThreshold = 8 * 1024
+    /// GET replies of values at least this large are checked against the connections' memory budget.
+    static let budgetCheckThreshold = 1024
     /// Frames of PUTs at least this large have their value received straight into the entry.
     static let directPutThreshold = 64 * 1024
 

@@ -32,7 +32,7 @@ struct NodeConnectionMemoryTests {
         let baseline = residentBytes(pid)
         // The store may fill up to its limit; the connections' budget comes on top; each connection's two
         // initial buffers (4 KiB each, charged but never refused) and the allocator's slack on top of that.
-        let connectionsAtMost = 5 * Self.perClass + 10
+        let connectionsAtMost = 6 * Self.perClass + 10
         let bound = baseline + Self.memoryLimit + Self.connectionMemory + connectionsAtMost * 16 * 1024 + (16 << 20)
         var hostile: [RawClient] = []
         defer { for socket in hostile { socket.close() } }
@@ -80,6 +80,17 @@ struct NodeConnectionMemoryTests {
         }
         pump(hostile, seconds: 1)
         try checkWellBehaved("pipelined large GETs never read")
+
+        // 3b. GETs of a small value (under the 1 KiB from which each reply is checked against the budget)
+        // pipelined, 8 MB of replies (more than the kernel's socket buffers take), never read.
+        let smallValue = [UInt8](repeating: 0x53, count: 1000)
+        #expect(try client.roundTrip(.put(key: Array("s".utf8), value: smallValue, ttl: 0)).status == .ok)
+        let smallGets = (0..<8_000).flatMap { CachetCommand.get(key: Array("s".utf8)).encoded(id: UInt32($0)) }
+        for _ in 0..<Self.perClass {
+            hostile.append(try RawClient(port: node.port, sending: smallGets, receiveBuffer: 4096))
+        }
+        pump(hostile, seconds: 1)
+        try checkWellBehaved("pipelined small GETs never read")
 
         // 4. The start of a large frame, then one byte at a time.
         var drip = Array(partial.prefix(64))
