@@ -5,8 +5,10 @@ import Glibc
 /// A growable byte buffer with a read index and a write index, owned by one connection.
 ///
 /// Not thread-safe: a connection touches its buffers only on its event loop's queue. Memory is a single
-/// `malloc` block that grows by doubling (up to what a frame needs) and is compacted by moving the unread
-/// bytes to the front, so steady-state traffic allocates nothing.
+/// `malloc` block, compacted by moving the unread bytes to the front, so steady-state traffic allocates
+/// nothing. It grows by doubling while small and by at most ``largestGrowthStep`` at a time once large
+/// (but always by at least what is asked), so its size follows the bytes it must hold rather than racing
+/// ahead of them; ``resize(to:)`` gives memory back.
 struct ByteBuffer: ~Copyable {
     private(set) var base: UnsafeMutableRawPointer
     private(set) var capacity: Int
@@ -65,10 +67,28 @@ struct ByteBuffer: ~Copyable {
             writeIndex = unread
             if writableBytes >= count { return }
         }
-        var newCapacity = capacity
-        while newCapacity - writeIndex < count { newCapacity *= 2 }
-        base = realloc(base, newCapacity)!
-        capacity = newCapacity
+        resize(to: max(writeIndex + count, capacity + min(capacity, Self.largestGrowthStep)))
+    }
+
+    /// The most a buffer grows by beyond what it was asked for, once it is large.
+    static let largestGrowthStep = 1 << 20
+
+    /// Moves the unread bytes to the front, so that all free room follows them.
+    mutating func compact() {
+        guard readIndex > 0 else { return }
+        let unread = readableBytes
+        if unread > 0 { memmove(base, base + readIndex, unread) }
+        readIndex = 0
+        writeIndex = unread
+    }
+
+    /// Reallocates to exactly `newCapacity` bytes (at least the unread bytes, and 64), compacting first.
+    mutating func resize(to newCapacity: Int) {
+        compact()
+        let size = max(newCapacity, writeIndex, 64)
+        guard size != capacity else { return }
+        base = realloc(base, size)!
+        capacity = size
     }
 
     /// Gives memory back when the buffer is empty and has grown past `threshold` (after a very large

@@ -21,6 +21,12 @@ public struct CachetNodeConfiguration: Sendable {
     public var ioLingerMilliseconds: Int = 2
     /// Pending reply bytes per connection above which the node stops reading that connection's requests.
     public var outputHighWatermark: Int = 4 << 20
+    /// Bytes all connections together may hold in buffers and in large PUT values still arriving
+    /// (`--connection-memory`); `nil` takes ``defaultConnectionMemoryLimit``. See `ConnectionMemory`.
+    public var connectionMemoryLimit: Int? = nil
+    /// Seconds a shutdown may take to answer the requests already received and close the connections
+    /// (`--shutdown-timeout`); queued disk writes are finished after that.
+    public var shutdownTimeout: Double = 10
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
@@ -45,6 +51,13 @@ public struct CachetNodeConfiguration: Sendable {
         return cores - 1
     }
 
+    /// The connection memory budget in effect: the flag's value, or a quarter of `--memory-limit`, and
+    /// never less than the largest frame plus 16 MiB, so that a request or reply of the largest size can
+    /// always be held once other connections have returned their memory.
+    public var effectiveConnectionMemoryLimit: Int {
+        connectionMemoryLimit ?? max(memoryLimit / 4, maximumPayloadLength + (16 << 20))
+    }
+
     /// Checks every value's range.
     /// - Throws: ``CachetNodeError`` `invalidConfiguration` naming the flag at fault.
     public func validate() throws(CachetNodeError) {
@@ -62,6 +75,15 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard (0...1000).contains(ioLingerMilliseconds) else {
             throw fail("--io-linger-ms \(ioLingerMilliseconds) must be between 0 and 1000")
+        }
+        if let limit = connectionMemoryLimit, limit < maximumPayloadLength + (1 << 20) {
+            throw fail(
+                "--connection-memory \(limit) is below --max-frame \(maximumPayloadLength) + 1 MiB: a frame of the "
+                    + "largest size could never be received; raise it or lower --max-frame"
+            )
+        }
+        guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
+            throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")
         }
         guard memoryShardCount > 0 && memoryShardCount & (memoryShardCount - 1) == 0 else {
             throw fail("memory shard count \(memoryShardCount) must be a power of two")

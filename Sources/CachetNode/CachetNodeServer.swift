@@ -74,6 +74,7 @@ public final class CachetNodeServer: Sendable {
             loopCount: configuration.ioQueueCount
         )
         self.statistics = statistics
+        let connectionMemory = statistics.connectionMemory
         var loops: [EventLoop] = []
         for index in 0..<configuration.ioQueueCount {
             loops.append(
@@ -84,9 +85,11 @@ public final class CachetNodeServer: Sendable {
                         disk: disk,
                         counters: statistics.loopCounters[index],
                         maximumPayloadLength: configuration.maximumPayloadLength,
-                        statistics: { statistics.json() }
+                        statistics: { statistics.json() },
+                        connectionMemory: connectionMemory
                     ),
                     outputLimit: configuration.outputHighWatermark,
+                    memory: connectionMemory,
                     lingerMilliseconds: configuration.ioLingerMilliseconds,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
@@ -273,7 +276,7 @@ public final class CachetNodeServer: Sendable {
         }
     }
 
-    /// Answers a connection over the limit with UNAVAILABLE and closes it.
+    /// Answers a connection over the limit with UNAVAILABLE and closes it (gracefully, on an I/O loop).
     private func reject(_ fd: Int32) {
         var reply: [UInt8] = []
         CachetResponse(
@@ -282,14 +285,17 @@ public final class CachetNodeServer: Sendable {
             id: 0,
             body: Array("too many connections (--max-connections \(configuration.maximumConnections))".utf8)
         ).encode(to: &reply)
-        _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
-        close(fd)
+        let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
+        loop.execute { [reply] in loop.reject(fd: fd, reply: reply) }
     }
 
     /// Stops accepting, lets each connection finish the requests it has sent and receive the replies,
-    /// then closes everything. Connections still busy after `timeout` seconds are closed anyway.
-    /// - Parameter timeout: seconds to wait for connections to finish.
-    public func shutdown(timeout: Double = 10) {
+    /// closes each gracefully (FIN after its last reply), then finishes the queued disk writes. Connections
+    /// still open after `timeout` seconds are closed anyway.
+    /// - Parameter timeout: seconds to wait for connections to finish; `--shutdown-timeout` when nil.
+    public func shutdown(timeout: Double? = nil) {
+        let timeout = timeout ?? configuration.shutdownTimeout
+        let started = DispatchTime.now()
         let (source, timer) = state.withLock { state -> ((any DispatchSourceRead)?, (any DispatchSourceTimer)?) in
             guard state.started, !state.stopped else { return (nil, nil) }
             state.stopped = true
@@ -313,7 +319,7 @@ public final class CachetNodeServer: Sendable {
         let group = DispatchGroup()
         for loop in loops {
             group.enter()
-            loop.execute { loop.drain { group.leave() } }
+            loop.execute { loop.drain(timeout: timeout) { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning(
@@ -322,7 +328,16 @@ public final class CachetNodeServer: Sendable {
             )
         }
         for loop in loops { loop.executeAndWait { loop.stop() } }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        logger.info(
+            "connections closed",
+            metadata: [
+                "shutdown.seconds": "\(NodeStatistics.decimal(seconds))",
+                "disk.queue_depth": "\(disk?.worker.queueDepth ?? 0)",
+            ]
+        )
         if let disk {
+            // Every PUT acknowledged is in this queue or already written.
             disk.worker.drain()
             disk.store.close()
         }

@@ -5,10 +5,12 @@ import Dispatch
 import Glibc
 #endif
 
-/// One client connection: its socket, buffers and flow-control state.
+/// One client connection: its socket, buffers and state.
 ///
 /// Touched only on its event loop's queue; the loop owns it. The connection does the system calls
-/// (read, send, close) and leaves protocol work to ``RequestProcessor``.
+/// (read, send, close) and leaves protocol work to ``RequestProcessor``. What the connection is doing is
+/// one value, ``phase``; the epoll events it is registered for are derived from it in one place,
+/// ``interest(for:outputPending:)``, so that no state can leave a live connection waiting for nothing.
 ///
 /// `@unchecked Sendable`: a disk completion carries the reference through the disk queue, but every
 /// property is read and written only on the owning loop's queue (completions hop back with `EventLoop.execute`).
@@ -19,40 +21,98 @@ import Glibc
 /// rule above is what keeps accesses from overlapping; no code holds an `inout` to one of these across a
 /// call that could reach the same property.
 final class Connection: @unchecked Sendable {
+    /// What a connection is doing, and so what it waits for.
+    enum Phase {
+        /// Reading requests and answering every whole one. `frameLength` is the length of the partial
+        /// frame at the head of the input, 0 while not even its length prefix has arrived. Waits for the
+        /// socket to become readable.
+        case reading(frameLength: Int)
+        /// Reading a large PUT's value straight into its entry. Waits for the socket to become readable.
+        case receivingValue(DirectPut)
+        /// The output holds more than the connection's limit; the input may hold requests not yet
+        /// answered. Not reading. Waits for the socket to become writable (the peer to read).
+        case waitingForOutput
+        /// The input must grow, or the next reply be queued, and the connections' memory budget has no
+        /// room (``ConnectionMemory``). Not reading. Woken by the loop once memory has been returned.
+        case waitingForMemory(MemoryWait)
+        /// A request waits for the disk queue. Not reading. Woken by the operation's completion.
+        case waitingForDisk
+        /// The peer has ended its stream: every whole request was answered; what is queued is sent, then
+        /// the connection closes. Waits for the socket to become writable.
+        case finishing
+        /// The node closes the connection (a fatal frame, shutdown): nothing more is answered, what is
+        /// queued is sent, then the write side is shut down (FIN) while input is read and thrown away until
+        /// the peer closes or a bound is reached, so that the kernel never resets the connection while
+        /// replies are unread.
+        case closing(Closing)
+        case closed
+    }
+
+    /// Why a connection waits for memory.
+    enum MemoryWait: Equatable {
+        /// The partial frame at the head of the input (of this length) needs a larger input buffer.
+        case input(frameLength: Int)
+        /// The request at the head of the input has a reply that does not fit.
+        case reply
+    }
+
+    /// The graceful close's progress.
+    struct Closing {
+        /// When to close even if the peer has not (a `DispatchTime` in nanoseconds).
+        var deadline: UInt64
+        /// `shutdown(SHUT_WR)` has been done: every reply was sent.
+        var writeShut = false
+        /// The peer has ended its stream.
+        var peerEnded = false
+        /// Input bytes thrown away so far.
+        var discarded = 0
+    }
+
     let fd: Int32
     let token: UInt64
+    let memory: ConnectionMemory
+    /// Whether the connection counts as open (STATS `connections_current`); a connection answered
+    /// UNAVAILABLE and closing does not.
+    let counted: Bool
     @exclusivity(unchecked) var input: ByteBuffer
     @exclusivity(unchecked) var output: ByteBuffer
+    @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
+    /// Whether this connection is counted among those waiting for memory (brought up to date by the
+    /// loop when it settles or closes the connection).
+    @exclusivity(unchecked) var countedAsWaiting = false
     /// The epoll events currently registered (edge-triggered; see `EventLoop`).
     @exclusivity(unchecked) var interest: UInt32 = 0
     /// Reading stopped before the socket was drained; the registration must be renewed so that epoll
     /// reports the bytes left (no new edge would).
     @exclusivity(unchecked) var rearm = false
-    /// The peer has closed its sending side.
-    @exclusivity(unchecked) var readClosed = false
-    /// A fatal reply is queued; close once it is sent.
-    @exclusivity(unchecked) var closeAfterFlush = false
-    /// The input holds frames that wait for the output to drain.
-    @exclusivity(unchecked) var outputBlocked = false
-    /// A request waits for the disk queue; nothing more is read or answered until it completes.
-    @exclusivity(unchecked) var suspended = false
-    /// The length of the partial frame at the head of the input, 0 if unknown.
-    @exclusivity(unchecked) var pendingFrameLength = 0
-    @exclusivity(unchecked) var isClosed = false
-    /// A large PUT whose value is being read straight into its entry; nil otherwise.
-    @exclusivity(unchecked) var directPut: DirectPut?
+    /// Bytes of this connection's buffers charged to `memory`.
+    @exclusivity(unchecked) var charged = 0
+    /// The input capacity reserved in the budget for the frame being received (0 when none is): the
+    /// whole frame is charged as soon as the input must grow for it, although the buffer grows only as
+    /// its bytes arrive, so that connections sharing the last of the budget cannot each hold part of a
+    /// frame and none be able to complete it.
+    @exclusivity(unchecked) var inputReserved = 0
     /// When the last bytes arrived; kept only while the loop drains.
     @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
 
-    static let initialBufferSize = 16 * 1024
-    static let minimumReadRoom = 4096
-    /// Buffers up to this size are kept between requests, so that replies of large values do not pay for
-    /// a fresh allocation (and its page faults) each time; larger ones go back once empty.
-    static let retainedBufferLimit = 4 << 20
+    /// The size each buffer starts at, and shrinks back to. Small, so that idle connections cost little
+    /// (two such buffers per connection: 10,000 idle connections hold 80 MiB of them at most); a request
+    /// or reply that needs more grows them, within the budget.
+    static let initialBufferSize = 4 * 1024
+    /// Free room below which the input is compacted or grown before a read.
+    static let minimumReadRoom = 2048
+    /// An empty input buffer up to this size is kept between requests (pipelined PUTs of a few KiB refill
+    /// it at once); a larger one shrinks back once it has passed its frames.
+    static let retainedInputSize = 64 * 1024
+    /// An empty output buffer up to this size is kept, so that pipelined replies of mid-sized values do
+    /// not pay for a fresh allocation (and its page faults) each time; a larger one shrinks back once sent.
+    static let retainedOutputSize = 256 * 1024
 
-    init(fd: Int32, token: UInt64) {
+    init(fd: Int32, token: UInt64, memory: ConnectionMemory, counted: Bool = true) {
         self.fd = fd
         self.token = token
+        self.memory = memory
+        self.counted = counted
         input = ByteBuffer(capacity: Self.initialBufferSize)
         output = ByteBuffer(capacity: Self.initialBufferSize)
     }
@@ -61,14 +121,112 @@ final class Connection: @unchecked Sendable {
     /// the stream behind (it needs one more read) from one that drained the socket.
     static let readInterest = cachet_EPOLLIN | cachet_EPOLLRDHUP
 
-    /// Whether the loop should read from the socket, and watch it for readability. Never once the connection
-    /// is closed: a send that fails while a batch is answered closes it, and its descriptor number may
-    /// already belong to a new connection.
-    var wantsRead: Bool { !isClosed && !readClosed && !closeAfterFlush && !outputBlocked && !suspended }
+    /// The epoll events a connection in `phase` needs: the one place that decides them.
+    ///
+    /// Every live phase is registered for at least `EPOLLRDHUP` (and the kernel always reports errors and
+    /// hang-ups), and each phase that waits on its socket is registered for what it waits for: reading
+    /// phases for `EPOLLIN`, the others for `EPOLLOUT`. `EPOLLOUT` is asked for whenever output is pending,
+    /// and always while waiting for the output to drain, so that even an empty output wakes the connection.
+    /// Only `waitingForMemory` and `waitingForDisk` wait on something else, and those are woken by the loop.
+    static func interest(for phase: Phase, outputPending: Bool) -> UInt32 {
+        let write = outputPending ? cachet_EPOLLOUT : 0
+        switch phase {
+        case .reading, .receivingValue, .closing: return readInterest | write
+        case .waitingForOutput: return cachet_EPOLLRDHUP | cachet_EPOLLOUT
+        case .waitingForMemory, .waitingForDisk, .finishing: return cachet_EPOLLRDHUP | write
+        case .closed: return 0
+        }
+    }
 
-    /// The epoll events this connection needs now.
-    var desiredInterest: UInt32 {
-        (wantsRead ? Self.readInterest : 0) | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
+    var isClosed: Bool {
+        if case .closed = phase { return true }
+        return false
+    }
+
+    /// Whether the loop should read from the socket. Never once the connection is closed: a send that
+    /// fails while a batch is answered closes it, and its descriptor number may already belong to a new
+    /// connection.
+    var wantsRead: Bool {
+        switch phase {
+        case .reading, .receivingValue, .closing: return true
+        default: return false
+        }
+    }
+
+    /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts).
+    var footprint: Int { max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize }
+
+    /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
+    /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
+    /// date.
+    @inline(__always)
+    func trimBuffers(tight: Bool) {
+        // The common case: initial buffers, nothing charged.
+        if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize {
+            return
+        }
+        trimLargeBuffers(tight: tight)
+    }
+
+    private func trimLargeBuffers(tight: Bool) {
+        let inputKept = tight ? Self.initialBufferSize : Self.retainedInputSize
+        var frameLength = 0
+        switch phase {
+        case .reading(let length), .waitingForMemory(.input(let length)): frameLength = length
+        default: break
+        }
+        let held = max(input.readableBytes, frameLength)
+        // The frame reserved for has passed.
+        if inputReserved > 0 && held + Self.minimumReadRoom < inputReserved { inputReserved = 0 }
+        if input.capacity > inputKept {
+            if held <= input.capacity / 4 {
+                input.resize(to: max(Self.initialBufferSize, input.readableBytes + Self.minimumReadRoom))
+            }
+        }
+        let outputKept = tight ? Self.initialBufferSize : Self.retainedOutputSize
+        if output.readableBytes == 0 && output.capacity > outputKept {
+            output.resize(to: Self.initialBufferSize)
+        }
+        let footprint = self.footprint
+        if footprint != charged {
+            memory.charge(footprint - charged)
+            charged = footprint
+        }
+    }
+
+    /// Makes room in the input for the next read: compacts, or grows by what the partial frame of
+    /// `frameLength` bytes still lacks (at least `minimumReadRoom`, at most one growth step of the buffer,
+    /// never towards the length a frame merely claims). Returns false when growing needs memory the
+    /// budget does not have.
+    @inline(__always)
+    func prepareInput(frameLength: Int) -> Bool {
+        if input.writableBytes >= Self.minimumReadRoom { return true }
+        return makeInputRoom(frameLength: frameLength)
+    }
+
+    private func makeInputRoom(frameLength: Int) -> Bool {
+        let missing = frameLength - input.readableBytes
+        if missing > 0 && input.writableBytes >= missing { return true }
+        input.compact()
+        if input.writableBytes >= Self.minimumReadRoom || (missing > 0 && input.writableBytes >= missing) {
+            return true
+        }
+        let step = min(
+            max(missing, Self.minimumReadRoom),
+            max(input.capacity, Self.minimumReadRoom),
+            ByteBuffer.largestGrowthStep
+        )
+        let newCapacity = input.readableBytes + max(step, Self.minimumReadRoom)
+        let target = max(newCapacity, frameLength)
+        let held = max(input.capacity, inputReserved)
+        if target > held {
+            guard memory.allows(target - held) else { return false }
+            memory.charge(target - held)
+            charged += target - held
+            inputReserved = target
+        }
+        input.resize(to: newCapacity)
+        return true
     }
 
     enum ReadResult {
@@ -78,15 +236,17 @@ final class Connection: @unchecked Sendable {
         case failed(Int32)
     }
 
-    /// Reads once into the input buffer, making room for the frame being received.
+    /// Reads once into the input buffer's free room (see ``prepareInput(frameLength:)``).
     func readOnce() -> ReadResult {
-        // Room for the rest of the frame being received, growing by doubling as its bytes arrive so that
-        // a peer that only announces a large frame does not make the node allocate all of it up front.
-        let missing = max(0, pendingFrameLength - input.readableBytes)
-        input.reserveWritable(max(Self.minimumReadRoom, min(missing, input.capacity)))
         let (result, count) = readOnce(into: input.writePointer, count: input.writableBytes)
         if count > 0 { input.moveWriteIndex(forwardBy: count) }
         return result
+    }
+
+    /// Reads once and throws the bytes away; returns how many there were with `.data`.
+    func discardOnce() -> (ReadResult, Int) {
+        input.moveReadIndex(to: input.writeIndex)
+        return readOnce(into: input.writePointer, count: input.writableBytes)
     }
 
     /// Reads once straight into a large PUT's entry, at most the bytes its value still lacks (so that the
@@ -111,6 +271,13 @@ final class Connection: @unchecked Sendable {
         }
     }
 
+    /// Bytes the kernel holds for this socket that have not been read.
+    var unreadSocketBytes: Int {
+        var count: Int32 = 0
+        guard ioctl(fd, UInt(FIONREAD), &count) == 0 else { return 0 }
+        return Int(count)
+    }
+
     enum FlushResult {
         case drained
         case partial
@@ -131,7 +298,13 @@ final class Connection: @unchecked Sendable {
             if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) { return .partial }
             return .failed(code)
         }
-        output.shrinkIfEmpty(above: Self.retainedBufferLimit, to: Self.initialBufferSize)
         return .drained
+    }
+}
+
+extension Connection.Phase {
+    var isWaitingForMemory: Bool {
+        if case .waitingForMemory = self { return true }
+        return false
     }
 }

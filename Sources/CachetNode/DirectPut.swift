@@ -4,24 +4,30 @@ import CachetStore
 /// gathered in the connection's input buffer and then copied (memcached reads large values into the item
 /// the same way). The entry stays outside the store until every byte has arrived; if the peer goes away
 /// first, releasing this frees it and the older value, if any, stays.
+///
+/// The entry is allocated whole when the PUT starts, so a peer that announces a large value and sends it
+/// slowly holds memory the store does not count yet: it is charged to the connections' memory budget
+/// (``ConnectionMemory``) from start to release, and a PUT the budget has no room for is not started in
+/// place (its bytes then wait in the connection's input buffer, which grows only as they arrive and only
+/// while the budget allows).
 final class DirectPut {
     let pending: CachetPendingPut
     let id: UInt32
     /// Value bytes written so far.
     var received: Int
-    private let budget: DirectPutBudget
+    private let budget: ConnectionMemory
     private let reserved: Int
 
-    init(pending: CachetPendingPut, id: UInt32, received: Int, budget: DirectPutBudget) {
+    init(pending: CachetPendingPut, id: UInt32, received: Int, budget: ConnectionMemory) {
         self.pending = pending
         self.id = id
         self.received = received
         self.budget = budget
         self.reserved = pending.valueLength
-        budget.reserved += reserved
+        budget.charge(reserved)
     }
 
-    deinit { budget.reserved -= reserved }
+    deinit { budget.charge(-reserved) }
 
     /// Where the next bytes go.
     var remaining: UnsafeMutableRawBufferPointer {
@@ -29,12 +35,4 @@ final class DirectPut {
     }
 
     var isComplete: Bool { received == pending.valueLength }
-}
-
-/// Value bytes allocated for large PUTs still arriving on one event loop. An entry is allocated whole when
-/// its PUT starts, so a peer that announces large values and sends them slowly holds memory the store does
-/// not count yet; past a quarter of the memory limit, further large PUTs wait in the connection's input
-/// buffer as smaller ones do, which grows only as bytes arrive. Touched only on the loop's queue.
-final class DirectPutBudget {
-    var reserved = 0
 }

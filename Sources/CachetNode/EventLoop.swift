@@ -26,7 +26,10 @@ import Glibc
 /// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer
 /// has closed), and a connection it stops reading early (the per-event read cap) is registered again
 /// (`rearm`), which makes the kernel check it at once. A connection that stops reading because of its
-/// state (output blocked, waiting for the disk) is checked the same way when it takes `EPOLLIN` back.
+/// phase (waiting for its output to drain, for memory or for the disk; see `Connection.Phase`) is checked
+/// the same way when it takes `EPOLLIN` back. Which events a connection is registered for is decided in
+/// one place, `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after
+/// every event, completion and wake-up.
 ///
 /// Lingering: when a batch has been served and nothing else is ready, the handler waits up to
 /// `lingerMilliseconds` in `epoll_wait` on its own set before returning. While requests keep coming the
@@ -60,7 +63,23 @@ final class EventLoop: @unchecked Sendable {
     private let onClose: @Sendable () -> Void
     @exclusivity(unchecked) private var draining = false
     private var drainedCallback: (@Sendable () -> Void)?
-    private var drainTimer: (any DispatchSourceTimer)?
+    private var drainDeadline = DispatchTime(uptimeNanoseconds: 0)
+    private var drainServingEnds = DispatchTime(uptimeNanoseconds: 0)
+    private var drainQuietPeriod: DispatchTimeInterval = .milliseconds(100)
+    /// The budget shared by every loop's connections.
+    private let memory: ConnectionMemory
+    /// `memory.releases` when waiting connections were last retried.
+    private var seenReleases = 0
+    /// Connections in the `closing` phase.
+    private var closingCount = 0
+    /// Connections counted as waiting for memory (see `settle`).
+    private var waitingForMemory = 0
+    /// How long a graceful close may wait for the peer to close after the last reply.
+    private let closeLinger: Double
+    /// Input bytes a graceful close throws away before it gives up waiting for the peer.
+    static let discardLimit = 64 << 20
+    static let housekeepingInterval = DispatchTimeInterval.milliseconds(10)
+    private var housekeepingTimer: (any DispatchSourceTimer)?
 
     /// The number of open connections, read on `queue`.
     var connectionCount: Int { connections.count - freeSlots.count }
@@ -69,6 +88,8 @@ final class EventLoop: @unchecked Sendable {
         index: Int,
         processor: RequestProcessor,
         outputLimit: Int,
+        memory: ConnectionMemory,
+        closeLinger: Double = 2,
         lingerMilliseconds: Int,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
@@ -95,6 +116,8 @@ final class EventLoop: @unchecked Sendable {
         self.events = cachet_epoll_events_create(eventCapacity)
         self.processor = processor
         self.outputLimit = outputLimit
+        self.memory = memory
+        self.closeLinger = closeLinger
         var logger = logger
         logger[metadataKey: "io.loop"] = "\(index)"
         self.logger = logger
@@ -143,8 +166,38 @@ final class EventLoop: @unchecked Sendable {
         self.source = source
     }
 
+    /// Starts the housekeeping timer unless it runs. It runs only while some connection waits for memory or
+    /// closes, or the loop drains, so an idle node is not woken for nothing.
+    private func scheduleHousekeeping() {
+        guard housekeepingTimer == nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.housekeepingInterval, repeating: Self.housekeepingInterval)
+        timer.setEventHandler { [unowned self] in self.housekeep() }
+        timer.activate()
+        housekeepingTimer = timer
+    }
+
     /// Adopts an accepted socket. Called on `queue`.
     func register(fd: Int32) {
+        _ = adopt(fd: fd, counted: true)
+    }
+
+    /// Answers a connection over `--max-connections` with `reply` and closes it gracefully (a client that
+    /// sent requests at once would otherwise get a reset, which may discard the reply). It is not counted
+    /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
+    /// a flood of connections cannot hold descriptors. Called on `queue`.
+    func reject(fd: Int32, reply: [UInt8]) {
+        guard closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
+            _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
+            _ = Glibc.close(fd)
+            return
+        }
+        reply.withUnsafeBytes { connection.output.append($0) }
+        beginClosing(connection)
+        settle(connection, now: CachetClock.now())
+    }
+
+    private func adopt(fd: Int32, counted: Bool) -> Connection? {
         let slot: Int
         if let free = freeSlots.popLast() {
             slot = free
@@ -154,13 +207,16 @@ final class EventLoop: @unchecked Sendable {
         }
         generation &+= 1
         let token = UInt64(slot) | (generation << 32)
-        let connection = Connection(fd: fd, token: token)
+        let connection = Connection(fd: fd, token: token, memory: memory, counted: counted)
         connections[slot] = connection
-        connection.interest = Connection.readInterest
-        if cachet_epoll_add(epollFD, fd, Connection.readInterest | cachet_EPOLLET, token) != 0 {
+        if draining { connection.lastReceived = DispatchTime.now() }
+        connection.interest = Connection.interest(for: connection.phase, outputPending: false)
+        if cachet_epoll_add(epollFD, fd, connection.interest | cachet_EPOLLET, token) != 0 {
             logger.warning("epoll_ctl(ADD) failed", metadata: ["connection.fd": "\(fd)", "error.errno": "\(errno)"])
             close(connection)
+            return nil
         }
+        return connection
     }
 
     private func drainReadyConnections() {
@@ -206,58 +262,103 @@ final class EventLoop: @unchecked Sendable {
         }
         if mask & cachet_EPOLLOUT != 0 {
             guard send(connection) else { return }
-            if connection.outputBlocked && connection.output.readableBytes <= outputLimit {
-                connection.outputBlocked = false
-                process(connection, now: now)
+        }
+        let peerClosed = mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0
+        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 {
+            if connection.wantsRead {
+                receive(connection, peerClosed: peerClosed, now: now)
+            } else if peerClosed {
+                peerClosedWhileWaiting(connection)
             }
         }
-        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 && connection.wantsRead {
-            receive(connection, peerClosed: mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0, now: now)
-        } else if mask & cachet_EPOLLHUP != 0 && connection.output.readableBytes == 0 {
+        if mask & cachet_EPOLLHUP != 0 && !connection.isClosed && connection.output.readableBytes == 0 {
+            // Both directions are gone: nothing can be sent or received any more.
             close(connection)
             return
         }
-        settle(connection)
+        settle(connection, now: now)
     }
 
     /// Reads what is available, answers whole frames, and sends the replies. While a large PUT is being
-    /// received in place, reads go straight into its entry, up to its last byte.
+    /// received in place, reads go straight into its entry, up to its last byte; while closing, what is
+    /// read is thrown away.
     ///
     /// Stops at a short read (the socket is drained), unless the peer has closed its side, in which case it
     /// reads on to the end of the stream, which no later event would report. Stops also after
     /// `readsPerEvent` reads, so one busy connection cannot hold up the others; then the connection is
-    /// marked for re-arming, since no new edge would report the bytes left.
+    /// marked for re-arming, since no new edge would report the bytes left. Stops as soon as the
+    /// connection's phase is one that does not read.
     private func receive(_ connection: Connection, peerClosed: Bool, now: UInt32) {
         var reads = 0
-        while connection.wantsRead && reads < Self.readsPerEvent {
+        while reads < Self.readsPerEvent {
             reads += 1
-            let direct = connection.directPut
-            let result = direct.map { connection.readValue(into: $0) } ?? connection.readOnce()
-            switch result {
-            case .data:
-                if draining { connection.lastReceived = DispatchTime.now() }
-                if let direct {
+            switch connection.phase {
+            case .reading(let frameLength):
+                guard connection.prepareInput(frameLength: frameLength) else {
+                    connection.phase = .waitingForMemory(.input(frameLength: frameLength))
+                    // This event's hang-up would not be reported again.
+                    if peerClosed { peerClosedWhileWaiting(connection) }
+                    return
+                }
+                switch connection.readOnce() {
+                case .data:
+                    if draining { connection.lastReceived = DispatchTime.now() }
+                    let full = connection.input.writableBytes == 0
+                    process(connection, now: now)
+                    if !full && !peerClosed { return }
+                case .wouldBlock:
+                    return
+                case .endOfStream:
+                    // Every whole frame has been answered; a partial one is dropped without a reply.
+                    connection.phase = .finishing
+                    return
+                case .failed(let code):
+                    readFailed(connection, code)
+                    return
+                }
+            case .receivingValue(let direct):
+                switch connection.readValue(into: direct) {
+                case .data:
+                    if draining { connection.lastReceived = DispatchTime.now() }
                     if direct.isComplete {
-                        connection.directPut = nil
+                        connection.phase = .reading(frameLength: 0)
                         processor.completeDirectPut(direct, output: &connection.output, now: now)
                         process(connection, now: now)
                     } else if !peerClosed {
                         // Fewer bytes than the value lacks: the socket is drained for now.
                         return
                     }
-                } else {
-                    let full = connection.input.writableBytes == 0
-                    process(connection, now: now)
-                    if !full && !peerClosed { return }
+                case .wouldBlock:
+                    return
+                case .endOfStream:
+                    // The value's entry is freed with the phase; the older value, if any, stays.
+                    connection.phase = .finishing
+                    return
+                case .failed(let code):
+                    readFailed(connection, code)
+                    return
                 }
-            case .wouldBlock:
-                return
-            case .endOfStream:
-                connection.readClosed = true
-                return
-            case .failed(let code):
-                logger.debug("read failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
-                close(connection)
+            case .closing(var closing):
+                let (result, count) = connection.discardOnce()
+                switch result {
+                case .data:
+                    closing.discarded += count
+                    connection.phase = .closing(closing)
+                    if closing.discarded > Self.discardLimit {
+                        close(connection)
+                        return
+                    }
+                case .wouldBlock:
+                    return
+                case .endOfStream:
+                    closing.peerEnded = true
+                    connection.phase = .closing(closing)
+                    return
+                case .failed(let code):
+                    readFailed(connection, code)
+                    return
+                }
+            default:
                 return
             }
         }
@@ -265,29 +366,59 @@ final class EventLoop: @unchecked Sendable {
         if connection.wantsRead { connection.rearm = true }
     }
 
-    /// Answers the whole frames in the input and tries to send the replies.
+    private func readFailed(_ connection: Connection, _ code: Int32) {
+        logger.debug("read failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
+        close(connection)
+    }
+
+    /// The peer closed its side while the connection was not reading. One that waits for memory to grow
+    /// its input for a frame whose missing bytes are no longer all in the socket can never complete it:
+    /// it is closed now (as at any end of stream inside a frame), so that a peer that leaves half a frame
+    /// behind does not hold its memory. Every other phase goes on: the peer may still read its replies.
+    private func peerClosedWhileWaiting(_ connection: Connection) {
+        guard case .waitingForMemory(.input(let frameLength)) = connection.phase else { return }
+        let missing = frameLength - connection.input.readableBytes
+        if frameLength == 0 || connection.unreadSocketBytes < missing {
+            connection.phase = .finishing
+        }
+    }
+
+    /// The pending output above which a connection's requests wait for its peer to read: the output limit
+    /// (4 MiB), or, when the memory budget's share for replies is short, what the output buffer holds
+    /// without growing beyond that share, less 2 KiB for one more small reply (GET replies of 1 KiB and
+    /// more are checked against the budget one by one). So a client that pipelines
+    /// small requests and never reads is held to its buffer as it is, not to the output limit.
+    @inline(__always)
+    private func pendingOutputLimit(_ connection: Connection, room: Int) -> Int {
+        min(outputLimit, connection.output.capacity + room) - 2048
+    }
+
+    /// Answers the whole frames in the input and tries to send the replies. Called with the connection
+    /// in a reading phase; leaves it in the phase the input calls for.
     private func process(_ connection: Connection, now: UInt32) {
-        guard !connection.isClosed, !connection.closeAfterFlush, !connection.suspended else { return }
+        let replyRoom = memory.replyRoom
         let result = processor.process(
             input: &connection.input,
             output: &connection.output,
-            outputLimit: outputLimit,
+            outputLimit: pendingOutputLimit(connection, room: replyRoom),
+            outputCapacityLimit: connection.output.capacity + replyRoom,
             now: now,
             directSend: DirectSend(fd: connection.fd)
         )
         switch result {
         case .needMoreBytes(let frameLength):
-            connection.pendingFrameLength = frameLength
+            connection.phase = .reading(frameLength: frameLength)
         case .outputFull:
-            connection.outputBlocked = true
+            connection.phase = .waitingForOutput
+        case .memoryFull:
+            connection.phase = .waitingForMemory(.reply)
         case .closeAfterReply:
-            connection.closeAfterFlush = true
+            beginClosing(connection)
         case .suspended(let operation):
-            connection.suspended = true
+            connection.phase = .waitingForDisk
             start(operation, for: connection)
         case .receivingValue(let direct):
-            connection.directPut = direct
-            connection.pendingFrameLength = 0
+            connection.phase = .receivingValue(direct)
         }
         _ = send(connection)
     }
@@ -309,7 +440,9 @@ final class EventLoop: @unchecked Sendable {
         case .put(let key, let value, let expiry, let id):
             disk.worker.notifyWhenWritable { [self] in
                 execute { [self] in
-                    guard !connection.isClosed else { return }
+                    // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
+                    // never acknowledged.
+                    guard case .waitingForDisk = connection.phase else { return }
                     if disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
                     } else {
@@ -339,12 +472,12 @@ final class EventLoop: @unchecked Sendable {
         _ connection: Connection,
         reply: (RequestProcessor, inout ByteBuffer, UInt32) -> Void
     ) {
-        guard !connection.isClosed else { return }
+        guard case .waitingForDisk = connection.phase else { return }
         let now = CachetClock.now()
         reply(processor, &connection.output, now)
-        connection.suspended = false
+        connection.phase = .reading(frameLength: 0)
         process(connection, now: now)
-        settle(connection)
+        settle(connection, now: now)
     }
 
     /// Sends pending output; returns false if the connection was closed.
@@ -358,17 +491,54 @@ final class EventLoop: @unchecked Sendable {
         return true
     }
 
-    /// Closes the connection if it is finished, otherwise brings its epoll registration up to date. A
+    /// Brings a connection to a phase that waits for something, then its epoll registration and memory
+    /// charge up to date. The one place after every event, completion and wake-up that decides what the
+    /// connection waits for:
+    /// - a connection waiting for its output to drain whose output has drained answers the requests it
+    ///   holds (and so reads again, or waits for something else);
+    /// - a finishing connection whose replies are all sent closes;
+    /// - a closing connection whose replies are all sent shuts down its write side, and closes once the
+    ///   peer has ended its stream too.
+    /// Then the interest is derived from the phase (``Connection/interest(for:outputPending:)``). A
     /// registration that changes, or is renewed for `rearm`, makes the kernel check the socket again and
     /// report it if it is ready: that is how bytes left unread while reading was paused or capped get read.
-    private func settle(_ connection: Connection) {
-        guard !connection.isClosed else { return }
-        let idle = connection.output.readableBytes == 0 && !connection.suspended
-        if idle && (connection.closeAfterFlush || connection.readClosed) {
-            close(connection)
-            return
+    private func settle(_ connection: Connection, now: UInt32) {
+        while true {
+            switch connection.phase {
+            case .waitingForOutput
+            where connection.output.readableBytes <= pendingOutputLimit(connection, room: memory.replyRoom):
+                connection.phase = .reading(frameLength: 0)
+                process(connection, now: now)
+                continue
+            case .finishing where connection.output.readableBytes == 0:
+                close(connection)
+                return
+            case .closing(var closing) where connection.output.readableBytes == 0:
+                if !closing.writeShut {
+                    _ = Glibc.shutdown(connection.fd, Int32(SHUT_WR))
+                    closing.writeShut = true
+                    connection.phase = .closing(closing)
+                }
+                if closing.peerEnded {
+                    close(connection)
+                    return
+                }
+            case .closed:
+                return
+            default:
+                break
+            }
+            break
         }
-        let desired = connection.desiredInterest
+        connection.trimBuffers(tight: memory.replyRoom == 0)
+        let waiting = connection.phase.isWaitingForMemory
+        if waiting != connection.countedAsWaiting {
+            connection.countedAsWaiting = waiting
+            memory.countPaused(waiting ? 1 : -1)
+            waitingForMemory += waiting ? 1 : -1
+            if waiting { scheduleHousekeeping() }
+        }
+        let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
         if desired != connection.interest || connection.rearm {
             connection.interest = desired
             connection.rearm = false
@@ -376,51 +546,144 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
+    /// Starts the graceful close: nothing more is answered; once what is queued has been sent, the write
+    /// side is shut down; input is read and thrown away until the peer closes, `discardLimit` bytes, or
+    /// `deadline` (by default `closeLinger` from now).
+    private func beginClosing(_ connection: Connection, deadline: DispatchTime? = nil) {
+        switch connection.phase {
+        case .closing, .closed: return
+        default: break
+        }
+        let limit = DispatchTime.now() + closeLinger
+        let deadline = deadline.map { min($0, limit) } ?? limit
+        connection.input.moveReadIndex(to: connection.input.writeIndex)
+        connection.phase = .closing(Connection.Closing(deadline: deadline.uptimeNanoseconds))
+        closingCount += 1
+        scheduleHousekeeping()
+        _ = send(connection)
+    }
+
     private func close(_ connection: Connection) {
         guard !connection.isClosed else { return }
-        connection.isClosed = true
+        if case .closing = connection.phase { closingCount -= 1 }
+        connection.phase = .closed
         _ = cachet_epoll_remove(epollFD, connection.fd)
         _ = Glibc.close(connection.fd)
         let slot = Int(connection.token & 0xffff_ffff)
         connections[slot] = nil
         freeSlots.append(slot)
-        onClose()
+        // The buffers go with the connection (the last reference is the slot's, or a disk completion's).
+        memory.charge(-connection.charged)
+        connection.charged = 0
+        if connection.countedAsWaiting {
+            connection.countedAsWaiting = false
+            memory.countPaused(-1)
+            waitingForMemory -= 1
+        }
+        if connection.counted { onClose() }
     }
 
-    /// Winds the loop down. Connections go on being served; each is closed once it has nothing left to
-    /// answer or send and its peer has sent nothing for `quietPeriod` (or has closed), so requests already
-    /// on their way are answered. Calls `completion` (on `queue`) once no connection is left. Called on
-    /// `queue`.
-    func drain(quietPeriod: DispatchTimeInterval = .milliseconds(100), completion: @escaping @Sendable () -> Void) {
+    // MARK: - Housekeeping
+
+    /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
+    /// been returned, closes graceful closes that reached their deadline, and drives a drain.
+    private func housekeep() {
+        guard waitingForMemory > 0 || closingCount > 0 || draining else {
+            housekeepingTimer?.cancel()
+            housekeepingTimer = nil
+            return
+        }
+        let releases = memory.releases
+        let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
+        if retry { seenReleases = releases }
+        let now = CachetClock.now()
+        if retry { retryWaitingForMemory(now: now) }
+        if closingCount > 0 {
+            let clock = DispatchTime.now().uptimeNanoseconds
+            for case let connection? in connections {
+                if case .closing(let closing) = connection.phase, clock >= closing.deadline { close(connection) }
+            }
+        }
+        if draining { drainStep(now: now) }
+    }
+
+    /// Resumes connections waiting for memory, those holding the least first, until the budget is out again:
+    /// a connection that holds much (a client that does not read its replies) is served only once the
+    /// others' needs are met, so it cannot take back all that the others return.
+    private func retryWaitingForMemory(now: UInt32) {
+        var waiting: [Connection] = []
+        for case let connection? in connections where connection.phase.isWaitingForMemory {
+            waiting.append(connection)
+        }
+        waiting.sort { $0.footprint < $1.footprint }
+        for connection in waiting {
+            guard memory.allows(1) else { return }
+            guard case .waitingForMemory(let wait) = connection.phase else { continue }
+            switch wait {
+            case .input(let frameLength):
+                connection.phase = .reading(frameLength: frameLength)
+                receive(connection, peerClosed: false, now: now)
+            case .reply:
+                connection.phase = .reading(frameLength: 0)
+                process(connection, now: now)
+            }
+            settle(connection, now: now)
+        }
+    }
+
+    /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
+    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after three
+    /// quarters of `timeout` every connection is (one waiting for the disk loses that request's reply);
+    /// graceful closes end by 90% of `timeout` at the latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
+    func drain(
+        timeout: Double,
+        quietPeriod: DispatchTimeInterval = .milliseconds(100),
+        completion: @escaping @Sendable () -> Void
+    ) {
         draining = true
         drainedCallback = completion
         let start = DispatchTime.now()
+        // Graceful closes end a little before the server's own deadline, so that they end the drain
+        // rather than being cut short by it.
+        drainDeadline = start + max(0.05, timeout * 0.9 - 0.05)
+        // Requests already sent may need the disk queue (a thousand writes take a second or two on a
+        // busy machine): most of the time goes to answering them; closing gracefully takes milliseconds
+        // for a client that reads.
+        drainServingEnds = start + timeout * 0.75
+        drainQuietPeriod = quietPeriod
         for case let connection? in connections { connection.lastReceived = start }
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now(), repeating: .milliseconds(20))
-        timer.setEventHandler { [unowned self] in
-            let quietSince = DispatchTime.now() - quietPeriod
-            for case let connection? in connections {
-                let idle = connection.output.readableBytes == 0 && !connection.suspended
-                if idle && connection.lastReceived < quietSince { close(connection) }
+        scheduleHousekeeping()
+        drainStep(now: CachetClock.now())
+    }
+
+    private func drainStep(now: UInt32) {
+        let clock = DispatchTime.now()
+        let quietSince = clock - drainQuietPeriod
+        let servingOver = clock >= drainServingEnds
+        for case let connection? in connections {
+            switch connection.phase {
+            case .closing, .closed:
+                continue
+            case .waitingForDisk:
+                // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written).
+                guard servingOver else { continue }
+            default:
+                let idle = connection.output.readableBytes == 0 && connection.lastReceived < quietSince
+                guard idle || servingOver else { continue }
             }
-            if connectionCount == 0 {
-                drainTimer?.cancel()
-                drainTimer = nil
-                if let callback = drainedCallback {
-                    drainedCallback = nil
-                    callback()
-                }
-            }
+            beginClosing(connection, deadline: drainDeadline)
+            settle(connection, now: now)
         }
-        drainTimer = timer
-        timer.activate()
+        if connectionCount == 0, let callback = drainedCallback {
+            drainedCallback = nil
+            callback()
+        }
     }
 
     /// Closes every connection at once and stops the source. Called on `queue`.
     func stop() {
-        drainTimer?.cancel()
-        drainTimer = nil
+        housekeepingTimer?.cancel()
+        housekeepingTimer = nil
         for case let connection? in connections { close(connection) }
         // Kept (cancelled) so that deinit knows the cancel handler closes the descriptors.
         source?.cancel()

@@ -12,6 +12,8 @@ final class NodeStatistics: Sendable {
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
     let startTime: UInt32
+    /// The budget of connections' buffers and arriving values, shared by every loop.
+    let connectionMemory: ConnectionMemory
 
     init(configuration: CachetNodeConfiguration, memory: CachetMemoryStore, disk: DiskTier?, loopCount: Int) {
         self.configuration = configuration
@@ -20,6 +22,10 @@ final class NodeStatistics: Sendable {
         self.loopCounters = (0..<loopCount).map { _ in RequestCounters() }
         self.membership = CachetNodeMembership(configuration: configuration)
         self.startTime = CachetClock.now()
+        self.connectionMemory = ConnectionMemory(
+            limit: configuration.effectiveConnectionMemoryLimit,
+            largestFrame: configuration.maximumPayloadLength + 4 + 64 * 1024
+        )
     }
 
     /// Request counters summed over the loops.
@@ -56,6 +62,11 @@ final class NodeStatistics: Sendable {
             ("max_connections", "\(configuration.maximumConnections)"),
             ("max_frame", "\(configuration.maximumPayloadLength)"),
             ("io_queues", "\(configuration.ioQueueCount)"),
+        ]
+        fields += [
+            ("connection_memory_bytes", "\(connectionMemory.current)"),
+            ("connection_memory_limit", "\(connectionMemory.limit)"),
+            ("connections_paused", "\(connectionMemory.paused)"),
         ]
         if let disk {
             let statistics = disk.store.statistics

@@ -32,6 +32,9 @@ enum ProcessingResult {
     case needMoreBytes(frameLength: Int)
     /// The output passed its high-water mark; the rest of the input waits until it drains.
     case outputFull
+    /// The next reply does not fit the memory the connection may still take (``ConnectionMemory``); its
+    /// request stays at the head of the input until memory is returned.
+    case memoryFull
     /// A framing error was answered; the connection closes once the reply is sent.
     case closeAfterReply
     /// A request needs the disk queue; the connection waits for it before answering anything else.
@@ -50,7 +53,8 @@ struct RequestProcessor {
     let counters: RequestCounters
     let maximumPayloadLength: Int
     let statistics: @Sendable () -> String
-    let directPutBudget = DirectPutBudget()
+    /// The budget shared by every connection's buffers and large PUTs still arriving.
+    let connectionMemory: ConnectionMemory
 
     /// Answers every whole frame in `input`, appending the replies to `output`.
     ///
@@ -58,12 +62,16 @@ struct RequestProcessor {
     ///   - input: the connection's received bytes; whole frames are consumed.
     ///   - output: the connection's pending replies.
     ///   - outputLimit: stop once `output` holds more than this many bytes.
+    ///   - outputCapacityLimit: the most `output` may hold once a GET's reply is queued (its capacity plus
+    ///     what the memory budget still allows); a reply that would pass it is not produced
+    ///     (`.memoryFull`). Other replies are small and not limited.
     ///   - now: the store's clock, read once per batch.
     /// - Returns: why processing stopped.
     func process(
         input: inout ByteBuffer,
         output: inout ByteBuffer,
         outputLimit: Int,
+        outputCapacityLimit: Int = .max,
         now: UInt32,
         directSend: DirectSend? = nil
     ) -> ProcessingResult {
@@ -98,18 +106,31 @@ struct RequestProcessor {
                 }
                 return .needMoreBytes(frameLength: 0)
             }
-            let pending = dispatch(frame, in: region, output: &output, now: now, directSend: directSend)
+            var noRoom = false
+            let pending = dispatch(
+                frame,
+                in: region,
+                output: &output,
+                outputCapacityLimit: outputCapacityLimit,
+                noRoom: &noRoom,
+                now: now,
+                directSend: directSend
+            )
+            if noRoom { return .memoryFull }
             input.moveReadIndex(to: frame.end)
             if let pending { return .suspended(pending) }
         }
     }
 
-    /// Answers one request frame, or says what it waits for.
+    /// Answers one request frame, or says what it waits for. Sets `noRoom` instead when the reply does
+    /// not fit the memory the connection may take; the frame is then not answered.
     @inline(__always)
     private func dispatch(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         output: inout ByteBuffer,
+        outputCapacityLimit: Int,
+        noRoom: inout Bool,
         now: UInt32,
         directSend: DirectSend?
     ) -> PendingOperation? {
@@ -123,6 +144,8 @@ struct RequestProcessor {
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
                     id: header.id,
                     output: &output,
+                    outputCapacityLimit: outputCapacityLimit,
+                    noRoom: &noRoom,
                     now: now,
                     directSend: directSend
                 )
@@ -163,11 +186,20 @@ struct RequestProcessor {
         _ key: UnsafeRawBufferPointer,
         id: UInt32,
         output: inout ByteBuffer,
+        outputCapacityLimit: Int,
+        noRoom: inout Bool,
         now: UInt32,
         directSend: DirectSend?
     ) -> PendingOperation? {
-        RequestCounters.bump(counters.gets)
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
+            // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
+            // direct send may leave all of it to be queued. (Values below the threshold are never held
+            // back: their replies fit a connection's initial buffer, or grow it by little.)
+            if value.count >= Self.budgetCheckThreshold
+                && value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes
+            {
+                return false
+            }
             if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
                 appendReplyDirectly(id: id, value: value, output: &output, directSend: directSend)
             } else {
@@ -175,10 +207,16 @@ struct RequestProcessor {
             }
             return true
         }
-        if hit != nil {
+        if let hit {
+            guard hit else {
+                noRoom = true
+                return nil
+            }
+            RequestCounters.bump(counters.gets)
             RequestCounters.bump(counters.hits)
             return nil
         }
+        RequestCounters.bump(counters.gets)
         // A miss in memory goes to the disk queue when the key may be there: the index says so, or
         // writes are still queued (the serial queue then answers after them, in order).
         if let disk, disk.worker.queueDepth > 0 || disk.store.contains(key: key, now: now) {
@@ -291,7 +329,7 @@ struct RequestProcessor {
             header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,
-            directPutBudget.reserved + put.value.count <= store.memoryLimit / 4
+            connectionMemory.allows(put.value.count)
         else { return nil }
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         guard
@@ -305,7 +343,7 @@ struct RequestProcessor {
         if buffered.count > 0 {
             pending.value.baseAddress!.copyMemory(from: buffered.baseAddress!, byteCount: buffered.count)
         }
-        return DirectPut(pending: pending, id: header.id, received: buffered.count, budget: directPutBudget)
+        return DirectPut(pending: pending, id: header.id, received: buffered.count, budget: connectionMemory)
     }
 
     /// Stores a PUT received in place and answers it.
@@ -358,6 +396,8 @@ struct RequestProcessor {
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
     /// rather than copied into the output buffer first.
     static let directSendThreshold = 8 * 1024
+    /// GET replies of values at least this large are checked against the connections' memory budget.
+    static let budgetCheckThreshold = 1024
     /// Frames of PUTs at least this large have their value received straight into the entry.
     static let directPutThreshold = 64 * 1024
 

@@ -16,8 +16,9 @@ struct CachetNodeCommand: ParsableCommand {
         discussion: """
             Listens for Cachet protocol v1 (Protocol/PROTOCOL.md) and prints one line once ready:
             'cachet-node listening on HOST:PORT'. SIGTERM or SIGINT stops accepting, finishes the requests \
-            already received, and exits 0. SIGHUP re-reads the --cluster file (Protocol/CLUSTER.md); a bad \
-            file is logged and the old membership kept. Sizes take KiB, MiB, GiB suffixes.
+            already received, closes the connections within --shutdown-timeout, writes the queued disk \
+            writes, and exits 0. SIGHUP re-reads the --cluster file (Protocol/CLUSTER.md); a bad file is \
+            logged and the old membership kept. Sizes take KiB, MiB, GiB suffixes.
             """
     )
 
@@ -47,6 +48,17 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(help: "Milliseconds an I/O queue that has served requests waits for more on its own thread (0-1000).")
     var ioLingerMs = 2
+
+    @Option(
+        help: """
+            Bytes all connections together may hold in buffers and in large PUT values still arriving \
+            (e.g. 64MiB). Default: a quarter of --memory-limit, at least --max-frame + 16MiB.
+            """
+    )
+    var connectionMemory: String?
+
+    @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
+    var shutdownTimeout = 10.0
 
     @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
     var dataDir = "./cachet-data"
@@ -94,6 +106,10 @@ struct CachetNodeCommand: ParsableCommand {
             }
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
+            configuration.shutdownTimeout = shutdownTimeout
+            if let connectionMemory {
+                configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
+            }
             let diskBytes = try CachetByteCount.parse(diskLimit)
             if let level = compressionLevel, !(0...9).contains(level) {
                 throw CachetNodeError(

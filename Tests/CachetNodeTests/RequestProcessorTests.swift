@@ -18,7 +18,8 @@ struct ProcessorHarness: ~Copyable {
             disk: nil,
             counters: RequestCounters(),
             maximumPayloadLength: maximumPayloadLength,
-            statistics: { "{}" }
+            statistics: { "{}" },
+            connectionMemory: ConnectionMemory(limit: memoryLimit / 4)
         )
     }
 
@@ -185,7 +186,8 @@ struct RequestProcessorTests {
     }
 
     @Test func largePutsInFlightStayWithinABudget() throws {
-        // A quarter of an 8 MiB tier: 2 MiB of values may be arriving in place at once.
+        // The harness's connection budget is a quarter of the 8 MiB tier: 2 MiB of values may be arriving in
+        // place at once.
         var harness = ProcessorHarness(maximumPayloadLength: 4 << 20, memoryLimit: 8 << 20)
         let first = CachetCommand.put(key: Array("a".utf8), value: [UInt8](repeating: 1, count: 1_500_000), ttl: 0)
             .encoded(id: 1)
@@ -198,7 +200,7 @@ struct RequestProcessorTests {
                 Issue.record("expected the first PUT to be received in place")
                 return
             }
-            #expect(harness.processor.directPutBudget.reserved == 1_500_000)
+            #expect(harness.processor.connectionMemory.current == 1_500_000)
             otherInput.append(Array(second.prefix(2_000)))
             let result = harness.processor.process(
                 input: &otherInput,
@@ -213,7 +215,7 @@ struct RequestProcessorTests {
             #expect(direct.received == 2_000 - 19)
         }
         // The first PUT abandoned (its connection closed): its reservation is returned.
-        #expect(harness.processor.directPutBudget.reserved == 0)
+        #expect(harness.processor.connectionMemory.current == 0)
         otherInput.append(Array(second.dropFirst(2_000)))
         _ = harness.processor.process(input: &otherInput, output: &otherOutput, outputLimit: .max, now: 1_000)
         #expect(harness.processor.store.value(forKey: Array("b".utf8))?.count == 1_000_000)
@@ -249,6 +251,8 @@ struct RequestProcessorFuzzTests {
                 #expect(replies.last?.id == 0 && replies.last?.opcode == CachetOpcode.none)
             case .needMoreBytes, .outputFull:
                 #expect(replies.allSatisfy { $0.version == 1 })
+            case .memoryFull:
+                Issue.record("no GET reply here is too large for the budget")
             case .suspended:
                 Issue.record("a node without a disk tier never suspends")
             case .receivingValue:

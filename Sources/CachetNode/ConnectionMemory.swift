@@ -1,0 +1,61 @@
+import Synchronization
+
+/// The one budget for the memory the node holds on behalf of its connections: every connection's input
+/// and output buffers, and the values of large PUTs still arriving in place (``DirectPut``). Shared by all
+/// I/O loops (`--connection-memory`, reported by STATS as `connection_memory_bytes`,
+/// `connection_memory_limit` and `connections_paused`).
+///
+/// Charges are made after the fact for buffers (a loop reports each connection's new footprint when it
+/// settles it: what its two buffers hold beyond their initial 4 KiB each, which every connection has and
+/// which `--max-connections` bounds) and up front for large PUTs. The budget decides nothing by itself: a loop asks
+/// ``allows(_:)`` before it lets a connection's buffers grow or a large PUT start, and a connection that
+/// is refused waits (it is not read, and its next request is not answered) until memory is returned;
+/// ``releases`` tells the loops when that has happened. A connection may always use the buffers it
+/// already has, so requests and replies that fit them (small ones always do) keep being served.
+///
+/// Queued replies may take the budget only up to ``replyLimit``: the rest, room for one frame of the
+/// largest size, is left to requests, so that clients which never read their replies cannot take all
+/// of it and stall every large request for good.
+final class ConnectionMemory: Sendable {
+    /// The budget in bytes.
+    let limit: Int
+    /// The part of the budget that queued replies may take.
+    let replyLimit: Int
+    private let used = Atomic<Int>(0)
+    private let releaseCount = Atomic<Int>(0)
+    private let pausedCount = Atomic<Int>(0)
+
+    /// - Parameters:
+    ///   - limit: the budget.
+    ///   - largestFrame: the largest frame a request may be (`--max-frame` and its prefix); room for it,
+    ///     up to half the budget, is kept from replies.
+    init(limit: Int, largestFrame: Int = 0) {
+        self.limit = limit
+        self.replyLimit = limit - min(largestFrame, limit / 2)
+    }
+
+    /// Bytes a reply may still take.
+    var replyRoom: Int { max(0, replyLimit - current) }
+
+    /// Bytes charged now.
+    var current: Int { used.load(ordering: .relaxed) }
+
+    /// Connections waiting for memory now.
+    var paused: Int { pausedCount.load(ordering: .relaxed) }
+
+    /// Grows each time memory is returned; a loop with waiting connections retries them when it changes.
+    var releases: Int { releaseCount.load(ordering: .relaxed) }
+
+    /// Whether `bytes` more may be charged without passing the limit.
+    func allows(_ bytes: Int) -> Bool { bytes <= 0 || current + bytes <= limit }
+
+    /// Adds `delta` bytes (negative to return them).
+    func charge(_ delta: Int) {
+        guard delta != 0 else { return }
+        used.add(delta, ordering: .relaxed)
+        if delta < 0 { releaseCount.add(1, ordering: .relaxed) }
+    }
+
+    /// Counts a connection that starts or stops waiting for memory.
+    func countPaused(_ delta: Int) { pausedCount.add(delta, ordering: .relaxed) }
+}

@@ -1,0 +1,61 @@
+import Testing
+
+@testable import CachetNode
+
+/// How a connection's input grows and shrinks, without a socket: bytes are written into the buffer as a
+/// read would write them.
+@Suite("Connection: input buffers grow by what is needed and shrink back")
+struct ConnectionBufferTests {
+    /// Writes `count` bytes into the input the way a read does, after asking for room.
+    func arrive(_ connection: Connection, _ count: Int, frameLength: Int) -> Bool {
+        var left = count
+        while left > 0 {
+            guard connection.prepareInput(frameLength: frameLength) else { return false }
+            let n = min(left, connection.input.writableBytes)
+            connection.input.moveWriteIndex(forwardBy: n)
+            left -= n
+        }
+        return true
+    }
+
+    @Test func oneByteDripsDoNotGrowTheBufferAheadOfTheBytes() {
+        let memory = ConnectionMemory(limit: 8 << 20)
+        let connection = Connection(fd: -1, token: 0, memory: memory)
+        let frameLength = 2 << 20
+        for _ in 0..<20_000 { #expect(arrive(connection, 1, frameLength: frameLength)) }
+        // 20,000 bytes held in a buffer that grew in steps no larger than itself (the old code doubled
+        // on every read while the frame was incomplete).
+        #expect(connection.input.readableBytes == 20_000)
+        #expect(connection.input.capacity <= 2 * 20_000 + Connection.minimumReadRoom)
+        // The whole frame is reserved in the budget once the input had to grow for it.
+        #expect(connection.inputReserved == frameLength)
+        #expect(memory.current == frameLength - Connection.initialBufferSize)
+        #expect(connection.charged == memory.current)
+    }
+
+    @Test func aClaimedFrameBeyondTheBudgetWaitsWithoutAllocating() {
+        let memory = ConnectionMemory(limit: 1 << 20)
+        let connection = Connection(fd: -1, token: 0, memory: memory)
+        let frameLength = 16 << 20
+        #expect(!arrive(connection, 100_000, frameLength: frameLength))
+        #expect(connection.input.capacity == Connection.initialBufferSize)
+        #expect(memory.current == 0)
+    }
+
+    @Test func theBufferShrinksBackOnceTheLargeFrameHasPassed() {
+        let memory = ConnectionMemory(limit: 8 << 20)
+        let connection = Connection(fd: -1, token: 0, memory: memory)
+        let frameLength = 3 << 20
+        #expect(arrive(connection, frameLength, frameLength: frameLength))
+        #expect(connection.input.capacity >= frameLength)
+        connection.trimBuffers(tight: false)
+        #expect(memory.current >= frameLength - 2 * Connection.initialBufferSize)
+        // The frame is consumed; the connection reads the next one.
+        connection.input.moveReadIndex(forwardBy: frameLength)
+        connection.phase = .reading(frameLength: 0)
+        connection.trimBuffers(tight: false)
+        #expect(connection.input.capacity == Connection.initialBufferSize)
+        #expect(connection.inputReserved == 0)
+        #expect(memory.current == 0)
+    }
+}
