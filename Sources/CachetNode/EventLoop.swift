@@ -310,10 +310,15 @@ final class EventLoop: @unchecked Sendable {
             disk.worker.notifyWhenWritable { [self] in
                 execute { [self] in
                     guard !connection.isClosed else { return }
-                    if disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                    switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                    case .queued:
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
-                    } else {
+                    case .full:
                         start(operation, for: connection)
+                    case .refused(let error):
+                        resume(connection) { processor, output, now in
+                            processor.refusePut(key: key, id: id, error: error, output: &output, now: now)
+                        }
                     }
                 }
             }

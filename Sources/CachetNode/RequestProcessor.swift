@@ -234,11 +234,23 @@ struct RequestProcessor {
         }
         let keyBytes = Array(key)
         let valueBytes = Array(value)
-        if disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
+        switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
+        case .queued:
             appendReply(opcode: .put, status: .ok, id: id, to: &output)
             return nil
+        case .full:
+            return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
+        case .refused(let error):
+            refusePut(key: keyBytes, id: id, error: error, output: &output, now: now)
+            return nil
         }
-        return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
+    }
+
+    /// Answers a PUT the disk journal could not record with SERVER_ERROR. The new value leaves memory too,
+    /// so that what is served stays what was last acknowledged.
+    func refusePut(key: [UInt8], id: UInt32, error: CachetStoreError, output: inout ByteBuffer, now: UInt32) {
+        _ = key.withUnsafeBytes { store.remove(key: $0, now: now) }
+        appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
     }
 
     private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
@@ -246,7 +258,10 @@ struct RequestProcessor {
         var removed = store.remove(key: key, now: now)
         if let disk {
             removed = disk.store.contains(key: key, now: now) || removed
-            disk.worker.submitRemove(key: Array(key))
+            if case .refused(let error) = disk.worker.submitRemove(key: Array(key)) {
+                appendMessage(error.message, status: .serverError, opcode: .delete, id: id, to: &output)
+                return
+            }
         }
         appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
@@ -344,9 +359,13 @@ struct RequestProcessor {
         id: UInt32,
         memoryOnlyItems: Int,
         memoryOnlyBytes: Int,
-        disk: (items: Int, bytes: Int),
+        disk: CachetDiskClearResult,
         output: inout ByteBuffer
     ) {
+        if let failure = disk.failure {
+            appendMessage(failure.message, status: .serverError, opcode: .clear, id: id, to: &output)
+            return
+        }
         appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
     }
 
