@@ -666,6 +666,25 @@ public final class CachetDiskStore: Sendable {
         journal.checkpointIfHalfFull(survivors: survivors)
     }
 
+    /// Stops touching files and releases the lock file without writing the index file or checkpointing the
+    /// journal: what `kill -9` leaves, for tests that reopen the directory in the same process.
+    func abandonAsIfKilled() {
+        let started = state.withLock { state -> Bool in
+            state.cancelRecovery = true
+            return state.recoveryStarted
+        }
+        if started { recoveryDone.wait() }
+        io.withLock { _ in
+            let wasClosed = state.withLock { state -> Bool in
+                defer { state.closed = true }
+                return state.closed
+            }
+            guard !wasClosed, lockFD >= 0 else { return }
+            flock(lockFD, LOCK_UN)
+            Glibc.close(lockFD)
+        }
+    }
+
     /// Writes the index file (so the next start need not scan) and releases the lock file. Idempotent;
     /// afterwards the store touches no file: reads miss, writes and deletes are refused (writes count as
     /// errors), since the directory may already belong to another node.
