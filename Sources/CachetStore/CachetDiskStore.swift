@@ -659,11 +659,11 @@ public final class CachetDiskStore: Sendable {
         return admission
     }
 
-    /// Marks a journaled operation as applied to the files, and checkpoints the journal when it is half full.
+    /// Marks a journaled operation as applied to the files, and checkpoints the journal when it is due.
     func applied(_ digest: KeyDigest?) {
         guard let journal else { return }
         journal.applied(digest)
-        journal.checkpointIfHalfFull(survivors: survivors)
+        journal.checkpointIfDue(survivors: survivors)
     }
 
     /// Stops touching files and releases the lock file without writing the index file or checkpointing the

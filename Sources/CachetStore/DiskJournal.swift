@@ -40,6 +40,8 @@ final class DiskJournal: @unchecked Sendable {
         /// The errno of a failed journal write: from then on nothing more is admitted.
         var failure: Int32?
         var checkpoints = 0
+        /// Records appended since the last checkpoint.
+        var appended = 0
     }
 
     /// What a journal read at start-up found.
@@ -282,6 +284,7 @@ final class DiskJournal: @unchecked Sendable {
                 return .refused("the disk journal cannot be written (\(DiskFiles.describe(failure)))")
             }
             state.used += 1
+            state.appended += 1
             if let digest {
                 state.pending[digest, default: 0] += 1
             } else {
@@ -320,11 +323,13 @@ final class DiskJournal: @unchecked Sendable {
         }
     }
 
-    /// Checkpoints when the active file is at least half full and the survivors fit in a quarter of it,
-    /// so that appends rarely find it full. Called on the disk queue after applying operations.
-    func checkpointIfHalfFull(survivors: () -> (digests: Set<KeyDigest>, clear: Bool)) {
+    /// Checkpoints once a sixteenth of the capacity has been appended since the last checkpoint, if the
+    /// survivors fit in a quarter of it: appends rarely find the journal full, and a crash invalidates
+    /// only about that many recently written keys besides those still queued. Called on the disk queue
+    /// after applying operations.
+    func checkpointIfDue(survivors: () -> (digests: Set<KeyDigest>, clear: Bool)) {
         state.withLock { state in
-            guard state.failure == nil, state.used >= capacity / 2 else { return }
+            guard state.failure == nil, state.appended >= max(8, capacity / 16) else { return }
             let kept = survivors()
             guard Self.survivorCount(state, kept) <= capacity / 4 else { return }
             checkpoint(&state, kept)
@@ -381,6 +386,7 @@ final class DiskJournal: @unchecked Sendable {
         state.active = next
         state.epoch = epoch
         state.used = count
+        state.appended = 0
         state.checkpoints += 1
     }
 
