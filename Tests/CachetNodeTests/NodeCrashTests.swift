@@ -1,3 +1,4 @@
+import CachetStore
 import CachetTestSupport
 import CachetWire
 import Dispatch
@@ -248,5 +249,54 @@ struct NodeCrashTests {
         let found = try violations(client: client, histories: histories)
         if !found.isEmpty { Issue.record("restarted writable, \(found.count) violations: \(found.prefix(10))") }
         #expect(node.stop() == 0)
+    }
+
+    @Test func aWriteTheJournalCannotRecordIsAnsweredServerError() throws {
+        let data = TemporaryDirectory(prefix: "cachet-crash-data")
+        var readOnly: ReadOnlyDirectories?
+        defer { readOnly?.restore() }
+        try withNode({ configuration in
+            var disk = CachetDiskConfiguration(directory: data.path, limit: 64 << 20)
+            disk.journalCapacity = 16
+            configuration.disk = disk
+            configuration.memoryLimit = 1 << 20
+        }) { _, port in
+            let client = try TestSocket(port: port)
+            for key in 0..<40 {
+                let reply = try client.roundTrip(
+                    .put(key: crashKey(key), value: crashValue(key: key, version: 0), ttl: 0)
+                )
+                #expect(reply.status == .ok)
+            }
+            try waitForDiskQueue(client)
+            readOnly = ReadOnlyDirectories.make(directories(under: data.path))
+            guard readOnly != nil else {
+                print("skipped: running as root and chattr +i is not available to make a directory read-only")
+                return
+            }
+            // Each overwrite fails on disk and leaves an old file that cannot be deleted: the journal keeps
+            // them all, and once it holds 16 it cannot take another.
+            var refused: Int?
+            for key in 0..<40 {
+                let reply = try client.roundTrip(
+                    .put(key: crashKey(key), value: crashValue(key: key, version: 1), ttl: 0)
+                )
+                try waitForDiskQueue(client)
+                if reply.status == .serverError {
+                    #expect(
+                        String(decoding: reply.body, as: UTF8.self).contains("PUT refused: the disk journal is full")
+                    )
+                    refused = key
+                    break
+                }
+                #expect(reply.status == .ok)
+            }
+            let first = try #require(refused, "the journal never refused a write")
+            #expect(first == 16)
+            // The refused PUT changed nothing: the last acknowledged value is served (from disk).
+            #expect(try client.roundTrip(.get(key: crashKey(first))).body == crashValue(key: first, version: 0))
+            let delete = try client.roundTrip(.delete(key: crashKey(first)))
+            #expect(delete.status == .serverError)
+        }
     }
 }
