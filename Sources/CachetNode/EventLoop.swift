@@ -309,7 +309,10 @@ final class EventLoop: @unchecked Sendable {
         case .put(let key, let value, let expiry, let id):
             disk.worker.notifyWhenWritable { [self] in
                 execute { [self] in
-                    guard !connection.isClosed else { return }
+                    guard !connection.isClosed else {
+                        disk.worker.abandonWrite(key: key)
+                        return
+                    }
                     switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                     case .queued:
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }

@@ -201,6 +201,8 @@ struct RequestProcessor {
         let expiry = Self.expiry(ttl: put.ttl, now: now)
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         let value = UnsafeRawBufferPointer(rebasing: buffer[put.value])
+        // Before memory changes, so that a disk read queued earlier does not put the older value back.
+        disk?.worker.beginWrite(key: key)
         let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
         guard let disk else {
             if outcome == .stored {
@@ -219,6 +221,7 @@ struct RequestProcessor {
         if outcome == .tooLarge {
             // The disk limit must also hold the entry file's header, even for an incompressible value.
             guard key.count + value.count <= disk.store.maximumEntryBytes else {
+                disk.worker.abandonWrite(key: Array(key))
                 appendMessage(
                     "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit) "
                         + "nor --disk-limit \(disk.limit) (at most \(disk.store.maximumEntryBytes) bytes of key and value)",
@@ -255,6 +258,7 @@ struct RequestProcessor {
 
     private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.deletes)
+        disk?.worker.beginWrite(key: key)
         var removed = store.remove(key: key, now: now)
         if let disk {
             removed = disk.store.contains(key: key, now: now) || removed
@@ -277,6 +281,7 @@ struct RequestProcessor {
         var memoryOnlyItems = 0
         var memoryOnlyBytes = 0
         let now = CachetClock.now()
+        disk.worker.beginClear()
         _ = store.removeAll { key, valueLength in
             if !disk.store.contains(key: key, now: now) {
                 memoryOnlyItems += 1
@@ -344,6 +349,10 @@ struct RequestProcessor {
         key.withUnsafeBytes { key in
             entry.value.withUnsafeBytes { value in
                 _ = store.put(key: key, value: value, expiry: entry.expiry, now: now)
+                // A PUT or DEL of the key since the read was queued may have been overwritten just now.
+                if let disk, !disk.worker.mayKeepPromotion(key: key, of: entry) {
+                    _ = store.remove(key: key, now: now)
+                }
                 appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
             }
         }

@@ -72,6 +72,14 @@ public struct CachetDiskEntry: Sendable, Equatable {
     public var value: [UInt8]
     /// Absolute expiry in Unix seconds, 0 for never.
     public var expiry: UInt32
+    /// For a read through ``CachetDiskWorker/get(key:now:completion:)``: the worker's write sequence when
+    /// the read was queued, for ``CachetDiskWorker/mayKeepPromotion(key:of:)``. Not part of equality.
+    public var readTicket: UInt64 = 0
+
+    /// Entries are equal when their values and expiries are.
+    public static func == (lhs: CachetDiskEntry, rhs: CachetDiskEntry) -> Bool {
+        lhs.value == rhs.value && lhs.expiry == rhs.expiry
+    }
 
     /// Creates an entry.
     /// - Parameters:

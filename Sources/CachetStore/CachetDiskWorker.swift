@@ -44,6 +44,25 @@ public final class CachetDiskWorker: Sendable {
     private let appliedOperations = Atomic<Int>(0)
     /// `appliedOperations` when the journal last said wait, or -1.
     private let journalBlockedAt = Atomic<Int>(-1)
+    /// Writes, deletes and clears between their memory change and their submission, per key bucket.
+    private let writes = LockedBox(WriteTracking())
+
+    /// What a disk read promoted into memory must be checked against: a write of the same key whose
+    /// memory change came after the read was queued, but whose disk operation runs after it, would
+    /// otherwise be overwritten in memory by the older value read.
+    struct WriteTracking {
+        static let buckets = 4096
+        var sequence: UInt64 = 0
+        /// Per bucket: the sequence of the last write begun or submitted, and writes begun not submitted.
+        var last = [UInt64](repeating: 0, count: buckets)
+        var inFlight = [Int32](repeating: 0, count: buckets)
+        var lastClear: UInt64 = 0
+        var clearsInFlight = 0
+    }
+
+    private static func bucket(_ key: UnsafeRawBufferPointer) -> Int {
+        Int(truncatingIfNeeded: CachetHash.hash(key, seed: 0x6361_6368_6574) % UInt64(WriteTracking.buckets))
+    }
 
     /// Creates a worker for `store`.
     /// - Parameter store: the disk tier.
@@ -91,6 +110,7 @@ public final class CachetDiskWorker: Sendable {
         case .refused(let reason):
             pendingWrites.subtract(1, ordering: .relaxed)
             wakeWaiters()
+            key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
             return .refused(refusal("PUT", reason))
         }
         enqueue { [self] in
@@ -100,6 +120,7 @@ public final class CachetDiskWorker: Sendable {
             appliedOperations.add(1, ordering: .releasing)
             wakeWaiters()
         }
+        key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
         return .queued
     }
 
@@ -138,6 +159,7 @@ public final class CachetDiskWorker: Sendable {
     @discardableResult
     public func submitRemove(key: [UInt8]) -> CachetDiskAdmission {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        defer { key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) } }
         switch store.admit(digest) {
         case .recorded:
             break
@@ -174,7 +196,65 @@ public final class CachetDiskWorker: Sendable {
     ///   - now: the time expiry is judged at.
     ///   - completion: receives the entry or nil, on the disk queue.
     public func get(key: [UInt8], now: UInt32, completion: @escaping @Sendable (CachetDiskEntry?) -> Void) {
-        enqueue { [store] in completion(store.get(key: key, now: now)) }
+        let ticket = writes.withLock { $0.sequence }
+        enqueue { [store] in
+            var entry = store.get(key: key, now: now)
+            entry?.readTicket = ticket
+            completion(entry)
+        }
+    }
+
+    // MARK: Keeping disk reads from overwriting newer values in memory
+
+    /// Call before a PUT or DEL changes the memory tier; ``submitPut(key:value:expiry:)`` (once it no
+    /// longer answers `.full`), ``submitRemove(key:)`` or ``abandonWrite(key:)`` ends it.
+    /// - Parameter key: the key.
+    public func beginWrite(key: UnsafeRawBufferPointer) {
+        let bucket = Self.bucket(key)
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.last[bucket] = tracking.sequence
+            tracking.inFlight[bucket] += 1
+        }
+    }
+
+    /// Ends a write begun with ``beginWrite(key:)`` that will not be submitted (refused before the disk
+    /// queue, or its connection closed while it waited).
+    /// - Parameter key: the key.
+    public func abandonWrite(key: [UInt8]) {
+        key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
+    }
+
+    private func endWrite(bucket: Int) {
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.last[bucket] = tracking.sequence
+            tracking.inFlight[bucket] = max(0, tracking.inFlight[bucket] - 1)
+        }
+    }
+
+    /// Call before a CLEAR empties the memory tier; ``removeAll(completion:)`` ends it.
+    public func beginClear() {
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.lastClear = tracking.sequence
+            tracking.clearsInFlight += 1
+        }
+    }
+
+    /// After promoting an entry read by ``get(key:now:completion:)`` into memory: whether it may stay.
+    /// False when a write, delete or clear of the key (or of one sharing its bucket) began after the read
+    /// was queued or is still between its memory change and the disk queue: the promoted value may be
+    /// older than one acknowledged meanwhile, and the caller must remove it again (a miss is harmless).
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - entry: what the read returned.
+    public func mayKeepPromotion(key: UnsafeRawBufferPointer, of entry: CachetDiskEntry) -> Bool {
+        let bucket = Self.bucket(key)
+        return writes.withLock { tracking in
+            tracking.inFlight[bucket] == 0 && tracking.last[bucket] <= entry.readTicket
+                && tracking.clearsInFlight == 0 && tracking.lastClear <= entry.readTicket
+        }
     }
 
     /// Queues a delete of everything, behind the writes already queued. Its completion comes after the
@@ -183,6 +263,11 @@ public final class CachetDiskWorker: Sendable {
     /// - Parameter completion: receives the entries and bytes deleted, on the disk queue.
     public func removeAll(completion: @escaping @Sendable (CachetDiskClearResult) -> Void) {
         enqueue { [store] in completion(store.clear()) }
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.lastClear = tracking.sequence
+            tracking.clearsInFlight = max(0, tracking.clearsInFlight - 1)
+        }
     }
 
     /// Blocks until every queued operation has run.

@@ -251,4 +251,43 @@ struct CachetDiskJournalTests {
         let store = try openJournaled(directory, journalCapacity: 64)
         #expect(store.get(key: Array("old".utf8), now: 1) == nil, "the old value came back")
     }
+
+    @Test func aReadQueuedBeforeAWriteMayNotStayPromoted() throws {
+        let directory = TemporaryDirectory()
+        let store = try openJournaled(directory)
+        let worker = CachetDiskWorker(store: store)
+        store.put(key: key(1), value: [1], expiry: 0)
+        func read() -> CachetDiskEntry? {
+            let done = DispatchSemaphore(value: 0)
+            let result = LockedBox<CachetDiskEntry?>(nil)
+            worker.get(key: key(1), now: 1) { entry in
+                result.withLock { $0 = entry }
+                done.signal()
+            }
+            _ = done.wait(timeout: .now() + 10)
+            return result.withLock { $0 }
+        }
+        let quiet = try #require(read())
+        #expect(key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: quiet) })
+        // A PUT begins (memory changes) after the read was queued: the read's value must not stay.
+        key(1).withUnsafeBytes { worker.beginWrite(key: $0) }
+        #expect(!key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: quiet) }, "write in flight")
+        #expect(worker.submitPut(key: key(1), value: [2], expiry: 0).isQueued)
+        #expect(!key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: quiet) }, "write after the read")
+        // A read queued after the write was submitted sees it, and may stay.
+        let later = try #require(read())
+        #expect(later.value == [2])
+        #expect(key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: later) })
+        // Other keys are not affected (unless they share a bucket, which only costs a miss).
+        key(2).withUnsafeBytes { worker.beginWrite(key: $0) }
+        #expect(key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: later) })
+        _ = worker.submitRemove(key: key(2))
+        // A CLEAR invalidates every read queued before it.
+        worker.beginClear()
+        #expect(!key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: later) })
+        let cleared = DispatchSemaphore(value: 0)
+        worker.removeAll { _ in cleared.signal() }
+        #expect(cleared.wait(timeout: .now() + 10) == .success)
+        #expect(!key(1).withUnsafeBytes { worker.mayKeepPromotion(key: $0, of: later) })
+    }
 }
