@@ -26,7 +26,10 @@ public final class CachetDiskStore: Sendable {
     public let configuration: CachetDiskConfiguration
     let logger: Logger
     let state: LockedBox<State>
-    let io = LockedBox(())
+    /// Serialises file operations. It guards no value: the Int is unused, and not `()` because
+    /// ThreadSanitizer reports the exclusive access to a zero-sized value at the box's own address, where
+    /// unlocked reads of its header look like a race.
+    let io = LockedBox(0)
     private let lockFD: Int32
     /// The invalidation journal; nil when it cannot be opened (see ``admit(_:)``).
     let journal: DiskJournal?
