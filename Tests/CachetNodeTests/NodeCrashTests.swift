@@ -123,7 +123,7 @@ struct NodeCrashTests {
     }
 
     @Test func killNineDuringAPutAndDeleteStreamUndoesNothingAcknowledged() throws {
-        let keys = 1500
+        let keys = 600
         var totalViolations: [String] = []
         for round in 0..<3 {
             let data = TemporaryDirectory(prefix: "cachet-crash-data")
