@@ -442,11 +442,19 @@ final class EventLoop: @unchecked Sendable {
                 execute { [self] in
                     // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
                     // never acknowledged.
-                    guard case .waitingForDisk = connection.phase else { return }
-                    if disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                    guard case .waitingForDisk = connection.phase else {
+                        disk.worker.abandonWrite(key: key)
+                        return
+                    }
+                    switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                    case .queued:
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
-                    } else {
+                    case .full:
                         start(operation, for: connection)
+                    case .refused(let error):
+                        resume(connection) { processor, output, now in
+                            processor.refusePut(key: key, id: id, error: error, output: &output, now: now)
+                        }
                     }
                 }
             }

@@ -239,6 +239,8 @@ struct RequestProcessor {
         let expiry = Self.expiry(ttl: put.ttl, now: now)
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         let value = UnsafeRawBufferPointer(rebasing: buffer[put.value])
+        // Before memory changes, so that a disk read queued earlier does not put the older value back.
+        disk?.worker.beginWrite(key: key)
         let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
         guard let disk else {
             if outcome == .stored {
@@ -257,6 +259,7 @@ struct RequestProcessor {
         if outcome == .tooLarge {
             // The disk limit must also hold the entry file's header, even for an incompressible value.
             guard key.count + value.count <= disk.store.maximumEntryBytes else {
+                disk.worker.abandonWrite(key: Array(key))
                 appendMessage(
                     "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit) "
                         + "nor --disk-limit \(disk.limit) (at most \(disk.store.maximumEntryBytes) bytes of key and value)",
@@ -272,19 +275,35 @@ struct RequestProcessor {
         }
         let keyBytes = Array(key)
         let valueBytes = Array(value)
-        if disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
+        switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
+        case .queued:
             appendReply(opcode: .put, status: .ok, id: id, to: &output)
             return nil
+        case .full:
+            return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
+        case .refused(let error):
+            refusePut(key: keyBytes, id: id, error: error, output: &output, now: now)
+            return nil
         }
-        return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
+    }
+
+    /// Answers a PUT the disk journal could not record with SERVER_ERROR. The new value leaves memory too,
+    /// so that what is served stays what was last acknowledged.
+    func refusePut(key: [UInt8], id: UInt32, error: CachetStoreError, output: inout ByteBuffer, now: UInt32) {
+        _ = key.withUnsafeBytes { store.remove(key: $0, now: now) }
+        appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
     }
 
     private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.deletes)
+        disk?.worker.beginWrite(key: key)
         var removed = store.remove(key: key, now: now)
         if let disk {
             removed = disk.store.contains(key: key, now: now) || removed
-            disk.worker.submitRemove(key: Array(key))
+            if case .refused(let error) = disk.worker.submitRemove(key: Array(key)) {
+                appendMessage(error.message, status: .serverError, opcode: .delete, id: id, to: &output)
+                return
+            }
         }
         appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
@@ -300,6 +319,7 @@ struct RequestProcessor {
         var memoryOnlyItems = 0
         var memoryOnlyBytes = 0
         let now = CachetClock.now()
+        disk.worker.beginClear()
         _ = store.removeAll { key, valueLength in
             if !disk.store.contains(key: key, now: now) {
                 memoryOnlyItems += 1
@@ -367,6 +387,10 @@ struct RequestProcessor {
         key.withUnsafeBytes { key in
             entry.value.withUnsafeBytes { value in
                 _ = store.put(key: key, value: value, expiry: entry.expiry, now: now)
+                // A PUT or DEL of the key since the read was queued may have been overwritten just now.
+                if let disk, !disk.worker.mayKeepPromotion(key: key, of: entry) {
+                    _ = store.remove(key: key, now: now)
+                }
                 appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
             }
         }
@@ -382,9 +406,13 @@ struct RequestProcessor {
         id: UInt32,
         memoryOnlyItems: Int,
         memoryOnlyBytes: Int,
-        disk: (items: Int, bytes: Int),
+        disk: CachetDiskClearResult,
         output: inout ByteBuffer
     ) {
+        if let failure = disk.failure {
+            appendMessage(failure.message, status: .serverError, opcode: .clear, id: id, to: &output)
+            return
+        }
         appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
     }
 

@@ -10,6 +10,14 @@ public struct CachetDiskConfiguration: Sendable {
     /// Writes that may wait in the disk queue before a PUT has to wait for room.
     public var queueCapacity: Int
 
+    /// Records each of the two journal files holds (44 bytes each; the files are created at full size).
+    /// The journal lists the keys written or deleted and not yet applied to the files, and those whose
+    /// stale files could not be deleted; when it is full of the latter, writes are refused.
+    public var journalCapacity: Int = CachetDiskConfiguration.defaultJournalCapacity
+
+    /// The default journal size: 65,536 records, 2.9 MB per file.
+    public static let defaultJournalCapacity = 65_536
+
     /// Nanoseconds between two warnings about failed reads, writes or deletes and corrupt files; the ones
     /// in between are counted in `statistics.errors` and `corrupt` only. One second unless a test says otherwise.
     package var failureWarningInterval: UInt64 = 1_000_000_000
@@ -36,12 +44,42 @@ public struct CachetDiskConfiguration: Sendable {
     }
 }
 
+/// What deleting every entry did.
+public struct CachetDiskClearResult: Sendable {
+    /// Entries deleted.
+    public var items: Int
+    /// Their key and value bytes.
+    public var bytes: Int
+    /// Set when some file could not be deleted and the journal could not record that: the CLEAR could be
+    /// undone by a restart and must not be acknowledged.
+    public var failure: CachetStoreError?
+
+    /// Creates a result.
+    /// - Parameters:
+    ///   - items: entries deleted.
+    ///   - bytes: their bytes.
+    ///   - failure: why the CLEAR must not be acknowledged, if it must not.
+    public init(items: Int, bytes: Int, failure: CachetStoreError? = nil) {
+        self.items = items
+        self.bytes = bytes
+        self.failure = failure
+    }
+}
+
 /// A value read back from disk.
 public struct CachetDiskEntry: Sendable, Equatable {
     /// The value's bytes, decompressed and checked.
     public var value: [UInt8]
     /// Absolute expiry in Unix seconds, 0 for never.
     public var expiry: UInt32
+    /// For a read through ``CachetDiskWorker/get(key:now:completion:)``: the worker's write sequence when
+    /// the read was queued, for ``CachetDiskWorker/mayKeepPromotion(key:of:)``. Not part of equality.
+    public var readTicket: UInt64 = 0
+
+    /// Entries are equal when their values and expiries are.
+    public static func == (lhs: CachetDiskEntry, rhs: CachetDiskEntry) -> Bool {
+        lhs.value == rhs.value && lhs.expiry == rhs.expiry
+    }
 
     /// Creates an entry.
     /// - Parameters:
@@ -86,6 +124,14 @@ public struct CachetDiskStatistics: Sendable, Equatable {
     public var writable = true
     /// Whether the index is still being rebuilt from the files after a crash.
     public var recovering = false
+    /// Keys whose entry files may be stale and could not be deleted (never read; kept in the journal).
+    public var staleFiles = 0
+    /// Records in the active journal file.
+    public var journalRecords = 0
+    /// Journal checkpoints since the tier opened (one at start-up).
+    public var journalCheckpoints = 0
+    /// Writes, deletes and clears refused because the journal could not record them.
+    public var refused = 0
 
     /// Logical bytes per byte on disk (1 when empty).
     public var compressionRatio: Double { bytes > 0 ? Double(logicalBytes) / Double(bytes) : 1 }

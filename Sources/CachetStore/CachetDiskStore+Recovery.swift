@@ -64,8 +64,10 @@ extension CachetDiskStore {
                         return
                     }
                     state.withLock { state in
-                        // Entries written or read since start-up are newer than anything found here.
-                        if state.index.lookup(digest) == nil {
+                        // Entries written or read since start-up are newer than anything found here; a
+                        // file known to be stale is never indexed.
+                        if state.index.lookup(digest) == nil && !state.staleClear && !state.staleFiles.contains(digest)
+                        {
                             state.index.appendOldest(
                                 digest,
                                 fileSize: fileSize,

@@ -26,8 +26,15 @@ public final class CachetDiskStore: Sendable {
     public let configuration: CachetDiskConfiguration
     let logger: Logger
     let state: LockedBox<State>
-    let io = LockedBox(())
+    /// Serialises file operations. It guards no value: the Int is unused, and not `()` because
+    /// ThreadSanitizer reports the exclusive access to a zero-sized value at the box's own address, where
+    /// unlocked reads of its header look like a race.
+    let io = LockedBox(0)
     private let lockFD: Int32
+    /// The invalidation journal; nil when it cannot be opened (see ``admit(_:)``).
+    let journal: DiskJournal?
+    /// Why the journal could not be opened.
+    let journalFailure: Int32?
 
     struct State {
         var index = DiskIndex()
@@ -37,6 +44,12 @@ public final class CachetDiskStore: Sendable {
         var recovering = false
         var recoveryStarted = false
         var cancelRecovery = false
+        /// Keys whose entry file may be older than the last acknowledged operation and could not be
+        /// deleted (a directory turned read-only): never read, and kept in the journal until deleted.
+        var staleFiles = Set<KeyDigest>()
+        /// A CLEAR could not delete every file: no file outside the index may be read, and the journal
+        /// keeps a CLEAR record until one succeeds.
+        var staleClear = false
         /// When the last failure warning was logged (uptime nanoseconds), and how many were held back since.
         var lastFailureWarning: UInt64?
         var heldBackFailureWarnings = 0
@@ -81,8 +94,45 @@ public final class CachetDiskStore: Sendable {
             statistics.writable = false
         }
 
+        // The journal names the keys whose files may be older than what was acknowledged: delete them
+        // before anything is read.
+        let opened = DiskJournal.open(directory: directory, capacity: max(16, configuration.journalCapacity))
+        journal = opened.journal
+        journalFailure = opened.failure
+        var staleFiles = Set<KeyDigest>()
+        var staleClear = false
+        if opened.replay.clear {
+            Self.forEachEntryFile(directory: directory) { path, _ in
+                if !DiskFiles.remove(path) { staleClear = true }
+                return true
+            }
+        }
+        for digest in opened.replay.digests where !DiskFiles.remove(Self.path(for: digest, in: directory).file) {
+            staleFiles.insert(digest)
+        }
+        if opened.replay.records > 0 {
+            logger.info(
+                "disk journal replayed: entries written or deleted just before the last stop were dropped",
+                metadata: [
+                    "disk.journal_records": "\(opened.replay.records)",
+                    "disk.journal_undeletable": "\(staleFiles.count + (staleClear ? 1 : 0))",
+                ]
+            )
+        }
+        if opened.journal == nil && directoryFailure == nil {
+            logger.error(
+                "cannot open the disk journal; PUT, DEL and CLEAR are refused while entry files could go stale",
+                metadata: ["error.message": "\(DiskFiles.describe(opened.failure ?? EBADF))"]
+            )
+        }
+
         var index = DiskIndex()
         var loaded = Self.loadIndexFile(directory: directory, into: &index)
+        if loaded && opened.replay.clear {
+            // Every file it lists was deleted (or cannot be trusted).
+            index = DiskIndex()
+        }
+        for digest in opened.replay.digests { index.remove(digest) }
         if loaded && !Self.sampleMatches(index, directory: directory) {
             logger.warning("the index file does not match the entry files; rebuilding the index from the files")
             index = DiskIndex()
@@ -90,8 +140,24 @@ public final class CachetDiskStore: Sendable {
         }
         statistics.indexLoadedFromFile = loaded
         // Without an index file there is something to rebuild only if fan-out directories exist.
-        let hasEntryDirectories = DiskFiles.list(directory).contains { $0.utf8.count == 2 }
-        state = LockedBox(State(index: index, statistics: statistics, recovering: !loaded && hasEntryDirectories))
+        // After a CLEAR that could not delete everything, no file outside the index is trusted.
+        let hasEntryDirectories = !staleClear && DiskFiles.list(directory).contains { $0.utf8.count == 2 }
+        state = LockedBox(
+            State(
+                index: index,
+                statistics: statistics,
+                recovering: !loaded && hasEntryDirectories,
+                staleFiles: staleFiles,
+                staleClear: staleClear
+            )
+        )
+        // Only now may the replayed records go: the journal keeps just the files that could not be deleted.
+        if let journal, !journal.checkpoint(survivors: survivors) {
+            logger.error(
+                "cannot write the disk journal; PUT, DEL and CLEAR are refused",
+                metadata: ["error.message": "\(DiskFiles.describe(journal.failure ?? ENOSPC))"]
+            )
+        }
         // A crash from here on leaves no index file, so the next start scans the files.
         unlink(directory + "/" + Self.indexFileName)
         trimToLimit()
@@ -170,11 +236,15 @@ public final class CachetDiskStore: Sendable {
 
     // MARK: Paths
 
-    private func path(for digest: KeyDigest) -> (directory: String, file: String) {
+    func path(for digest: KeyDigest) -> (directory: String, file: String) {
+        Self.path(for: digest, in: configuration.directory)
+    }
+
+    static func path(for digest: KeyDigest, in root: String) -> (directory: String, file: String) {
         let hex = digest.hex
         let first = hex.prefix(2)
         let second = hex.dropFirst(2).prefix(2)
-        let directory = "\(configuration.directory)/\(first)/\(second)"
+        let directory = "\(root)/\(first)/\(second)"
         return (directory, "\(directory)/\(hex)")
     }
 
@@ -188,7 +258,10 @@ public final class CachetDiskStore: Sendable {
     ///   - value: the value.
     ///   - expiry: absolute expiry in Unix seconds, 0 for never.
     public func put(key: [UInt8], value: [UInt8], expiry: UInt32) {
-        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        put(key: key, digest: key.withUnsafeBytes { KeyDigest(of: $0) }, value: value, expiry: expiry)
+    }
+
+    func put(key: [UInt8], digest: KeyDigest, value: [UInt8], expiry: UInt32) {
         guard DiskEntryFormat.canHold(keyLength: key.count, valueLength: value.count) else {
             // Not representable in an entry file; an older copy must not stay either.
             warnFailure(
@@ -199,7 +272,7 @@ public final class CachetDiskStore: Sendable {
                 metadata: ["disk.key_length": "\(key.count)", "disk.value_length": "\(value.count)"]
             )
             io.withLock { _ in
-                if !state.withLock({ $0.closed }) { discard(digest, reason: nil) }
+                if !state.withLock({ $0.closed }) { invalidate(digest) }
             }
             state.withLock { $0.statistics.errors += 1 }
             return
@@ -218,12 +291,12 @@ public final class CachetDiskStore: Sendable {
             // Once closed, the directory may belong to another node: leave its files alone.
             guard !closed else { return }
             guard writable else {
-                discard(digest, reason: nil)
+                invalidate(digest)
                 return
             }
             guard file.count <= configuration.limit else {
                 // Larger than the whole tier: it cannot be kept, and an older copy must not stay.
-                discard(digest, reason: nil)
+                invalidate(digest)
                 return
             }
             let paths = path(for: digest)
@@ -237,16 +310,51 @@ public final class CachetDiskStore: Sendable {
                     "disk write failed; the entry stays in memory only",
                     metadata: ["disk.path": "\(paths.file)", "error.message": "\(DiskFiles.describe(failure))"]
                 )
-                discard(digest, reason: nil)
+                invalidate(digest)
                 state.withLock { $0.statistics.errors += 1 }
                 return
             }
             state.withLock { state in
                 state.index.upsert(digest, fileSize: file.count, logicalSize: key.count + value.count, expiry: expiry)
+                state.staleFiles.remove(digest)
                 if compressed { state.statistics.compressedWrites += 1 } else { state.statistics.rawWrites += 1 }
             }
         }
         trimToLimit()
+    }
+
+    /// Drops a key's index entry and deletes its file, indexed or not. A file that cannot be deleted
+    /// (a directory turned read-only) may hold an older value than the last acknowledged one: it is
+    /// remembered, never read, and kept in the journal until a later write or delete of the key succeeds.
+    /// Called with the I/O lock held. Returns whether an entry was indexed.
+    /// - Parameter countFailure: count a failed delete in `errors` and warn (a failed write that calls
+    ///   this has been counted already).
+    @discardableResult
+    func invalidate(_ digest: KeyDigest, countFailure: Bool = false) -> Bool {
+        let present = state.withLock { $0.index.remove(digest) != nil }
+        let file = path(for: digest).file
+        if DiskFiles.remove(file) {
+            state.withLock { _ = $0.staleFiles.remove(digest) }
+            return present
+        }
+        if countFailure {
+            warnFailure(
+                "cannot delete an entry file; it will not be read",
+                metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"]
+            )
+        }
+        state.withLock { state in
+            if countFailure { state.statistics.errors += 1 }
+            state.staleFiles.insert(digest)
+        }
+        journal?.recordSurvivor(digest, survivors: survivors)
+        return present
+    }
+
+    /// The keys whose files could not be deleted, and whether a CLEAR failed: what a journal checkpoint
+    /// must keep.
+    func survivors() -> (digests: Set<KeyDigest>, clear: Bool) {
+        state.withLock { ($0.staleFiles, $0.staleClear) }
     }
 
     /// Reads an entry, checking everything the file carries.
@@ -305,6 +413,7 @@ public final class CachetDiskStore: Sendable {
     /// Reads a key's file while the index is being rebuilt and the key is not in it yet; indexes it on
     /// success. Called with the I/O lock held.
     private func readUnindexed(key: [UInt8], digest: KeyDigest, now: UInt32) -> CachetDiskEntry? {
+        guard !state.withLock({ $0.staleClear || $0.staleFiles.contains(digest) }) else { return nil }
         let file = path(for: digest).file
         guard case .bytes(let bytes) = DiskFiles.read(file) else { return nil }
         guard let entry = Self.decode(bytes, key: key) else {
@@ -361,7 +470,9 @@ public final class CachetDiskStore: Sendable {
         let digest = KeyDigest(of: key)
         return state.withLock { state in
             // While the index is rebuilt, an unindexed key may still have a file.
-            guard let node = state.index.lookup(digest) else { return state.recovering }
+            guard let node = state.index.lookup(digest) else {
+                return state.recovering && !state.staleClear && !state.staleFiles.contains(digest)
+            }
             return !CachetClock.isExpired(node.expiry, now: now)
         }
     }
@@ -391,18 +502,19 @@ public final class CachetDiskStore: Sendable {
     /// - Returns: whether an entry was indexed.
     @discardableResult
     public func remove(key: [UInt8]) -> Bool {
-        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
-        return io.withLock { _ in
+        remove(digest: key.withUnsafeBytes { KeyDigest(of: $0) })
+    }
+
+    @discardableResult
+    func remove(digest: KeyDigest) -> Bool {
+        io.withLock { _ in
             let (present, recovering, closed) = state.withLock {
                 ($0.index.lookup(digest) != nil, $0.recovering, $0.closed)
             }
             guard !closed else { return false }
-            discard(digest, reason: nil)
-            if recovering && !present {
-                // Not indexed yet: the file may still be there.
-                return unlink(path(for: digest).file) == 0
-            }
-            return present
+            // Indexed or not (being rebuilt, or an eviction that could not delete it), the file must go.
+            let existed = recovering && !present && access(path(for: digest).file, F_OK) == 0
+            return invalidate(digest, countFailure: true) || existed
         }
     }
 
@@ -410,42 +522,70 @@ public final class CachetDiskStore: Sendable {
     /// - Returns: entries deleted and their key and value bytes.
     @discardableResult
     public func removeAll() -> (items: Int, bytes: Int) {
-        io.withLock { _ in
-            guard !state.withLock({ $0.closed }) else { return (0, 0) }
-            let nodes = state.withLock { state -> [DiskIndex.Node] in
+        let result = clear()
+        return (result.items, result.bytes)
+    }
+
+    /// Deletes every entry, saying whether the deletion can be undone by a restart: when some file could
+    /// not be deleted and the journal cannot record that, `failure` says so and the CLEAR must not be
+    /// acknowledged.
+    func clear() -> CachetDiskClearResult {
+        let (result, failed) = io.withLock { _ -> (CachetDiskClearResult, Bool) in
+            guard !state.withLock({ $0.closed }) else { return (CachetDiskClearResult(items: 0, bytes: 0), false) }
+            let (nodes, recovering, staleClear, staleFiles) = state.withLock { state in
                 let nodes = state.index.inRecencyOrder()
                 state.index.removeAll()
-                return nodes
+                return (nodes, state.recovering, state.staleClear, state.staleFiles)
             }
             var bytes = 0
             var items = nodes.count
-            if state.withLock({ $0.recovering }) {
-                // Files not indexed yet are entries too: delete them, counting what their headers say.
+            var failed = false
+            if recovering || staleClear {
+                // Files not indexed yet are entries too (counted by what their headers say); after a CLEAR
+                // that failed, they are what it left behind.
                 let indexed = Set(nodes.map(\.digest))
                 Self.forEachEntryFile(directory: configuration.directory) { path, name in
-                    if case .entry(let digest, _, let logicalSize, _, _) = Self.scanFile(path, name: name),
+                    if recovering, case .entry(let digest, _, let logicalSize, _, _) = Self.scanFile(path, name: name),
                         !indexed.contains(digest)
                     {
                         items += 1
                         bytes += logicalSize
                     }
-                    unlink(path)
+                    if !DiskFiles.remove(path) { failed = true }
                     return true
                 }
             }
+            var deletedStale: [KeyDigest] = []
+            for digest in staleFiles where DiskFiles.remove(path(for: digest).file) { deletedStale.append(digest) }
             for node in nodes {
                 bytes += node.logicalSize
                 let file = path(for: node.digest).file
-                if unlink(file) != 0 && errno != ENOENT {
+                if !DiskFiles.remove(file) {
                     warnFailure(
                         "cannot delete entry file",
                         metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(errno))"]
                     )
                     state.withLock { $0.statistics.errors += 1 }
+                    failed = true
                 }
             }
-            return (items, bytes)
+            state.withLock { state in
+                for digest in deletedStale { state.staleFiles.remove(digest) }
+                state.staleClear = failed
+            }
+            return (CachetDiskClearResult(items: items, bytes: bytes), failed)
         }
+        guard failed else { return result }
+        var answer = result
+        if journal?.recordSurvivor(nil, survivors: survivors) != true {
+            answer.failure = CachetStoreError(
+                code: .writeRefused,
+                message:
+                    "CLEAR could not delete every entry file in \(configuration.directory) and the disk journal cannot "
+                    + "record it, so entries could come back after a restart; make the data directory writable"
+            )
+        }
+        return answer
     }
 
     /// Removes an entry's index record and file. Called with the I/O lock held.
@@ -486,13 +626,65 @@ public final class CachetDiskStore: Sendable {
 
     /// The tier's counters.
     public var statistics: CachetDiskStatistics {
-        state.withLock { state in
+        var result = state.withLock { state in
             var statistics = state.statistics
             statistics.items = state.index.count
             statistics.bytes = state.index.fileBytes
             statistics.logicalBytes = state.index.logicalBytes
             statistics.recovering = state.recovering
+            statistics.staleFiles = state.staleFiles.count
             return statistics
+        }
+        if let journal {
+            let usage = journal.usage
+            result.journalRecords = usage.records
+            result.journalCheckpoints = usage.checkpoints
+        }
+        return result
+    }
+
+    /// Journals an operation on `digest` (nil: CLEAR) before it is queued and acknowledged.
+    ///
+    /// Without a journal, operations are refused while entry files could be served (they could go stale
+    /// without a record); a tier that holds nothing and cannot write anything has nothing to protect.
+    func admit(_ digest: KeyDigest?) -> DiskJournal.Admission {
+        guard let journal else {
+            let harmless = state.withLock { !$0.statistics.writable && $0.index.count == 0 && !$0.recovering }
+            if harmless { return .recorded }
+            state.withLock { $0.statistics.refused += 1 }
+            return .refused(
+                "the disk journal in \(configuration.directory) cannot be opened "
+                    + "(\(DiskFiles.describe(journalFailure ?? EBADF))); make the data directory writable and restart"
+            )
+        }
+        let admission = journal.record(digest, survivors: survivors)
+        if case .refused = admission { state.withLock { $0.statistics.refused += 1 } }
+        return admission
+    }
+
+    /// Marks a journaled operation as applied to the files, and checkpoints the journal when it is due.
+    func applied(_ digest: KeyDigest?) {
+        guard let journal else { return }
+        journal.applied(digest)
+        journal.checkpointIfDue(survivors: survivors)
+    }
+
+    /// Stops touching files and releases the lock file without writing the index file or checkpointing the
+    /// journal: what `kill -9` leaves, for tests that reopen the directory in the same process.
+    func abandonAsIfKilled() {
+        let started = state.withLock { state -> Bool in
+            state.cancelRecovery = true
+            return state.recoveryStarted
+        }
+        if started { recoveryDone.wait() }
+        io.withLock { _ in
+            let wasClosed = state.withLock { state -> Bool in
+                defer { state.closed = true }
+                return state.closed
+            }
+            guard !wasClosed, lockFD >= 0 else { return }
+            flock(lockFD, LOCK_UN)
+            Glibc.close(lockFD)
         }
     }
 
@@ -516,6 +708,10 @@ public final class CachetDiskStore: Sendable {
             guard let nodes else { return }
             if state.withLock({ $0.statistics.writable && !$0.recovering }) {
                 Self.writeIndexFile(directory: configuration.directory, nodes: nodes, logger: logger)
+            }
+            // Everything queued has been applied: the journal keeps only the files that could not be deleted.
+            if let journal, !journal.checkpoint(survivors: survivors) {
+                logger.warning("cannot checkpoint the disk journal; the next start replays all of it")
             }
             if lockFD >= 0 {
                 flock(lockFD, LOCK_UN)

@@ -1,6 +1,24 @@
 import Dispatch
 import Synchronization
 
+/// What submitting a write or delete to the disk queue did.
+public enum CachetDiskAdmission: Sendable {
+    /// Journaled and queued: the operation may be acknowledged.
+    case queued
+    /// Nothing queued: too many writes wait, or the journal is full of operations not applied yet. Retry
+    /// once ``CachetDiskWorker/notifyWhenWritable(_:)`` calls back.
+    case full
+    /// Nothing queued: the journal cannot record it, so acknowledging it could let a restart undo it.
+    /// Answer with an error carrying the message.
+    case refused(CachetStoreError)
+
+    /// Whether the operation was queued.
+    public var isQueued: Bool {
+        if case .queued = self { return true }
+        return false
+    }
+}
+
 /// The dedicated disk queue in front of a ``CachetDiskStore``.
 ///
 /// One serial `DispatchQueue` runs every file operation in submission order, so a read queued after a
@@ -8,6 +26,11 @@ import Synchronization
 /// are waiting, ``submitPut(key:value:expiry:)`` refuses and the caller waits for
 /// ``notifyWhenWritable(_:)`` rather than dropping data. Completions run on the disk queue; callers hop
 /// back to their own queue.
+///
+/// Every write and delete is recorded in the tier's journal before it is queued, so that once the caller
+/// acknowledges it, neither a crash before the queue applies it nor a disk that refuses it can bring an
+/// older value back (`Protocol/DISK-FORMAT.md`). When the journal cannot record one, the submission says
+/// so and the caller must answer with an error instead.
 public final class CachetDiskWorker: Sendable {
     /// The tier the worker writes to.
     public let store: CachetDiskStore
@@ -17,6 +40,29 @@ public final class CachetDiskWorker: Sendable {
     private let waiters = LockedBox<[@Sendable () -> Void]>([])
     private let sweepQueued = Atomic<Bool>(false)
     private let capacity: Int
+    /// Journaled operations applied so far; a PUT told to wait for the journal waits until this moves.
+    private let appliedOperations = Atomic<Int>(0)
+    /// `appliedOperations` when the journal last said wait, or -1.
+    private let journalBlockedAt = Atomic<Int>(-1)
+    /// Writes, deletes and clears between their memory change and their submission, per key bucket.
+    private let writes = LockedBox(WriteTracking())
+
+    /// What a disk read promoted into memory must be checked against: a write of the same key whose
+    /// memory change came after the read was queued, but whose disk operation runs after it, would
+    /// otherwise be overwritten in memory by the older value read.
+    struct WriteTracking {
+        static let buckets = 4096
+        var sequence: UInt64 = 0
+        /// Per bucket: the sequence of the last write begun or submitted, and writes begun not submitted.
+        var last = [UInt64](repeating: 0, count: buckets)
+        var inFlight = [Int32](repeating: 0, count: buckets)
+        var lastClear: UInt64 = 0
+        var clearsInFlight = 0
+    }
+
+    private static func bucket(_ key: UnsafeRawBufferPointer) -> Int {
+        Int(truncatingIfNeeded: CachetHash.hash(key, seed: 0x6361_6368_6574) % UInt64(WriteTracking.buckets))
+    }
 
     /// Creates a worker for `store`.
     /// - Parameter store: the disk tier.
@@ -36,26 +82,55 @@ public final class CachetDiskWorker: Sendable {
         }
     }
 
-    /// Queues a write.
+    /// Journals and queues a write.
     /// - Parameters:
     ///   - key: the key.
     ///   - value: the value.
     ///   - expiry: absolute expiry, 0 for never.
-    /// - Returns: false, queueing nothing, when the queue already holds its capacity of writes.
-    public func submitPut(key: [UInt8], value: [UInt8], expiry: UInt32) -> Bool {
+    /// - Returns: `.queued`; `.full`, queueing nothing, when the queue already holds its capacity of writes
+    ///   or the journal is full of operations still waiting (wait with ``notifyWhenWritable(_:)``); or
+    ///   `.refused` when the journal cannot record it: the write must not be acknowledged.
+    public func submitPut(key: [UInt8], value: [UInt8], expiry: UInt32) -> CachetDiskAdmission {
         while true {
             let current = pendingWrites.load(ordering: .relaxed)
-            guard current < capacity else { return false }
+            guard current < capacity else { return .full }
             if pendingWrites.compareExchange(expected: current, desired: current + 1, ordering: .relaxed).exchanged {
                 break
             }
         }
-        enqueue { [self] in
-            store.put(key: key, value: value, expiry: expiry)
+        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        let seen = appliedOperations.load(ordering: .acquiring)
+        switch store.admit(digest) {
+        case .recorded:
+            break
+        case .wait:
+            journalBlockedAt.store(seen, ordering: .releasing)
+            pendingWrites.subtract(1, ordering: .relaxed)
+            return .full
+        case .refused(let reason):
             pendingWrites.subtract(1, ordering: .relaxed)
             wakeWaiters()
+            key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
+            return .refused(refusal("PUT", reason))
         }
-        return true
+        enqueue { [self] in
+            store.put(key: key, digest: digest, value: value, expiry: expiry)
+            store.applied(digest)
+            pendingWrites.subtract(1, ordering: .relaxed)
+            appliedOperations.add(1, ordering: .releasing)
+            wakeWaiters()
+        }
+        key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
+        return .queued
+    }
+
+    private func refusal(_ operation: String, _ reason: String) -> CachetStoreError {
+        CachetStoreError(
+            code: .writeRefused,
+            message:
+                "\(operation) refused: \(reason); acknowledging it could let an older value come back after a restart "
+                + "(see disk_errors and the node's log)"
+        )
     }
 
     /// Calls `callback` once, when fewer than capacity writes are waiting (at once if that is already so).
@@ -67,6 +142,9 @@ public final class CachetDiskWorker: Sendable {
 
     private func wakeWaiters() {
         guard pendingWrites.load(ordering: .relaxed) < capacity else { return }
+        // Told to wait for the journal: nothing has been applied since, so retrying would not help.
+        let blocked = journalBlockedAt.load(ordering: .acquiring)
+        if blocked >= 0 && appliedOperations.load(ordering: .acquiring) == blocked { return }
         let ready = waiters.withLock { waiters -> [@Sendable () -> Void] in
             defer { waiters = [] }
             return waiters
@@ -74,10 +152,29 @@ public final class CachetDiskWorker: Sendable {
         for callback in ready { callback() }
     }
 
-    /// Queues a delete. Always accepted.
+    /// Journals and queues a delete.
     /// - Parameter key: the key.
-    public func submitRemove(key: [UInt8]) {
-        enqueue { [store] in store.remove(key: key) }
+    /// - Returns: `.queued`, or `.refused` when the journal cannot record it (full, even of operations
+    ///   still waiting, or unwritable): the delete must not be acknowledged.
+    @discardableResult
+    public func submitRemove(key: [UInt8]) -> CachetDiskAdmission {
+        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+        defer { key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) } }
+        switch store.admit(digest) {
+        case .recorded:
+            break
+        case .wait:
+            return .refused(refusal("DEL", "the disk journal is full of operations waiting for the disk; retry"))
+        case .refused(let reason):
+            return .refused(refusal("DEL", reason))
+        }
+        enqueue { [self] in
+            store.remove(digest: digest)
+            store.applied(digest)
+            appliedOperations.add(1, ordering: .releasing)
+            wakeWaiters()
+        }
+        return .queued
     }
 
     /// Queues a sweep of expired entries (``CachetDiskStore/sweepExpired(now:budget:)``), unless one is
@@ -99,13 +196,78 @@ public final class CachetDiskWorker: Sendable {
     ///   - now: the time expiry is judged at.
     ///   - completion: receives the entry or nil, on the disk queue.
     public func get(key: [UInt8], now: UInt32, completion: @escaping @Sendable (CachetDiskEntry?) -> Void) {
-        enqueue { [store] in completion(store.get(key: key, now: now)) }
+        let ticket = writes.withLock { $0.sequence }
+        enqueue { [store] in
+            var entry = store.get(key: key, now: now)
+            entry?.readTicket = ticket
+            completion(entry)
+        }
     }
 
-    /// Queues a delete of everything, behind the writes already queued.
+    // MARK: Keeping disk reads from overwriting newer values in memory
+
+    /// Call before a PUT or DEL changes the memory tier; ``submitPut(key:value:expiry:)`` (once it no
+    /// longer answers `.full`), ``submitRemove(key:)`` or ``abandonWrite(key:)`` ends it.
+    /// - Parameter key: the key.
+    public func beginWrite(key: UnsafeRawBufferPointer) {
+        let bucket = Self.bucket(key)
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.last[bucket] = tracking.sequence
+            tracking.inFlight[bucket] += 1
+        }
+    }
+
+    /// Ends a write begun with ``beginWrite(key:)`` that will not be submitted (refused before the disk
+    /// queue, or its connection closed while it waited).
+    /// - Parameter key: the key.
+    public func abandonWrite(key: [UInt8]) {
+        key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
+    }
+
+    private func endWrite(bucket: Int) {
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.last[bucket] = tracking.sequence
+            tracking.inFlight[bucket] = max(0, tracking.inFlight[bucket] - 1)
+        }
+    }
+
+    /// Call before a CLEAR empties the memory tier; ``removeAll(completion:)`` ends it.
+    public func beginClear() {
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.lastClear = tracking.sequence
+            tracking.clearsInFlight += 1
+        }
+    }
+
+    /// After promoting an entry read by ``get(key:now:completion:)`` into memory: whether it may stay.
+    /// False when a write, delete or clear of the key (or of one sharing its bucket) began after the read
+    /// was queued or is still between its memory change and the disk queue: the promoted value may be
+    /// older than one acknowledged meanwhile, and the caller must remove it again (a miss is harmless).
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - entry: what the read returned.
+    public func mayKeepPromotion(key: UnsafeRawBufferPointer, of entry: CachetDiskEntry) -> Bool {
+        let bucket = Self.bucket(key)
+        return writes.withLock { tracking in
+            tracking.inFlight[bucket] == 0 && tracking.last[bucket] <= entry.readTicket
+                && tracking.clearsInFlight == 0 && tracking.lastClear <= entry.readTicket
+        }
+    }
+
+    /// Queues a delete of everything, behind the writes already queued. Its completion comes after the
+    /// files are gone, so a crash cannot undo an acknowledged CLEAR; when some file cannot be deleted and
+    /// the journal cannot record that, the result's `failure` says the CLEAR must not be acknowledged.
     /// - Parameter completion: receives the entries and bytes deleted, on the disk queue.
-    public func removeAll(completion: @escaping @Sendable ((items: Int, bytes: Int)) -> Void) {
-        enqueue { [store] in completion(store.removeAll()) }
+    public func removeAll(completion: @escaping @Sendable (CachetDiskClearResult) -> Void) {
+        enqueue { [store] in completion(store.clear()) }
+        writes.withLock { tracking in
+            tracking.sequence += 1
+            tracking.lastClear = tracking.sequence
+            tracking.clearsInFlight = max(0, tracking.clearsInFlight - 1)
+        }
     }
 
     /// Blocks until every queued operation has run.

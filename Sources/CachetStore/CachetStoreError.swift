@@ -9,6 +9,7 @@ public struct CachetStoreError: Error, Sendable, CustomStringConvertible {
             case directoryUnusable
             case fileUnusable
             case corrupt
+            case writeRefused
         }
 
         fileprivate var base: Base
@@ -23,6 +24,10 @@ public struct CachetStoreError: Error, Sendable, CustomStringConvertible {
         /// An entry file failed its checks.
         public static let corrupt = Code(.corrupt)
 
+        /// A write, delete or clear was refused because it could be undone by a restart: the disk journal
+        /// is full of keys whose stale files cannot be deleted, or cannot be written.
+        public static let writeRefused = Code(.writeRefused)
+
         /// The code's name.
         public var description: String {
             switch base {
@@ -30,6 +35,7 @@ public struct CachetStoreError: Error, Sendable, CustomStringConvertible {
             case .directoryUnusable: return "directoryUnusable"
             case .fileUnusable: return "fileUnusable"
             case .corrupt: return "corrupt"
+            case .writeRefused: return "writeRefused"
             }
         }
     }

@@ -77,6 +77,12 @@ enum DiskFiles {
         return nil
     }
 
+    /// Deletes a file; true when it is gone (deleted, or there was none: a missing or non-directory path
+    /// component). On false, `errno` says why.
+    static func remove(_ path: String) -> Bool {
+        unlink(path) == 0 || errno == ENOENT || errno == ENOTDIR
+    }
+
     /// Creates a directory and its parents; true if it exists afterwards.
     @discardableResult
     static func makeDirectory(_ path: String) -> Bool {

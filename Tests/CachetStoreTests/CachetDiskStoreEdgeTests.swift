@@ -264,7 +264,7 @@ struct CachetDiskSweepTests {
         // Hold the queue with a slow read so that everything after it waits.
         let gate = DispatchSemaphore(value: 0)
         worker.get(key: [0], now: 1) { _ in gate.wait() }
-        for i in 0..<6 { #expect(worker.submitPut(key: [UInt8(i + 1)], value: [1], expiry: 100)) }
+        for i in 0..<6 { #expect(worker.submitPut(key: [UInt8(i + 1)], value: [1], expiry: 100).isQueued) }
         worker.submitSweep(now: 200, budget: 2)
         worker.submitSweep(now: 200, budget: 2)  // one is already waiting: dropped
         #expect(worker.queueDepth == 8)  // the held read, six writes, one sweep

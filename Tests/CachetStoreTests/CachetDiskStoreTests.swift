@@ -400,7 +400,7 @@ struct CachetDiskWorkerTests {
     @Test func operationsRunInSubmissionOrder() async throws {
         let directory = TemporaryDirectory()
         let worker = CachetDiskWorker(store: try openStore(directory))
-        #expect(worker.submitPut(key: [7], value: [1, 2, 3], expiry: 0))
+        #expect(worker.submitPut(key: [7], value: [1, 2, 3], expiry: 0).isQueued)
         let entry = await withCheckedContinuation { continuation in
             worker.get(key: [7], now: 1) { continuation.resume(returning: $0) }
         }
@@ -418,8 +418,8 @@ struct CachetDiskWorkerTests {
         // Hold the queue with a slow read so that writes pile up.
         let gate = DispatchSemaphore(value: 0)
         worker.get(key: [0], now: 1) { _ in gate.wait() }
-        for i in 0..<4 { #expect(worker.submitPut(key: [UInt8(i + 1)], value: [1], expiry: 0)) }
-        #expect(!worker.submitPut(key: [9], value: [1], expiry: 0))
+        for i in 0..<4 { #expect(worker.submitPut(key: [UInt8(i + 1)], value: [1], expiry: 0).isQueued) }
+        #expect(!worker.submitPut(key: [9], value: [1], expiry: 0).isQueued)
         let woke = DispatchSemaphore(value: 0)
         worker.notifyWhenWritable { woke.signal() }
         gate.signal()
