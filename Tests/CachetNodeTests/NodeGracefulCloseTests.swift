@@ -45,13 +45,18 @@ struct NodeGracefulCloseTests {
     }
 }
 
-/// Reads replies from a socket, telling an orderly end of stream from a reset.
+/// Reads replies from a socket (blocking or not), telling an orderly end of stream from a reset. A wait for
+/// bytes that lasts longer than `timeout` seconds fails with `ETIMEDOUT`.
 struct ReplyReader {
     let fd: Int32
+    let timeout: Double
     var buffer: [UInt8] = []
     var endedWithReset = false
 
-    init(fd: Int32) { self.fd = fd }
+    init(fd: Int32, timeout: Double = 10) {
+        self.fd = fd
+        self.timeout = timeout
+    }
 
     /// The next reply, or nil at the end of the stream (FIN or RST; see `endedWithReset`).
     mutating func next() throws -> CachetResponse? {
@@ -68,6 +73,11 @@ struct ReplyReader {
             }
             if n == 0 { return nil }
             if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK {
+                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                if poll(&ready, 1, Int32(timeout * 1000)) > 0 { continue }
+                throw ReplyReaderError(errno: ETIMEDOUT, buffered: buffer.count)
+            }
             if errno == ECONNRESET {
                 endedWithReset = true
                 return nil
