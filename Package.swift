@@ -18,11 +18,13 @@ let package = Package(
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
+        .library(name: "CachetClient", targets: ["CachetClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // C shims and system libraries.
@@ -57,6 +59,19 @@ let package = Package(
                 "CEpoll",
                 "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        // The client library: routes keys by the ring over pools of multiplexed connections per node.
+        .target(
+            name: "CachetClient",
+            dependencies: [
+                "CachetWire",
+                "CachetRing",
+                "CEpoll",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -123,6 +138,11 @@ let package = Package(
         .testTarget(
             name: "CachetNodeTests",
             dependencies: ["CachetNode", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetClientTests",
+            dependencies: ["CachetClient", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-node"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,102 @@
+import CachetClient
+import CachetTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Real `cachet-node` processes for a test, stopped (and resumed first if frozen) when released.
+final class NodeCluster {
+    let processes: [NodeProcess]
+
+    init(count: Int, arguments: [String] = ["--memory-limit", "64MiB"]) throws {
+        var processes: [NodeProcess] = []
+        for _ in 0..<count { processes.append(try NodeProcess(arguments: arguments)) }
+        self.processes = processes
+    }
+
+    /// The client's view of node `i`.
+    func node(_ index: Int) -> CachetClient.Node {
+        CachetClient.Node(host: "127.0.0.1", port: processes[index].port)
+    }
+
+    var nodes: [CachetClient.Node] { processes.indices.map(node) }
+
+    /// A configuration of every node with short timeouts.
+    func configuration(
+        timeout: Duration = .seconds(1),
+        _ configure: (inout CachetClient.Configuration) -> Void = { _ in }
+    ) -> CachetClient.Configuration {
+        var configuration = CachetClient.Configuration(nodes: nodes)
+        configuration.requestTimeout = timeout
+        configuration.connectTimeout = timeout
+        configure(&configuration)
+        return configuration
+    }
+
+    deinit {
+        for process in processes where process.process.isRunning {
+            kill(process.process.processIdentifier, SIGCONT)
+            process.stop(signal: SIGKILL, timeout: 5)
+        }
+    }
+}
+
+/// Runs `body` with a client, and shuts the client down even when `body` throws.
+func withClient<R>(
+    _ configuration: CachetClient.Configuration,
+    _ body: (CachetClient) async throws -> R
+) async throws -> R {
+    let client = try CachetClient(configuration: configuration)
+    do {
+        let result = try await body(client)
+        await client.shutdown()
+        return result
+    } catch {
+        await client.shutdown()
+        throw error
+    }
+}
+
+/// A port nothing listens on right now (bound to 0 and released).
+func closedPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            _ = bind(fd, $0, length)
+            return getsockname(fd, $0, &length)
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// The monotonic time elapsed while `body` runs.
+func measure<R>(_ body: () async throws -> R) async rethrows -> (R, Duration) {
+    let start = ContinuousClock.now
+    let result = try await body()
+    return (result, ContinuousClock.now - start)
+}
+
+/// Expects `body` to fail with a ``CachetClientError`` of `code`; returns the error.
+@discardableResult
+func expectFailure<R>(
+    _ code: CachetClientError.Code,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws(CachetClientError) -> R
+) async -> CachetClientError? {
+    do {
+        _ = try await body()
+        Issue.record("expected a \(code) failure, but the call succeeded", sourceLocation: sourceLocation)
+        return nil
+    } catch {
+        #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+        return error
+    }
+}
