@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
+        .library(name: "CachetIO", targets: ["CachetIO"]),
         .library(name: "CachetClient", targets: ["CachetClient"]),
     ],
     dependencies: [
@@ -38,6 +39,10 @@ let package = Package(
 
         // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
         .target(name: "CachetRing", swiftSettings: swiftSettings),
+
+        // The transport: addresses, connect and listen, the byte buffer, the epoll event loop on Dispatch
+        // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
+        .target(name: "CachetIO", dependencies: ["CEpoll"], swiftSettings: swiftSettings),
 
         // Memory and disk tiers: no sockets.
         .target(
@@ -69,6 +74,7 @@ let package = Package(
             dependencies: [
                 "CachetWire",
                 "CachetRing",
+                "CachetIO",
                 "CEpoll",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -77,7 +83,7 @@ let package = Package(
         ),
 
         // The debugging client's command language, formatting and blocking connection.
-        .target(name: "CachetCLIKit", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .target(name: "CachetCLIKit", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
 
         // The load generator: event loops, protocol drivers for Cachet, memcached and Redis, reports.
         .target(
@@ -119,7 +125,7 @@ let package = Package(
         ),
 
         // Tests: one target per module, shared helpers in a support target.
-        .target(name: "CachetTestSupport", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
+        .target(name: "CachetTestSupport", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
         .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
@@ -141,13 +147,18 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "CachetIOTests",
+            dependencies: ["CachetIO", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetClientTests",
             dependencies: ["CachetClient", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-node"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetCLIKitTests",
-            dependencies: ["CachetCLIKit", "CachetTestSupport", "cachet-cli", "cachet-node"],
+            dependencies: ["CachetCLIKit", "CachetIO", "CachetTestSupport", "cachet-cli", "cachet-node"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

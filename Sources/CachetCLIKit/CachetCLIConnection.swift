@@ -1,10 +1,8 @@
+import CachetIO
 public import CachetWire
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
-/// A blocking connection to one node, with a timeout on connect and on each reply.
+/// A blocking connection to one node, with a timeout on connect and on each reply, over CachetIO's
+/// ``CachetBlockingConnection``.
 ///
 /// Used from one thread; the CLI sends one request and waits for its reply.
 public final class CachetCLIConnection {
@@ -12,90 +10,72 @@ public final class CachetCLIConnection {
     public let host: String
     /// The node's port.
     public let port: Int
-    private var fd: Int32 = -1
+    private let address: CachetAddress
+    private var connection: CachetBlockingConnection?
     private let timeout: Double
-    private var buffer: [UInt8] = []
+    private let maximumReplyLength: Int
     private var nextID: UInt32 = 1
+
+    /// Checks a host and port given on the command line, without connecting.
+    /// - Parameters:
+    ///   - host: an IPv4 or IPv6 address, or a host name.
+    ///   - port: the TCP port.
+    /// - Throws: ``CachetCLIError`` `usage` saying what is wrong.
+    public static func validate(host: String, port: Int) throws(CachetCLIError) {
+        do {
+            try CachetAddress(host: host, port: port).validate()
+        } catch {
+            throw CachetCLIError(code: .usage, message: error.message)
+        }
+    }
 
     /// Connects to `host:port`.
     /// - Parameters:
-    ///   - host: an IPv4 address or `localhost`.
+    ///   - host: an IPv4 or IPv6 address (without brackets), or a host name.
     ///   - port: the TCP port.
     ///   - timeout: seconds allowed for the connection and for each reply.
-    /// - Throws: ``CachetCLIError`` `connection` or `timeout` naming the address.
-    public init(host: String, port: Int, timeout: Double) throws(CachetCLIError) {
+    ///   - maximumReplyLength: the largest reply payload accepted; a peer announcing a longer one (or one
+    ///     shorter than the header) is reported at once.
+    /// - Throws: ``CachetCLIError`` `usage`, `connection` or `timeout` naming the address.
+    public init(
+        host: String,
+        port: Int,
+        timeout: Double,
+        maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength
+    ) throws(CachetCLIError) {
         self.host = host
         self.port = port
         self.timeout = timeout
+        self.maximumReplyLength = maximumReplyLength
+        address = CachetAddress(host: host, port: port)
+        try Self.validate(host: host, port: port)
         try open()
     }
 
     deinit { close() }
 
     private func open() throws(CachetCLIError) {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(truncatingIfNeeded: port).bigEndian)
-        let numeric = host == "localhost" ? "127.0.0.1" : host
-        guard inet_pton(AF_INET, numeric, &address.sin_addr) == 1 else {
-            throw CachetCLIError(code: .connection, message: "'\(host)' is not an IPv4 address (such as 127.0.0.1)")
+        do {
+            connection = try CachetBlockingConnection(to: address, timeout: .seconds(timeout))
+        } catch {
+            throw Self.translate(error, hint: error.code == .connectionRefused ? " (is cachet-node running?)" : "")
         }
-        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard socketFD >= 0 else { throw failure("socket") }
-        let flags = fcntl(socketFD, F_GETFL)
-        _ = fcntl(socketFD, F_SETFL, flags | O_NONBLOCK)
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        if result != 0 && errno != EINPROGRESS {
-            let error = failure("connect")
-            Glibc.close(socketFD)
-            throw error
-        }
-        if result != 0 {
-            guard wait(socketFD, for: Int16(POLLOUT)) else {
-                Glibc.close(socketFD)
-                throw CachetCLIError(code: .timeout, message: "no answer from \(host):\(port) within \(timeout) s")
-            }
-            var code: Int32 = 0
-            var length = socklen_t(MemoryLayout<Int32>.size)
-            getsockopt(socketFD, SOL_SOCKET, SO_ERROR, &code, &length)
-            if code != 0 {
-                Glibc.close(socketFD)
-                throw CachetCLIError(
-                    code: .connection,
-                    message:
-                        "cannot connect to \(host):\(port): \(String(cString: strerror(code))) (is cachet-node running?)"
-                )
-            }
-        }
-        var one: Int32 = 1
-        setsockopt(socketFD, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        fd = socketFD
-        buffer = []
     }
 
-    private func failure(_ call: String) -> CachetCLIError {
-        CachetCLIError(
-            code: .connection,
-            message: "\(call) to \(host):\(port) failed: \(String(cString: strerror(errno)))"
-        )
-    }
-
-    private func wait(_ socketFD: Int32, for events: Int16) -> Bool {
-        var pfd = pollfd(fd: socketFD, events: events, revents: 0)
-        let ready = poll(&pfd, 1, Int32(timeout * 1000))
-        return ready > 0
+    private static func translate(_ error: CachetIOError, hint: String = "") -> CachetCLIError {
+        let code: CachetCLIError.Code
+        switch error.code {
+        case .timedOut: code = .timeout
+        case .invalidAddress: code = .usage
+        default: code = .connection
+        }
+        return CachetCLIError(code: code, message: error.message + hint)
     }
 
     /// Closes the connection; the next request reconnects.
     public func close() {
-        if fd >= 0 {
-            Glibc.close(fd)
-            fd = -1
-        }
+        connection?.close()
+        connection = nil
     }
 
     /// Sends `command` and waits for its reply, reconnecting first if the node had closed the connection.
@@ -105,13 +85,18 @@ public final class CachetCLIConnection {
     public func send(_ command: CachetCommand) throws(CachetCLIError) -> (
         response: CachetResponse, sent: [UInt8], received: [UInt8]
     ) {
-        if fd < 0 { try open() }
+        if connection == nil { try open() }
         let id = nextID
         nextID &+= 1
         let request = command.encoded(id: id)
         do throws(CachetCLIError) {
-            try write(request)
-            let (response, raw) = try readResponse()
+            let connection = connection!
+            do {
+                try connection.send(request, until: CachetDeadline(after: .seconds(timeout)))
+            } catch {
+                throw Self.translate(error)
+            }
+            let (response, raw) = try readResponse(from: connection)
             guard response.id == id else {
                 throw CachetCLIError(
                     code: .protocolViolation,
@@ -125,62 +110,43 @@ public final class CachetCLIConnection {
         }
     }
 
-    private func write(_ bytes: [UInt8]) throws(CachetCLIError) {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes.withUnsafeBytes {
-                Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
-            }
-            if n > 0 {
-                sent += n
-            } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                guard wait(fd, for: Int16(POLLOUT)) else {
-                    throw CachetCLIError(
-                        code: .timeout,
-                        message: "\(host):\(port) did not take the request within \(timeout) s"
-                    )
-                }
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else {
-                throw CachetCLIError(
-                    code: .connection,
-                    message: "the connection to \(host):\(port) broke while sending"
-                )
-            }
-        }
-    }
-
-    private func readResponse() throws(CachetCLIError) -> (CachetResponse, [UInt8]) {
-        var chunk = [UInt8](repeating: 0, count: 65536)
+    private func readResponse(from connection: CachetBlockingConnection) throws(CachetCLIError) -> (
+        CachetResponse, [UInt8]
+    ) {
+        let deadline = CachetDeadline(after: .seconds(timeout))
         while true {
-            let result = buffer.withUnsafeBytes { buffer in
-                Result { () throws(CachetWireError) in try CachetResponse.decode(from: buffer) }
-            }
-            let decoded: (response: CachetResponse, end: Int)?
-            switch result {
-            case .success(let value): decoded = value
-            case .failure(let error):
+            let region = connection.input.readableRegion
+            let frame: CachetFrame?
+            do {
+                frame = try CachetReplyDecoder.decodeReply(in: region, maximumPayloadLength: maximumReplyLength)
+            } catch {
                 throw CachetCLIError(
                     code: .protocolViolation,
-                    message: "invalid reply from \(host):\(port): \(error.message)"
+                    message: "invalid reply from \(address): \(error.message)"
                 )
             }
-            if let (response, end) = decoded {
-                let raw = Array(buffer[0..<end])
-                buffer.removeFirst(end)
+            if let frame {
+                let response = CachetResponse(frame: frame, in: region)
+                let raw = Array(region[0..<frame.end])
+                connection.input.moveReadIndex(forwardBy: frame.end)
                 return (response, raw)
             }
-            guard wait(fd, for: Int16(POLLIN)) else {
-                throw CachetCLIError(code: .timeout, message: "no reply from \(host):\(port) within \(timeout) s")
+            let received: Int
+            do {
+                received = try connection.receive(until: deadline)
+            } catch {
+                if error.code == .timedOut {
+                    throw CachetCLIError(code: .timeout, message: "no reply from \(address) within \(timeout) s")
+                }
+                throw Self.translate(error)
             }
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-            if n > 0 {
-                buffer.append(contentsOf: chunk[0..<n])
-            } else if n < 0 && (errno == EINTR || errno == EAGAIN) {
-                continue
-            } else {
-                throw CachetCLIError(code: .connection, message: "\(host):\(port) closed the connection")
+            if received == 0 {
+                let partial = connection.input.readableBytes
+                throw CachetCLIError(
+                    code: .connection,
+                    message: "\(address) closed the connection"
+                        + (partial > 0 ? " after \(partial) bytes of a reply" : "")
+                )
             }
         }
     }

@@ -1,4 +1,4 @@
-import CachetWire
+public import CachetWire
 import Foundation
 
 /// Runs the client's commands against one node and renders the answers. The executable only reads lines
@@ -24,19 +24,30 @@ public final class CachetCLISession {
     public let timeout: Double
     /// Whether every frame is printed as annotated hex.
     public let trace: Bool
+    /// The largest reply payload accepted, in bytes.
+    public let maximumReplyLength: Int
     private var connection: CachetCLIConnection?
 
     /// Creates a session; it connects on the first command that needs the node.
     /// - Parameters:
-    ///   - host: the node's IPv4 address.
+    ///   - host: the node's IPv4 or IPv6 address, or its name.
     ///   - port: the node's port.
     ///   - timeout: seconds for connecting and for each reply.
     ///   - trace: print every frame.
-    public init(host: String, port: Int, timeout: Double = 5, trace: Bool = false) {
+    ///   - maximumReplyLength: the largest reply payload accepted; a peer announcing a longer one is
+    ///     reported at once.
+    public init(
+        host: String,
+        port: Int,
+        timeout: Double = 5,
+        trace: Bool = false,
+        maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength
+    ) {
         self.host = host
         self.port = port
         self.timeout = timeout
         self.trace = trace
+        self.maximumReplyLength = maximumReplyLength
     }
 
     /// Runs one line.
@@ -138,7 +149,12 @@ public final class CachetCLISession {
 
     private func send(_ command: CachetCommand, lines: inout [String]) throws(CachetCLIError) -> CachetResponse {
         if connection == nil {
-            connection = try CachetCLIConnection(host: host, port: port, timeout: timeout)
+            connection = try CachetCLIConnection(
+                host: host,
+                port: port,
+                timeout: timeout,
+                maximumReplyLength: maximumReplyLength
+            )
         }
         do throws(CachetCLIError) {
             let (response, sent, received) = try connection!.send(command)

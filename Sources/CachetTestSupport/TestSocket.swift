@@ -1,3 +1,4 @@
+import CachetIO
 public import CachetWire
 import Foundation
 
@@ -13,57 +14,43 @@ public struct TestSocketError: Error, CustomStringConvertible {
 
 /// A blocking TCP client for tests: connects to 127.0.0.1, sends bytes, reads replies with a timeout.
 ///
+/// Built on CachetIO's ``CachetBlockingConnection``: the socket is non-blocking underneath and every wait is
+/// bounded by the timeout, so a server that stops reading or answering fails the test rather than hanging it.
+///
 /// `@unchecked Sendable` so that a test may hand each socket to one worker thread; a socket is never used
 /// by two threads at once.
 public final class TestSocket: @unchecked Sendable {
     /// The socket descriptor; -1 once closed.
-    public private(set) var fd: Int32
-    private var buffer: [UInt8] = []
+    public var fd: Int32 { connection.fd }
+    private let connection: CachetBlockingConnection
+    private var timeout: Duration
 
     /// Connects to `host:port`.
     /// - Parameters:
     ///   - host: an IPv4 address.
     ///   - port: the TCP port.
-    ///   - timeout: seconds a read may block before failing.
+    ///   - timeout: seconds a connect, a read, or a send into a full socket may block before failing.
     /// - Throws: ``TestSocketError`` when the connection fails.
     public init(host: String = "127.0.0.1", port: Int, timeout: Double = 10) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestSocketError(description: "socket: errno \(errno)") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        inet_pton(AF_INET, host, &address.sin_addr)
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
+        self.timeout = .seconds(timeout)
+        do {
+            connection = try CachetBlockingConnection(
+                to: CachetAddress(host: host, port: port),
+                timeout: .seconds(timeout)
+            )
+        } catch {
+            throw TestSocketError(description: "connect to \(host):\(port): \(error.message)")
         }
-        guard result == 0 else {
-            let code = errno
-            Glibc.close(fd)
-            fd = -1
-            throw TestSocketError(description: "connect to \(host):\(port): errno \(code)")
-        }
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        setTimeout(timeout)
     }
 
     /// Sets how long a read, or a send into a full socket, may block, so that a server that stops reading
     /// or answering fails the test rather than hanging it.
     /// - Parameter seconds: the timeout.
-    public func setTimeout(_ seconds: Double) {
-        var tv = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1_000_000))
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    }
+    public func setTimeout(_ seconds: Double) { timeout = .seconds(seconds) }
 
     /// Sets the kernel receive buffer size (before connecting traffic starts).
     /// - Parameter bytes: the requested size.
-    public func setReceiveBuffer(_ bytes: Int32) {
-        var size = bytes
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-    }
+    public func setReceiveBuffer(_ bytes: Int32) { CachetSocket.setReceiveBufferSize(fd, bytes) }
 
     /// Sends every byte.
     /// - Parameter bytes: what to send.
@@ -71,17 +58,22 @@ public final class TestSocket: @unchecked Sendable {
     public func send(_ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { raw in
-                Glibc.send(fd, raw.baseAddress! + sent, raw.count - sent, Int32(MSG_NOSIGNAL))
+            let result = bytes.withUnsafeBytes { raw in
+                CachetSocket.send(fd, UnsafeRawBufferPointer(rebasing: raw[sent...]))
             }
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK {
+            switch result {
+            case .bytes(let count):
+                sent += count
+            case .wouldBlock:
+                // The timeout runs from the last progress, as a send timeout on a blocking socket would.
+                guard CachetSocket.wait(fd, for: Int16(POLLOUT), until: CachetDeadline(after: timeout)) else {
                     throw TestSocketError(description: "send timed out with \(bytes.count - sent) bytes unsent")
                 }
-                throw TestSocketError(description: "send: errno \(errno)")
+            case .endOfStream:
+                throw TestSocketError(description: "send: errno \(EPIPE)")
+            case .failed(let code):
+                throw TestSocketError(description: "send: errno \(code)")
             }
-            sent += n
         }
     }
 
@@ -99,13 +91,22 @@ public final class TestSocket: @unchecked Sendable {
     /// - Throws: ``TestSocketError`` on timeout or when the peer closed first.
     public func readResponse() throws -> CachetResponse {
         while true {
-            let decoded = try buffer.withUnsafeBytes { try CachetResponse.decode(from: $0) }
-            if let (response, end) = decoded {
-                buffer.removeFirst(end)
+            let region = connection.input.readableRegion
+            let frame: CachetFrame?
+            do {
+                frame = try CachetReplyDecoder.decodeReply(in: region, maximumPayloadLength: Int(UInt32.max))
+            } catch {
+                throw TestSocketError(description: "invalid reply: \(error.message)")
+            }
+            if let frame {
+                let response = CachetResponse(frame: frame, in: region)
+                connection.input.moveReadIndex(forwardBy: frame.end)
                 return response
             }
             guard try fill() else {
-                throw TestSocketError(description: "connection closed with \(buffer.count) bytes of a partial reply")
+                throw TestSocketError(
+                    description: "connection closed with \(connection.input.readableBytes) bytes of a partial reply"
+                )
             }
         }
     }
@@ -126,13 +127,15 @@ public final class TestSocket: @unchecked Sendable {
     /// - Returns: the bytes.
     /// - Throws: ``TestSocketError`` on timeout or close.
     public func readBytes(_ count: Int) throws -> [UInt8] {
-        while buffer.count < count {
+        while connection.input.readableBytes < count {
             guard try fill() else {
-                throw TestSocketError(description: "connection closed after \(buffer.count) of \(count) bytes")
+                throw TestSocketError(
+                    description: "connection closed after \(connection.input.readableBytes) of \(count) bytes"
+                )
             }
         }
-        let result = Array(buffer.prefix(count))
-        buffer.removeFirst(count)
+        let result = Array(connection.input.readableRegion.prefix(count))
+        connection.input.moveReadIndex(forwardBy: count)
         return result
     }
 
@@ -142,36 +145,25 @@ public final class TestSocket: @unchecked Sendable {
         while true {
             do {
                 if try !fill() { return true }
+                connection.input.clear()
             } catch {
                 return false
             }
         }
     }
 
-    /// Reads once into the buffer. Returns false at end of stream.
+    /// Reads once into the buffer, waiting at most the timeout. Returns false at end of stream (or reset).
     private func fill() throws -> Bool {
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-            if n > 0 {
-                buffer.append(contentsOf: chunk[0..<n])
-                return true
-            }
-            if n == 0 { return false }
-            if errno == EINTR { continue }
-            if errno == ECONNRESET { return false }
-            if errno == EAGAIN || errno == EWOULDBLOCK { throw TestSocketError(description: "read timed out") }
-            throw TestSocketError(description: "recv: errno \(errno)")
+        do {
+            return try connection.receive(until: CachetDeadline(after: timeout)) > 0
+        } catch {
+            if error.code == .timedOut { throw TestSocketError(description: "read timed out") }
+            throw TestSocketError(description: "recv: \(error.message)")
         }
     }
 
     /// Shuts down the connection and closes the descriptor.
-    public func close() {
-        if fd >= 0 {
-            Glibc.close(fd)
-            fd = -1
-        }
-    }
+    public func close() { connection.close() }
 
     deinit { close() }
 }

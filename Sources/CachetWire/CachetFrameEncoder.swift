@@ -217,7 +217,7 @@ public struct CachetResponse: Hashable, Sendable {
         return output
     }
 
-    /// Decodes the response frame at `offset`.
+    /// Decodes the reply frame at `offset` with ``CachetReplyDecoder`` and copies its body.
     ///
     /// - Parameters:
     ///   - buffer: bytes received.
@@ -231,7 +231,7 @@ public struct CachetResponse: Hashable, Sendable {
         maximumPayloadLength: Int = Int(UInt32.max)
     ) throws(CachetWireError) -> (response: CachetResponse, end: Int)? {
         guard
-            let frame = try CachetFrameDecoder.decodeFrame(
+            let frame = try CachetReplyDecoder.decodeReply(
                 in: buffer,
                 at: offset,
                 maximumPayloadLength: maximumPayloadLength
@@ -239,14 +239,7 @@ public struct CachetResponse: Hashable, Sendable {
         else {
             return nil
         }
-        let response = CachetResponse(
-            opcode: frame.header.opcode,
-            status: frame.header.status,
-            id: frame.header.id,
-            body: Array(buffer[frame.body]),
-            version: frame.header.version
-        )
-        return (response, frame.end)
+        return (CachetResponse(frame: frame, in: buffer), frame.end)
     }
 
     /// The body read as UTF-8 (an error message, or STATS JSON), with invalid bytes replaced.

@@ -18,14 +18,17 @@ struct CachetCLICommandLine: ParsableCommand {
             """
     )
 
-    @Option(help: "The node's IPv4 address.")
+    @Option(help: "The node's address: IPv4 (127.0.0.1), IPv6 (::1) or a host name.")
     var host = "127.0.0.1"
 
-    @Option(help: "The node's port.")
+    @Option(help: "The node's port (1 to 65535).")
     var port = 7420
 
     @Option(help: "Seconds allowed for connecting and for each reply.")
     var timeout = 5.0
+
+    @Option(help: "The largest reply accepted, in bytes; a reply announcing more is an error at once.")
+    var maxFrame = 64 << 20
 
     @Flag(help: "Print every frame sent and received as annotated hex.")
     var trace = false
@@ -33,8 +36,24 @@ struct CachetCLICommandLine: ParsableCommand {
     @Argument(parsing: .captureForPassthrough, help: "A command to run once, e.g. get k1")
     var command: [String] = []
 
+    func validate() throws {
+        do throws(CachetCLIError) {
+            try CachetCLIConnection.validate(host: host, port: port)
+        } catch {
+            throw ValidationError(error.message)
+        }
+        guard timeout > 0 && timeout.isFinite else { throw ValidationError("--timeout must be a positive number") }
+        guard maxFrame >= 8 else { throw ValidationError("--max-frame must be at least 8 (the header)") }
+    }
+
     func run() throws {
-        let session = CachetCLISession(host: host, port: port, timeout: timeout, trace: trace)
+        let session = CachetCLISession(
+            host: host,
+            port: port,
+            timeout: timeout,
+            trace: trace,
+            maximumReplyLength: maxFrame
+        )
         if !command.isEmpty {
             let parsed: CachetCLICommand?
             do throws(CachetCLIError) {

@@ -1,4 +1,5 @@
 import CachetCLIKit
+import CachetIO
 import CachetTestSupport
 import Foundation
 import Testing
@@ -56,19 +57,8 @@ struct CachetCLIProcessTests {
 
     @Test func connectionRefusedNamesTheAddress() throws {
         // A port that was just free: bind it, note it, close it.
-        let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = in_addr_t(UInt32(0x7f00_0001).bigEndian)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                _ = bind(probe, pointer, length)
-                return getsockname(probe, pointer, &length)
-            }
-        }
-        let port = Int(UInt16(bigEndian: address.sin_port))
-        close(probe)
+        let (probe, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        CachetSocket.close(probe)
         let (output, status) = try runCLI(["--port", "\(port)", "ping"])
         #expect(status == 2)
         #expect(output.contains("cannot connect to 127.0.0.1:\(port)"))

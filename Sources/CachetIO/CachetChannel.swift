@@ -1,0 +1,143 @@
+import CEpoll
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One connection hosted by a ``CachetEventLoop``, inbound (accepted, then ``CachetEventLoop/register(_:fd:)``)
+/// or outbound (``CachetEventLoop/connect(_:to:timeout:)``): its socket, its buffers, and the handler
+/// methods the loop calls.
+///
+/// Subclass it and override the `channel…` methods; the loop calls them on its queue. The loop reads into
+/// ``input`` and calls ``channelRead()``, which consumes what it can (moving the read index) and leaves a
+/// partial frame in place; replies or requests are appended with ``write(_:)-(UnsafeRawBufferPointer)`` and
+/// sent with ``flush()``, which arms `EPOLLOUT` only when the socket is full.
+///
+/// Why a class with overridable methods and not a protocol or closures: the loop keeps its channels in an
+/// array of this one class and calls the handler through the class's vtable, which costs an indirect call
+/// and nothing else per event: no existential box, no retain of a closure context, no allocation. A
+/// generic loop over a handler type would avoid even the indirect call but would fix one handler type per
+/// loop (the node needs inbound connections and outbound forwarding channels on the same loop).
+///
+/// `@unchecked Sendable`: a channel is handed to its loop across threads once (by the code that creates
+/// it), and afterwards every property is read and written only on the loop's queue; callers elsewhere use
+/// ``CachetEventLoop/execute(_:)``.
+open class CachetChannel: @unchecked Sendable {
+    /// Where a channel is in its life.
+    public enum State: Sendable, Hashable {
+        /// Created, not yet given to a loop.
+        case idle
+        /// An outbound connect is under way.
+        case connecting
+        /// Connected (or accepted) and registered: reads and writes flow.
+        case active
+        /// Closed; the descriptor is gone.
+        case closed
+    }
+
+    /// The socket, -1 before the channel is registered or once it is closed.
+    public final internal(set) var fd: Int32 = -1
+    /// Bytes received and not yet consumed by ``channelRead()``.
+    public final var input: CachetByteBuffer
+    /// Bytes written and not yet sent.
+    public final var output: CachetByteBuffer
+    /// Where the channel is in its life.
+    public final internal(set) var state: State = .idle
+    /// The loop hosting the channel; nil before it is registered and once it is closed.
+    public final internal(set) var eventLoop: CachetEventLoop?
+    /// The address of an outbound channel (as given to connect), or nil for an inbound one.
+    public final internal(set) var remoteAddress: String?
+
+    /// Whether the loop reads from the socket; see ``pauseReading()``.
+    public final private(set) var isReadingPaused = false
+
+    // Loop bookkeeping.
+    final var token: UInt64 = 0
+    final var interest: UInt32 = 0
+    final var connectTimer: CachetTimerID?
+    final var pendingAddresses: [CachetSocketAddress] = []
+    final var lastConnectError: CachetIOError?
+
+    /// Creates a channel.
+    /// - Parameters:
+    ///   - inputCapacity: the input buffer's initial size.
+    ///   - outputCapacity: the output buffer's initial size.
+    public init(inputCapacity: Int = 16 << 10, outputCapacity: Int = 16 << 10) {
+        input = CachetByteBuffer(capacity: inputCapacity)
+        output = CachetByteBuffer(capacity: outputCapacity)
+    }
+
+    // MARK: - Handler methods (override; called on the loop's queue)
+
+    /// The connection is established (outbound) or registered (inbound). Output written before is sent
+    /// right after this returns.
+    open func channelActive() {}
+
+    /// New bytes are in ``input``. Consume whole frames (move the read index); leave partial ones.
+    open func channelRead() {}
+
+    /// The output that could not be sent at once has all been sent.
+    open func channelWritable() {}
+
+    /// The channel is closed: by ``close(error:)`` (with its error, nil for a plain close), by the peer
+    /// (`connectionClosed`), by a failed or timed-out connect (`connectionRefused`, `timedOut`,
+    /// `connectionFailed`), or by the loop stopping (`loopStopped`). Called once; the descriptor is
+    /// already closed. Not called for a channel that never reached the loop.
+    open func channelInactive(error: CachetIOError?) {}
+
+    // MARK: - Operations (call on the loop's queue)
+
+    /// Whether the channel is connected and registered.
+    public final var isActive: Bool { state == .active }
+
+    /// Appends bytes to the output; ``flush()`` sends them.
+    /// - Parameter bytes: what to send.
+    public final func write(_ bytes: UnsafeRawBufferPointer) { output.append(bytes) }
+
+    /// Appends bytes to the output; ``flush()`` sends them.
+    /// - Parameter bytes: what to send.
+    public final func write(_ bytes: [UInt8]) { output.append(bytes) }
+
+    /// Sends as much output as the socket takes now, and watches for writability if some is left. Before
+    /// the channel is active, does nothing (the output goes out once it is).
+    public final func flush() {
+        guard state == .active, let loop = eventLoop else { return }
+        loop.flush(self)
+    }
+
+    /// Stops reading from the socket (backpressure); bytes stay in the kernel.
+    public final func pauseReading() {
+        guard !isReadingPaused else { return }
+        isReadingPaused = true
+        if state == .active { eventLoop?.settle(self) }
+    }
+
+    /// Reads again after ``pauseReading()``.
+    public final func resumeReading() {
+        guard isReadingPaused else { return }
+        isReadingPaused = false
+        if state == .active { eventLoop?.settle(self, rearm: true) }
+    }
+
+    /// Closes the channel at once (unsent output is dropped) and calls ``channelInactive(error:)``.
+    /// - Parameter error: why, passed on to ``channelInactive(error:)``; nil for a plain close.
+    public final func close(error: CachetIOError? = nil) {
+        guard state != .closed else { return }
+        if let loop = eventLoop {
+            loop.close(self, error: error)
+        } else {
+            state = .closed
+        }
+    }
+
+    /// The epoll events the channel needs now.
+    final var desiredInterest: UInt32 {
+        switch state {
+        case .connecting: return cachet_EPOLLOUT | cachet_EPOLLIN | cachet_EPOLLRDHUP
+        case .active:
+            return (isReadingPaused ? 0 : cachet_EPOLLIN | cachet_EPOLLRDHUP)
+                | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
+        case .idle, .closed: return 0
+        }
+    }
+}

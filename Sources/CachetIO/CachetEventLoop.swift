@@ -1,0 +1,611 @@
+import CEpoll
+public import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Identifies a timer scheduled on a ``CachetEventLoop``, to cancel it.
+public struct CachetTimerID: Hashable, Sendable {
+    let value: UInt64
+}
+
+/// One I/O queue: a serial `DispatchQueue` with a `DispatchSourceRead` over an epoll descriptor of its own,
+/// hosting inbound and outbound ``CachetChannel``s alike, plus timers.
+///
+/// When the epoll descriptor turns readable, the source's handler drains every ready channel (`epoll_wait`
+/// with timeout 0) before returning, so Dispatch's per-event toll (a hand-off from its manager thread and
+/// a re-arm) is paid once per batch rather than once per connection (shared/notes on Dispatch; the
+/// numbers are in BENCHMARKS.md). Channels are registered edge-triggered: each is read until a short read
+/// (a capped one is registered again so the kernel reports it at once), and served in the order their
+/// bytes arrived.
+///
+/// Lingering (optional): after a batch, the handler waits up to `lingerMilliseconds` in `epoll_wait` on its
+/// own set before returning, so a busy loop is woken by the kernel directly. ``execute(_:)`` signals an
+/// eventfd in the set, so a lingering handler returns at once and queued work runs.
+///
+/// Timers (``schedule(after:_:)``) are kept in a heap; one `DispatchSourceTimer` is set to the earliest,
+/// and a lingering handler waits no longer than it.
+///
+/// Threading: ``register(_:fd:)``, ``connect(_:to:timeout:)``, ``schedule(after:_:)``, the channel
+/// operations and the handler calls happen on ``queue``; from elsewhere, go through ``execute(_:)``.
+/// The loop keeps itself alive while started; ``stop()`` closes every channel and releases it.
+///
+/// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
+/// only through ``execute(_:)``, ``executeAndWait(_:)`` and ``stop()``, which hop onto it.
+public final class CachetEventLoop: @unchecked Sendable {
+    /// The serial queue every handler runs on.
+    public let queue: DispatchQueue
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private static let wakeToken = UInt64.max
+    private let lingerMilliseconds: Int32
+    /// Reads of one channel per event before the loop moves on to the others.
+    private static let readsPerEvent = 8
+    private static let minimumReadRoom = 4096
+    private let events: UnsafeMutablePointer<epoll_event>
+    private let eventCapacity: Int32 = 256
+    private var source: (any DispatchSourceRead)?
+    private var started = false
+    private var stopped = false
+    private let queueKey = DispatchSpecificKey<ObjectIdentifier>()
+
+    // Unchecked exclusivity: read on every event, touched only on `queue`, never held across a call that could
+    // reach the same property.
+    @exclusivity(unchecked) private var channels: [CachetChannel?] = []
+    @exclusivity(unchecked) private var freeSlots: [Int] = []
+    @exclusivity(unchecked) private var generation: UInt64 = 0
+
+    // Timers: a binary heap of (deadline, id) and the work of each live timer.
+    private var timerHeap: [(deadline: UInt64, id: UInt64)] = []
+    private var timerWork: [UInt64: () -> Void] = [:]
+    private var nextTimerID: UInt64 = 1
+    private var timerSource: (any DispatchSourceTimer)?
+    private var timerSourceDeadline: UInt64 = .max
+
+    /// The number of registered channels (connecting or active). Read on `queue`.
+    public var channelCount: Int { channels.count - freeSlots.count }
+
+    /// Creates a loop; ``start()`` begins watching.
+    /// - Parameters:
+    ///   - label: the queue's label, e.g. `cachet.io.0`.
+    ///   - lingerMilliseconds: how long the handler waits for more events after a batch; 0 returns at once.
+    ///   - qos: the queue's quality of service.
+    /// - Throws: ``CachetIOError`` `resourceExhausted` when epoll or eventfd cannot be created.
+    public init(
+        label: String,
+        lingerMilliseconds: Int = 0,
+        qos: DispatchQoS = .userInitiated
+    ) throws(CachetIOError) {
+        let fd = cachet_epoll_create()
+        guard fd >= 0 else {
+            throw CachetIOError(
+                code: .resourceExhausted,
+                message: "epoll_create1 failed: \(CachetIOError.describe(errno))",
+                systemError: errno
+            )
+        }
+        let wakeFD = cachet_eventfd_create()
+        guard wakeFD >= 0, cachet_epoll_add(fd, wakeFD, cachet_EPOLLIN, Self.wakeToken) == 0 else {
+            let code = errno
+            if wakeFD >= 0 { _ = Glibc.close(wakeFD) }
+            _ = Glibc.close(fd)
+            throw CachetIOError(
+                code: .resourceExhausted,
+                message: "eventfd failed: \(CachetIOError.describe(code))",
+                systemError: code
+            )
+        }
+        epollFD = fd
+        self.wakeFD = wakeFD
+        self.lingerMilliseconds = Int32(clamping: lingerMilliseconds)
+        queue = DispatchQueue(label: label, qos: qos)
+        events = cachet_epoll_events_create(eventCapacity)
+        queue.setSpecific(key: queueKey, value: ObjectIdentifier(self))
+    }
+
+    deinit {
+        cachet_epoll_events_free(events)
+        if source == nil {
+            _ = Glibc.close(wakeFD)
+            _ = Glibc.close(epollFD)
+        }
+    }
+
+    // MARK: - Threading
+
+    /// Whether the caller runs on the loop's queue.
+    public var inEventLoop: Bool { DispatchQueue.getSpecific(key: queueKey) == ObjectIdentifier(self) }
+
+    /// Traps unless called on the loop's queue.
+    public func preconditionInEventLoop(file: StaticString = #fileID, line: UInt = #line) {
+        precondition(inEventLoop, "called off the event loop's queue", file: file, line: line)
+    }
+
+    /// Runs `work` on the loop's queue, waking the handler if it is lingering in `epoll_wait`.
+    /// - Parameter work: what to run; it may touch the loop's and its channels' state.
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        queue.async(execute: work)
+        cachet_eventfd_signal(wakeFD)
+    }
+
+    /// Runs `work` on the loop's queue and waits for it; runs it directly when already on the queue.
+    /// - Parameter work: what to run.
+    /// - Returns: what `work` returned.
+    public func executeAndWait<T>(_ work: () throws -> T) rethrows -> T {
+        if inEventLoop { return try work() }
+        cachet_eventfd_signal(wakeFD)
+        return try queue.sync(execute: work)
+    }
+
+    // MARK: - Lifecycle
+
+    /// Starts watching the epoll descriptor. Call once.
+    public func start() {
+        executeAndWait {
+            guard !started, !stopped else { return }
+            started = true
+            let source = DispatchSource.makeReadSource(fileDescriptor: epollFD, queue: queue)
+            // Strong: the loop lives while its source does; stop() cancels it.
+            source.setEventHandler { self.drain() }
+            // Close only once Dispatch has let go of the descriptors: closing earlier lets the numbers be
+            // reused while Dispatch still watches the old registration.
+            let epollFD = epollFD
+            let wakeFD = wakeFD
+            source.setCancelHandler {
+                _ = Glibc.close(wakeFD)
+                _ = Glibc.close(epollFD)
+            }
+            source.activate()
+            self.source = source
+        }
+    }
+
+    /// Closes every channel (their ``CachetChannel/channelInactive(error:)`` gets `loopStopped`), drops
+    /// the timers without running them, and stops the source. Callable from any thread; returns once done.
+    public func stop() {
+        executeAndWait {
+            guard !stopped else { return }
+            stopped = true
+            let error = CachetIOError(code: .loopStopped, message: "the event loop was stopped")
+            for case let channel? in channels { close(channel, error: error) }
+            timerHeap.removeAll()
+            timerWork.removeAll()
+            timerSource?.cancel()
+            timerSource = nil
+            source?.cancel()
+        }
+    }
+
+    // MARK: - Channels
+
+    /// Adopts a connected socket (an accepted connection): makes it non-blocking and registers it for
+    /// reading; ``CachetChannel/channelActive()`` is called at once. On a stopped loop the socket is closed
+    /// and the channel gets `loopStopped`. Called on `queue`.
+    /// - Parameters:
+    ///   - channel: a channel not hosted yet.
+    ///   - fd: the socket; the channel owns it from now on.
+    public func register(_ channel: CachetChannel, fd: Int32) {
+        preconditionInEventLoop()
+        precondition(channel.state == .idle, "a channel can be registered once")
+        CachetSocket.setNonBlocking(fd)
+        guard adopt(channel, fd: fd, state: .active) else { return }
+        channel.channelActive()
+        if channel.state == .active { flush(channel) }
+    }
+
+    /// Connects a channel to the first of `addresses` that answers within `timeout` (all together), without
+    /// blocking the loop. The channel gets ``CachetChannel/channelActive()`` once connected, or
+    /// ``CachetChannel/channelInactive(error:)`` with `connectionRefused`, `timedOut` or `connectionFailed`
+    /// (always later, never from inside this call). Output written before is sent once connected.
+    /// Called on `queue`.
+    /// - Parameters:
+    ///   - channel: a channel not hosted yet.
+    ///   - addresses: resolved addresses, tried in order.
+    ///   - timeout: the time allowed.
+    public func connect(_ channel: CachetChannel, to addresses: [CachetSocketAddress], timeout: Duration) {
+        preconditionInEventLoop()
+        precondition(channel.state == .idle, "a channel can be connected once")
+        channel.eventLoop = self
+        channel.state = .connecting
+        channel.pendingAddresses = addresses
+        channel.remoteAddress = channel.remoteAddress ?? addresses.first?.description
+        channel.connectTimer = schedule(after: timeout) { [unowned self] in
+            channel.connectTimer = nil
+            let name = channel.remoteAddress ?? "the server"
+            close(
+                channel,
+                error: CachetIOError(
+                    code: .timedOut,
+                    message: "cannot connect to \(name): no answer within \(timeout) (is the host up?)",
+                    systemError: ETIMEDOUT
+                )
+            )
+        }
+        if stopped {
+            fail(channel, CachetIOError(code: .loopStopped, message: "the event loop was stopped"))
+            return
+        }
+        attemptConnect(channel)
+    }
+
+    /// Resolves `address` on the calling thread (names through getaddrinfo, which may block: resolve
+    /// beforehand with ``CachetAddress/resolve()`` where that matters), then connects as
+    /// ``connect(_:to:timeout:)-(_,[CachetSocketAddress],_)``. Called on `queue`.
+    /// - Parameters:
+    ///   - channel: a channel not hosted yet.
+    ///   - address: where to connect.
+    ///   - timeout: the time allowed for connecting.
+    public func connect(_ channel: CachetChannel, to address: CachetAddress, timeout: Duration) {
+        preconditionInEventLoop()
+        let resolved: [CachetSocketAddress]
+        do {
+            try address.validate()
+            resolved = try address.resolve()
+        } catch {
+            channel.eventLoop = self
+            channel.state = .connecting
+            fail(channel, error)
+            return
+        }
+        channel.remoteAddress = address.description
+        connect(channel, to: resolved, timeout: timeout)
+    }
+
+    /// Tries the next address; fails the channel (later) when none is left.
+    private func attemptConnect(_ channel: CachetChannel) {
+        while !channel.pendingAddresses.isEmpty {
+            let next = channel.pendingAddresses.removeFirst()
+            do {
+                let (fd, _) = try CachetSocket.startConnect(to: next)
+                // Connected or not, epoll reports the outcome: a connected socket is writable at once.
+                if adopt(channel, fd: fd, state: .connecting) { return }
+                return
+            } catch {
+                channel.lastConnectError = error
+            }
+        }
+        let name = channel.remoteAddress ?? "the server"
+        fail(
+            channel,
+            channel.lastConnectError
+                ?? CachetIOError(code: .connectionFailed, message: "cannot connect to \(name): no address to try")
+        )
+    }
+
+    /// Closes `channel` with `error` on a later turn of the queue, so that the caller never sees a
+    /// handler run from inside its own call.
+    private func fail(_ channel: CachetChannel, _ error: CachetIOError) {
+        queue.async { [self] in close(channel, error: error) }
+    }
+
+    /// Puts a channel with a socket into the epoll set. Returns false (and closes) when epoll refuses it.
+    private func adopt(_ channel: CachetChannel, fd: Int32, state: CachetChannel.State) -> Bool {
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+        } else {
+            slot = channels.count
+            channels.append(nil)
+        }
+        generation &+= 1
+        channel.token = UInt64(slot) | (generation << 32)
+        channel.fd = fd
+        channel.eventLoop = self
+        channel.state = state
+        channels[slot] = channel
+        channel.interest = channel.desiredInterest
+        if stopped || cachet_epoll_add(epollFD, fd, channel.interest | cachet_EPOLLET, channel.token) != 0 {
+            let error =
+                stopped
+                ? CachetIOError(code: .loopStopped, message: "the event loop was stopped")
+                : CachetIOError(
+                    code: .resourceExhausted,
+                    message: "epoll_ctl(ADD) failed: \(CachetIOError.describe(errno))",
+                    systemError: errno
+                )
+            close(channel, error: error)
+            return false
+        }
+        return true
+    }
+
+    // MARK: - Events
+
+    private func drain() {
+        var timeout: Int32 = 0
+        while true {
+            let count = cachet_epoll_wait(epollFD, events, eventCapacity, timeout)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 {
+                runDueTimers()
+                // Nothing ready (after a linger, nothing came): hand the set back to the source.
+                return
+            }
+            var woken = false
+            for i in 0..<count {
+                let token = cachet_epoll_event_token(events, i)
+                if token == Self.wakeToken {
+                    cachet_eventfd_reset(wakeFD)
+                    woken = true
+                    continue
+                }
+                let slot = Int(token & 0xffff_ffff)
+                guard slot < channels.count, let channel = channels[slot], channel.token == token else { continue }
+                handle(channel, mask: cachet_epoll_event_mask(events, i))
+            }
+            runDueTimers()
+            // Work waits on `queue`: return so that it runs; the source fires again for what is still ready.
+            if woken || stopped { return }
+            if count == eventCapacity {
+                timeout = 0
+                continue
+            }
+            guard lingerMilliseconds > 0 else { return }
+            timeout = lingerMilliseconds
+            if let next = timerHeap.first {
+                let now = CachetDeadline.now()
+                if next.deadline <= now { continue }
+                timeout = Int32(clamping: min(UInt64(timeout), (next.deadline - now + 999_999) / 1_000_000))
+            }
+        }
+    }
+
+    private func handle(_ channel: CachetChannel, mask: UInt32) {
+        if channel.state == .connecting {
+            finishConnect(channel, mask: mask)
+            return
+        }
+        if mask & cachet_EPOLLERR != 0 {
+            let code = CachetSocket.pendingError(channel.fd)
+            close(channel, error: closedError(channel, code: code))
+            return
+        }
+        if mask & cachet_EPOLLOUT != 0 && channel.output.readableBytes > 0 {
+            guard send(channel) else { return }
+            if channel.output.readableBytes == 0 { channel.channelWritable() }
+            guard channel.state == .active else { return }
+        }
+        let rearm: Bool
+        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 && !channel.isReadingPaused {
+            guard let capped = receive(channel, peerClosed: mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0)
+            else { return }
+            rearm = capped
+        } else {
+            rearm = false
+        }
+        settle(channel, rearm: rearm)
+    }
+
+    private func finishConnect(_ channel: CachetChannel, mask: UInt32) {
+        let code = CachetSocket.pendingError(channel.fd)
+        if code == 0 && mask & (cachet_EPOLLOUT) != 0 {
+            if let timer = channel.connectTimer {
+                cancelTimer(timer)
+                channel.connectTimer = nil
+            }
+            channel.pendingAddresses = []
+            channel.lastConnectError = nil
+            channel.state = .active
+            settle(channel)
+            channel.channelActive()
+            if channel.state == .active { flush(channel) }
+            return
+        }
+        guard code != 0 || mask & (cachet_EPOLLERR | cachet_EPOLLHUP) != 0 else { return }
+        // This address failed: drop its socket and try the next one, if any.
+        let name = channel.remoteAddress ?? "the server"
+        channel.lastConnectError = CachetIOError.connectFailure(code == 0 ? ECONNREFUSED : code, address: name)
+        release(channel)
+        channel.state = .connecting
+        attemptConnect(channel)
+    }
+
+    /// Reads until drained (or the per-event cap) and hands each read to the channel. Returns nil when the
+    /// channel was closed, true when the cap stopped it (the registration must be renewed), false otherwise.
+    private func receive(_ channel: CachetChannel, peerClosed: Bool) -> Bool? {
+        var reads = 0
+        while reads < Self.readsPerEvent {
+            reads += 1
+            channel.input.reserveWritable(Self.minimumReadRoom)
+            let room = channel.input.writableBytes
+            switch CachetSocket.read(channel.fd, into: channel.input.writePointer, count: room) {
+            case .bytes(let count):
+                channel.input.moveWriteIndex(forwardBy: count)
+                channel.channelRead()
+                guard channel.state == .active else { return nil }
+                if channel.isReadingPaused { return false }
+                if count < room && !peerClosed { return false }
+            case .wouldBlock:
+                return false
+            case .endOfStream:
+                let name = channel.remoteAddress ?? "the peer"
+                close(channel, error: CachetIOError(code: .connectionClosed, message: "\(name) closed the connection"))
+                return nil
+            case .failed(let code):
+                close(channel, error: closedError(channel, code: code))
+                return nil
+            }
+        }
+        return true
+    }
+
+    private func closedError(_ channel: CachetChannel, code: Int32) -> CachetIOError {
+        let name = channel.remoteAddress ?? "the peer"
+        return CachetIOError(
+            code: .connectionClosed,
+            message: "the connection to \(name) broke: \(CachetIOError.describe(code == 0 ? ECONNRESET : code))",
+            systemError: code
+        )
+    }
+
+    /// Sends pending output; returns false if the channel was closed.
+    private func send(_ channel: CachetChannel) -> Bool {
+        while channel.output.readableBytes > 0 {
+            switch CachetSocket.send(channel.fd, channel.output.readableRegion) {
+            case .bytes(let count):
+                channel.output.moveReadIndex(forwardBy: count)
+            case .wouldBlock, .endOfStream:
+                return true
+            case .failed(let code):
+                close(channel, error: closedError(channel, code: code))
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Sends what the socket takes and updates the registration. Called by ``CachetChannel/flush()``.
+    func flush(_ channel: CachetChannel) {
+        guard send(channel) else { return }
+        settle(channel)
+    }
+
+    /// Brings the channel's epoll registration up to date; `rearm` renews it even if unchanged, which makes
+    /// the kernel report a socket that still holds bytes.
+    func settle(_ channel: CachetChannel, rearm: Bool = false) {
+        guard channel.state == .active || channel.state == .connecting else { return }
+        let desired = channel.desiredInterest
+        if desired != channel.interest || rearm {
+            channel.interest = desired
+            _ = cachet_epoll_modify(epollFD, channel.fd, desired | cachet_EPOLLET, channel.token)
+        }
+    }
+
+    /// Takes a channel's socket out of the set and closes it; the slot is freed.
+    private func release(_ channel: CachetChannel) {
+        guard channel.fd >= 0 else { return }
+        _ = cachet_epoll_remove(epollFD, channel.fd)
+        _ = Glibc.close(channel.fd)
+        channel.fd = -1
+        let slot = Int(channel.token & 0xffff_ffff)
+        if slot < channels.count, channels[slot] === channel {
+            channels[slot] = nil
+            freeSlots.append(slot)
+        }
+    }
+
+    /// Closes a channel and tells its handler.
+    func close(_ channel: CachetChannel, error: CachetIOError?) {
+        guard channel.state != .closed else { return }
+        if let timer = channel.connectTimer {
+            cancelTimer(timer)
+            channel.connectTimer = nil
+        }
+        release(channel)
+        channel.state = .closed
+        channel.pendingAddresses = []
+        channel.channelInactive(error: error)
+        channel.eventLoop = nil
+    }
+
+    // MARK: - Timers
+
+    /// Runs `work` on the loop's queue once `delay` has passed, unless cancelled first. Called on `queue`.
+    /// - Parameters:
+    ///   - delay: how long from now.
+    ///   - work: what to run.
+    /// - Returns: the timer's identity, for ``cancelTimer(_:)``.
+    @discardableResult
+    public func schedule(after delay: Duration, _ work: @escaping () -> Void) -> CachetTimerID {
+        schedule(at: CachetDeadline(after: delay), work)
+    }
+
+    /// Runs `work` on the loop's queue once `deadline` has passed, unless cancelled first. Called on `queue`.
+    /// - Parameters:
+    ///   - deadline: when.
+    ///   - work: what to run.
+    /// - Returns: the timer's identity, for ``cancelTimer(_:)``.
+    @discardableResult
+    public func schedule(at deadline: CachetDeadline, _ work: @escaping () -> Void) -> CachetTimerID {
+        preconditionInEventLoop()
+        let id = nextTimerID
+        nextTimerID &+= 1
+        guard !stopped else { return CachetTimerID(value: id) }
+        timerWork[id] = work
+        heapPush((deadline.uptimeNanoseconds, id))
+        armTimerSource()
+        return CachetTimerID(value: id)
+    }
+
+    /// Cancels a timer that has not run; does nothing otherwise. Called on `queue`.
+    /// - Parameter timer: what ``schedule(after:_:)`` returned.
+    public func cancelTimer(_ timer: CachetTimerID) {
+        preconditionInEventLoop()
+        timerWork[timer.value] = nil
+        // Cancelled entries stay in the heap and are skipped when due; drop them while they lead it.
+        while let first = timerHeap.first, timerWork[first.id] == nil { _ = heapPop() }
+        if timerHeap.isEmpty { timerWork.removeAll(keepingCapacity: true) }
+    }
+
+    /// The number of timers scheduled and not yet run or cancelled. Read on `queue`.
+    public var timerCount: Int { timerWork.count }
+
+    private func runDueTimers() {
+        guard !timerHeap.isEmpty else { return }
+        let now = CachetDeadline.now()
+        while let first = timerHeap.first, first.deadline <= now {
+            _ = heapPop()
+            if let work = timerWork.removeValue(forKey: first.id) { work() }
+            if stopped { return }
+        }
+        armTimerSource()
+    }
+
+    /// Points the timer source at the earliest deadline.
+    private func armTimerSource() {
+        guard let next = timerHeap.first?.deadline else { return }
+        if timerSource == nil {
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.setEventHandler { [unowned self] in
+                timerSourceDeadline = .max
+                runDueTimers()
+            }
+            timer.activate()
+            timerSource = timer
+        }
+        guard next != timerSourceDeadline else { return }
+        timerSourceDeadline = next
+        let now = CachetDeadline.now()
+        let delay = next > now ? next - now : 0
+        timerSource?.schedule(
+            deadline: .now() + .nanoseconds(Int(clamping: delay)),
+            repeating: .never,
+            leeway: .microseconds(100)
+        )
+    }
+
+    private func heapPush(_ entry: (deadline: UInt64, id: UInt64)) {
+        timerHeap.append(entry)
+        var child = timerHeap.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard timerHeap[child].deadline < timerHeap[parent].deadline else { break }
+            timerHeap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    private func heapPop() -> (deadline: UInt64, id: UInt64)? {
+        guard !timerHeap.isEmpty else { return nil }
+        let first = timerHeap[0]
+        let last = timerHeap.removeLast()
+        if !timerHeap.isEmpty {
+            timerHeap[0] = last
+            var parent = 0
+            while true {
+                let left = 2 * parent + 1
+                let right = left + 1
+                var smallest = parent
+                if left < timerHeap.count && timerHeap[left].deadline < timerHeap[smallest].deadline { smallest = left }
+                if right < timerHeap.count && timerHeap[right].deadline < timerHeap[smallest].deadline {
+                    smallest = right
+                }
+                if smallest == parent { break }
+                timerHeap.swapAt(parent, smallest)
+                parent = smallest
+            }
+        }
+        return first
+    }
+}
