@@ -92,23 +92,3 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
         return text
     }
 }
-
-/// A system call's failure, as the ``CachetClientError/underlying`` error of a connection failure.
-public struct CachetSystemError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// The call that failed, such as `connect`.
-    public var call: String
-    /// The `errno` value.
-    public var errno: Int32
-
-    /// Creates a system error.
-    /// - Parameters:
-    ///   - call: the call that failed.
-    ///   - errno: its `errno`.
-    public init(call: String, errno: Int32) {
-        self.call = call
-        self.errno = errno
-    }
-
-    /// `call: strerror (errno N)`.
-    public var description: String { "\(call): \(systemErrorText(errno)) (errno \(errno))" }
-}

@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import Dispatch
 import Synchronization
 
@@ -42,7 +43,7 @@ final class ClientEventLoop: @unchecked Sendable {
             throw CachetClientError(
                 code: .connectionFailed,
                 message: "could not create an epoll descriptor: raise the process's open-file limit",
-                underlying: CachetSystemError(call: "epoll_create1", errno: errno)
+                underlying: CachetIOError(code: .resourceExhausted, message: "epoll_create1 failed", systemError: errno)
             )
         }
         epollDescriptor = descriptor

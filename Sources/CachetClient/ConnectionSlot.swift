@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import CachetWire
 import Synchronization
 
@@ -214,19 +215,14 @@ final class ConnectionSlot: @unchecked Sendable {
 
     /// Opens the socket (on the caller's thread; the loop sees it complete).
     private func connect() {
-        let address: ClientSocket.Address
-        do {
-            address = try node.address()
-        } catch {
-            connectFailed(generation: nil, error: error, refused: true)
-            return
-        }
         let fd: Int32
         let connected: Bool
         do {
-            (fd, connected) = try ClientSocket.startConnect(to: address)
+            let inProgress: Bool
+            (fd, inProgress) = try CachetSocket.startConnect(to: try node.address())
+            connected = !inProgress
         } catch {
-            connectFailed(generation: nil, error: error, refused: true)
+            connectFailed(error: error)
             return
         }
         let generation = state.withLock { state -> UInt32? in
@@ -248,7 +244,7 @@ final class ConnectionSlot: @unchecked Sendable {
                     code: .connectionFailed,
                     message: "could not watch the connection's socket",
                     node: node.id,
-                    underlying: CachetSystemError(call: "epoll_ctl", errno: error)
+                    underlying: CachetIOError(code: .resourceExhausted, message: "epoll_ctl failed", systemError: error)
                 )
             )
             return
@@ -260,9 +256,8 @@ final class ConnectionSlot: @unchecked Sendable {
 
     /// The connect could not even start (no socket, no such host): every queued request fails, and the
     /// node goes down.
-    private func connectFailed(generation: UInt32?, error: CachetSystemError, refused: Bool) {
+    private func connectFailed(error: CachetIOError) {
         let waiters = state.withLock { state -> [ClientWaiter] in
-            if let generation, generation != state.generation { return [] }
             state.output.removeAll(keepingCapacity: true)
             return state.machine.closed()
         }
@@ -301,8 +296,14 @@ final class ConnectionSlot: @unchecked Sendable {
         var buffer = first
         var offset = firstOffset
         while true {
-            let sent = buffer.withUnsafeBytes { bytes in
-                ClientSocket.send(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            let result = buffer.withUnsafeBytes { bytes in
+                CachetSocket.send(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            }
+            let sent: Int
+            switch result {
+            case .bytes(let count): sent = count
+            case .wouldBlock: sent = 0
+            case .endOfStream, .failed: sent = -1
             }
             if sent < 0 {
                 // The loop sees the error on the socket and closes it; give the buffer back.
@@ -387,7 +388,7 @@ final class ConnectionSlot: @unchecked Sendable {
         guard current >= 0 else { return }
         if !connected {
             guard events & (cachet_EPOLLOUT | cachet_EPOLLERR | cachet_EPOLLHUP) != 0 else { return }
-            let error = ClientSocket.connectError(current)
+            let error = CachetSocket.pendingError(current)
             if error != 0 || events & cachet_EPOLLERR != 0 {
                 node.connectFailed()
                 closeSocket(
@@ -396,7 +397,11 @@ final class ConnectionSlot: @unchecked Sendable {
                         code: .connectionFailed,
                         message: "could not connect to \(node.node.host) port \(node.node.port): is the node running?",
                         node: node.id,
-                        underlying: CachetSystemError(call: "connect", errno: error == 0 ? ECONNREFUSED : error)
+                        underlying: CachetIOError(
+                            code: .connectionRefused,
+                            message: "connect failed",
+                            systemError: error == 0 ? ECONNREFUSED : error
+                        )
                     )
                 )
                 return
@@ -413,22 +418,19 @@ final class ConnectionSlot: @unchecked Sendable {
     private func read(fd: Int32, generation: UInt32) {
         while true {
             if readCount == readCapacity { growReadBuffer(to: readCapacity * 2) }
-            let got = ClientSocket.receive(
-                fd,
-                into: UnsafeMutableRawBufferPointer(start: readBuffer + readCount, count: readCapacity - readCount)
-            )
-            guard let got else { return }
-            if got <= 0 {
-                let error = got == 0 ? nil : CachetSystemError(call: "recv", errno: Int32(-got))
+            let got: Int
+            switch CachetSocket.read(fd, into: readBuffer + readCount, count: readCapacity - readCount) {
+            case .bytes(let count):
+                got = count
+            case .wouldBlock:
+                return
+            case .endOfStream, .failed:
                 closeSocket(
                     generation: generation,
                     failure: CachetClientError(
                         code: .connectionFailed,
-                        message: got == 0
-                            ? "the node closed the connection with requests in flight"
-                            : "the connection to the node failed with requests in flight",
-                        node: node.id,
-                        underlying: error
+                        message: "the connection to the node closed with requests in flight",
+                        node: node.id
                     )
                 )
                 return
@@ -447,11 +449,12 @@ final class ConnectionSlot: @unchecked Sendable {
         while true {
             let found: CachetFrame?
             do {
-                found = try CachetFrameDecoder.decodeFrame(
+                found = try CachetReplyDecoder.decodeReply(
                     in: buffer,
                     at: offset,
                     maximumPayloadLength: node.maximumFrameLength
                 )
+                if let found { try CachetReplyDecoder.validateReplyHeader(found.header) }
             } catch {
                 readCount = 0
                 protocolViolation(generation: generation, detail: error.message, underlying: error)

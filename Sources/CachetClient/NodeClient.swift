@@ -1,3 +1,4 @@
+import CachetIO
 import CachetWire
 import Logging
 import Synchronization
@@ -21,7 +22,7 @@ final class NodeClient: @unchecked Sendable {
     /// True while the node is up with no timeout counted: a reply then needs no health update.
     private let clean = Atomic<Bool>(true)
     private let roundRobin = Atomic<Int>(0)
-    private let cachedAddress = Mutex<ClientSocket.Address?>(nil)
+    private let cachedAddress = Mutex<CachetSocketAddress?>(nil)
     private let random = Mutex(SystemRandomNumberGenerator())
     /// Set when the client shuts down.
     let shuttingDown = Atomic<Bool>(false)
@@ -65,10 +66,13 @@ final class NodeClient: @unchecked Sendable {
         return slots[Int(UInt(bitPattern: turn) % UInt(slots.count))]
     }
 
-    /// The node's address, resolved once.
-    func address() throws(CachetSystemError) -> ClientSocket.Address {
+    /// The node's address, resolved once (the first the system lists).
+    func address() throws(CachetIOError) -> CachetSocketAddress {
         if let address = cachedAddress.withLock({ $0 }) { return address }
-        let address = try ClientSocket.resolve(host: node.host, port: node.port)
+        let resolved = try CachetAddress(host: node.host, port: node.port).resolve()
+        guard let address = resolved.first else {
+            throw CachetIOError(code: .resolutionFailed, message: "\(node.host) resolves to no address")
+        }
         cachedAddress.withLock { $0 = address }
         return address
     }
