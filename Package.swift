@@ -153,7 +153,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetClientTests",
-            dependencies: ["CachetClient", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-node"],
+            dependencies: ["CachetClient", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-node"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

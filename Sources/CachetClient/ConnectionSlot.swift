@@ -587,6 +587,9 @@ final class ConnectionSlot: @unchecked Sendable {
             return (waiters, connectTimedOut, state.generation)
         }
         if !waiters.isEmpty {
+            // Count the timeouts before resuming the callers, so that a caller sees the node's health
+            // as it is after its own timeout.
+            node.timedOut(count: waiters.count)
             fail(
                 waiters,
                 with: CachetClientError(

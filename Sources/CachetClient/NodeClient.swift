@@ -101,6 +101,7 @@ final class NodeClient: @unchecked Sendable {
 
     /// `count` requests timed out (on the loop).
     func timedOut(count: Int) {
+        guard !shuttingDown.load(ordering: .relaxed) else { return }
         let now = monotonicNanoseconds()
         var wentDown = false
         for _ in 0..<count {
@@ -166,9 +167,7 @@ final class NodeClient: @unchecked Sendable {
 
     /// Times requests out and probes the node if it is down and due.
     func tick(now: UInt64) {
-        var timedOut = 0
-        for slot in slots { timedOut += slot.expire(now: now) }
-        if timedOut > 0 && !shuttingDown.load(ordering: .relaxed) { self.timedOut(count: timedOut) }
+        for slot in slots { _ = slot.expire(now: now) }
         guard !isUp, !shuttingDown.load(ordering: .relaxed) else { return }
         if health.withLock({ $0.startProbeIfDue(now: now) }) {
             logger.debug("probing cachet node")

@@ -11,7 +11,7 @@ import Glibc
 final class NodeCluster {
     let processes: [NodeProcess]
 
-    init(count: Int, arguments: [String] = ["--memory-limit", "64MiB"]) throws {
+    init(count: Int, arguments: [String] = ["--memory-limit", "64MiB", "--disk-limit", "0"]) throws {
         var processes: [NodeProcess] = []
         for _ in 0..<count { processes.append(try NodeProcess(arguments: arguments)) }
         self.processes = processes
