@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "CachetWire", targets: ["CachetWire"]),
         .library(name: "CachetStore", targets: ["CachetStore"]),
         .library(name: "CachetRing", targets: ["CachetRing"]),
+        .library(name: "CachetCluster", targets: ["CachetCluster"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
         .library(name: "CachetIO", targets: ["CachetIO"]),
         .library(name: "CachetClient", targets: ["CachetClient"]),
@@ -44,6 +45,10 @@ let package = Package(
         // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
         .target(name: "CachetIO", dependencies: ["CEpoll"], swiftSettings: swiftSettings),
 
+        // Cluster membership: the cluster file, its members and their ring, the membership hash; no I/O but
+        // reading the file.
+        .target(name: "CachetCluster", dependencies: ["CachetRing"], swiftSettings: swiftSettings),
+
         // Memory and disk tiers: no sockets.
         .target(
             name: "CachetStore",
@@ -61,6 +66,7 @@ let package = Package(
             dependencies: [
                 "CachetWire",
                 "CachetStore",
+                "CachetCluster",
                 "CEpoll",
                 "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
@@ -74,6 +80,7 @@ let package = Package(
             dependencies: [
                 "CachetWire",
                 "CachetRing",
+                "CachetCluster",
                 "CachetIO",
                 "CEpoll",
                 .product(name: "Logging", package: "swift-log"),
@@ -137,13 +144,20 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "CachetClusterTests",
+            dependencies: ["CachetCluster", "CachetRing", "CachetTestSupport", "cachet-node"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetStoreTests",
             dependencies: ["CachetStore", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetNodeTests",
-            dependencies: ["CachetNode", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node"],
+            dependencies: [
+                "CachetNode", "CachetCluster", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -153,7 +167,10 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetClientTests",
-            dependencies: ["CachetClient", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport", "cachet-node"],
+            dependencies: [
+                "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport",
+                "cachet-node",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

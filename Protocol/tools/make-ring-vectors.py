@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Writes Protocol/vectors/ring.json from Protocol/RING.md, independently of the Swift ring.
+"""Writes Protocol/vectors/ring.json from Protocol/RING.md and Protocol/vectors/cluster.json from
+Protocol/CLUSTER.md, independently of the Swift code.
 
 Needs the xxhash package (pip install xxhash) for XXH64. The ring below is a second implementation of
-RING.md, kept deliberately plain: Tests/CachetRingTests check the Swift ring against its answers.
+RING.md, kept deliberately plain: Tests/CachetRingTests check the Swift ring against its answers, and
+Tests/CachetClusterTests check the membership hash and the ring by id against cluster.json.
 
 Run from the repository root: python3 Protocol/tools/make-ring-vectors.py
 The vectors are committed; rerun only when the specification changes.
@@ -14,6 +16,7 @@ import os
 import xxhash
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "vectors", "ring.json")
+CLUSTER_OUT = os.path.join(os.path.dirname(__file__), "..", "vectors", "cluster.json")
 DEFAULT_VIRTUAL_NODES = 160
 
 
@@ -105,6 +108,17 @@ def main():
     assert len(wrapping) == 3 and len(before_first) == 2
     small_entries = [key_entry(small, key, 3) for key in small_keys]
 
+    # Members named by id rather than by address (a cluster file's ids): pod names, a non-ASCII id, and
+    # ids of which one is a prefix of another, so that byte order with prefixes is exercised.
+    named_members = ["cachet-2", "cachet-0", "nœud-🔑", "cachet-1", "cachet-10"]
+    named = Ring(named_members)
+    named_keys = [b"k", b"user:1001", "ключ".encode(), b"\x00\xff"] + [b"key:%d" % i for i in range(16)]
+    named_entries = [key_entry(named, key, 3) for key in named_keys]
+    assert len({entry["owner"] for entry in named_entries}) == len(named_members), "every id should own a key"
+    prefix = Ring(["b", "ab", "a"], virtual_nodes=3)
+    assert prefix.members == ["a", "ab", "b"]
+    prefix_entries = [key_entry(prefix, key, 3) for key in [b"a#0", b"ab#2", b"b#1"] + [b"key:%d" % i for i in range(6)]]
+
     document = {
         "description": "Consistent-hash ring vectors for Protocol/RING.md, written by "
         "Protocol/tools/make-ring-vectors.py. Hashes are XXH64 with seed 0 as 16 lowercase hex digits; "
@@ -128,9 +142,91 @@ def main():
                 "preference_count": 3,
                 "keys": small_entries,
             },
+            {
+                "name": "five members named by id, default virtual nodes",
+                "members": named_members,
+                "virtual_nodes_per_member": DEFAULT_VIRTUAL_NODES,
+                "first_points": [{"hash": hex64(h), "member": m} for h, m in named.points[:5]],
+                "preference_count": 3,
+                "keys": named_entries,
+            },
+            {
+                "name": "ids that are prefixes of each other, three virtual nodes each",
+                "members": ["b", "ab", "a"],
+                "virtual_nodes_per_member": 3,
+                "first_points": [{"hash": hex64(h), "member": m} for h, m in prefix.points],
+                "preference_count": 3,
+                "keys": prefix_entries,
+            },
         ],
     }
     with open(OUT, "w", encoding="utf-8") as out:
+        out.write(render(document) + "\n")
+    write_cluster_vectors()
+
+
+def canonical_text(members, virtual_nodes):
+    """CLUSTER.md's canonical text: header, count, then one line per member in id byte order."""
+    lines = ["cachet-membership 1", "virtual_nodes_per_member %d" % virtual_nodes]
+    for member in sorted(members, key=lambda m: m["id"].encode("utf-8")):
+        lines.append("member %s %s %d" % (member["id"], member["host"], member["port"]))
+    return "\n".join(lines) + "\n"
+
+
+def write_cluster_vectors():
+    """Cluster files, the members they give (ids filled in), their canonical text and hash, and owners by id."""
+    files = [
+        ("ids given", {"members": [
+            {"id": "n1", "host": "127.0.0.1", "port": 7420},
+            {"id": "n2", "host": "127.0.0.1", "port": 7421},
+            {"id": "n3", "host": "127.0.0.1", "port": 7422},
+        ]}),
+        ("ids left out: each member is named host:port", {"members": [
+            {"host": "127.0.0.1", "port": 7421},
+            {"host": "127.0.0.1", "port": 7420},
+            {"host": "127.0.0.1", "port": 7422},
+        ]}),
+        ("pod names at DNS addresses, listed out of order", {"members": [
+            {"id": "cachet-2", "host": "cachet-2.cachet", "port": 7420},
+            {"id": "cachet-0", "host": "cachet-0.cachet", "port": 7420},
+            {"id": "cachet-1", "host": "cachet-1.cachet", "port": 7420},
+        ]}),
+        ("a node moved to a new address under its id: same owners, another hash", {"members": [
+            {"id": "cachet-2", "host": "cachet-2.cachet", "port": 7420},
+            {"id": "cachet-0", "host": "10.1.0.17", "port": 7420},
+            {"id": "cachet-1", "host": "cachet-1.cachet", "port": 7420},
+        ]}),
+        ("another virtual node count, a non-ASCII id", {"virtual_nodes_per_member": 40, "members": [
+            {"id": "nœud-1", "host": "10.0.0.1", "port": 7420},
+            {"id": "nœud-2", "host": "10.0.0.2", "port": 7420},
+            {"host": "10.0.0.3", "port": 7420},
+        ]}),
+    ]
+    keys = [b"k", b"user:1001", "ключ".encode()] + [b"key:%d" % i for i in range(7)]
+    cases = []
+    for name, document in files:
+        virtual_nodes = document.get("virtual_nodes_per_member", DEFAULT_VIRTUAL_NODES)
+        members = [dict(m, id=m.get("id", "%s:%d" % (m["host"], m["port"]))) for m in document["members"]]
+        ring = Ring([m["id"] for m in members], virtual_nodes)
+        text = canonical_text(members, virtual_nodes)
+        cases.append({
+            "name": name,
+            "file": document,
+            "members": sorted(members, key=lambda m: m["id"].encode("utf-8")),
+            "canonical_text": text,
+            "hash": hex64(xxh64(text.encode("utf-8"))),
+            "keys": [dict(key_entry(ring, key, 2)) for key in keys],
+        })
+    assert cases[2]["hash"] != cases[3]["hash"]
+    assert [k["owner"] for k in cases[2]["keys"]] == [k["owner"] for k in cases[3]["keys"]]
+    document = {
+        "description": "Cluster membership vectors for Protocol/CLUSTER.md, written by "
+        "Protocol/tools/make-ring-vectors.py. Each case is a cluster file (file), the members it gives in "
+        "id order with ids filled in (members), the canonical text of the membership hash and the hash "
+        "(XXH64 with seed 0, 16 lowercase hex digits), and keys with their owner and preference list by id.",
+        "cases": cases,
+    }
+    with open(CLUSTER_OUT, "w", encoding="utf-8") as out:
         out.write(render(document) + "\n")
 
 

@@ -48,9 +48,18 @@ public enum CachetCLIFormatter {
         }
         let width = object.keys.map(\.count).max() ?? 0
         return object.keys.sorted().map { key in
-            let value = object[key].map { "\($0)" } ?? ""
+            let value = object[key].map(statsValue) ?? ""
             return key.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + value
         }
+    }
+
+    /// A STATS value as text: numbers and strings as they are, lists and objects (such as `cluster_members`)
+    /// as compact JSON with sorted keys.
+    private static func statsValue(_ value: Any) -> String {
+        guard value is [Any] || value is [String: Any],
+            let data = try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys, .withoutEscapingSlashes])
+        else { return "\(value)" }
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// The trace of one frame: a summary line and a hex line grouped by field.

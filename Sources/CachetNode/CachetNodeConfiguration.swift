@@ -29,6 +29,10 @@ public struct CachetNodeConfiguration: Sendable {
     public var sweepInterval: Double = 1
     /// Entries per shard examined by one sweep.
     public var sweepBudget: Int = 1000
+    /// This node's id in its cluster (`--node-id`); `nil` without a cluster names a cluster of one `HOST:PORT`.
+    public var nodeID: String? = nil
+    /// The cluster (`--cluster`, see ``joinCluster(file:nodeID:host:port:)``); `nil` makes a cluster of one.
+    public var cluster: CachetNodeCluster? = nil
 
     /// Creates a configuration with the defaults.
     public init() {}
@@ -62,6 +66,7 @@ public struct CachetNodeConfiguration: Sendable {
         guard memoryShardCount > 0 && memoryShardCount & (memoryShardCount - 1) == 0 else {
             throw fail("memory shard count \(memoryShardCount) must be a power of two")
         }
+        try validateCluster()
     }
 }
 

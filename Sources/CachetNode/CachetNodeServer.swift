@@ -102,6 +102,9 @@ public final class CachetNodeServer: Sendable {
     /// The STATS reply body, as JSON.
     public var statisticsJSON: String { statistics.json() }
 
+    /// The node's cluster: its id, the membership in force, reloading on SIGHUP.
+    public var membership: CachetNodeMembership { statistics.membership }
+
     /// Binds the listening socket and starts serving.
     /// - Returns: the bound port.
     /// - Throws: ``CachetNodeError`` `addressUnusable` when the address cannot be bound.

@@ -7,6 +7,7 @@ final class NodeStatistics: Sendable {
     let memory: CachetMemoryStore
     let disk: DiskTier?
     let loopCounters: [RequestCounters]
+    let membership: CachetNodeMembership
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
@@ -17,6 +18,7 @@ final class NodeStatistics: Sendable {
         self.memory = memory
         self.disk = disk
         self.loopCounters = (0..<loopCount).map { _ in RequestCounters() }
+        self.membership = CachetNodeMembership(configuration: configuration)
         self.startTime = CachetClock.now()
     }
 
@@ -74,6 +76,7 @@ final class NodeStatistics: Sendable {
         } else {
             fields.append(("disk_limit", "0"))
         }
+        fields += membership.statisticsFields()
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 

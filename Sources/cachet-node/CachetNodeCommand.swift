@@ -16,15 +16,22 @@ struct CachetNodeCommand: ParsableCommand {
         discussion: """
             Listens for Cachet protocol v1 (Protocol/PROTOCOL.md) and prints one line once ready:
             'cachet-node listening on HOST:PORT'. SIGTERM or SIGINT stops accepting, finishes the requests \
-            already received, and exits 0. Sizes take KiB, MiB, GiB suffixes.
+            already received, and exits 0. SIGHUP re-reads the --cluster file (Protocol/CLUSTER.md); a bad \
+            file is logged and the old membership kept. Sizes take KiB, MiB, GiB suffixes.
             """
     )
 
-    @Option(help: "IPv4 address to listen on.")
-    var host = "127.0.0.1"
+    @Option(help: "IPv4 address to listen on. Default: the --node-id member's host, or 127.0.0.1.")
+    var host: String?
 
-    @Option(help: "TCP port; 0 picks a free one.")
-    var port = 7420
+    @Option(help: "TCP port; 0 picks a free one. Default: the --node-id member's port, or 7420.")
+    var port: Int?
+
+    @Option(help: "Cluster file (JSON, see Protocol/CLUSTER.md); without it the node is a cluster of one.")
+    var cluster: String?
+
+    @Option(help: "This node's id: its member in the --cluster file (required with --cluster).")
+    var nodeId: String?
 
     @Option(help: "Bytes the memory tier may hold, overhead included (e.g. 256MiB).")
     var memoryLimit = "256MiB"
@@ -69,12 +76,22 @@ struct CachetNodeCommand: ParsableCommand {
         let logger = Logger(label: "cachet.node")
 
         var configuration = CachetNodeConfiguration()
-        configuration.host = host
-        configuration.port = port
+        configuration.host = host ?? configuration.host
+        configuration.port = port ?? configuration.port
+        configuration.nodeID = nodeId
         configuration.maximumConnections = maxConnections
         configuration.ioQueueCount = ioQueues
         configuration.ioLingerMilliseconds = ioLingerMs
         do throws(CachetNodeError) {
+            if let cluster {
+                guard let nodeId else {
+                    throw CachetNodeError(
+                        code: .invalidConfiguration,
+                        message: "--cluster \(cluster) needs --node-id: name this node by its id in the file"
+                    )
+                }
+                try configuration.joinCluster(file: cluster, nodeID: nodeId, host: host, port: port)
+            }
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
             let diskBytes = try CachetByteCount.parse(diskLimit)
@@ -93,10 +110,22 @@ struct CachetNodeCommand: ParsableCommand {
             // Catch SIGTERM/SIGINT before announcing the port, so that a signal sent right after the
             // announcement is never lost.
             let signals = CachetTerminationSignals.install()
+            let membership = server.membership
+            let reload = CachetReloadSignal.install { membership.reload(logger: logger) }
             let boundPort = try server.start()
-            print("cachet-node listening on \(host):\(boundPort)")
+            membership.listening(host: configuration.host, port: boundPort)
+            logger.info(
+                "cluster membership",
+                metadata: [
+                    "node.id": "\(membership.nodeID)", "cluster.hash": "\(membership.current.membershipHashText)",
+                    "cluster.members": "\(membership.current.members.map(\.description).joined(separator: ", "))",
+                    "cluster.file": "\(membership.file ?? "")",
+                ]
+            )
+            print("cachet-node listening on \(configuration.host):\(boundPort)")
             fflush(nil)
             server.run(until: signals)
+            reload.cancel()
         } catch {
             throw ValidationError(error.description)
         }

@@ -67,10 +67,15 @@ struct RingVectorTests {
 
     @Test func theFileHasWhatTheSpecificationPromises() {
         #expect(Self.file.xxh64.count >= 10)
-        #expect(Self.file.rings.count == 2)
+        #expect(Self.file.rings.count == 4)
         #expect(Self.file.rings[0].keys.count == 50)
         #expect(Self.file.rings[0].virtual_nodes_per_member == CachetRing.defaultVirtualNodesPerMember)
         #expect(Self.file.rings[0].preference_count == 2)
+        // Members named by id (a cluster file's), not by address, including one id that is a prefix of another.
+        let named = Self.file.rings.filter { $0.members.allSatisfy { !$0.contains(":") } }
+        #expect(named.count == 2)
+        #expect(named.contains { ring in ring.members.contains { other in ring.members.contains { $0 != other && $0.hasPrefix(other) } } })
+        #expect(named.contains { $0.members.contains { !$0.allSatisfy(\.isASCII) } })
     }
 
     @Test func xxh64() {

@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# A Cachet cluster on this machine, in the background: N nodes on 127.0.0.1 with consecutive ports, each
+# with its own data directory, log and pid file under one folder, and the cluster file they share.
+#
+#   deploy/local-cluster.sh up [N] [--port BASE] [-- NODE FLAGS]   # build (release), start N nodes (default 3)
+#   deploy/local-cluster.sh status                                 # each node's state, items and membership hash
+#   deploy/local-cluster.sh reload                                 # SIGHUP every node: re-read cluster.json
+#   deploy/local-cluster.sh down [--purge]                         # SIGTERM every node; --purge also deletes the folder
+#
+# Nodes are n1..nN on BASE..BASE+N-1 (BASE defaults to 7420). Flags after -- go to every node, such as
+# -- --memory-limit 1GiB --disk-limit 4GiB. The folder is deploy/run/cluster (git-ignored), or
+# $CACHET_CLUSTER_DIR; with $CACHET_BIN_DIR set, the binaries there are used and nothing is built.
+# Exit status: 0 done (status: every node answers), 1 failed (status: a node is down), 2 usage.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+dir="${CACHET_CLUSTER_DIR:-$repo/deploy/run/cluster}"
+cluster_file="$dir/cluster.json"
+
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+fail() { echo "local-cluster: $*" >&2; exit 1; }
+
+binaries() {
+    if [ -n "${CACHET_BIN_DIR:-}" ]; then
+        bin="$CACHET_BIN_DIR"
+    else
+        bin="$(cd "$repo" && swift build -c release --show-bin-path)"
+    fi
+    node_bin="$bin/cachet-node"
+    cli_bin="$bin/cachet-cli"
+}
+
+build() {
+    if [ -n "${CACHET_BIN_DIR:-}" ]; then
+        [ -x "$node_bin" ] && [ -x "$cli_bin" ] || fail "no cachet-node and cachet-cli in CACHET_BIN_DIR=$CACHET_BIN_DIR"
+        return
+    fi
+    echo "building cachet-node and cachet-cli (release)..."
+    mkdir -p "$dir"
+    if ! (cd "$repo" && swift build -c release --product cachet-node && swift build -c release --product cachet-cli) \
+        >"$dir/build.log" 2>&1; then
+        tail -n 30 "$dir/build.log" >&2
+        fail "the build failed (whole log: $dir/build.log)"
+    fi
+}
+
+# The nodes of the cluster file as "id port" lines (the file is written by this script, one member a line).
+members() {
+    [ -f "$cluster_file" ] || return 0
+    sed -n 's/.*"id": *"\([^"]*\)".*"port": *\([0-9]*\).*/\1 \2/p' "$cluster_file"
+}
+
+# The pid of a running node, or nothing (a stale pid file, or a pid now used by another program, is ignored).
+running_pid() {
+    local pid_file="$dir/$1/node.pid" pid
+    [ -f "$pid_file" ] || return 0
+    pid="$(cat "$pid_file")"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q cachet-node; then
+        echo "$pid"
+    fi
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+cmd_up() {
+    local count=3 base=7420 extra=()
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --port) [ $# -ge 2 ] || { usage >&2; exit 2; }; base="$2"; shift 2 ;;
+            --) shift; extra=("$@"); break ;;
+            [0-9]*) count="$1"; shift ;;
+            *) echo "local-cluster: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        esac
+    done
+    [[ "$count" =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] && [ "$count" -le 64 ] || fail "N must be 1 to 64, not $count"
+    [[ "$base" =~ ^[0-9]+$ ]] && [ "$base" -ge 1 ] && [ $((base + count - 1)) -le 65535 ] ||
+        fail "--port $base does not leave room for $count ports below 65536"
+
+    local running=0 id port
+    while read -r id port; do
+        [ -n "$(running_pid "$id")" ] && running=$((running + 1))
+    done < <(members)
+    if [ "$running" -gt 0 ]; then
+        local listed
+        listed="$(members | wc -l)"
+        if [ "$running" -eq "$listed" ] && [ "$listed" -eq "$count" ]; then
+            echo "the local cluster is already up ($count nodes in $dir)"
+            cmd_status || true
+            return 0
+        fi
+        fail "a local cluster is already running ($running of $listed nodes in $dir): run 'deploy/local-cluster.sh down' first"
+    fi
+
+    for ((i = 0; i < count; i++)); do
+        port_busy $((base + i)) && fail "port $((base + i)) is busy (another program listens there): choose another --port BASE, or stop it"
+    done
+
+    binaries
+    build
+    mkdir -p "$dir"
+    {
+        echo '{'
+        echo '  "members": ['
+        for ((i = 1; i <= count; i++)); do
+            printf '    {"id": "n%d", "host": "127.0.0.1", "port": %d}%s\n' "$i" $((base + i - 1)) "$([ "$i" -lt "$count" ] && echo ,)"
+        done
+        echo '  ]'
+        echo '}'
+    } >"$cluster_file.tmp"
+    mv "$cluster_file.tmp" "$cluster_file"
+
+    local started=()
+    for ((i = 1; i <= count; i++)); do
+        id="n$i"
+        mkdir -p "$dir/$id/data"
+        : >"$dir/$id/node.out"
+        # setsid: the nodes outlive this script and ignore the terminal's Ctrl-C.
+        setsid "$node_bin" --cluster "$cluster_file" --node-id "$id" --data-dir "$dir/$id/data" "${extra[@]}" \
+            >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null &
+        echo $! >"$dir/$id/node.pid"
+        started+=("$id")
+    done
+
+    local deadline=$((SECONDS + 30)) failed=""
+    for id in "${started[@]}"; do
+        until grep -q "listening on" "$dir/$id/node.out" 2>/dev/null; do
+            if [ -z "$(running_pid "$id")" ] || [ "$SECONDS" -ge "$deadline" ]; then failed="$id"; break; fi
+            sleep 0.1
+        done
+        [ -n "$failed" ] && break
+    done
+    if [ -n "$failed" ]; then
+        echo "local-cluster: node $failed did not start; the end of $dir/$failed/node.log:" >&2
+        tail -n 15 "$dir/$failed/node.log" >&2
+        cmd_down >/dev/null 2>&1 || true
+        exit 1
+    fi
+
+    echo "local cluster up: $count nodes, cluster file $cluster_file"
+    while read -r id port; do
+        printf '  %-4s 127.0.0.1:%-5s pid %-7s log %s\n' "$id" "$port" "$(cat "$dir/$id/node.pid")" "$dir/$id/node.log"
+    done < <(members)
+    echo "talk to a node:  $cli_bin --port $base stats"
+    echo "status:          deploy/local-cluster.sh status"
+    echo "stop:            deploy/local-cluster.sh down        (down --purge also deletes the data)"
+}
+
+cmd_status() {
+    [ -f "$cluster_file" ] || { echo "no local cluster in $dir (start one with: deploy/local-cluster.sh up)"; return 1; }
+    [ -n "${cli_bin:-}" ] || binaries
+    local id port pid stats state items hash hashes="" down=0
+    printf '%-4s %-15s %-8s %-8s %10s  %s\n' id address pid state items cluster_hash
+    while read -r id port; do
+        pid="$(running_pid "$id")"
+        items="-"
+        hash="-"
+        if [ -z "$pid" ]; then
+            state="stopped"
+            pid="-"
+            down=$((down + 1))
+        elif stats="$("$cli_bin" --port "$port" stats 2>/dev/null)"; then
+            state="up"
+            items="$(awk '$1 == "items" { print $2 }' <<<"$stats")"
+            hash="$(awk '$1 == "cluster_hash" { print $2 }' <<<"$stats")"
+            hashes+="$hash"$'\n'
+        else
+            state="silent"
+            down=$((down + 1))
+        fi
+        printf '%-4s %-15s %-8s %-8s %10s  %s\n' "$id" "127.0.0.1:$port" "$pid" "$state" "$items" "$hash"
+    done < <(members)
+    if [ "$(sort -u <<<"$hashes" | grep -c .)" -gt 1 ]; then
+        echo "the nodes disagree on the membership: run 'deploy/local-cluster.sh reload'"
+    fi
+    [ "$down" -eq 0 ]
+}
+
+cmd_reload() {
+    local id port pid count=0
+    while read -r id port; do
+        pid="$(running_pid "$id")"
+        [ -n "$pid" ] || continue
+        kill -HUP "$pid"
+        count=$((count + 1))
+    done < <(members)
+    echo "sent SIGHUP to $count nodes: each re-reads $cluster_file (its log says whether it took it)"
+}
+
+cmd_down() {
+    local purge=0
+    case "${1:-}" in
+        --purge) purge=1 ;;
+        "") ;;
+        *) echo "local-cluster: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+    local id port pid pids=() ids=()
+    while read -r id port; do
+        pid="$(running_pid "$id")"
+        if [ -n "$pid" ]; then
+            kill -TERM "$pid"
+            pids+=("$pid")
+            ids+=("$id")
+        else
+            rm -f "$dir/$id/node.pid"
+        fi
+    done < <(members)
+    if [ "${#pids[@]}" -eq 0 ]; then
+        echo "no local cluster is running in $dir"
+    fi
+    local deadline=$((SECONDS + 30)) stuck=0
+    for index in "${!pids[@]}"; do
+        pid="${pids[$index]}"
+        id="${ids[$index]}"
+        while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null || true
+            echo "$id (pid $pid) did not stop within 30 s of SIGTERM: killed"
+            stuck=1
+        else
+            echo "$id (pid $pid) stopped"
+        fi
+        rm -f "$dir/$id/node.pid"
+    done
+    if [ "$purge" -eq 1 ] && [ -d "$dir" ]; then
+        rm -rf "$dir"
+        echo "deleted $dir (data, logs, cluster file)"
+    fi
+    return "$stuck"
+}
+
+command="${1:-}"
+[ $# -gt 0 ] && shift
+case "$command" in
+    up) cmd_up "$@" ;;
+    status) cmd_status ;;
+    reload) cmd_reload ;;
+    down) cmd_down "$@" ;;
+    -h | --help | help) usage ;;
+    *) usage >&2; exit 2 ;;
+esac
