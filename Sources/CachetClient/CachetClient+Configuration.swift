@@ -15,11 +15,11 @@ extension CachetClient {
         /// - Parameters:
         ///   - host: a host name or an IP address.
         ///   - port: the TCP port; Cachet's default is 7420.
-        ///   - id: the ring member name; `host:port` (with brackets around an IPv6 address) when nil.
+        ///   - id: the ring member name; `host:port` when nil, as in a cluster file (`Protocol/CLUSTER.md`).
         public init(host: String, port: Int = 7420, id: String? = nil) {
             self.host = host
             self.port = port
-            self.id = id ?? (host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+            self.id = id ?? "\(host):\(port)"
         }
 
         /// The node's id.

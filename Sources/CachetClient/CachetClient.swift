@@ -225,12 +225,14 @@ public final class CachetClient: Sendable {
         let deadline = monotonicNanoseconds() &+ requestTimeoutNanoseconds
         let failover = configuration.failover
         var attempts = 0
+        var lastError: CachetClientError?
         while true {
             guard !isShutDown.load(ordering: .relaxed) else { throw nodes[0].shutdownError() }
             let target = withBytes(key) { bytes in
                 router.route(bytes, failover: failover) { nodes[$0].isUp }
             }
-            guard let target else { throw unavailableError(key: key) }
+            // When no node is left, the failure that took the last one down says more than "unavailable".
+            guard let target else { throw lastError ?? unavailableError(key: key) }
             let node = nodes[target]
             let outcome = await send(on: node, deadline: deadline) { slot, id, waiter, deadline in
                 withBytes(key) { key in
@@ -248,6 +250,7 @@ public final class CachetClient: Sendable {
                 return (status, body, node.id)
             case .failure(let error):
                 attempts += 1
+                lastError = error
                 let retryable = error.code == .connectionFailed || error.code == .unavailable
                 guard failover, retryable, attempts < 2 * nodes.count + 1, monotonicNanoseconds() < deadline
                 else { throw error }

@@ -21,7 +21,7 @@ struct ClientClusterTests {
 
     @Test("items spread over the nodes as the ring says")
     func spreadByRing() async throws {
-        let cluster = try NodeCluster(count: 3)
+        let cluster = try await NodeCluster.start(count: 3)
         try await withClient(cluster.configuration()) { client in
             let ring = try CachetRing(members: cluster.nodes.map(\.id))
             var expected = [String: Int64]()
@@ -49,7 +49,7 @@ struct ClientClusterTests {
 
     @Test("50 tasks x 1000 mixed operations, every value checked")
     func concurrentMixed() async throws {
-        let cluster = try NodeCluster(count: 3)
+        let cluster = try await NodeCluster.start(count: 3)
         try await withClient(cluster.configuration(timeout: .seconds(5))) { client in
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for task in 0..<50 {
@@ -87,7 +87,7 @@ struct ClientClusterTests {
 
     @Test("a node killed with SIGKILL mid-run: other nodes' keys keep working, its keys fail over or fail fast")
     func killedNode() async throws {
-        let cluster = try NodeCluster(count: 3)
+        let cluster = try await NodeCluster.start(count: 3)
         let timeout = Duration.milliseconds(500)
         try await withClient(cluster.configuration(timeout: timeout)) { client in
             let victim = cluster.node(1).id
@@ -158,7 +158,7 @@ struct ClientClusterTests {
 
     @Test("a frozen node (SIGSTOP) trips the timeout, is marked down, and comes back after SIGCONT")
     func frozenNode() async throws {
-        let cluster = try NodeCluster(count: 2)
+        let cluster = try await NodeCluster.start(count: 2)
         let timeout = Duration.milliseconds(300)
         let frozen = cluster.processes[0].process.processIdentifier
         defer { kill(frozen, SIGCONT) }

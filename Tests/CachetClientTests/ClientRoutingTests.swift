@@ -1,3 +1,5 @@
+import CachetCluster
+import CachetTestSupport
 import Foundation
 import Testing
 
@@ -109,10 +111,43 @@ struct ClientRoutingTests {
         #expect(refused { _ in } == nil)
     }
 
-    @Test("node ids default to host:port, with brackets around IPv6")
+    @Test("node ids default to host:port, as a cluster file's")
     func nodeIDs() {
         #expect(CachetClient.Node(host: "127.0.0.1", port: 7420).id == "127.0.0.1:7420")
-        #expect(CachetClient.Node(host: "::1", port: 7421).id == "[::1]:7421")
+        #expect(CachetClient.Node(host: "cache-1", port: 7420).id == CachetClusterMember(host: "cache-1", port: 7420).id)
         #expect(CachetClient.Node(host: "cache-1", port: 7420, id: "a").id == "a")
+    }
+
+    @Test("a cluster file gives the nodes, their ids and the virtual node count; keys go where the membership says")
+    func clusterFile() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-client-cluster")
+        let path = directory.appending("cluster.json")
+        let json = """
+            {"members": [{"id": "n1", "host": "127.0.0.1", "port": 7420},
+                         {"id": "n2", "host": "127.0.0.1", "port": 7421},
+                         {"host": "127.0.0.1", "port": 7422}],
+             "virtual_nodes_per_member": 40}
+            """
+        _ = FileManager.default.createFile(atPath: path, contents: Data(json.utf8))
+        let configuration = try CachetClient.Configuration(clusterFile: path)
+        #expect(Set(configuration.nodes.map(\.id)) == ["n1", "n2", "127.0.0.1:7422"])
+        #expect(configuration.virtualNodesPerMember == 40)
+        let membership = try CachetMembership(contentsOfFile: path)
+        let router = try CachetClientRouter(nodes: configuration.nodes, virtualNodesPerMember: 40)
+        for index in 0..<200 {
+            let key = Array("key:\(index)".utf8)
+            let owner = key.withUnsafeBytes { configuration.nodes[router.owner(of: $0)] }
+            #expect(owner.id == membership.owner(of: key).id)
+            #expect(owner.port == membership.owner(of: key).port)
+        }
+
+        _ = FileManager.default.createFile(atPath: path, contents: Data(#"{"members": [{"hots": "x"}]}"#.utf8))
+        do {
+            _ = try CachetClient.Configuration(clusterFile: path)
+            Issue.record("a bad cluster file was accepted")
+        } catch {
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains(path))
+        }
     }
 }

@@ -6,7 +6,7 @@ import Testing
 struct ClientSingleNodeTests {
     @Test("put, get, delete, miss, String values, TTL, clear, stats, ping")
     func basicOperations() async throws {
-        let cluster = try NodeCluster(count: 1)
+        let cluster = try await NodeCluster.start(count: 1)
         try await withClient(cluster.configuration()) { client in
             let bytes: [UInt8] = [0, 1, 2, 255]
             try await client.put("user:42", value: bytes, ttl: .seconds(60))
@@ -42,7 +42,7 @@ struct ClientSingleNodeTests {
 
     @Test("a large value round-trips")
     func largeValue() async throws {
-        let cluster = try NodeCluster(count: 1)
+        let cluster = try await NodeCluster.start(count: 1)
         try await withClient(cluster.configuration()) { client in
             let value = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
             try await client.put("big", value: value)
@@ -52,7 +52,7 @@ struct ClientSingleNodeTests {
 
     @Test("batched get and put")
     func batches() async throws {
-        let cluster = try NodeCluster(count: 1)
+        let cluster = try await NodeCluster.start(count: 1)
         try await withClient(cluster.configuration()) { client in
             var entries: [String: [UInt8]] = [:]
             for index in 0..<500 { entries["batch:\(index)"] = Array("value-\(index)".utf8) }
@@ -69,7 +69,7 @@ struct ClientSingleNodeTests {
 
     @Test("bad input fails before anything is sent")
     func validation() async throws {
-        let cluster = try NodeCluster(count: 1)
+        let cluster = try await NodeCluster.start(count: 1)
         try await withClient(cluster.configuration()) { client in
             await expectFailure(.badRequest) { () throws(CachetClientError) in _ = try await client.get("") }
             await expectFailure(.tooLarge) { () throws(CachetClientError) in

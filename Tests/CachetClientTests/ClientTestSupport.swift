@@ -8,13 +8,25 @@ import Glibc
 #endif
 
 /// Real `cachet-node` processes for a test, stopped (and resumed first if frozen) when released.
-final class NodeCluster {
+final class NodeCluster: @unchecked Sendable {
+    // Immutable after init; the processes are only signalled.
     let processes: [NodeProcess]
 
     init(count: Int, arguments: [String] = ["--memory-limit", "64MiB", "--disk-limit", "0"]) throws {
         var processes: [NodeProcess] = []
         for _ in 0..<count { processes.append(try NodeProcess(arguments: arguments)) }
         self.processes = processes
+    }
+
+    /// Starts `count` nodes on a thread of its own, so that waiting for them does not hold a thread of
+    /// the tasks' cooperative pool (which other tests' timing depends on).
+    static func start(count: Int) async throws -> NodeCluster {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<NodeCluster, any Error>, Never>) in
+            Thread.detachNewThread {
+                continuation.resume(returning: Result { try NodeCluster(count: count) })
+            }
+        }
+        return try result.get()
     }
 
     /// The client's view of node `i`.
