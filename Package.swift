@@ -96,6 +96,7 @@ let package = Package(
         .target(
             name: "CachetBenchKit",
             dependencies: [
+                "CachetClient",
                 "CachetWire",
                 "CachetRing",
                 "CEpoll",
