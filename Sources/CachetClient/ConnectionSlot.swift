@@ -284,7 +284,9 @@ final class ConnectionSlot: @unchecked Sendable {
             return (buffer, state.fd)
         }
         let fd = state.withLock { $0.generation == generation ? $0.fd : -1 }
-        if fd >= 0 { loop.modify(fd: fd, events: cachet_EPOLLIN | cachet_EPOLLRDHUP, token: token(generation: generation)) }
+        if fd >= 0 {
+            loop.modify(fd: fd, events: cachet_EPOLLIN | cachet_EPOLLRDHUP, token: token(generation: generation))
+        }
         if let (buffer, fd) = next { write(buffer, offset: 0, fd: fd) }
     }
 
@@ -364,7 +366,11 @@ final class ConnectionSlot: @unchecked Sendable {
             Glibc.close(fd)
             return
         }
-        loop.modify(fd: fd, events: cachet_EPOLLIN | cachet_EPOLLOUT | cachet_EPOLLRDHUP, token: token(generation: generation))
+        loop.modify(
+            fd: fd,
+            events: cachet_EPOLLIN | cachet_EPOLLOUT | cachet_EPOLLRDHUP,
+            token: token(generation: generation)
+        )
     }
 
     /// The socket is writable again (on the loop).

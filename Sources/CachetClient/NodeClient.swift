@@ -27,8 +27,14 @@ final class NodeClient: @unchecked Sendable {
     /// Set when the client shuts down.
     let shuttingDown = Atomic<Bool>(false)
 
-    init(node: CachetClient.Node, index: Int, configuration: CachetClient.Configuration, loop: ClientEventLoop,
-         firstSlot: Int, logger: Logger) {
+    init(
+        node: CachetClient.Node,
+        index: Int,
+        configuration: CachetClient.Configuration,
+        loop: ClientEventLoop,
+        firstSlot: Int,
+        logger: Logger
+    ) {
         self.node = node
         self.index = index
         connectTimeout = configuration.connectTimeout

@@ -127,7 +127,9 @@ struct ClientClusterTests {
                                 failed += 1
                                 #expect(owner == victim, "a live node's key failed: \(error)")
                                 #expect(
-                                    [CachetClientError.Code.connectionFailed, .unavailable, .timeout].contains(error.code),
+                                    [CachetClientError.Code.connectionFailed, .unavailable, .timeout].contains(
+                                        error.code
+                                    ),
                                     "\(error)"
                                 )
                                 // The victim's keys may have landed on a stand-in: forget them.

@@ -136,7 +136,8 @@ struct ClientFailureTests {
         let client = try CachetClient(configuration: cluster.configuration(timeout: .seconds(5)))
         try await client.put("k", value: [1, 2])
         kill(pid, SIGSTOP)
-        let inFlight = (0..<5).map { _ in Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") } }
+        let inFlight = (0..<5).map { _ in Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") }
+        }
         try await Task.sleep(for: .milliseconds(100))
         let shutdown = Task { await client.shutdown() }
         try await Task.sleep(for: .milliseconds(100))

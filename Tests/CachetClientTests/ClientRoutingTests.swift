@@ -114,7 +114,9 @@ struct ClientRoutingTests {
     @Test("node ids default to host:port, as a cluster file's")
     func nodeIDs() {
         #expect(CachetClient.Node(host: "127.0.0.1", port: 7420).id == "127.0.0.1:7420")
-        #expect(CachetClient.Node(host: "cache-1", port: 7420).id == CachetClusterMember(host: "cache-1", port: 7420).id)
+        #expect(
+            CachetClient.Node(host: "cache-1", port: 7420).id == CachetClusterMember(host: "cache-1", port: 7420).id
+        )
         #expect(CachetClient.Node(host: "cache-1", port: 7420, id: "a").id == "a")
     }
 

@@ -21,7 +21,8 @@ final class NodeCluster: @unchecked Sendable {
     /// Starts `count` nodes on a thread of its own, so that waiting for them does not hold a thread of
     /// the tasks' cooperative pool (which other tests' timing depends on).
     static func start(count: Int) async throws -> NodeCluster {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<NodeCluster, any Error>, Never>) in
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<NodeCluster, any Error>, Never>) in
             Thread.detachNewThread {
                 continuation.resume(returning: Result { try NodeCluster(count: count) })
             }
