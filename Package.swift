@@ -171,6 +171,8 @@ let package = Package(
             dependencies: [
                 "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport",
                 "cachet-node",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

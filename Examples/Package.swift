@@ -5,7 +5,7 @@ import PackageDescription
 let package = Package(
     name: "cachet-examples",
     dependencies: [
-        .package(path: "..")
+        .package(name: "cachet", path: "..")
     ],
     targets: [
         .executableTarget(

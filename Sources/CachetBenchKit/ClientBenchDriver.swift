@@ -56,18 +56,22 @@ public enum ClientBenchDriver {
     /// - Parameters:
     ///   - configuration: what to run; `connections` is the number of tasks.
     ///   - connectionsPerNode: the client's pool size per node.
+    ///   - linger: the client's event loop linger.
     /// - Returns: the measurements.
     /// - Throws: ``BenchError`` when the client cannot be created or the prefill fails.
     public static func run(
         _ configuration: BenchConfiguration,
-        connectionsPerNode: Int = 2
+        connectionsPerNode: Int = 2,
+        linger: Duration = .microseconds(500)
     ) throws(BenchError) -> ClientBenchReport {
         let result = Mutex<Result<ClientBenchReport, BenchError>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {
             let outcome: Result<ClientBenchReport, BenchError>
             do {
-                outcome = .success(try await runAsync(configuration, connectionsPerNode: connectionsPerNode))
+                outcome = .success(
+                    try await runAsync(configuration, connectionsPerNode: connectionsPerNode, linger: linger)
+                )
             } catch let error as BenchError {
                 outcome = .failure(error)
             } catch {
@@ -82,12 +86,14 @@ public enum ClientBenchDriver {
 
     static func runAsync(
         _ configuration: BenchConfiguration,
-        connectionsPerNode: Int
+        connectionsPerNode: Int,
+        linger: Duration
     ) async throws(BenchError) -> ClientBenchReport {
         var clientConfiguration = CachetClient.Configuration(
             nodes: configuration.targets.map { CachetClient.Node(host: $0.host, port: $0.port) }
         )
         clientConfiguration.connectionsPerNode = connectionsPerNode
+        clientConfiguration.eventLoopLinger = linger
         clientConfiguration.requestTimeout = .seconds(5)
         clientConfiguration.connectTimeout = .seconds(5)
         let client: CachetClient

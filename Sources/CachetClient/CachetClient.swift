@@ -50,7 +50,7 @@ public final class CachetClient: Sendable {
         // between 1 and 10 ms.
         let shortest = min(configuration.requestTimeout, configuration.connectTimeout)
         let tick = max(.milliseconds(1), min(.milliseconds(10), shortest / 50))
-        loop = try ClientEventLoop(label: "cachet.client", tick: tick)
+        loop = try ClientEventLoop(label: "cachet.client", tick: tick, linger: configuration.eventLoopLinger)
         var nodes: [NodeClient] = []
         for (index, node) in configuration.nodes.enumerated() {
             nodes.append(

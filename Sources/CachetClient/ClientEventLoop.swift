@@ -27,6 +27,10 @@ final class ClientEventLoop: @unchecked Sendable {
     private let timer: any DispatchSourceTimer
     /// The timer's period in nanoseconds: the most a timeout can be late by.
     let tickNanoseconds: UInt64
+    /// How long the handler waits for more events after a batch; 0 returns at once.
+    let lingerNanoseconds: UInt64
+    /// The longest the handler keeps the queue while lingering.
+    let maximumLingerRun: UInt64 = 2_000_000
 
     private struct Control {
         var started = false
@@ -37,7 +41,7 @@ final class ClientEventLoop: @unchecked Sendable {
     /// Whether the timer runs; read without the lock on the issue path to skip arming it.
     private let timerArmed = Atomic<Bool>(false)
 
-    init(label: String, tick: Duration) throws(CachetClientError) {
+    init(label: String, tick: Duration, linger: Duration) throws(CachetClientError) {
         let descriptor = cachet_epoll_create()
         guard descriptor >= 0 else {
             throw CachetClientError(
@@ -52,6 +56,7 @@ final class ClientEventLoop: @unchecked Sendable {
         readSource = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         timer = DispatchSource.makeTimerSource(queue: queue)
         tickNanoseconds = max(1_000_000, tick.nanoseconds)
+        lingerNanoseconds = linger.nanoseconds
     }
 
     /// Sets the connection slots and nodes; called once before any I/O.
@@ -81,27 +86,23 @@ final class ClientEventLoop: @unchecked Sendable {
     @inline(__always)
     func armTimer() {
         if timerArmed.load(ordering: .relaxed) { return }
-        let resume = control.withLock { control -> (first: Bool, resume: Bool) in
-            guard !control.timerRunning && !control.closed else { return (false, false) }
-            control.timerRunning = true
-            let first = !control.started
-            return (first, true)
-        }
-        guard resume.resume else { return }
-        timerArmed.store(true, ordering: .relaxed)
         startIfNeeded()
-        timer.resume()
+        // Resumed under the lock, so that resumes and suspends alternate exactly as `timerRunning` does
+        // (Dispatch traps on a resume of a source that is not suspended).
+        control.withLock { control in
+            guard !control.timerRunning && !control.closed else { return }
+            control.timerRunning = true
+            timerArmed.store(true, ordering: .relaxed)
+            timer.resume()
+        }
     }
 
     /// Stops the timer when nothing needs it (on `queue`).
     private func disarmTimerIfIdle() {
         for node in nodes where node.needsTimer { return }
-        let suspend = control.withLock { control -> Bool in
-            guard control.timerRunning && !control.closed else { return false }
+        control.withLock { control in
+            guard control.timerRunning && !control.closed else { return }
             control.timerRunning = false
-            return true
-        }
-        if suspend {
             timerArmed.store(false, ordering: .relaxed)
             timer.suspend()
         }
@@ -129,19 +130,39 @@ final class ClientEventLoop: @unchecked Sendable {
         _ = cachet_epoll_remove(epollDescriptor, fd)
     }
 
-    /// Handles every ready socket (on `queue`).
+    /// Handles every ready socket (on `queue`); then, with a linger, waits that long in `epoll_wait` for
+    /// more replies before handing the thread back, so that a busy client's replies are read by a thread
+    /// the kernel wakes directly rather than through Dispatch's hand-off (at most ``maximumLingerRun``
+    /// per call, so that timers and queued work on `queue` run on time).
     private func drain() {
+        let start = lingerNanoseconds > 0 ? monotonicNanoseconds() : 0
+        var timeout: Int64 = 0
         while true {
-            let count = Int(cachet_epoll_wait(epollDescriptor, events, Int32(eventCapacity), 0))
-            guard count > 0 else { return }
-            for index in 0..<count {
-                let mask = cachet_epoll_event_mask(events, Int32(index))
-                let token = cachet_epoll_event_token(events, Int32(index))
-                let slot = Int(token & 0xffff_ffff)
-                guard slot < slots.count else { continue }
-                slots[slot].handle(events: mask, generation: UInt32(truncatingIfNeeded: token >> 32))
+            let count = Int(cachet_epoll_wait_ns(epollDescriptor, events, Int32(eventCapacity), timeout))
+            guard count > 0 else {
+                guard timeout == 0, lingerNanoseconds > 0, monotonicNanoseconds() &- start < maximumLingerRun else {
+                    return
+                }
+                timeout = Int64(lingerNanoseconds)
+                continue
             }
-            if count < eventCapacity { return }
+            timeout = 0
+            if lingerNanoseconds > 0 && monotonicNanoseconds() &- start >= maximumLingerRun {
+                handle(count: count)
+                return
+            }
+            handle(count: count)
+            if lingerNanoseconds == 0 && count < eventCapacity { return }
+        }
+    }
+
+    private func handle(count: Int) {
+        for index in 0..<count {
+            let mask = cachet_epoll_event_mask(events, Int32(index))
+            let token = cachet_epoll_event_token(events, Int32(index))
+            let slot = Int(token & 0xffff_ffff)
+            guard slot < slots.count else { continue }
+            slots[slot].handle(events: mask, generation: UInt32(truncatingIfNeeded: token >> 32))
         }
     }
 

@@ -108,9 +108,12 @@ final class ConnectionSlot: @unchecked Sendable {
         enum Next {
             case none
             case connect
-            case write([UInt8], Int32)
+            case write(Int32)
             case reject(CachetClientError)
         }
+        // The buffer to send is moved out with `swap`, never copied, so that it stays uniquely
+        // referenced and is reused without allocating.
+        var outgoing: [UInt8] = []
         let next = state.withLock { state -> Next in
             if cancelled {
                 return .reject(CachetClientError(code: .cancelled, message: "the calling task was cancelled"))
@@ -130,10 +133,9 @@ final class ConnectionSlot: @unchecked Sendable {
                 request.encode(id: id, to: &state.output)
                 guard !state.writing else { return .none }
                 state.writing = true
-                let buffer = state.output
-                state.output = state.spare
-                state.spare = []
-                return .write(buffer, state.fd)
+                swap(&outgoing, &state.output)
+                swap(&state.output, &state.spare)
+                return .write(state.fd)
             }
         }
         switch next {
@@ -142,9 +144,9 @@ final class ConnectionSlot: @unchecked Sendable {
         case .connect:
             loop.armTimer()
             connect()
-        case .write(let buffer, let fd):
+        case .write(let fd):
             loop.armTimer()
-            write(buffer, offset: 0, fd: fd)
+            write(&outgoing, offset: 0, fd: fd)
         case .reject(let error):
             waiter.resume(.failure(error), node: node)
         }
@@ -161,8 +163,9 @@ final class ConnectionSlot: @unchecked Sendable {
         enum Next {
             case none
             case connect
-            case write([UInt8], Int32)
+            case write(Int32)
         }
+        var outgoing: [UInt8] = []
         let next = state.withLock { state -> Next in
             var next = Next.none
             for position in 0..<count {
@@ -186,16 +189,15 @@ final class ConnectionSlot: @unchecked Sendable {
                 return .none
             }
             state.writing = true
-            let buffer = state.output
-            state.output = state.spare
-            state.spare = []
-            return .write(buffer, state.fd)
+            swap(&outgoing, &state.output)
+            swap(&state.output, &state.spare)
+            return .write(state.fd)
         }
         loop.armTimer()
         switch next {
         case .none: break
         case .connect: connect()
-        case .write(let buffer, let fd): write(buffer, offset: 0, fd: fd)
+        case .write(let fd): write(&outgoing, offset: 0, fd: fd)
         }
         for (waiter, error) in rejected { waiter.resume(.failure(error), node: node) }
     }
@@ -273,29 +275,28 @@ final class ConnectionSlot: @unchecked Sendable {
 
     /// The socket connected (on the loop): write what is queued.
     private func becameConnected(generation: UInt32) {
-        let next = state.withLock { state -> ([UInt8], Int32)? in
+        var outgoing: [UInt8] = []
+        let next = state.withLock { state -> Int32? in
             guard generation == state.generation, state.fd >= 0 else { return nil }
             state.socketConnected = true
             guard state.machine.connected(), !state.writing, !state.output.isEmpty else { return nil }
             state.writing = true
-            let buffer = state.output
-            state.output = state.spare
-            state.spare = []
-            return (buffer, state.fd)
+            swap(&outgoing, &state.output)
+            swap(&state.output, &state.spare)
+            return state.fd
         }
         let fd = state.withLock { $0.generation == generation ? $0.fd : -1 }
         if fd >= 0 {
             loop.modify(fd: fd, events: cachet_EPOLLIN | cachet_EPOLLRDHUP, token: token(generation: generation))
         }
-        if let (buffer, fd) = next { write(buffer, offset: 0, fd: fd) }
+        if let fd = next { write(&outgoing, offset: 0, fd: fd) }
     }
 
     // MARK: Writing
 
     /// Sends `buffer[offset...]` and whatever is appended meanwhile, until all is sent or the socket is
     /// full. The thread that set `writing` is the only writer until it clears it.
-    private func write(_ first: [UInt8], offset firstOffset: Int, fd: Int32) {
-        var buffer = first
+    private func write(_ buffer: inout [UInt8], offset firstOffset: Int, fd: Int32) {
         var offset = firstOffset
         while true {
             let result = buffer.withUnsafeBytes { bytes in
@@ -316,7 +317,7 @@ final class ConnectionSlot: @unchecked Sendable {
             offset += sent
             if offset < buffer.count {
                 if sent == 0 {
-                    waitUntilWritable(fd: fd, buffer: buffer, offset: offset)
+                    waitUntilWritable(fd: fd, buffer: &buffer, offset: offset)
                     return
                 }
                 continue
@@ -338,9 +339,8 @@ final class ConnectionSlot: @unchecked Sendable {
     /// Ends a write: hands the emptied buffer back, and closes the socket if it was retired meanwhile.
     private func finishWriting(fd: Int32, returning buffer: inout [UInt8]) {
         buffer.removeAll(keepingCapacity: true)
-        let emptied = buffer
         let close = state.withLock { state -> Bool in
-            if state.spare.capacity < emptied.capacity { state.spare = emptied }
+            if state.spare.capacity < buffer.capacity { swap(&state.spare, &buffer) }
             if state.retiredFD == fd {
                 state.retiredFD = -1
                 return true
@@ -352,13 +352,13 @@ final class ConnectionSlot: @unchecked Sendable {
     }
 
     /// The socket is full: the loop finishes the write when it can.
-    private func waitUntilWritable(fd: Int32, buffer: [UInt8], offset: Int) {
+    private func waitUntilWritable(fd: Int32, buffer: inout [UInt8], offset: Int) {
         let generation = state.withLock { state -> UInt32? in
             if state.retiredFD == fd {
                 state.retiredFD = -1
                 return nil
             }
-            state.blocked = buffer
+            swap(&state.blocked, &buffer)
             state.blockedOffset = offset
             return state.generation
         }
@@ -375,15 +375,15 @@ final class ConnectionSlot: @unchecked Sendable {
 
     /// The socket is writable again (on the loop).
     private func resumeWriting(generation: UInt32) {
-        let next = state.withLock { state -> ([UInt8], Int, Int32)? in
+        var outgoing: [UInt8] = []
+        let next = state.withLock { state -> (Int, Int32)? in
             guard generation == state.generation, state.fd >= 0, !state.blocked.isEmpty else { return nil }
-            let buffer = state.blocked
-            state.blocked = []
-            return (buffer, state.blockedOffset, state.fd)
+            swap(&outgoing, &state.blocked)
+            return (state.blockedOffset, state.fd)
         }
-        guard let (buffer, offset, fd) = next else { return }
+        guard let (offset, fd) = next else { return }
         loop.modify(fd: fd, events: cachet_EPOLLIN | cachet_EPOLLRDHUP, token: token(generation: generation))
-        write(buffer, offset: offset, fd: fd)
+        write(&outgoing, offset: offset, fd: fd)
     }
 
     // MARK: Reading (on the loop)

@@ -56,6 +56,8 @@ struct CachetBenchCommand: ParsableCommand {
     )
     var driver = "raw"
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
+    @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
+    var clientLingerUs = 500
 
     /// Runs the command, with usage errors ending in exit status 2 like connection errors.
     static func main() {
@@ -161,7 +163,11 @@ extension CachetBenchCommand {
         guard configuration.protocolKind == .cachet else { throw ValidationError("--driver client speaks only cachet") }
         let report: ClientBenchReport
         do {
-            report = try ClientBenchDriver.run(configuration, connectionsPerNode: clientConnections)
+            report = try ClientBenchDriver.run(
+                configuration,
+                connectionsPerNode: clientConnections,
+                linger: .microseconds(clientLingerUs)
+            )
         } catch {
             FileHandle.standardError.write(Data("cachet-bench: \(error.message)\n".utf8))
             throw ExitCode(2)
