@@ -113,3 +113,42 @@ func expectFailure<R>(
         return error
     }
 }
+
+/// Runs `body` and returns its result, the time it took, and the longest time the task pool was stalled
+/// meanwhile (how late a 2 ms sleep of a sibling task woke up, at worst). Other tests in the same process
+/// may block every thread of the pool for a while; a deadline check adds the stall to its bound, so that
+/// it still catches a client that is late by itself but not one that could not run at all.
+func measureWithStalls<R>(_ body: () async throws -> R) async rethrows -> (R, Duration, stall: Duration) {
+    let watch = Task { () -> Duration in
+        var worst = Duration.zero
+        while !Task.isCancelled {
+            let before = ContinuousClock.now
+            try? await Task.sleep(for: .milliseconds(2))
+            worst = max(worst, ContinuousClock.now - before - .milliseconds(2))
+        }
+        return worst
+    }
+    let start = ContinuousClock.now
+    let result = try await body()
+    let took = ContinuousClock.now - start
+    watch.cancel()
+    return (result, took, await watch.value)
+}
+
+/// Stops process `pid` with SIGSTOP and waits (at most 5 s) until every one of its threads is stopped:
+/// the signal reaches threads asynchronously, and a thread still running could answer a request.
+func freeze(_ pid: Int32) {
+    kill(pid, SIGSTOP)
+    let deadline = ContinuousClock.now + .seconds(5)
+    while ContinuousClock.now < deadline {
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        let stopped = threads.allSatisfy { thread in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return false }
+            return stat[stat.index(close, offsetBy: 2)] == "T"
+        }
+        if !threads.isEmpty && stopped { return }
+        usleep(1000)
+    }
+}
