@@ -119,8 +119,10 @@ func expectFailure<R>(
 /// may block every thread of the pool for a while; a deadline check adds the stall to its bound, so that
 /// it still catches a client that is late by itself but not one that could not run at all.
 func measureWithStalls<R>(_ body: () async throws -> R) async rethrows -> (R, Duration, stall: Duration) {
+    let created = ContinuousClock.now
     let watch = Task { () -> Duration in
-        var worst = Duration.zero
+        // A pool blocked from the start keeps this task from running at all: that wait counts too.
+        var worst = ContinuousClock.now - created
         while !Task.isCancelled {
             let before = ContinuousClock.now
             try? await Task.sleep(for: .milliseconds(2))
