@@ -51,7 +51,10 @@ final class ClientEventLoop: @unchecked Sendable {
             )
         }
         epollDescriptor = descriptor
-        queue = DispatchQueue(label: label, target: .global())
+        // Not targeting the global concurrent queue: that pool is the one Swift's tasks run on, and a
+        // process whose tasks block every thread of it must still have its replies read and its
+        // timeouts fired. One serial queue per client, so no thread explosion.
+        queue = DispatchQueue(label: label, qos: .userInitiated)
         events = cachet_epoll_events_create(Int32(eventCapacity))
         readSource = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         timer = DispatchSource.makeTimerSource(queue: queue)
@@ -168,6 +171,14 @@ final class ClientEventLoop: @unchecked Sendable {
 
     /// Times requests and connects out, probes down nodes (on `queue`).
     private func tick() {
+        // Replies that have arrived are read before deadlines are judged, so that a timer running late
+        // does not time out a request whose reply is already here.
+        while true {
+            let count = Int(cachet_epoll_wait(epollDescriptor, events, Int32(eventCapacity), 0))
+            guard count > 0 else { break }
+            handle(count: count)
+            if count < eventCapacity { break }
+        }
         let now = monotonicNanoseconds()
         for node in nodes { node.tick(now: now) }
         disarmTimerIfIdle()
