@@ -39,7 +39,7 @@ final class NodeCluster: @unchecked Sendable {
 
     /// A configuration of every node with short timeouts.
     func configuration(
-        timeout: Duration = .seconds(1),
+        timeout: Duration = .seconds(5),
         _ configure: (inout CachetClient.Configuration) -> Void = { _ in }
     ) -> CachetClient.Configuration {
         var configuration = CachetClient.Configuration(nodes: nodes)
