@@ -20,11 +20,13 @@ let package = Package(
         .library(name: "CachetCluster", targets: ["CachetCluster"]),
         .library(name: "CachetNode", targets: ["CachetNode"]),
         .library(name: "CachetIO", targets: ["CachetIO"]),
+        .library(name: "CachetClient", targets: ["CachetClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // C shims and system libraries.
@@ -72,6 +74,21 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
+        // The client library: routes keys by the ring over pools of multiplexed connections per node.
+        .target(
+            name: "CachetClient",
+            dependencies: [
+                "CachetWire",
+                "CachetRing",
+                "CachetCluster",
+                "CachetIO",
+                "CEpoll",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
         // The debugging client's command language, formatting and blocking connection.
         .target(name: "CachetCLIKit", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
 
@@ -80,6 +97,7 @@ let package = Package(
             name: "CachetBenchKit",
             dependencies: [
                 "CachetIO",
+                "CachetClient",
                 "CachetWire",
                 "CachetRing",
                 "CEpoll",
@@ -147,6 +165,16 @@ let package = Package(
         .testTarget(
             name: "CachetIOTests",
             dependencies: ["CachetIO", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetClientTests",
+            dependencies: [
+                "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport",
+                "cachet-node",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

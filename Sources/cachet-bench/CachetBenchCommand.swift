@@ -48,6 +48,16 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "Random seed.") var seed: UInt64 = 42
     @Flag(help: "Print one JSON object instead of the summary.") var json = false
     @Flag(help: "No progress line.") var quiet = false
+    @Option(
+        help: """
+            raw (the load generator's own connections) or client (--connections tasks share one CachetClient, \
+            each doing one request at a time; --pipeline, --threads and --rate do not apply).
+            """
+    )
+    var driver = "raw"
+    @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
+    @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
+    var clientLingerUs = 500
 
     /// Runs the command, with usage errors ending in exit status 2 like connection errors.
     static func main() {
@@ -120,6 +130,11 @@ struct CachetBenchCommand: ParsableCommand {
 
     func run() throws {
         let configuration = try makeConfiguration()
+        guard driver == "raw" || driver == "client" else { throw ValidationError("--driver must be raw or client") }
+        if driver == "client" {
+            try runClientDriver(configuration)
+            return
+        }
         let report: BenchReport
         do {
             report = try CachetBench.run(configuration) { progress in
@@ -139,5 +154,25 @@ struct CachetBenchCommand: ParsableCommand {
             )
             throw ExitCode(1)
         }
+    }
+}
+
+extension CachetBenchCommand {
+    /// `--driver client`: the same keys and mix through the CachetClient library.
+    func runClientDriver(_ configuration: BenchConfiguration) throws {
+        guard configuration.protocolKind == .cachet else { throw ValidationError("--driver client speaks only cachet") }
+        let report: ClientBenchReport
+        do {
+            report = try ClientBenchDriver.run(
+                configuration,
+                connectionsPerNode: clientConnections,
+                linger: .microseconds(clientLingerUs)
+            )
+        } catch {
+            FileHandle.standardError.write(Data("cachet-bench: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+        print(json ? report.json : report.summary)
+        if report.errors + report.verificationErrors > 0 { throw ExitCode(1) }
     }
 }

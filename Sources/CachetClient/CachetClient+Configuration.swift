@@ -1,0 +1,107 @@
+import CachetRing
+
+extension CachetClient {
+    /// A node the client talks to: where to connect, and the name the ring places it by.
+    public struct Node: Sendable, Hashable, CustomStringConvertible {
+        /// The member name the ring places this node by (see `Protocol/RING.md`); `host:port` by default.
+        /// Every client and node of a cluster must use the same names.
+        public var id: String
+        /// A host name, an IPv4 address or an IPv6 address (without brackets).
+        public var host: String
+        /// The TCP port.
+        public var port: Int
+
+        /// Creates a node.
+        /// - Parameters:
+        ///   - host: a host name or an IP address.
+        ///   - port: the TCP port; Cachet's default is 7420.
+        ///   - id: the ring member name; `host:port` when nil, as in a cluster file (`Protocol/CLUSTER.md`).
+        public init(host: String, port: Int = 7420, id: String? = nil) {
+            self.host = host
+            self.port = port
+            self.id = id ?? "\(host):\(port)"
+        }
+
+        /// The node's id.
+        public var description: String { id }
+    }
+
+    /// What a ``CachetClient`` connects to and how patiently.
+    public struct Configuration: Sendable, Hashable {
+        /// The nodes, each once; keys are spread over them by the consistent-hash ring.
+        public var nodes: [Node]
+        /// Points per node on the ring; every client of a cluster must use the same count (see
+        /// `Protocol/RING.md`).
+        public var virtualNodesPerMember: Int = CachetRing.defaultVirtualNodesPerMember
+        /// How long opening a connection may take.
+        public var connectTimeout: Duration = .seconds(1)
+        /// How long one call may wait for its reply, connection included. No call waits longer than
+        /// this (plus a few milliseconds).
+        public var requestTimeout: Duration = .seconds(1)
+        /// Connections per node. Each carries many requests at once, matched by request id.
+        public var connectionsPerNode: Int = 2
+        /// Consecutive timeouts after which a node is marked down. A refused connection marks it down at
+        /// once.
+        public var timeoutsBeforeDown: Int = 3
+        /// The first wait before a down node is probed again; it doubles on every failed probe.
+        public var probeInitialBackoff: Duration = .milliseconds(100)
+        /// The longest wait between two probes of a down node.
+        public var probeMaximumBackoff: Duration = .seconds(5)
+        /// Whether a key whose owner is down goes to the next node of its preference list (the ring's
+        /// stand-in, as the nodes themselves use). When false, such a key fails with `unavailable`.
+        public var failover: Bool = true
+        /// How long the client's event loop waits for more replies after reading some, before handing its
+        /// thread back: while replies keep coming, the kernel wakes that thread directly, which saves a
+        /// thread hand-off per reply; at most 2 ms at a time. Zero turns it off.
+        public var eventLoopLinger: Duration = .microseconds(500)
+        /// The largest reply payload accepted from a node; larger is a protocol violation. The default is
+        /// the protocol's default `--max-frame`.
+        public var maximumFrameLength: Int = 64 << 20
+
+        /// Creates a configuration of the given nodes with default timeouts.
+        /// - Parameter nodes: the nodes, each once.
+        public init(nodes: [Node]) {
+            self.nodes = nodes
+        }
+
+        /// Checks the values.
+        /// - Throws: ``CachetClientError`` with code `invalidConfiguration` naming the field at fault.
+        public func validate() throws(CachetClientError) {
+            func fail(_ text: String) -> CachetClientError {
+                CachetClientError(code: .invalidConfiguration, message: text)
+            }
+            guard !nodes.isEmpty else {
+                throw fail("no nodes configured: give at least one, such as .init(host: \"127.0.0.1\", port: 7420)")
+            }
+            var seen = Set<String>()
+            for node in nodes {
+                guard !node.host.isEmpty else { throw fail("node \(node.id) has an empty host") }
+                guard (1...65535).contains(node.port) else {
+                    throw fail("node \(node.id) has port \(node.port): give a port between 1 and 65535")
+                }
+                guard seen.insert(node.id).inserted else {
+                    throw fail("node \(node.id) is listed twice: list every node once")
+                }
+            }
+            guard CachetRing.virtualNodesPerMemberRange.contains(virtualNodesPerMember) else {
+                throw fail("virtualNodesPerMember \(virtualNodesPerMember) is not between 1 and 4096")
+            }
+            for (name, value) in [
+                ("connectTimeout", connectTimeout), ("requestTimeout", requestTimeout),
+                ("probeInitialBackoff", probeInitialBackoff), ("probeMaximumBackoff", probeMaximumBackoff),
+            ] where value <= .zero || value > .seconds(3600) {
+                throw fail("\(name) \(value) must be more than zero and at most an hour")
+            }
+            guard (1...64).contains(connectionsPerNode) else {
+                throw fail("connectionsPerNode \(connectionsPerNode) is not between 1 and 64")
+            }
+            guard eventLoopLinger >= .zero && eventLoopLinger <= .milliseconds(2) else {
+                throw fail("eventLoopLinger \(eventLoopLinger) must be between zero and 2 ms")
+            }
+            guard timeoutsBeforeDown >= 1 else { throw fail("timeoutsBeforeDown must be at least 1") }
+            guard maximumFrameLength >= 1 << 16 && maximumFrameLength <= Int(UInt32.max) else {
+                throw fail("maximumFrameLength \(maximumFrameLength) is not between 65536 and 4294967295")
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+import CachetWire
+public import Logging
+import Synchronization
+
+/// A client of a Cachet cluster: routes every key to its node by the consistent-hash ring
+/// (`Protocol/RING.md`) and talks to each node over a small pool of multiplexed connections.
+///
+/// ```swift
+/// let client = try CachetClient(configuration: .init(nodes: [.init(host: "127.0.0.1", port: 7420)]))
+/// try await client.put("user:42", value: bytes, ttl: .seconds(60))
+/// let value: [UInt8]? = try await client.get("user:42")
+/// let removed: Bool = try await client.delete("user:42")
+/// ```
+///
+/// A client is usable right after `init`: connections open when the first request needs them. It is
+/// `Sendable`: share one client between any number of tasks; requests of many tasks share each
+/// connection, matched by request id, and requests issued together go out in one write. Call
+/// ``shutdown()`` when done (or run the client as a swift-service-lifecycle `Service`).
+///
+/// Every call is bounded by ``Configuration/requestTimeout`` and fails with a ``CachetClientError``;
+/// cancelling the calling task fails only that call.
+public final class CachetClient: Sendable {
+    /// The configuration the client was created with.
+    public let configuration: Configuration
+    let router: CachetClientRouter
+    let nodes: [NodeClient]
+    let loop: ClientEventLoop
+    let logger: Logger
+    private let isShutDown = Atomic<Bool>(false)
+    private let requestTimeoutNanoseconds: UInt64
+
+    /// Creates a client. Nothing is connected yet: the first request to each node opens its connection.
+    /// - Parameters:
+    ///   - configuration: the nodes and timeouts.
+    ///   - logger: where the client logs (node up and down, at `info`; probes at `debug`). Logs nothing
+    ///     by default.
+    /// - Throws: ``CachetClientError`` with code `invalidConfiguration` for an unusable configuration.
+    public init(
+        configuration: Configuration,
+        logger: Logger = Logger(label: "cachet.client", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) throws(CachetClientError) {
+        try configuration.validate()
+        self.configuration = configuration
+        self.logger = logger
+        router = try CachetClientRouter(
+            nodes: configuration.nodes,
+            virtualNodesPerMember: configuration.virtualNodesPerMember
+        )
+        // The timer's period bounds how late a timeout fires: a fiftieth of the shortest timeout,
+        // between 1 and 10 ms.
+        let shortest = min(configuration.requestTimeout, configuration.connectTimeout)
+        let tick = max(.milliseconds(1), min(.milliseconds(10), shortest / 50))
+        loop = try ClientEventLoop(label: "cachet.client", tick: tick, linger: configuration.eventLoopLinger)
+        var nodes: [NodeClient] = []
+        for (index, node) in configuration.nodes.enumerated() {
+            nodes.append(
+                NodeClient(
+                    node: node,
+                    index: index,
+                    configuration: configuration,
+                    loop: loop,
+                    firstSlot: index * configuration.connectionsPerNode,
+                    logger: logger
+                )
+            )
+        }
+        self.nodes = nodes
+        loop.install(nodes: nodes)
+        requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
+    }
+
+    deinit {
+        // No call is in flight (each holds the client), so only idle sockets and the sources remain.
+        if !isShutDown.load(ordering: .relaxed) {
+            let loop = self.loop
+            let failure = nodes[0].shutdownError()
+            loop.queue.sync {
+                for slot in loop.slots { slot.closeNow(failure: failure) }
+                loop.close()
+            }
+        }
+    }
+
+    // MARK: Single keys
+
+    /// Stores `value` under `key`, replacing any earlier value.
+    /// - Parameters:
+    ///   - key: 1 to 4096 bytes of UTF-8.
+    ///   - value: the bytes to store.
+    ///   - ttl: how long the entry lives; nil for no expiry. Rounded up to whole seconds.
+    /// - Throws: ``CachetClientError``: `badRequest` or `tooLarge` for a bad key or value (before
+    ///   anything is sent), `tooLarge` when the node cannot fit the entry, `timeout`, `unavailable`,
+    ///   `connectionFailed`, `cancelled`, `shutdown`.
+    public func put(_ key: String, value: [UInt8], ttl: Duration? = nil) async throws(CachetClientError) {
+        try await put(key: key.utf8, value: value, ttl: ttl)
+    }
+
+    /// Stores `value` under the key of bytes `key`. See ``put(_:value:ttl:)-(String,_,_)``.
+    public func put(_ key: [UInt8], value: [UInt8], ttl: Duration? = nil) async throws(CachetClientError) {
+        try await put(key: key, value: value, ttl: ttl)
+    }
+
+    /// Stores the UTF-8 of `value` under `key`. See ``put(_:value:ttl:)-(String,_,_)``.
+    public func put(_ key: String, value: String, ttl: Duration? = nil) async throws(CachetClientError) {
+        try await put(key: key.utf8, value: value.utf8, ttl: ttl)
+    }
+
+    /// The value stored under `key`.
+    /// - Parameter key: 1 to 4096 bytes of UTF-8.
+    /// - Returns: the value, or nil when the key is not stored (or has expired).
+    /// - Throws: ``CachetClientError`` (see ``put(_:value:ttl:)-(String,_,_)``).
+    public func get(_ key: String) async throws(CachetClientError) -> [UInt8]? {
+        try await get(key: key.utf8)
+    }
+
+    /// The value stored under the key of bytes `key`, or nil.
+    public func get(_ key: [UInt8]) async throws(CachetClientError) -> [UInt8]? {
+        try await get(key: key)
+    }
+
+    /// The value stored under `key` read as UTF-8 (invalid bytes replaced), or nil.
+    public func getString(_ key: String) async throws(CachetClientError) -> String? {
+        guard let bytes = try await get(key: key.utf8) else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Removes `key`.
+    /// - Returns: whether a live entry was removed.
+    /// - Throws: ``CachetClientError`` (see ``put(_:value:ttl:)-(String,_,_)``).
+    @discardableResult
+    public func delete(_ key: String) async throws(CachetClientError) -> Bool {
+        try await delete(key: key.utf8)
+    }
+
+    /// Removes the key of bytes `key`; returns whether a live entry was removed.
+    @discardableResult
+    public func delete(_ key: [UInt8]) async throws(CachetClientError) -> Bool {
+        try await delete(key: key)
+    }
+
+    /// The node that owns `key` on the ring, whatever its health.
+    /// - Complexity: O(k + log p) for a key of k bytes and p ring points.
+    public func owner(of key: String) -> Node {
+        configuration.nodes[withBytes(key.utf8) { router.owner(of: $0) }]
+    }
+
+    /// The node that owns the key of bytes `key` on the ring, whatever its health.
+    public func owner(of key: [UInt8]) -> Node {
+        configuration.nodes[key.withUnsafeBytes { router.owner(of: $0) }]
+    }
+
+    /// Whether the client currently routes requests to the node with id `node` (false while it is
+    /// marked down, and for an id it does not know).
+    public func isUp(node: String) -> Bool {
+        nodes.first { $0.id == node }?.isUp ?? false
+    }
+
+    // MARK: Shutdown
+
+    /// Shuts the client down: new calls fail with `shutdown`; requests in flight are answered (or time
+    /// out); then every connection closes. Calling it again does nothing.
+    public func shutdown() async {
+        guard !isShutDown.exchange(true, ordering: .relaxed) else { return }
+        for node in nodes { node.shuttingDown.store(true, ordering: .relaxed) }
+        for slot in loop.slots where slot.drain() {
+            slot.closeCurrent(failure: nodes[0].shutdownError())
+        }
+        loop.armTimer()
+        // In-flight requests end within their timeout; the loop closes each slot's socket after its last.
+        let deadline = monotonicNanoseconds() &+ requestTimeoutNanoseconds &+ 100_000_000
+        while monotonicNanoseconds() < deadline, !loop.slots.allSatisfy(\.isShutDown) {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        let loop = self.loop
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            loop.queue.async {
+                loop.close()
+                continuation.resume()
+            }
+        }
+    }
+
+    // MARK: Internals
+
+    var isShutDownNow: Bool { isShutDown.load(ordering: .relaxed) }
+
+    private func put(
+        key: some Collection<UInt8>,
+        value: some Collection<UInt8>,
+        ttl: Duration?
+    ) async throws(CachetClientError) {
+        let seconds = try ClientRequest.ttlSeconds(ttl)
+        let maximum = configuration.maximumFrameLength
+        try withBytes(key) { (key) throws(CachetClientError) in
+            try ClientRequest.validatePut(key: key, valueCount: value.count, maximumFrameLength: maximum)
+        }
+        let (status, body, node) = try await execute(key: key, value: value, opcode: .put, ttl: seconds)
+        guard status == .ok else { throw statusError(status, body: body, opcode: .put, node: node) }
+    }
+
+    private func get(key: some Collection<UInt8>) async throws(CachetClientError) -> [UInt8]? {
+        try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
+        let (status, body, node) = try await execute(key: key, value: EmptyCollection(), opcode: .get, ttl: 0)
+        if status == .ok { return body }
+        if status == .notFound { return nil }
+        throw statusError(status, body: body, opcode: .get, node: node)
+    }
+
+    private func delete(key: some Collection<UInt8>) async throws(CachetClientError) -> Bool {
+        try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
+        let (status, body, node) = try await execute(key: key, value: EmptyCollection(), opcode: .delete, ttl: 0)
+        if status == .ok { return true }
+        if status == .notFound { return false }
+        throw statusError(status, body: body, opcode: .delete, node: node)
+    }
+
+    /// Sends one keyed request to the node that serves its key, failing over along the key's
+    /// preference list while the deadline allows.
+    private func execute(
+        key: some Collection<UInt8>,
+        value: some Collection<UInt8>,
+        opcode: CachetOpcode,
+        ttl: UInt32
+    ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
+        let deadline = monotonicNanoseconds() &+ requestTimeoutNanoseconds
+        let failover = configuration.failover
+        var attempts = 0
+        var lastError: CachetClientError?
+        while true {
+            guard !isShutDown.load(ordering: .relaxed) else { throw nodes[0].shutdownError() }
+            let target = withBytes(key) { bytes in
+                router.route(bytes, failover: failover) { nodes[$0].isUp }
+            }
+            // When no node is left, the failure that took the last one down says more than "unavailable".
+            guard let target else { throw lastError ?? unavailableError(key: key) }
+            let node = nodes[target]
+            let outcome = await send(on: node, deadline: deadline) { slot, id, waiter, deadline in
+                withBytes(key) { key in
+                    withBytes(value) { value in
+                        let request =
+                            opcode == .put
+                            ? ClientRequest.put(key: key, value: value, ttl: ttl)
+                            : ClientRequest.keyed(opcode, key: key)
+                        slot.issue(request, id: id, waiter: waiter, deadline: deadline)
+                    }
+                }
+            }
+            switch outcome {
+            case .reply(let status, let body):
+                return (status, body, node.id)
+            case .failure(let error):
+                attempts += 1
+                lastError = error
+                let retryable = error.code == .connectionFailed || error.code == .unavailable
+                guard failover, retryable, attempts < 2 * nodes.count + 1, monotonicNanoseconds() < deadline
+                else { throw error }
+                // Try again: the node is now marked down (and routing picks the key's next node), or it
+                // reconnects.
+                _ = node
+            }
+        }
+    }
+
+    /// Issues one request on `node` and waits for its outcome; cancellation fails only this request.
+    @inline(__always)
+    func send(
+        on node: NodeClient,
+        deadline: UInt64,
+        _ issue: (ConnectionSlot, UInt32, ClientWaiter, UInt64) -> Void
+    ) async -> ClientOutcome {
+        let slot = node.pickSlot()
+        let id = slot.reserveID()
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
+                issue(slot, id, .caller(continuation), deadline)
+            }
+        } onCancel: {
+            slot.abandon(id: id)
+        }
+    }
+
+    func unavailableError(key: some Collection<UInt8>) -> CachetClientError {
+        let owner = configuration.nodes[withBytes(key) { router.owner(of: $0) }]
+        return CachetClientError(
+            code: .unavailable,
+            message: configuration.failover
+                ? "every node that could serve this key is marked down; they are probed again with backoff"
+                : "the key's node is marked down and failover is off; it is probed again with backoff",
+            node: owner.id
+        )
+    }
+
+    func statusError(
+        _ status: CachetStatus,
+        body: [UInt8],
+        opcode: CachetOpcode,
+        node: String? = nil
+    ) -> CachetClientError {
+        let text = String(decoding: body, as: UTF8.self)
+        let code: CachetClientError.Code
+        switch status {
+        case .badRequest, .unknownOpcode, .unsupportedVersion: code = .badRequest
+        case .tooLarge: code = .tooLarge
+        case .unavailable: code = .unavailable
+        default: code = .serverError
+        }
+        return CachetClientError(
+            code: code,
+            message: "the node answered \(opcode) with \(status): \(text)",
+            node: node
+        )
+    }
+}
+
+/// Runs `body` over the contiguous bytes of `bytes` (copied once when they are not contiguous).
+@inline(__always)
+func withBytes<Result, Failure: Error>(
+    _ bytes: some Collection<UInt8>,
+    _ body: (UnsafeRawBufferPointer) throws(Failure) -> Result
+) throws(Failure) -> Result {
+    var result: Swift.Result<Result, Failure>?
+    _ = bytes.withContiguousStorageIfAvailable { buffer in
+        result = Swift.Result { () throws(Failure) in try body(UnsafeRawBufferPointer(buffer)) }
+    }
+    if let result { return try result.get() }
+    let copy = Array(bytes)
+    return try copy.withUnsafeBytes { buffer in
+        Swift.Result { () throws(Failure) in try body(buffer) }
+    }.get()
+}

@@ -1,0 +1,94 @@
+/// Why a ``CachetClient`` call failed.
+///
+/// A struct with a ``code`` to act on, a ``message`` for people, the ``node`` it concerns (when one
+/// does) and the ``underlying`` error (when another layer reported it). New codes may be added without
+/// breaking callers: match on the codes you handle and treat the rest as failures.
+public struct CachetClientError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        fileprivate enum Base: Hashable, Sendable {
+            case timeout
+            case connectionFailed
+            case unavailable
+            case tooLarge
+            case badRequest
+            case serverError
+            case protocolViolation
+            case shutdown
+            case cancelled
+            case invalidConfiguration
+        }
+
+        fileprivate var base: Base
+
+        private init(_ base: Base) { self.base = base }
+
+        /// The node did not answer (or a connection did not open) within the configured timeout.
+        public static let timeout = Code(.timeout)
+        /// A connection could not be opened, or closed with requests in flight.
+        public static let connectionFailed = Code(.connectionFailed)
+        /// No node that could serve the key is up, or the node answered UNAVAILABLE.
+        public static let unavailable = Code(.unavailable)
+        /// A key or value exceeds a limit, checked before sending, or the node answered TOO_LARGE.
+        public static let tooLarge = Code(.tooLarge)
+        /// The request is malformed (an empty key), checked before sending, or the node answered
+        /// BAD_REQUEST, UNKNOWN_OPCODE or UNSUPPORTED_VERSION.
+        public static let badRequest = Code(.badRequest)
+        /// The node failed while serving the request (SERVER_ERROR, or a status this client does not know).
+        public static let serverError = Code(.serverError)
+        /// The node sent bytes that are not a valid reply; the connection was closed.
+        public static let protocolViolation = Code(.protocolViolation)
+        /// The client was shut down before or while the request was served.
+        public static let shutdown = Code(.shutdown)
+        /// The calling task was cancelled.
+        public static let cancelled = Code(.cancelled)
+        /// The configuration cannot be used (no nodes, a node named twice, a timeout out of range).
+        public static let invalidConfiguration = Code(.invalidConfiguration)
+
+        /// The code's name.
+        public var description: String {
+            switch base {
+            case .timeout: return "timeout"
+            case .connectionFailed: return "connectionFailed"
+            case .unavailable: return "unavailable"
+            case .tooLarge: return "tooLarge"
+            case .badRequest: return "badRequest"
+            case .serverError: return "serverError"
+            case .protocolViolation: return "protocolViolation"
+            case .shutdown: return "shutdown"
+            case .cancelled: return "cancelled"
+            case .invalidConfiguration: return "invalidConfiguration"
+            }
+        }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// What went wrong and what to do about it.
+    public var message: String
+    /// The node concerned, by its member id (`host:port` unless configured otherwise), if any.
+    public var node: String?
+    /// The error reported by a lower layer (a system call, the wire codec), if any.
+    public var underlying: (any Error & Sendable)?
+
+    /// Creates an error.
+    /// - Parameters:
+    ///   - code: the kind of failure.
+    ///   - message: what went wrong and what to do.
+    ///   - node: the node concerned.
+    ///   - underlying: the lower-level error.
+    public init(code: Code, message: String, node: String? = nil, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.node = node
+        self.underlying = underlying
+    }
+
+    /// `code: message (node N)`.
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let node { text += " (node \(node))" }
+        if let underlying { text += " [\(underlying)]" }
+        return text
+    }
+}

@@ -1,0 +1,91 @@
+import CachetClient
+import CachetTestSupport
+import Testing
+
+@Suite("CachetClient against one node")
+struct ClientSingleNodeTests {
+    @Test("put, get, delete, miss, String values, TTL, clear, stats, ping")
+    func basicOperations() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            let bytes: [UInt8] = [0, 1, 2, 255]
+            try await client.put("user:42", value: bytes, ttl: .seconds(60))
+            let value: [UInt8]? = try await client.get("user:42")
+            #expect(value == bytes)
+            #expect(try await client.get("absent") == nil)
+
+            try await client.put([0xff, 0x00, 0x0a], value: [])
+            #expect(try await client.get([0xff, 0x00, 0x0a]) == [])
+
+            try await client.put("greeting", value: "héllo")
+            #expect(try await client.getString("greeting") == "héllo")
+
+            let removed: Bool = try await client.delete("user:42")
+            #expect(removed)
+            #expect(try await client.get("user:42") == nil)
+            #expect(try await client.delete("never-stored") == false)
+
+            let stats = try await client.stats()
+            #expect(stats.count == 1)
+            #expect(stats[0].items == 2)
+            #expect(stats[0].version != nil)
+            #expect(stats[0].node == cluster.node(0).id)
+
+            let pings = try await client.ping()
+            #expect(pings.map(\.node) == [cluster.node(0).id])
+
+            let cleared = try await client.clear()
+            #expect(cleared == [CachetNodeClearResult(node: cluster.node(0).id, items: 2, bytes: 3 + 0 + 8 + 6)])
+            #expect(try await client.get("greeting") == nil)
+        }
+    }
+
+    @Test("a large value round-trips")
+    func largeValue() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            let value = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            try await client.put("big", value: value)
+            #expect(try await client.get("big") == value)
+        }
+    }
+
+    @Test("batched get and put")
+    func batches() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            var entries: [String: [UInt8]] = [:]
+            for index in 0..<500 { entries["batch:\(index)"] = Array("value-\(index)".utf8) }
+            try await client.put(entries)
+            let keys = (0..<510).map { "batch:\($0)" }
+            let values = try await client.get(keys)
+            #expect(values.count == keys.count)
+            for (index, value) in values.enumerated() {
+                #expect(value == (index < 500 ? Array("value-\(index)".utf8) : nil))
+            }
+            #expect(try await client.get([String]()) == [])
+        }
+    }
+
+    @Test("bad input fails before anything is sent")
+    func validation() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            await expectFailure(.badRequest) { () throws(CachetClientError) in _ = try await client.get("") }
+            await expectFailure(.tooLarge) { () throws(CachetClientError) in
+                _ = try await client.get(String(repeating: "k", count: 4097))
+            }
+            await expectFailure(.badRequest) { () throws(CachetClientError) in
+                try await client.put("k", value: [], ttl: .zero)
+            }
+            await expectFailure(.tooLarge) { () throws(CachetClientError) in
+                try await client.put("k", value: [UInt8](repeating: 1, count: (64 << 20) - 14))
+            }
+            // Nothing of the above reached the node.
+            let stats = try await client.stats()
+            #expect(stats[0][integer: "gets"] == 0)
+            #expect(stats[0][integer: "puts"] == 0)
+            #expect(stats[0][integer: "bad_requests"] == 0)
+        }
+    }
+}
