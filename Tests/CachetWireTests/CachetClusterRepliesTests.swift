@@ -18,7 +18,9 @@ struct CachetClusterRepliesTests {
 
     static func bytes(hex: String) -> [UInt8] {
         let digits = Array(hex.utf8)
-        return stride(from: 0, to: digits.count, by: 2).map { UInt8(String(decoding: digits[$0..<$0 + 2], as: UTF8.self), radix: 16)! }
+        return stride(from: 0, to: digits.count, by: 2).map {
+            UInt8(String(decoding: digits[$0..<$0 + 2], as: UTF8.self), radix: 16)!
+        }
     }
 
     @Test func theFileHasCasesOfBothOpcodesAndTheSameTotalFields() {
@@ -151,8 +153,9 @@ struct CachetRequestFlagsTests {
     @Test func commandsEncodeTheirFlagsAndDecodeWhateverTheFlags() throws {
         let commands: [CachetCommand] = [.put(key: [1], value: [2], ttl: 3), .get(key: [4]), .clear, .stats]
         for command in commands {
-            for flags: CachetRequestFlags in [[], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xffff)]
-            {
+            for flags: CachetRequestFlags in [
+                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xffff),
+            ] {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
                 let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
