@@ -20,6 +20,15 @@ public struct CachetClusterHealth: Sendable {
         public var owner: Int
         /// The member that serves it now: the owner when routable, else its stand-in.
         public var target: Int
+        /// Creates a route.
+        /// - Parameters:
+        ///   - owner: the key's owner.
+        ///   - target: the member that serves it.
+        public init(owner: Int, target: Int) {
+            self.owner = owner
+            self.target = target
+        }
+
         /// Whether `target` is not the owner.
         public var isStandIn: Bool { owner != target }
     }
@@ -158,6 +167,24 @@ public struct CachetClusterHealth: Sendable {
             return Route(owner: owner, target: member)
         }
         return Route(owner: owner, target: localIndex)
+    }
+}
+
+extension CachetClusterHealth {
+    /// The node's whole routing rule: ``route(hash:)``, except that a key whose owner this node stood in
+    /// for and has not yet told everything (its phase in `standIns` is not clean) is served here, even
+    /// when the owner is routable again — so no key goes back to its owner before its invalidations.
+    /// - Parameters:
+    ///   - hash: the key's XXH64 hash.
+    ///   - standIns: this node's stand-in log.
+    /// - Returns: owner and target (the local member while the owner is not clean).
+    /// - Complexity: as ``route(hash:)``, plus a lookup of the owner's id.
+    public func route(hash: UInt64, standIns: CachetStandInLog) -> Route {
+        let route = route(hash: hash)
+        guard route.owner != localIndex,
+            standIns.phase(of: membership.members[route.owner].id) != .clean
+        else { return route }
+        return Route(owner: route.owner, target: localIndex)
     }
 }
 

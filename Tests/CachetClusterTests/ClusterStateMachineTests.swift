@@ -158,8 +158,8 @@ struct ClusterStateMachineTests {
         var random = SplitMix64(state: UInt64(members))
         var health = try CachetClusterHealth(membership: membership, localID: "n0", configuration: Self.configuration)
         var now: UInt64 = 0
-        let keys = (0..<64).map { Array("key-\($0)".utf8) }
-        for _ in 0..<2_000 {
+        let keys = (0..<16).map { Array("key-\($0)".utf8) }
+        for _ in 0..<1_000 {
             now += UInt64.random(in: 0...(300 * Self.ms), using: &random)
             let member = Int.random(in: 0..<members, using: &random)
             switch Int.random(in: 0..<4, using: &random) {
@@ -182,6 +182,19 @@ struct ClusterStateMachineTests {
                 #expect(route.target == expected)
             }
         }
+    }
+
+    @Test func keysOfAnOwnerNotYetCleanStayWithTheStandIn() throws {
+        let membership = try Self.membership(3)
+        let health = try CachetClusterHealth(membership: membership, localID: "n0")
+        var log = CachetStandInLog()
+        let key = (0..<1_000).map { Array("k\($0)".utf8) }.first { membership.ring.owner(of: $0) == 1 }!
+        let hash = key.withUnsafeBytes { CachetRing.hash($0) }
+        #expect(health.route(hash: hash, standIns: log).target == 1)
+        _ = log.recordWrite(key, owner: "n1", ownerRoutable: true)
+        #expect(health.route(hash: hash, standIns: log) == .init(owner: 1, target: 0))
+        _ = log.delivered(.delete(key: key), owner: "n1")
+        #expect(health.route(hash: hash, standIns: log).target == 1)
     }
 
     @Test func anUnknownLocalIDIsRefused() throws {
