@@ -3,6 +3,8 @@
 /// regained one), its peers may have served its keys and not yet delivered their invalidations. For
 /// ``holdPeriod`` it answers GETs of the keys it owns with a miss. Pure: the caller reports ticks and
 /// events with `now` (monotonic nanoseconds). `Protocol/CLUSTER.md`, "Failover without stale reads".
+///
+/// A cluster of one has nobody to stand in for it: create no hold there (it would only cause misses).
 public struct CachetReturnHold: Sendable, Hashable {
     /// How long owned keys miss after a return; it must exceed the longest time a peer takes to notice
     /// the return and deliver (its maximum probe backoff plus a forward's timeout).
@@ -23,6 +25,19 @@ public struct CachetReturnHold: Sendable, Hashable {
         self.stallThreshold = stallThreshold
         self.holdUntil = now &+ holdPeriod
         self.lastTick = now
+    }
+
+    /// The hold CLUSTER.md recommends: twice the longest probe wait plus one forward deadline, so that a
+    /// stand-in notices the return and delivers before the hold ends.
+    /// - Parameters:
+    ///   - health: the peers' health thresholds.
+    ///   - forwardTimeout: the deadline of a forward, in nanoseconds.
+    /// - Returns: the hold period, in nanoseconds.
+    public static func recommendedHoldPeriod(
+        health: CachetPeerHealth.Configuration,
+        forwardTimeout: UInt64
+    ) -> UInt64 {
+        health.maximumBackoff.multipliedReportingOverflow(by: 2).partialValue &+ forwardTimeout
     }
 
     /// Whether a GET of a key this node owns must miss now.

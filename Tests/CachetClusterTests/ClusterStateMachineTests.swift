@@ -311,6 +311,11 @@ struct ClusterStateMachineTests {
         #expect(hold.isHolding(now: 2_559) && !hold.isHolding(now: 2_560))
         hold.regainedContact(now: 3_000)
         #expect(hold.isHolding(now: 3_999))
+        let recommended = CachetReturnHold.recommendedHoldPeriod(
+            health: CachetPeerHealth.Configuration(),
+            forwardTimeout: 1_000_000_000
+        )
+        #expect(recommended == 11_000_000_000)
     }
 
     // MARK: CachetSingleflight
