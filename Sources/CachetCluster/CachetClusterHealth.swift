@@ -138,6 +138,15 @@ public struct CachetClusterHealth: Sendable {
         return due
     }
 
+    /// Whether no peer is up (every one down or suspect): the node may be cut off. When a peer answers
+    /// after this was true, the node starts its ``CachetReturnHold`` (`regainedContact(now:)`). `false`
+    /// in a cluster of one.
+    /// - Complexity: O(n) in the members.
+    public var isCutOff: Bool {
+        let others = peers.indices.filter { $0 != localIndex }
+        return !others.isEmpty && others.allSatisfy { peers[$0].state != .up }
+    }
+
     /// The earliest time a probe is due, for the caller's timer; `nil` when no peer is waiting for one.
     /// - Complexity: O(n) in the members.
     public var nextProbeAt: UInt64? {

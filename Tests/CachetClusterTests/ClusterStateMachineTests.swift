@@ -197,6 +197,20 @@ struct ClusterStateMachineTests {
         #expect(health.route(hash: hash, standIns: log).target == 1)
     }
 
+    @Test func aNodeWhosePeersAllFailIsCutOffUntilOneAnswers() throws {
+        var random = SplitMix64(state: 9)
+        var health = try CachetClusterHealth(membership: try Self.membership(3), localID: "n1")
+        #expect(!health.isCutOff)
+        _ = health.refused(0, now: 0, using: &random)
+        #expect(!health.isCutOff && health.state(of: 0) == .down)
+        let held = health.refused(2, now: 0, using: &random)
+        #expect(held == .heldSuspect && health.state(of: 2) == .suspect && health.isCutOff)
+        _ = health.replied(2, now: 1)
+        #expect(!health.isCutOff)
+        let alone = try CachetClusterHealth(membership: try Self.membership(1), localID: "n0")
+        #expect(!alone.isCutOff && alone.route(hash: 42).target == 0)
+    }
+
     @Test func anUnknownLocalIDIsRefused() throws {
         #expect(throws: CachetClusterError.self) {
             _ = try CachetClusterHealth(membership: try Self.membership(3), localID: "n9")
