@@ -187,10 +187,11 @@ extension CachetClusterHealth {
     ///   - hash: the key's XXH64 hash.
     ///   - standIns: this node's stand-in log.
     /// - Returns: owner and target (the local member while the owner is not clean).
-    /// - Complexity: as ``route(hash:)``, plus a lookup of the owner's id.
+    /// - Complexity: as ``route(hash:)``, plus a lookup of the owner's id while any owner is not clean
+    ///   (none otherwise).
     public func route(hash: UInt64, standIns: CachetStandInLog) -> Route {
         let route = route(hash: hash)
-        guard route.owner != localIndex,
+        guard route.owner != localIndex, !standIns.owners.isEmpty,
             standIns.phase(of: membership.members[route.owner].id) != .clean
         else { return route }
         return Route(owner: route.owner, target: localIndex)
