@@ -11,7 +11,7 @@ struct ProtocolVectorTests {
         "put-get", "get-missing", "del", "del-missing", "clear", "stats", "ping", "put-with-ttl", "empty-value",
         "binary-key", "pipelined", "unknown-opcode", "unsupported-version", "empty-key", "key-too-long",
         "body-shorter-than-key", "trailing-bytes-after-key", "nonempty-ping-body", "payload-too-short",
-        "payload-too-large", "truncated-frame",
+        "payload-too-large", "truncated-frame", "reserved-flags", "request-flags",
     ]
 
     @Test func everyRequiredVectorIsPresent() {
