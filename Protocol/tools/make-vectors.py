@@ -10,6 +10,13 @@ import struct
 OUT = os.path.join(os.path.dirname(__file__), "..", "vectors")
 PUT, GET, DEL, CLEAR, STATS, PING = 1, 2, 3, 4, 5, 6
 OK, NOT_FOUND, BAD_REQUEST, TOO_LARGE, UNKNOWN_OPCODE, UNSUPPORTED_VERSION = 0, 1, 2, 3, 4, 5
+SERVER_ERROR, UNAVAILABLE = 6, 7
+FORWARDED, CLUSTER = 0x0001, 0x0002
+STATUS_NAMES = ["ok", "not_found", "bad_request", "too_large", "unknown_opcode", "unsupported_version",
+                "server_error", "unavailable"]
+# The integer STATS fields a cluster-wide STATS sums, in the order the reply writes them.
+TOTAL_FIELDS = ["items", "memory_bytes", "memory_limit", "gets", "hits", "misses", "puts", "deletes", "evictions",
+                "expired", "connections_current", "disk_items", "disk_bytes"]
 
 
 def frame(version, opcode, word, ident, body=b""):
@@ -71,6 +78,126 @@ class Vector:
     def write(self):
         with open(os.path.join(OUT, self.name + ".vector"), "w") as f:
             f.write("\n".join(self.lines) + "\n")
+
+
+def status_name(status):
+    return STATUS_NAMES[status] if status < len(STATUS_NAMES) else "status_%d" % status
+
+
+def json_string(text):
+    """A JSON string as PROTOCOL.md writes it: only quote, backslash and bytes below 0x20 escaped."""
+    out = bytearray(b'"')
+    for byte in text.encode():
+        if byte in (0x22, 0x5c):
+            out += bytes([0x5c, byte])
+        elif byte < 0x20:
+            out += b"\\u00%02x" % byte
+        else:
+            out.append(byte)
+    return bytes(out + b'"')
+
+
+def cluster_clear_body(members):
+    """members: (id, status, items, bytes, message). Totals over OK members."""
+    items = sum(m[2] for m in members if m[1] == OK)
+    nbytes = sum(m[3] for m in members if m[1] == OK)
+    out = struct.pack(">QQH", items, nbytes, len(members))
+    for ident, status, m_items, m_bytes, message in members:
+        out += struct.pack(">H", len(ident.encode())) + ident.encode()
+        out += struct.pack(">HQQ", status, m_items, m_bytes)
+        out += struct.pack(">H", len(message.encode())) + message.encode()
+    return out
+
+
+def cluster_stats_body(answered_by, cluster_hash, members):
+    """members: (id, status, body text). An OK member's body is a STATS object, embedded as sent."""
+    import json
+    totals = {field: 0 for field in TOTAL_FIELDS}
+    entries = []
+    ok = 0
+    for ident, status, body in members:
+        entry = b'{"id":' + json_string(ident)
+        if status == OK:
+            ok += 1
+            fields = json.loads(body)
+            for field in TOTAL_FIELDS:
+                value = fields.get(field)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    totals[field] += value
+            entry += b',"status":"ok","stats":' + body.strip().encode()
+        else:
+            entry += b',"status":' + json_string(status_name(status)) + b',"error":' + json_string(body)
+        entries.append(entry + b"}")
+    out = b'{"cluster":true,"answered_by":' + json_string(answered_by)
+    out += b',"cluster_hash":' + json_string(cluster_hash)
+    out += b',"members_total":%d,"members_ok":%d,"totals":{' % (len(members), ok)
+    out += b",".join(b'"%s":%d' % (f.encode(), totals[f]) for f in TOTAL_FIELDS)
+    out += b'},"members":[' + b",".join(entries) + b"]}"
+    return out
+
+
+def write_cluster_replies():
+    """vectors/cluster-replies.json: exact bodies of cluster-wide CLEAR and STATS replies."""
+    import json
+    stats_n1 = '{"version":"0.1.0","uptime_seconds":12,"items":3,"memory_bytes":300,"memory_limit":1000,"gets":7,' \
+               '"hits":5,"misses":2,"puts":3,"deletes":0,"evictions":0,"expired":0,"connections_current":2,' \
+               '"node_id":"n1","cluster_members":[{"id":"n1","host":"127.0.0.1","port":7420,"state":"self"}]}'
+    stats_n2 = ' {"items":2,"memory_bytes":180,"memory_limit":1000,"gets":1,"hits":1,"misses":0,"puts":2,' \
+               '"deletes":1,"evictions":4,"expired":1,"connections_current":1,"disk_items":9,"disk_bytes":4096,' \
+               '"compression_ratio":2.5,"disk_recovering":false,"note":"a \\"quoted\\" } brace"}\n'
+    clear_cases = [
+        ("clear-all-answered", "three members answered OK", [
+            ("n1", OK, 2, 11, ""), ("n2", OK, 0, 0, ""), ("n3", OK, 5, 1000, "")]),
+        ("clear-one-down", "n3 is marked down and was not asked; n2 missed the deadline", [
+            ("n1", OK, 2, 11, ""),
+            ("n2", UNAVAILABLE, 0, 0, "n2 (127.0.0.1:7421) did not answer within 1000 ms"),
+            ("n3", UNAVAILABLE, 0, 0, "n3 (127.0.0.1:7422) is marked down; not asked")]),
+        ("clear-one-member", "a cluster of one: still longer than a plain 16-byte CLEAR body", [
+            ("127.0.0.1:7420", OK, 1, 6, "")]),
+        ("clear-non-ascii", "a non-ASCII id and a member that answered SERVER_ERROR", [
+            ("n\u00e9ud-1", SERVER_ERROR, 0, 0, "disk tier failed: Input/output error"),
+            ("n\u00e9ud-2", OK, 0xffffffffffffffff, 1, "")]),
+    ]
+    stats_cases = [
+        ("stats-all-answered", "two members answered; the second body has whitespace, a nested brace in a string "
+                               "and fields that are not summed", "n1", "b16d03ee9c093d78",
+         [("n1", OK, stats_n1), ("n2", OK, stats_n2)]),
+        ("stats-dead-member", "n3 refused the connection; its error is reported, not waited on", "n2",
+         "b16d03ee9c093d78",
+         [("n1", OK, stats_n1), ("n2", OK, stats_n2),
+          ("n3", UNAVAILABLE, "n3 (127.0.0.1:7422): connection refused")]),
+        ("stats-escapes", "ids and errors with quotes, backslashes, a tab and non-ASCII text", "a\"b",
+         "0000000000000001",
+         [("a\"b", UNAVAILABLE, "line\tbreak \\ and \u00e9"), ("c\\d", 9, "a status this revision does not name")]),
+    ]
+    cases = []
+    for name, description, members in clear_cases:
+        items = sum(m[2] for m in members if m[1] == OK)
+        cases.append({
+            "name": name, "description": description, "opcode": "CLEAR",
+            "members": [{"id": m[0], "status": m[1], "items": m[2], "bytes": m[3], "message": m[4]} for m in members],
+            "total": {"items": items, "bytes": sum(m[3] for m in members if m[1] == OK)},
+            "body_hex": cluster_clear_body(members).hex(),
+        })
+    for name, description, answered_by, cluster_hash, members in stats_cases:
+        cases.append({
+            "name": name, "description": description, "opcode": "STATS",
+            "answered_by": answered_by, "cluster_hash": cluster_hash,
+            "members": [{"id": m[0], "status": m[1], "body": m[2]} for m in members],
+            "body": cluster_stats_body(answered_by, cluster_hash, members).decode(),
+        })
+    document = {
+        "description": "Exact bodies of OK replies to cluster-wide CLEAR and STATS (flags 0x0002), see PROTOCOL.md. "
+                       "CLEAR cases give each member's id, status, items, bytes and message, the total over the OK "
+                       "members and the body as hex; STATS cases give the answering node, its membership hash, each "
+                       "member's id, status and body (its STATS JSON on OK, else the error message) and the reply "
+                       "body as text. Written by tools/make-vectors.py.",
+        "total_fields": TOTAL_FIELDS,
+        "cases": cases,
+    }
+    with open(os.path.join(OUT, "cluster-replies.json"), "w") as f:
+        json.dump(document, f, indent=1, ensure_ascii=False)
+        f.write("\n")
 
 
 def msg(text):
@@ -164,10 +291,30 @@ def main():
     v.expect(resp(DEL, OK, 14))
     v.write()
 
-    v = Vector("reserved-flags", "Flags are reserved in version 1: clients send 0, and a node ignores other values.")
+    v = Vector("reserved-flags", "Flags a client does not need are 0. 0x8001 is forwarded (0x0001, harmless on PING) and the\n"
+               "undefined bit 0x8000, which a node ignores.")
     v.send(req(PING, 5, flags=0x8001))
     v.expect(resp(PING, OK, 5))
     v.write()
+
+    v = Vector("request-flags", "The defined flags change nothing for a cluster of one, and undefined bits are ignored:\n"
+               "forwarded (0x0001) PUT and GET are served by the node itself; cluster (0x0002) means nothing\n"
+               "on GET or DEL; 0xfffc (every undefined bit) on DEL, and 0xffff on PING, are served as 0.")
+    v.send(req(PUT, 11, put_body(b"fw", b"v1"), flags=FORWARDED), note="PUT flags=forwarded")
+    v.expect(resp(PUT, OK, 11))
+    v.send(req(GET, 12, key_body(b"fw"), flags=FORWARDED), note="GET flags=forwarded")
+    v.expect(resp(GET, OK, 12, b"v1"))
+    v.send(req(GET, 13, key_body(b"fw"), flags=CLUSTER), note="GET flags=cluster: ignored")
+    v.expect(resp(GET, OK, 13, b"v1"))
+    v.send(req(DEL, 14, key_body(b"fw"), flags=0xfffc), note="DEL flags=0xfffc: undefined bits ignored")
+    v.expect(resp(DEL, OK, 14))
+    v.send(req(DEL, 15, key_body(b"fw"), flags=CLUSTER | FORWARDED))
+    v.expect(resp(DEL, NOT_FOUND, 15))
+    v.send(req(PING, 16, flags=0xffff))
+    v.expect(resp(PING, OK, 16))
+    v.write()
+
+    write_cluster_replies()
 
     v = Vector("unknown-opcode", "An opcode version 1 does not define: UNKNOWN_OPCODE, opcode and id echoed; the connection stays usable.")
     v.send(req(0x09, 21))

@@ -79,16 +79,18 @@ public final class CachetCLIConnection {
     }
 
     /// Sends `command` and waits for its reply, reconnecting first if the node had closed the connection.
-    /// - Parameter command: the request.
+    /// - Parameters:
+    ///   - command: the request.
+    ///   - flags: the request flags (`cluster` for `--cluster stats` and `--cluster clear`).
     /// - Returns: the reply, and the exact bytes sent and received (for tracing).
     /// - Throws: ``CachetCLIError`` `connection`, `timeout` or `protocolViolation`.
-    public func send(_ command: CachetCommand) throws(CachetCLIError) -> (
+    public func send(_ command: CachetCommand, flags: CachetRequestFlags = []) throws(CachetCLIError) -> (
         response: CachetResponse, sent: [UInt8], received: [UInt8]
     ) {
         if connection == nil { try open() }
         let id = nextID
         nextID &+= 1
-        let request = command.encoded(id: id)
+        let request = command.encoded(id: id, flags: flags)
         do throws(CachetCLIError) {
             let connection = connection!
             do {

@@ -53,6 +53,85 @@ public enum CachetCLIFormatter {
         }
     }
 
+    /// The answer to `--cluster clear`: a summary line, then one line per member by id with what it
+    /// removed or its error. A 16-byte body means the node answered for itself alone (it does not fan
+    /// out); that is said rather than hidden.
+    /// - Parameter body: the OK CLEAR reply body.
+    /// - Returns: the lines, and whether every member answered OK.
+    public static func clusterClear(_ body: [UInt8]) -> (lines: [String], allAnswered: Bool) {
+        guard CachetClusterClearReply.isAggregate(body) else {
+            guard let single = try? CachetClearResult(decoding: body) else { return (["OK"], true) }
+            return (
+                [
+                    "OK (removed \(single.items) items, \(single.bytes) bytes)",
+                    "note: the node answered for itself only; it does not fan out cluster-wide CLEAR",
+                ], true
+            )
+        }
+        guard let reply = try? CachetClusterClearReply(decoding: body) else {
+            return (["ERROR: malformed cluster CLEAR reply (\(body.count) bytes): 0x" + hex(body.prefix(64))], false)
+        }
+        let answered = reply.members.filter { $0.status == .ok }.count
+        var lines = [
+            "OK (removed \(reply.total.items) items, \(reply.total.bytes) bytes; "
+                + "\(answered) of \(reply.members.count) members answered)"
+        ]
+        let width = reply.members.map(\.id.count).max() ?? 0
+        for member in reply.members {
+            let id = member.id.padding(toLength: width, withPad: " ", startingAt: 0)
+            if member.status == .ok {
+                lines.append("\(id)  OK  removed \(member.result.items) items, \(member.result.bytes) bytes")
+            } else {
+                lines.append("\(id)  \(member.status)  \(member.message)")
+            }
+        }
+        return (lines, answered == reply.members.count)
+    }
+
+    /// The answer to `--cluster stats`: the totals, then one line per member by id with its main figures
+    /// (those the totals sum) or its error. A body without `members` means the node answered for itself
+    /// alone (it does not fan out); its own table is printed after a note saying so.
+    /// - Parameter body: the OK STATS reply body.
+    /// - Returns: the lines, and whether every member answered OK.
+    public static func clusterStats(_ body: [UInt8]) -> (lines: [String], allAnswered: Bool) {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+            return ([String(decoding: body, as: UTF8.self)], false)
+        }
+        guard let members = object["members"] as? [[String: Any]] else {
+            return (
+                ["note: the node answered for itself only; it does not fan out cluster-wide STATS"]
+                    + statsTable(body), true
+            )
+        }
+        let total = members.count
+        let answered = members.filter { $0["status"] as? String == "ok" }.count
+        var lines = [
+            "cluster \(object["cluster_hash"] as? String ?? "?") answered by \(object["answered_by"] as? String ?? "?"): "
+                + "\(answered) of \(total) members answered"
+        ]
+        func figures(_ fields: [String: Any]) -> String {
+            CachetClusterStatsReply.totalFields.compactMap { field in
+                fields[field].map { "\(field)=\(statsValue($0))" }
+            }.joined(separator: " ")
+        }
+        let ids = members.map { $0["id"] as? String ?? "?" }
+        let width = max(ids.map(\.count).max() ?? 0, "totals".count)
+        lines.append(
+            "totals".padding(toLength: width, withPad: " ", startingAt: 0) + "  "
+                + figures(object["totals"] as? [String: Any] ?? [:])
+        )
+        for (member, id) in zip(members, ids) {
+            let padded = id.padding(toLength: width, withPad: " ", startingAt: 0)
+            let status = member["status"] as? String ?? "?"
+            if status == "ok" {
+                lines.append(padded + "  " + figures(member["stats"] as? [String: Any] ?? [:]))
+            } else {
+                lines.append(padded + "  " + status.uppercased() + "  " + (member["error"] as? String ?? ""))
+            }
+        }
+        return (lines, answered == total)
+    }
+
     /// A STATS value as text: numbers and strings as they are, lists and objects (such as `cluster_members`)
     /// as compact JSON with sorted keys.
     private static func statsValue(_ value: Any) -> String {

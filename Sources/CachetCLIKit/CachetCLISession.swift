@@ -26,6 +26,9 @@ public final class CachetCLISession {
     public let trace: Bool
     /// The largest reply payload accepted, in bytes.
     public let maximumReplyLength: Int
+    /// Whether `stats` and `clear` ask the whole cluster (`--cluster`): they send the `cluster` flag and
+    /// print every member by id.
+    public let cluster: Bool
     private var connection: CachetCLIConnection?
 
     /// Creates a session; it connects on the first command that needs the node.
@@ -36,13 +39,16 @@ public final class CachetCLISession {
     ///   - trace: print every frame.
     ///   - maximumReplyLength: the largest reply payload accepted; a peer announcing a longer one is
     ///     reported at once.
+    ///   - cluster: whether `stats` and `clear` ask every member (the `cluster` request flag).
     public init(
         host: String,
         port: Int,
         timeout: Double = 5,
         trace: Bool = false,
-        maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength
+        maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength,
+        cluster: Bool = false
     ) {
+        self.cluster = cluster
         self.host = host
         self.port = port
         self.timeout = timeout
@@ -112,6 +118,18 @@ public final class CachetCLISession {
         case .delete(let key):
             let reply = try send(.delete(key: key), lines: &lines)
             return answer(reply, lines: &lines) { _ in "OK" }
+        case .clear where cluster:
+            let reply = try send(.clear, flags: .cluster, lines: &lines)
+            guard reply.status == .ok else { return answer(reply, lines: &lines) { _ in "" } }
+            let (rendered, allAnswered) = CachetCLIFormatter.clusterClear(reply.body)
+            lines += rendered
+            return allAnswered ? .ok : .error
+        case .stats where cluster:
+            let reply = try send(.stats, flags: .cluster, lines: &lines)
+            guard reply.status == .ok else { return answer(reply, lines: &lines) { _ in "" } }
+            let (rendered, allAnswered) = CachetCLIFormatter.clusterStats(reply.body)
+            lines += rendered
+            return allAnswered ? .ok : .error
         case .clear:
             let reply = try send(.clear, lines: &lines)
             return answer(reply, lines: &lines) { reply in
@@ -147,7 +165,11 @@ public final class CachetCLISession {
         }
     }
 
-    private func send(_ command: CachetCommand, lines: inout [String]) throws(CachetCLIError) -> CachetResponse {
+    private func send(
+        _ command: CachetCommand,
+        flags: CachetRequestFlags = [],
+        lines: inout [String]
+    ) throws(CachetCLIError) -> CachetResponse {
         if connection == nil {
             connection = try CachetCLIConnection(
                 host: host,
@@ -157,7 +179,7 @@ public final class CachetCLISession {
             )
         }
         do throws(CachetCLIError) {
-            let (response, sent, received) = try connection!.send(command)
+            let (response, sent, received) = try connection!.send(command, flags: flags)
             if trace {
                 lines += CachetCLIFormatter.trace(sent, outgoing: true)
                 lines += CachetCLIFormatter.trace(received, outgoing: false)

@@ -101,9 +101,11 @@ public enum CachetCommand: Hashable, Sendable {
     ///
     /// - Parameters:
     ///   - id: the request id the response will echo.
+    ///   - flags: the request flags (`Protocol/PROTOCOL.md`, "Request flags"); none by default, which is
+    ///     what a client that is not a node sends, but for ``CachetRequestFlags/cluster``.
     ///   - output: the buffer to append to.
-    public func encode(id: UInt32, to output: inout [UInt8]) {
-        let header = CachetFrameHeader(opcode: opcode, word: 0, id: id)
+    public func encode(id: UInt32, flags: CachetRequestFlags = [], to output: inout [UInt8]) {
+        let header = CachetFrameHeader(opcode: opcode, word: flags.rawValue, id: id)
         switch self {
         case .put(let key, let value, let ttl):
             CachetFrameEncoder.appendPrefixAndHeader(
@@ -129,11 +131,13 @@ public enum CachetCommand: Hashable, Sendable {
     }
 
     /// This command as a request frame.
-    /// - Parameter id: the request id.
+    /// - Parameters:
+    ///   - id: the request id.
+    ///   - flags: the request flags; none by default.
     /// - Returns: the frame's bytes.
-    public func encoded(id: UInt32) -> [UInt8] {
+    public func encoded(id: UInt32, flags: CachetRequestFlags = []) -> [UInt8] {
         var output: [UInt8] = []
-        encode(id: id, to: &output)
+        encode(id: id, flags: flags, to: &output)
         return output
     }
 

@@ -33,6 +33,14 @@ struct CachetCLICommandLine: ParsableCommand {
     @Flag(help: "Print every frame sent and received as annotated hex.")
     var trace = false
 
+    @Flag(
+        help: """
+            Make stats and clear cluster-wide: the node asks every member and the answer lists each by id \
+            with its figures or its error (exit 2 if any member failed).
+            """
+    )
+    var cluster = false
+
     @Argument(parsing: .captureForPassthrough, help: "A command to run once, e.g. get k1")
     var command: [String] = []
 
@@ -52,7 +60,8 @@ struct CachetCLICommandLine: ParsableCommand {
             port: port,
             timeout: timeout,
             trace: trace,
-            maximumReplyLength: maxFrame
+            maximumReplyLength: maxFrame,
+            cluster: cluster
         )
         if !command.isEmpty {
             let parsed: CachetCLICommand?

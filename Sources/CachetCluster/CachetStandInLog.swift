@@ -1,0 +1,192 @@
+/// What a node that served another member's keys must tell that member before it is trusted with them
+/// again: the keys it wrote or deleted for each owner, bounded, and each owner's phase. Pure: no I/O, no
+/// clock. `Protocol/CLUSTER.md`, "Failover without stale reads", argues why this order never lets a GET
+/// return a value older than one a stand-in accepted.
+///
+/// Owners are named by member id, so a log survives a reload that renumbers members.
+///
+/// Per owner: ``Phase/clean`` (nothing to tell) → ``Phase/standingIn`` (a write was recorded) →
+/// ``Phase/delivering`` (the owner answered again; its invalidations are being sent) → ``Phase/clean``
+/// once every one was acknowledged. While an owner is not clean, the node serves its keys itself, and a
+/// GET of one of them returns the local value **only** when the key is in the log (written in this
+/// episode); any other key of that owner is a miss, never an older local copy.
+public struct CachetStandInLog: Sendable {
+    /// Bounds per owner.
+    public struct Limits: Sendable, Hashable {
+        /// Keys remembered per owner before the log overflows. Default 65536.
+        public var maximumKeys: Int
+        /// Key bytes remembered per owner before the log overflows. Default 8 MiB.
+        public var maximumBytes: Int
+
+        /// Creates limits (at least 1 key and 1 byte).
+        /// - Parameters:
+        ///   - maximumKeys: keys per owner.
+        ///   - maximumBytes: key bytes per owner.
+        public init(maximumKeys: Int = 65536, maximumBytes: Int = 8 << 20) {
+            self.maximumKeys = max(1, maximumKeys)
+            self.maximumBytes = max(1, maximumBytes)
+        }
+    }
+
+    /// An owner's phase.
+    public enum Phase: Sendable, Hashable {
+        /// Nothing to tell the owner: its keys go to it whenever it is routable.
+        case clean
+        /// This node served writes for the owner, which is (or was, in another node's view) unreachable.
+        case standingIn
+        /// The owner answers again; its invalidations are being delivered. Its keys are still served here.
+        case delivering
+    }
+
+    /// An invalidation to send to an owner, as a forwarded request.
+    public enum Invalidation: Sendable, Hashable {
+        /// DEL of one key (NOT_FOUND from the owner counts as delivered).
+        case delete(key: [UInt8])
+        /// CLEAR of the owner's whole store: the log overflowed and lost track of keys.
+        case clear
+    }
+
+    struct OwnerLog: Sendable {
+        var phase: Phase = .clean
+        /// The keys written in this episode, served locally while not clean.
+        var keys: Set<[UInt8]> = []
+        var bytes = 0
+        /// The log lost track of a key: the owner must drop everything.
+        var overflowed = false
+        /// Invalidations handed out and not yet acknowledged (delivering only).
+        var outstanding: Set<Invalidation> = []
+    }
+
+    /// The bounds.
+    public let limits: Limits
+    var owners: [String: OwnerLog] = [:]
+
+    /// Creates an empty log: every owner clean.
+    /// - Parameter limits: bounds per owner.
+    public init(limits: Limits = Limits()) { self.limits = limits }
+
+    /// The owner's phase.
+    /// - Parameter owner: the owner's id.
+    /// - Returns: its phase; `clean` for an owner never recorded.
+    /// - Complexity: O(1) on average.
+    public func phase(of owner: String) -> Phase { owners[owner]?.phase ?? .clean }
+
+    /// Owners that are not clean.
+    public var ownersNotClean: [String] { owners.keys.sorted() }
+
+    /// Whether a GET of `key`, owned by `owner`, may be answered from the local store: only while the
+    /// owner is not clean and the key was written in this episode. Otherwise a node that does not own the
+    /// key answers a miss.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - owner: its owner's id.
+    /// - Returns: whether the local value may be returned.
+    /// - Complexity: O(k) for a key of k bytes.
+    public func mayServeLocally(_ key: [UInt8], owner: String) -> Bool {
+        guard let log = owners[owner] else { return false }
+        return log.keys.contains(key)
+    }
+
+    /// Records a PUT or DEL of `key` served here for `owner` (as its stand-in, or because a forwarded
+    /// request for it arrived). Call it before answering the write.
+    /// - Parameters:
+    ///   - key: the key written or deleted.
+    ///   - owner: its owner's id.
+    ///   - ownerRoutable: whether this node sees the owner as routable: then the episode goes straight to
+    ///     ``Phase/delivering`` and the key's DEL is due now.
+    /// - Returns: invalidations to send now (only when delivering).
+    /// - Complexity: O(k) on average for a key of k bytes.
+    public mutating func recordWrite(_ key: [UInt8], owner: String, ownerRoutable: Bool) -> [Invalidation] {
+        var log = owners[owner] ?? OwnerLog()
+        defer { owners[owner] = log }
+        if log.phase == .clean { log.phase = .standingIn }
+        let isNew = !log.keys.contains(key)
+        if isNew {
+            if log.overflowed || log.keys.count >= limits.maximumKeys || log.bytes + key.count > limits.maximumBytes {
+                // Not remembered: its local value will not be served, and the owner must drop everything.
+                log.overflowed = true
+            } else {
+                log.keys.insert(key)
+                log.bytes += key.count
+            }
+        }
+        guard log.phase == .delivering || ownerRoutable else { return [] }
+        if log.phase == .standingIn {
+            log.phase = .delivering
+            return Self.handOut(&log)
+        }
+        // Already delivering. Writes served here never reach the owner's store, so the owner only has to
+        // lose the copies it held before the episode: a DEL or CLEAR already handed out covers them.
+        if log.overflowed {
+            if log.outstanding.contains(.clear) { return [] }
+            log.outstanding.insert(.clear)
+            return [.clear]
+        }
+        guard log.keys.contains(key), !log.outstanding.contains(.delete(key: key)) else { return [] }
+        log.outstanding.insert(.delete(key: key))
+        return [.delete(key: key)]
+    }
+
+    /// The owner answers again (it came up in this node's view): its invalidations, to send as forwarded
+    /// requests before any of its keys goes back to it. Nothing when the owner is clean.
+    /// - Parameter owner: the owner's id.
+    /// - Returns: one DEL per key written, or one CLEAR if the log overflowed.
+    /// - Complexity: O(m) in the keys recorded.
+    public mutating func ownerReturned(_ owner: String) -> [Invalidation] {
+        guard var log = owners[owner], log.phase == .standingIn else { return [] }
+        defer { owners[owner] = log }
+        log.phase = .delivering
+        return Self.handOut(&log)
+    }
+
+    /// The owner became unreachable again while delivering: back to standing in; what was not
+    /// acknowledged is handed out again on its next return.
+    /// - Parameter owner: the owner's id.
+    /// - Complexity: O(1).
+    public mutating func ownerWentDown(_ owner: String) {
+        guard var log = owners[owner], log.phase == .delivering else { return }
+        log.phase = .standingIn
+        log.outstanding = []
+        owners[owner] = log
+    }
+
+    /// An invalidation was acknowledged by the owner (OK, or NOT_FOUND for a DEL). When it was the last,
+    /// the owner is clean and its keys go back to it.
+    /// - Parameters:
+    ///   - invalidation: what was delivered.
+    ///   - owner: the owner's id.
+    /// - Returns: whether the owner is now clean, and then the keys whose local copies the node may
+    ///   delete (they are never served again either way).
+    /// - Complexity: O(k) on average.
+    public mutating func delivered(_ invalidation: Invalidation, owner: String) -> (clean: Bool, dropLocally: [[UInt8]])
+    {
+        guard var log = owners[owner], log.phase == .delivering,
+            log.outstanding.remove(invalidation) != nil
+        else { return (false, []) }
+        if case .clear = invalidation {
+            // A CLEAR removed every copy the owner held, those of later writes' DELs included.
+            log.outstanding = []
+        }
+        guard log.outstanding.isEmpty else {
+            owners[owner] = log
+            return (false, [])
+        }
+        owners[owner] = nil
+        return (true, Array(log.keys))
+    }
+
+    /// The invalidations an owner still waits for (handed out, not acknowledged).
+    /// - Parameter owner: the owner's id.
+    /// - Returns: the outstanding invalidations.
+    public func outstanding(for owner: String) -> Set<Invalidation> { owners[owner]?.outstanding ?? [] }
+
+    private static func handOut(_ log: inout OwnerLog) -> [Invalidation] {
+        if log.overflowed {
+            log.outstanding = [.clear]
+            return [.clear]
+        }
+        let deletes = log.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { Invalidation.delete(key: $0) }
+        log.outstanding = Set(deletes)
+        return deletes
+    }
+}

@@ -1,0 +1,58 @@
+/// The bits of a request header's `flags` word. See `Protocol/PROTOCOL.md`, "Request flags".
+///
+/// A version 1 client that knows nothing of clusters sends 0 and sees no change. Bits this type does not
+/// define are **ignored** by a node (``CachetFrameHeader/requestFlags`` masks them off), as PROTOCOL.md
+/// has promised since version 1, so that a later revision can give a bit a meaning older nodes may
+/// safely ignore.
+public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringConvertible {
+    /// The flags word as sent.
+    public var rawValue: UInt16
+
+    /// Creates flags from a flags word.
+    /// - Parameter rawValue: the 16-bit word.
+    @inlinable
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+    /// `0x0001`: a node-to-node request. A node never forwards it again: one that receives it for a key it
+    /// does not own serves it itself and counts a routing disagreement; on CLEAR and STATS it also turns
+    /// off ``cluster``, so a fan-out never fans out again.
+    @inlinable public static var forwarded: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0001) }
+
+    /// `0x0002`: on CLEAR and STATS, ask every member of the cluster and answer with the aggregate and each
+    /// member's result. Ignored on the other opcodes and when ``forwarded`` is set.
+    @inlinable public static var cluster: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0002) }
+
+    /// Every bit defined in this revision.
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0003) }
+
+    /// The bits set here that this revision does not define (and a node ignores).
+    @inlinable
+    public var undefinedBits: UInt16 { rawValue & ~CachetRequestFlags.defined.rawValue }
+
+    /// Whether a request of `opcode` with these flags is a cluster-wide fan-out: ``cluster`` set,
+    /// ``forwarded`` clear, and the opcode CLEAR or STATS.
+    /// - Parameter opcode: the request's opcode.
+    /// - Returns: `true` when the node receiving it must ask every member.
+    @inlinable
+    public func fansOut(for opcode: CachetOpcode) -> Bool {
+        contains(.cluster) && !contains(.forwarded) && (opcode == .clear || opcode == .stats)
+    }
+
+    /// The names of the defined bits set, joined by `|` (`forwarded|cluster`), then any undefined bits in
+    /// hex; `none` for 0.
+    public var description: String {
+        var names: [String] = []
+        if contains(.forwarded) { names.append("forwarded") }
+        if contains(.cluster) { names.append("cluster") }
+        if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
+        return names.isEmpty ? "none" : names.joined(separator: "|")
+    }
+}
+
+extension CachetFrameHeader {
+    /// The request flags this revision defines, with undefined bits masked off (they are ignored).
+    @inlinable
+    public var requestFlags: CachetRequestFlags {
+        CachetRequestFlags(rawValue: word & CachetRequestFlags.defined.rawValue)
+    }
+}

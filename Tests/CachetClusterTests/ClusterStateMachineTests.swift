@@ -1,0 +1,450 @@
+import CachetCluster
+import CachetRing
+import CachetTestSupport
+import Testing
+
+/// The pure state machines of forwarding and failover, driven by random event sequences (seeded, so a
+/// failure replays) and checked against simple models.
+@Suite("Cluster state machines")
+struct ClusterStateMachineTests {
+    static let ms: UInt64 = 1_000_000
+    static let configuration = CachetPeerHealth.Configuration(
+        timeoutsBeforeDown: 3,
+        initialBackoff: 100 * ms,
+        maximumBackoff: 1600 * ms,
+        holdPeriod: 5000 * ms
+    )
+
+    static func membership(_ count: Int) throws -> CachetMembership {
+        try CachetMembership(
+            members: (0..<count).map { CachetClusterMember(id: "n\($0)", host: "127.0.0.1", port: 7420 + $0) }
+        )
+    }
+
+    // MARK: CachetPeerHealth
+
+    @Test func aRefusedConnectionMarksDownAtOnceAndTimeoutsOnlyAfterThreeInARow() {
+        var random = SplitMix64(state: 1)
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        let check1 = peer.timedOut(now: 0, using: &random) == .becameSuspect
+        #expect(check1)
+        let check2 = peer.timedOut(now: 1, using: &random) == .becameSuspect
+        #expect(check2)
+        #expect(peer.isRoutable && peer.state == .suspect(timeouts: 2))
+        let check3 = peer.replied(now: 2) == nil && peer.state == .up
+        #expect(check3)
+        _ = peer.timedOut(now: 3, using: &random)
+        _ = peer.timedOut(now: 4, using: &random)
+        guard case .wentDown(let at) = peer.timedOut(now: 5, using: &random) else {
+            Issue.record("three timeouts in a row must mark the peer down")
+            return
+        }
+        #expect((5 + 50 * Self.ms)...(5 + 100 * Self.ms) ~= at)
+        var other = CachetPeerHealth(configuration: Self.configuration)
+        guard case .wentDown = other.refused(now: 0, using: &random) else {
+            Issue.record("a refused connection must mark the peer down")
+            return
+        }
+        #expect(other.isDown && other.probeAt != nil)
+    }
+
+    @Test func failedProbesDoubleTheBackoffUpToTheMaximumWithJitterInTheUpperHalf() {
+        var random = SplitMix64(state: 2)
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        guard case .wentDown(var at) = peer.refused(now: 0, using: &random) else { return }
+        var expected = 100 * Self.ms
+        for _ in 0..<8 {
+            let check4 = !peer.startProbeIfDue(now: at - 1)
+            #expect(check4)
+            let check5 = peer.startProbeIfDue(now: at)
+            #expect(check5)
+            let check6 = !peer.startProbeIfDue(now: at)
+            #expect(check6, "one probe at a time")
+            expected = min(expected * 2, 1600 * Self.ms)
+            let now = at
+            guard case .probeRescheduled(let next) = peer.refused(now: now, using: &random) else {
+                Issue.record("a failed probe reschedules")
+                return
+            }
+            #expect(peer.backoff == expected)
+            #expect((now + expected / 2)...(now + expected) ~= next)
+            at = next
+        }
+        let check7 = peer.startProbeIfDue(now: at)
+        #expect(check7)
+        let check8 = peer.replied(now: at) == .cameUp && peer.state == .up
+        #expect(check8)
+    }
+
+    @Test func aQuickRelapseKeepsBackingOffAndAStableReturnForgetsIt() {
+        var random = SplitMix64(state: 3)
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        _ = peer.refused(now: 0, using: &random)
+        _ = peer.startProbeIfDue(now: 1_000 * Self.ms)
+        let check9 = peer.replied(now: 1_000 * Self.ms) == .cameUp
+        #expect(check9)
+        // Relapse 1 s later, within the 5 s hold: the backoff doubles instead of restarting.
+        _ = peer.refused(now: 2_000 * Self.ms, using: &random)
+        #expect(peer.backoff == 200 * Self.ms)
+        _ = peer.startProbeIfDue(now: 3_000 * Self.ms)
+        _ = peer.replied(now: 3_000 * Self.ms)
+        _ = peer.refused(now: 3_500 * Self.ms, using: &random)
+        #expect(peer.backoff == 400 * Self.ms)
+        _ = peer.startProbeIfDue(now: 4_000 * Self.ms)
+        _ = peer.replied(now: 4_000 * Self.ms)
+        // Up for longer than the hold: the next failure starts from the initial backoff.
+        _ = peer.replied(now: 9_001 * Self.ms)
+        _ = peer.refused(now: 9_002 * Self.ms, using: &random)
+        #expect(peer.backoff == 100 * Self.ms)
+    }
+
+    @Test(arguments: 0..<20)
+    func randomEventsKeepThePeerInvariants(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed))
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        var now: UInt64 = 0
+        var consecutiveTimeouts = 0
+        for _ in 0..<500 {
+            now += UInt64.random(in: 0...(400 * Self.ms), using: &random)
+            let wasDown = peer.isDown
+            let wasProbing: Bool
+            if case .down(_, true) = peer.state { wasProbing = true } else { wasProbing = false }
+            switch Int.random(in: 0..<4, using: &random) {
+            case 0:
+                let transition = peer.replied(now: now)
+                #expect(peer.state == .up)
+                #expect((transition == .cameUp) == wasDown)
+                consecutiveTimeouts = 0
+            case 1:
+                let transition = peer.timedOut(now: now, using: &random)
+                if !wasDown {
+                    consecutiveTimeouts += 1
+                    #expect(peer.isDown == (consecutiveTimeouts >= 3))
+                    if peer.isDown { consecutiveTimeouts = 0 }
+                } else {
+                    #expect(wasProbing == (transition != nil))
+                }
+            case 2:
+                _ = peer.refused(now: now, using: &random)
+                #expect(peer.isDown)
+                consecutiveTimeouts = 0
+            default:
+                let started = peer.startProbeIfDue(now: now)
+                if started { #expect(wasDown && !wasProbing) }
+            }
+            #expect(Self.configuration.initialBackoff...Self.configuration.maximumBackoff ~= peer.backoff)
+            if let at = peer.probeAt { #expect(at > 0 && peer.isDown) }
+        }
+    }
+
+    @Test func theSameSeedGivesTheSameProbeTimes() {
+        func run(_ seed: UInt64) -> [CachetPeerHealth.Transition?] {
+            var random = SplitMix64(state: seed)
+            var peer = CachetPeerHealth(configuration: Self.configuration)
+            return (0..<20).map { step in
+                _ = peer.startProbeIfDue(now: UInt64(step) * 2_000 * Self.ms)
+                return peer.refused(now: UInt64(step) * 2_000 * Self.ms, using: &random)
+            }
+        }
+        #expect(run(7) == run(7))
+        #expect(run(7) != run(8))
+    }
+
+    // MARK: CachetClusterHealth
+
+    @Test(arguments: [2, 3, 5])
+    func randomFailuresNeverMarkEveryPeerDownAndRoutesFollowThePreferenceList(members: Int) throws {
+        let membership = try Self.membership(members)
+        var random = SplitMix64(state: UInt64(members))
+        var health = try CachetClusterHealth(membership: membership, localID: "n0", configuration: Self.configuration)
+        var now: UInt64 = 0
+        let keys = (0..<16).map { Array("key-\($0)".utf8) }
+        for _ in 0..<1_000 {
+            now += UInt64.random(in: 0...(300 * Self.ms), using: &random)
+            let member = Int.random(in: 0..<members, using: &random)
+            switch Int.random(in: 0..<4, using: &random) {
+            case 0: _ = health.replied(member, now: now)
+            case 1: _ = health.timedOut(member, now: now, using: &random)
+            case 2: _ = health.refused(member, now: now, using: &random)
+            default:
+                for due in health.startDueProbes(now: now) where Bool.random(using: &random) {
+                    _ = health.replied(due, now: now)
+                }
+            }
+            let peers = (1..<members)
+            #expect(peers.contains { health.isRoutable($0) }, "at least one peer is never marked down")
+            #expect(health.state(of: 0) == .local)
+            for key in keys {
+                let route = key.withUnsafeBytes { health.route($0) }
+                let list = membership.ring.preferenceList(for: key, count: members)
+                #expect(route.owner == list[0])
+                let expected = list.first { health.isRoutable($0) }!
+                #expect(route.target == expected)
+            }
+        }
+    }
+
+    @Test func keysOfAnOwnerNotYetCleanStayWithTheStandIn() throws {
+        let membership = try Self.membership(3)
+        let health = try CachetClusterHealth(membership: membership, localID: "n0")
+        var log = CachetStandInLog()
+        let key = (0..<1_000).map { Array("k\($0)".utf8) }.first { membership.ring.owner(of: $0) == 1 }!
+        let hash = key.withUnsafeBytes { CachetRing.hash($0) }
+        #expect(health.route(hash: hash, standIns: log).target == 1)
+        _ = log.recordWrite(key, owner: "n1", ownerRoutable: true)
+        #expect(health.route(hash: hash, standIns: log) == .init(owner: 1, target: 0))
+        _ = log.delivered(.delete(key: key), owner: "n1")
+        #expect(health.route(hash: hash, standIns: log).target == 1)
+    }
+
+    @Test func aNodeWhosePeersAllFailIsCutOffUntilOneAnswers() throws {
+        var random = SplitMix64(state: 9)
+        var health = try CachetClusterHealth(membership: try Self.membership(3), localID: "n1")
+        #expect(!health.isCutOff)
+        _ = health.refused(0, now: 0, using: &random)
+        #expect(!health.isCutOff && health.state(of: 0) == .down)
+        let held = health.refused(2, now: 0, using: &random)
+        #expect(held == .heldSuspect && health.state(of: 2) == .suspect && health.isCutOff)
+        _ = health.replied(2, now: 1)
+        #expect(!health.isCutOff)
+        let alone = try CachetClusterHealth(membership: try Self.membership(1), localID: "n0")
+        #expect(!alone.isCutOff && alone.route(hash: 42).target == 0)
+    }
+
+    @Test func anUnknownLocalIDIsRefused() throws {
+        #expect(throws: CachetClusterError.self) {
+            _ = try CachetClusterHealth(membership: try Self.membership(3), localID: "n9")
+        }
+    }
+
+    // MARK: CachetStandInLog
+
+    /// One owner, one stand-in with this node's view: writes go to the owner while it is up and clean,
+    /// to the stand-in otherwise; a GET reads where the routing says, and may miss but never return a
+    /// value other than the last one written.
+    @Test(arguments: 0..<30)
+    func noGetReturnsAnOlderValueThroughOwnerDownReturnAndDelivery(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed) &* 7919)
+        var log = CachetStandInLog(limits: .init(maximumKeys: seed % 3 == 0 ? 3 : 64, maximumBytes: 4096))
+        let keys = (0..<8).map { [UInt8(ascii: "k"), UInt8($0)] }
+        var latest: [[UInt8]: Int] = [:]
+        var ownerStore: [[UInt8]: Int] = [:]
+        var standInStore: [[UInt8]: Int] = [:]
+        var ownerUp = true
+        var toDeliver: [CachetStandInLog.Invalidation] = []
+        var version = 0
+        for _ in 0..<600 {
+            let key = keys.randomElement(using: &random)!
+            switch Int.random(in: 0..<10, using: &random) {
+            case 0...3:
+                version += 1
+                let value: Int? = Bool.random(using: &random) ? version : nil
+                latest[key] = value
+                if ownerUp && log.phase(of: "A") == .clean {
+                    ownerStore[key] = value
+                } else {
+                    toDeliver += log.recordWrite(key, owner: "A", ownerRoutable: ownerUp)
+                    standInStore[key] = value
+                }
+            case 4...6:
+                let read: Int?
+                if ownerUp && log.phase(of: "A") == .clean {
+                    read = ownerStore[key]
+                } else {
+                    read = log.mayServeLocally(key, owner: "A") ? standInStore[key] : nil
+                }
+                if let read { #expect(read == latest[key], "stale read of \(key)") }
+            case 7:
+                if ownerUp {
+                    ownerUp = false
+                    log.ownerWentDown("A")
+                    toDeliver = []
+                } else {
+                    ownerUp = true
+                    toDeliver += log.ownerReturned("A")
+                }
+            default:
+                guard ownerUp, !toDeliver.isEmpty else { continue }
+                let invalidation = toDeliver.remove(at: Int.random(in: 0..<toDeliver.count, using: &random))
+                switch invalidation {
+                case .delete(let key): ownerStore[key] = nil
+                case .clear: ownerStore = [:]
+                }
+                let outcome = log.delivered(invalidation, owner: "A")
+                if outcome.clean {
+                    #expect(log.phase(of: "A") == .clean)
+                    #expect(log.outstanding(for: "A").isEmpty)
+                    toDeliver = []
+                }
+            }
+            #expect(Set(toDeliver) == log.outstanding(for: "A") || !ownerUp)
+        }
+    }
+
+    @Test func overflowDeliversOneClearAndServesOnlyRememberedKeys() {
+        var log = CachetStandInLog(limits: .init(maximumKeys: 2, maximumBytes: 1 << 20))
+        for byte in UInt8(0)..<3 { #expect(log.recordWrite([byte], owner: "A", ownerRoutable: false).isEmpty) }
+        #expect(log.phase(of: "A") == .standingIn)
+        #expect(log.mayServeLocally([0], owner: "A") && log.mayServeLocally([1], owner: "A"))
+        #expect(!log.mayServeLocally([2], owner: "A"))
+        #expect(!log.mayServeLocally([0], owner: "B"))
+        let check10 = log.ownerReturned("A") == [.clear]
+        #expect(check10)
+        #expect(log.phase(of: "A") == .delivering)
+        let outcome = log.delivered(.clear, owner: "A")
+        #expect(outcome.clean && Set(outcome.dropLocally) == [[0], [1]])
+        #expect(log.phase(of: "A") == .clean && log.ownersNotClean.isEmpty)
+    }
+
+    @Test func aWriteForAnOwnerSeenUpIsDeliveredAtOnce() {
+        var log = CachetStandInLog()
+        let check11 = log.recordWrite([7], owner: "A", ownerRoutable: true) == [.delete(key: [7])]
+        #expect(check11)
+        #expect(log.phase(of: "A") == .delivering && log.mayServeLocally([7], owner: "A"))
+        let check12 = log.recordWrite([7], owner: "A", ownerRoutable: true).isEmpty
+        #expect(check12, "one DEL outstanding is enough")
+        let check13 = log.recordWrite([8], owner: "A", ownerRoutable: true) == [.delete(key: [8])]
+        #expect(check13)
+        let check14 = !log.delivered(.delete(key: [7]), owner: "A").clean
+        #expect(check14)
+        let check15 = log.delivered(.delete(key: [8]), owner: "A").clean
+        #expect(check15)
+    }
+
+    // MARK: CachetReturnHold
+
+    @Test func aStartAStallAndRegainedContactHoldOwnedKeys() {
+        var hold = CachetReturnHold(holdPeriod: 1_000, stallThreshold: 100, now: 0)
+        #expect(hold.isHolding(now: 999) && !hold.isHolding(now: 1_000))
+        var stalls = 0
+        for now in stride(from: UInt64(50), through: 1_200, by: 50) where hold.tick(now: now) { stalls += 1 }
+        #expect(stalls == 0, "ticks 50 ns apart are no stall")
+        #expect(!hold.isHolding(now: 1_200))
+        let stalled = hold.tick(now: 1_560)
+        #expect(stalled, "a 360 ns gap is a stall")
+        #expect(hold.isHolding(now: 2_559) && !hold.isHolding(now: 2_560))
+        hold.regainedContact(now: 3_000)
+        #expect(hold.isHolding(now: 3_999))
+        let recommended = CachetReturnHold.recommendedHoldPeriod(
+            health: CachetPeerHealth.Configuration(),
+            forwardTimeout: 1_000_000_000
+        )
+        #expect(recommended == 11_000_000_000)
+    }
+
+    // MARK: CachetSingleflight
+
+    @Test(arguments: 0..<10)
+    func everyWaiterIsAnsweredOnceAndOneRequestGoesUpPerFlight(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed) + 100)
+        var table = CachetSingleflight<Int, Int>(maximumFlights: 4, maximumWaiters: 3)
+        var inAir: [UInt64: [Int]] = [:]
+        var answered: [Int] = []
+        var alone: [Int] = []
+        var current: [Int: UInt64] = [:]
+        for waiter in 0..<1_000 {
+            let key = Int.random(in: 0..<6, using: &random)
+            switch Int.random(in: 0..<5, using: &random) {
+            case 0...2:
+                switch table.join(key, waiter: waiter) {
+                case .leader(let flight):
+                    #expect(current[key] == nil && inAir[flight] == nil)
+                    inAir[flight] = [waiter]
+                    current[key] = flight
+                case .joined(let flight):
+                    #expect(current[key] == flight)
+                    inAir[flight]!.append(waiter)
+                case .full:
+                    alone.append(waiter)
+                }
+            case 3:
+                guard let flight = inAir.keys.randomElement(using: &random) else { continue }
+                let waiters = table.complete(flight)
+                #expect(waiters == inAir.removeValue(forKey: flight))
+                answered += waiters
+                for (key, value) in current where value == flight { current[key] = nil }
+                let check18 = table.complete(flight).isEmpty
+                #expect(check18)
+            default:
+                table.detach(key)
+                current[key] = nil
+            }
+            #expect(table.flightCount == inAir.count && inAir.count <= 4)
+            #expect(inAir.values.allSatisfy { $0.count <= 3 })
+        }
+        for flight in inAir.keys { answered += table.complete(flight) }
+        let all = answered + alone
+        #expect(Set(all).count == all.count, "no waiter is answered twice")
+    }
+
+    // MARK: CachetReplyOrder
+
+    @Test(arguments: 0..<10)
+    func repliesLeaveInRequestOrderWhateverOrderTheyComplete(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed) + 200)
+        var order = CachetReplyOrder<Int>()
+        var open: [(CachetReplyOrder<Int>.Slot, Int)] = []
+        var released: [Int] = []
+        var next = 0
+        for _ in 0..<2_000 {
+            if open.isEmpty || Int.random(in: 0..<3, using: &random) == 0 {
+                open.append((order.reserve(), next))
+                next += 1
+            } else {
+                let (slot, value) = open.remove(at: Int.random(in: 0..<open.count, using: &random))
+                released += order.fill(slot, with: value)
+                let check19 = order.fill(slot, with: -1).isEmpty
+                #expect(check19, "a slot is filled once")
+            }
+            #expect(released == Array(0..<released.count))
+            #expect(order.pendingCount == next - released.count)
+        }
+        for (slot, value) in open.shuffled(using: &random) { released += order.fill(slot, with: value) }
+        #expect(released == Array(0..<next) && order.pendingCount == 0)
+    }
+
+    // MARK: CachetForwardTracker
+
+    @Test(arguments: 0..<10)
+    func forwardsAreCappedPerPeerAndEachEndsOnceByReplyOrDeadline(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed) + 300)
+        var tracker = CachetForwardTracker<Int>(maximumInFlightPerPeer: 5, timeout: 1_000)
+        var now: UInt64 = 0
+        var live: [UInt64: (peer: Int, deadline: UInt64, request: Int)] = [:]
+        var ended: [Int] = []
+        var started = 0
+        for request in 0..<3_000 {
+            now += UInt64.random(in: 0...150, using: &random)
+            switch Int.random(in: 0..<4, using: &random) {
+            case 0, 1:
+                let peer = Int.random(in: 0..<3, using: &random)
+                let before = live.values.filter { $0.peer == peer }.count
+                switch tracker.start(peer: peer, request: request, now: now) {
+                case .started(let token, let deadline):
+                    #expect(before < 5 && deadline == now + 1_000)
+                    live[token] = (peer, deadline, request)
+                    started += 1
+                case .overCapacity:
+                    #expect(before == 5)
+                }
+            case 2:
+                guard let token = live.keys.randomElement(using: &random) else { continue }
+                let check20 = tracker.finish(token) == live.removeValue(forKey: token)!.request
+                #expect(check20)
+                let check21 = tracker.finish(token) == nil
+                #expect(check21)
+                ended.append(request)
+            default:
+                let expired = tracker.expire(now: now)
+                let due = live.filter { $0.value.deadline <= now }
+                #expect(Set(expired.map(\.request)) == Set(due.values.map(\.request)))
+                for token in due.keys { live[token] = nil }
+                ended += expired.map(\.request)
+            }
+            #expect(tracker.totalInFlight == live.count)
+            for peer in 0..<3 { #expect(tracker.inFlight(to: peer) == live.values.filter { $0.peer == peer }.count) }
+            #expect(tracker.nextDeadline == live.values.map(\.deadline).min())
+        }
+        #expect(ended.count + live.count == started)
+    }
+}
