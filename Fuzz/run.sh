@@ -21,7 +21,7 @@ mkdir -p "$out/module" "$out/seeds" "$out/corpus"
 RUNS="${RUNS:-10000000}"
 JOBS="${JOBS:-1}"
 MAX_TIME="${MAX_TIME:-0}"
-MAX_LEN="${MAX_LEN:-24576}"
+MAX_LEN="${MAX_LEN:-4500}"
 
 flags=(-O -sanitize=fuzzer,address -parse-as-library -swift-version 6
     -enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault)
