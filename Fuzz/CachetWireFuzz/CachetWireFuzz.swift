@@ -246,7 +246,8 @@ private func checkHeaderAlone(_ bytes: UnsafeRawBufferPointer, at offset: Int) {
         guard let header else { fatalError("decodeHeader at \(offset) of \(bytes.count) bytes returned nil") }
         check(
             header.version == bytes[offset + 4] && header.opcode.rawValue == bytes[offset + 5]
-                && Int(header.word) == bigEndian(bytes, offset + 6, 2) && Int(header.id) == bigEndian(bytes, offset + 8, 4),
+                && Int(header.word) == bigEndian(bytes, offset + 6, 2)
+                && Int(header.id) == bigEndian(bytes, offset + 8, 4),
             "decodeHeader at \(offset) read \(header)"
         )
     }
@@ -295,7 +296,8 @@ private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
 
 /// The in-place body decoders the node's hot path uses: the outcome the specification gives the body
 /// (whatever the version byte), ranges inside the body, no allocation on success.
-private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer, _ context: @autoclosure () -> String) {
+private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer, _ context: @autoclosure () -> String)
+{
     let offset = frame.body.lowerBound - 12
     let opcode = bytes[offset + 5]
     guard opcode >= 1 && opcode <= 6 else { return }
@@ -303,13 +305,17 @@ private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
     do throws(CachetWireError) {
         switch opcode {
         case 1:
-            let put = try withoutAllocation("decodePut") { () throws(CachetWireError) in try CachetBodyDecoder.decodePut(in: bytes, body: frame.body) }
+            let put = try withoutAllocation("decodePut") { () throws(CachetWireError) in
+                try CachetBodyDecoder.decodePut(in: bytes, body: frame.body)
+            }
             guard case .put(let ttl, let key, let value) = expected else {
                 fatalError("\(context()): decodePut found \(put), expected \(expected)")
             }
             check(Int(put.ttl) == ttl && put.key == key && put.value == value, "\(context()): decodePut found \(put)")
         case 2, 3:
-            let key = try withoutAllocation("decodeKey") { () throws(CachetWireError) in try CachetBodyDecoder.decodeKey(in: bytes, body: frame.body) }
+            let key = try withoutAllocation("decodeKey") { () throws(CachetWireError) in
+                try CachetBodyDecoder.decodeKey(in: bytes, body: frame.body)
+            }
             check(expected == .key(key), "\(context()): decodeKey found \(key), expected \(expected)")
         default:
             try CachetBodyDecoder.decodeEmpty(body: frame.body)
@@ -381,7 +387,10 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         }
         check(CachetFrameDecoder.decodeHeader(in: bytes, at: size) == nil, "decodeHeader at the end returned a header")
         if !stopped {
-            check((try? CachetFrameDecoder.decodeFrame(in: bytes, at: size, maximumPayloadLength: limit)) == nil, "at end")
+            check(
+                (try? CachetFrameDecoder.decodeFrame(in: bytes, at: size, maximumPayloadLength: limit)) == nil,
+                "at end"
+            )
         }
         checkHeaderAlone(bytes, at: rest)
         if limit == limits[0] {
