@@ -1,0 +1,430 @@
+// A libFuzzer target for the wire codec: the frame decoder, the body decoders, the request and reply
+// decoders. Built and run by `Fuzz/run.sh`, never by the root package's `swift build` or `swift test`.
+//
+// Every input is read twice: as a stream of requests and as a stream of replies. The harness does not
+// only wait for a crash; it checks, for every input:
+//
+// 1. No decoder reads outside the bytes it was given: the input lies in an allocation of exactly its
+//    size, and while it is fed one byte at a time the bytes not yet "received" are poisoned, so that
+//    AddressSanitizer stops at the first read past the end of what has arrived.
+// 2. Every frame, error and "need more" agrees with an independent reading of the specification
+//    (`Protocol/PROTOCOL.md`, "Frames" and "Error handling"): offsets, header fields, body range,
+//    error code, status, and whether the error closes the connection.
+// 3. Splitting does not matter: fed one byte at a time (which passes through every split point), the
+//    decoder yields the same frames and the same error as from the whole input, and reports each frame
+//    exactly when its last byte arrives and a bad length exactly when the 4th byte of its prefix arrives,
+//    so a receiver never buffers any of a payload whose declared length is out of range.
+// 4. Re-encoding a decoded valid request gives back its bytes (with the reserved flags zeroed); a decoded
+//    reply re-encodes to exactly its bytes; a CLEAR reply body round-trips.
+// 5. The in-place decoders (frame, header, PUT, key) allocate nothing when they succeed.
+//
+// A violated property stops the process with a message (`fatalError`), which libFuzzer records as a
+// crash with the input that caused it.
+
+import CachetWire
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// MARK: - Sanitizer hooks, found at run time so that the harness also links without them
+
+private typealias PoisonFunction = @convention(c) (UnsafeRawPointer?, Int) -> Void
+private typealias MallocHook = @convention(c) (UnsafeRawPointer?, Int) -> Void
+private typealias FreeHook = @convention(c) (UnsafeRawPointer?) -> Void
+private typealias InstallHooksFunction = @convention(c) (MallocHook?, FreeHook?) -> CInt
+
+private func sanitizerSymbol<T>(_ name: String, as type: T.Type) -> T? {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }
+    return unsafeBitCast(symbol, to: type)
+}
+
+// libFuzzer runs inputs on one thread; these globals are written only from it (the malloc hook only
+// reads `countingThread` and increments `allocations` when it runs on that thread).
+nonisolated(unsafe) private var poison: PoisonFunction?
+nonisolated(unsafe) private var unpoison: PoisonFunction?
+nonisolated(unsafe) private var counting = false
+nonisolated(unsafe) private var countingThread: pthread_t = 0
+nonisolated(unsafe) private var allocations = 0
+nonisolated(unsafe) private var hooksInstalled = false
+
+@_cdecl("LLVMFuzzerInitialize")
+public func fuzzInitialize(
+    _ argc: UnsafeMutablePointer<CInt>?,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>?
+) -> CInt {
+    poison = sanitizerSymbol("__asan_poison_memory_region", as: PoisonFunction.self)
+    unpoison = sanitizerSymbol("__asan_unpoison_memory_region", as: PoisonFunction.self)
+    countingThread = pthread_self()
+    allocations = 0
+    counting = false
+    if let install = sanitizerSymbol("__sanitizer_install_malloc_and_free_hooks", as: InstallHooksFunction.self) {
+        let onMalloc: MallocHook = { _, _ in
+            if counting && pthread_equal(pthread_self(), countingThread) != 0 { allocations &+= 1 }
+        }
+        hooksInstalled = install(onMalloc, nil) != 0
+    }
+    return 0
+}
+
+/// Runs `body` and fails when it allocated on this thread (only where the sanitizer offers malloc hooks).
+@inline(__always)
+private func withoutAllocation<R, E: Error>(_ what: StaticString, _ body: () throws(E) -> R) throws(E) -> R {
+    allocations = 0
+    counting = true
+    let result: R
+    do {
+        result = try body()
+    } catch {
+        counting = false
+        throw error
+    }
+    counting = false
+    if hooksInstalled && allocations != 0 {
+        fatalError("\(what) allocated \(allocations) times on success")
+    }
+    return result
+}
+
+// MARK: - An independent reading of the specification
+
+private func bigEndian(_ bytes: UnsafeRawBufferPointer, _ offset: Int, _ count: Int) -> Int {
+    var value = 0
+    for index in offset..<(offset + count) { value = value << 8 | Int(bytes[index]) }
+    return value
+}
+
+/// What the decoder must report at `offset` of `bytes`, per the specification.
+private enum ExpectedFrame: Equatable {
+    case needMore
+    case fatal(CachetWireError.Code)
+    case frame(end: Int)
+}
+
+private func expectedFrame(in bytes: UnsafeRawBufferPointer, at offset: Int, limit: Int) -> ExpectedFrame {
+    let available = bytes.count - offset
+    guard available >= 4 else { return .needMore }
+    let length = bigEndian(bytes, offset, 4)
+    if length < 8 { return .fatal(.payloadTooShort) }
+    if length > limit { return .fatal(.payloadTooLarge) }
+    guard available - 4 >= length else { return .needMore }
+    return .frame(end: offset + 4 + length)
+}
+
+/// The outcome of a request frame per "Error handling", steps 2 to 5.
+private enum ExpectedRequest: Equatable {
+    case error(CachetWireError.Code)
+    case put(ttl: Int, key: Range<Int>, value: Range<Int>)
+    case key(Range<Int>)
+    case empty
+}
+
+private func expectedRequest(
+    in bytes: UnsafeRawBufferPointer,
+    frameAt offset: Int,
+    end: Int,
+    checkingVersion: Bool = true
+) -> ExpectedRequest {
+    let version = bytes[offset + 4]
+    let opcode = bytes[offset + 5]
+    let body = (offset + 12)..<end
+    if version != 1 && checkingVersion { return .error(.unsupportedVersion) }
+    if opcode == 0 || opcode > 6 { return .error(.unknownOpcode) }
+    func keyLengthProblem(_ keyLength: Int) -> CachetWireError.Code? {
+        if keyLength == 0 { return .emptyKey }
+        if keyLength > 4096 { return .keyTooLong }
+        return nil
+    }
+    switch opcode {
+    case 1:
+        guard body.count >= 6 else { return .error(.malformedBody) }
+        let keyLength = bigEndian(bytes, body.lowerBound + 4, 2)
+        if let problem = keyLengthProblem(keyLength) { return .error(problem) }
+        let keyStart = body.lowerBound + 6
+        guard keyStart + keyLength <= end else { return .error(.malformedBody) }
+        return .put(
+            ttl: bigEndian(bytes, body.lowerBound, 4),
+            key: keyStart..<(keyStart + keyLength),
+            value: (keyStart + keyLength)..<end
+        )
+    case 2, 3:
+        guard body.count >= 2 else { return .error(.malformedBody) }
+        let keyLength = bigEndian(bytes, body.lowerBound, 2)
+        if let problem = keyLengthProblem(keyLength) { return .error(problem) }
+        guard body.count == 2 + keyLength else { return .error(.malformedBody) }
+        return .key((body.lowerBound + 2)..<end)
+    default:
+        return body.isEmpty ? .empty : .error(.malformedBody)
+    }
+}
+
+private func expectedStatus(_ code: CachetWireError.Code) -> CachetStatus {
+    switch code {
+    case .payloadTooLarge, .keyTooLong: return .tooLarge
+    case .unsupportedVersion: return .unsupportedVersion
+    case .unknownOpcode: return .unknownOpcode
+    default: return .badRequest
+    }
+}
+
+private func check(_ condition: Bool, _ message: @autoclosure () -> String) {
+    if !condition { fatalError(message()) }
+}
+
+private func checkError(
+    _ error: CachetWireError,
+    is code: CachetWireError.Code,
+    fatal: Bool,
+    _ context: @autoclosure () -> String
+) {
+    check(error.code == code, "\(context()): expected \(code), decoder threw \(error)")
+    check(error.status == expectedStatus(code), "\(context()): \(error) answers \(error.status)")
+    check(error.closesConnection == fatal, "\(context()): \(error) closesConnection \(error.closesConnection)")
+    check(!error.message.isEmpty, "\(context()): \(error.code) without a message")
+}
+
+// MARK: - Decoding a stream
+
+/// One step of a decoded stream.
+private enum Event: Equatable {
+    case frame(CachetFrame)
+    case fatal(CachetWireError.Code)
+}
+
+/// Decodes frames from `offset` while whole ones are available; appends what it finds to `events`.
+/// Returns the offset of the first frame not decoded and whether a fatal error ended the stream.
+private func decodeAvailable(
+    _ bytes: UnsafeRawBufferPointer,
+    from offset: Int,
+    limit: Int,
+    into events: inout [Event]
+) -> (offset: Int, stopped: Bool) {
+    var offset = offset
+    while true {
+        let expected = expectedFrame(in: bytes, at: offset, limit: limit)
+        // Built only when a check fails: formatting it for every byte fed would dominate the run time.
+        var context: String { "frame at \(offset) of \(bytes.count) bytes, limit \(limit)" }
+        do {
+            let frame = try withoutAllocation("decodeFrame") { () throws(CachetWireError) in
+                try CachetFrameDecoder.decodeFrame(in: bytes, at: offset, maximumPayloadLength: limit)
+            }
+            guard let frame else {
+                check(expected == .needMore, "\(context): decoder needs more bytes, expected \(expected)")
+                return (offset, false)
+            }
+            guard case .frame(let end) = expected else {
+                fatalError("\(context): decoder found a frame ending at \(frame.end), expected \(expected)")
+            }
+            check(frame.end == end, "\(context): frame ends at \(frame.end), expected \(end)")
+            check(frame.body == (offset + 12)..<end, "\(context): body \(frame.body), expected \(offset + 12)..<\(end)")
+            let header = frame.header
+            check(header.version == bytes[offset + 4], "\(context): version \(header.version)")
+            check(header.opcode.rawValue == bytes[offset + 5], "\(context): opcode \(header.opcode)")
+            check(Int(header.word) == bigEndian(bytes, offset + 6, 2), "\(context): word \(header.word)")
+            check(Int(header.id) == bigEndian(bytes, offset + 8, 4), "\(context): id \(header.id)")
+            let alone = withoutAllocation("decodeHeader") { CachetFrameDecoder.decodeHeader(in: bytes, at: offset) }
+            check(alone == header, "\(context): decodeHeader gives \(String(describing: alone)), decodeFrame \(header)")
+            events.append(.frame(frame))
+            offset = frame.end
+        } catch {
+            guard case .fatal(let code) = expected else {
+                fatalError("\(context): decoder threw \(error), expected \(expected)")
+            }
+            checkError(error, is: code, fatal: true, context)
+            events.append(.fatal(code))
+            return (offset, true)
+        }
+    }
+}
+
+/// Checks the header reader on its own: it needs 12 bytes and checks nothing else.
+private func checkHeaderAlone(_ bytes: UnsafeRawBufferPointer, at offset: Int) {
+    let header = withoutAllocation("decodeHeader") { CachetFrameDecoder.decodeHeader(in: bytes, at: offset) }
+    if bytes.count - offset < 12 {
+        check(header == nil, "decodeHeader at \(offset) of \(bytes.count) bytes returned a header")
+    } else {
+        guard let header else { fatalError("decodeHeader at \(offset) of \(bytes.count) bytes returned nil") }
+        check(
+            header.version == bytes[offset + 4] && header.opcode.rawValue == bytes[offset + 5]
+                && Int(header.word) == bigEndian(bytes, offset + 6, 2)
+                && Int(header.id) == bigEndian(bytes, offset + 8, 4),
+            "decodeHeader at \(offset) read \(header)"
+        )
+    }
+}
+
+/// Decodes a request frame in place and as a command, against the specification; re-encodes valid ones.
+private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer) {
+    let offset = frame.body.lowerBound - 12
+    var context: String { "request at \(offset)" }
+    let expected = expectedRequest(in: bytes, frameAt: offset, end: frame.end)
+    let command: CachetCommand
+    do {
+        command = try CachetCommand.decode(frame: frame, in: bytes)
+    } catch {
+        guard case .error(let code) = expected else {
+            fatalError("\(context): CachetCommand.decode threw \(error), expected \(expected)")
+        }
+        checkError(error, is: code, fatal: false, context)
+        checkInPlace(frame, in: bytes, context)
+        return
+    }
+    checkInPlace(frame, in: bytes, context)
+    let frameBytes = Array(bytes[offset..<frame.end])
+    switch (command, expected) {
+    case (.put(let key, let value, let ttl), .put(let expectedTTL, let keyRange, let valueRange)):
+        check(
+            Int(ttl) == expectedTTL && key.elementsEqual(bytes[keyRange]) && value.elementsEqual(bytes[valueRange]),
+            "\(context): PUT decoded wrong"
+        )
+    case (.get(let key), .key(let keyRange)):
+        check(bytes[offset + 5] == 2 && key.elementsEqual(bytes[keyRange]), "\(context): GET decoded wrong")
+    case (.delete(let key), .key(let keyRange)):
+        check(bytes[offset + 5] == 3 && key.elementsEqual(bytes[keyRange]), "\(context): DEL decoded wrong")
+    case (.clear, .empty), (.stats, .empty), (.ping, .empty):
+        check(command.opcode.rawValue == bytes[offset + 5], "\(context): decoded as \(command.opcode)")
+    default:
+        fatalError("\(context): decoded as \(command), expected \(expected)")
+    }
+    // The node ignores the reserved flags, and an encoder writes 0.
+    var withoutFlags = frameBytes
+    withoutFlags[6] = 0
+    withoutFlags[7] = 0
+    let reencoded = command.encoded(id: frame.header.id)
+    check(reencoded == withoutFlags, "\(context): re-encoding gives different bytes")
+}
+
+/// The in-place body decoders the node's hot path uses: the outcome the specification gives the body
+/// (whatever the version byte), ranges inside the body, no allocation on success.
+private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer, _ context: @autoclosure () -> String)
+{
+    let offset = frame.body.lowerBound - 12
+    let opcode = bytes[offset + 5]
+    guard opcode >= 1 && opcode <= 6 else { return }
+    let expected = expectedRequest(in: bytes, frameAt: offset, end: frame.end, checkingVersion: false)
+    do throws(CachetWireError) {
+        switch opcode {
+        case 1:
+            let put = try withoutAllocation("decodePut") { () throws(CachetWireError) in
+                try CachetBodyDecoder.decodePut(in: bytes, body: frame.body)
+            }
+            guard case .put(let ttl, let key, let value) = expected else {
+                fatalError("\(context()): decodePut found \(put), expected \(expected)")
+            }
+            check(Int(put.ttl) == ttl && put.key == key && put.value == value, "\(context()): decodePut found \(put)")
+        case 2, 3:
+            let key = try withoutAllocation("decodeKey") { () throws(CachetWireError) in
+                try CachetBodyDecoder.decodeKey(in: bytes, body: frame.body)
+            }
+            check(expected == .key(key), "\(context()): decodeKey found \(key), expected \(expected)")
+        default:
+            try CachetBodyDecoder.decodeEmpty(body: frame.body)
+            check(expected == .empty, "\(context()): decodeEmpty accepted \(frame.body.count) bytes")
+        }
+    } catch {
+        guard case .error(let code) = expected else {
+            fatalError("\(context()): in-place decoder threw \(error), expected \(expected)")
+        }
+        checkError(error, is: code, fatal: false, context())
+    }
+}
+
+/// Decodes a reply frame as a client does; re-encodes it; reads a CLEAR reply body.
+private func checkReply(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer, limit: Int) {
+    let offset = frame.body.lowerBound - 12
+    var context: String { "reply at \(offset)" }
+    let decoded: (response: CachetResponse, end: Int)?
+    do {
+        decoded = try CachetResponse.decode(from: bytes, at: offset, maximumPayloadLength: limit)
+    } catch {
+        fatalError("\(context): CachetResponse.decode threw \(error) where decodeFrame found a frame")
+    }
+    guard let (response, end) = decoded else { fatalError("\(context): CachetResponse.decode needs more bytes") }
+    check(end == frame.end, "\(context): reply ends at \(end), frame at \(frame.end)")
+    check(response.encoded.elementsEqual(bytes[offset..<end]), "\(context): reply re-encodes differently")
+    check(response.status.rawValue == frame.header.word, "\(context): status \(response.status)")
+    _ = response.status.description
+    _ = response.opcode.description
+    _ = response.bodyText
+    do {
+        let clear = try CachetClearResult(decoding: response.body)
+        check(response.body.count == 16, "\(context): CLEAR reply of \(response.body.count) bytes accepted")
+        check(clear.encoded == response.body, "\(context): CLEAR reply re-encodes differently")
+        check(
+            clear.items == UInt64(truncatingIfNeeded: bigEndian(bytes, frame.body.lowerBound, 8))
+                && clear.bytes == UInt64(truncatingIfNeeded: bigEndian(bytes, frame.body.lowerBound + 8, 8)),
+            "\(context): CLEAR reply read as \(clear)"
+        )
+    } catch {
+        check(response.body.count != 16, "\(context): CLEAR reply of 16 bytes refused: \(error)")
+        check(error.code == .malformedReply, "\(context): CLEAR reply refused with \(error)")
+    }
+}
+
+// MARK: - The entry point
+
+/// A small limit as well as the default one, so that ordinary inputs also reach the TOO_LARGE path.
+private let limits = [CachetProtocol.defaultMaximumPayloadLength, 300]
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    // An allocation of exactly the input's size: a read past its end is a heap overflow for ASan.
+    let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
+    defer { storage.deallocate() }
+    if size > 0, let data { storage.copyMemory(from: UnsafeRawBufferPointer(start: data, count: size)) }
+    let bytes = UnsafeRawBufferPointer(storage)
+
+    var eventsAtFirstLimit: [Event] = []
+    for limit in limits {
+        // Whole.
+        var whole: [Event] = []
+        let (rest, stopped) = decodeAvailable(bytes, from: 0, limit: limit, into: &whole)
+        // A smaller limit that changes nothing (every frame fits it) gives nothing new to feed byte by byte.
+        if limit == limits[0] {
+            eventsAtFirstLimit = whole
+        } else if whole == eventsAtFirstLimit {
+            continue
+        }
+        check(CachetFrameDecoder.decodeHeader(in: bytes, at: size) == nil, "decodeHeader at the end returned a header")
+        if !stopped {
+            check(
+                (try? CachetFrameDecoder.decodeFrame(in: bytes, at: size, maximumPayloadLength: limit)) == nil,
+                "at end"
+            )
+        }
+        checkHeaderAlone(bytes, at: rest)
+        if limit == limits[0] {
+            for event in whole {
+                guard case .frame(let frame) = event else { continue }
+                checkRequest(frame, in: bytes)
+                checkReply(frame, in: bytes, limit: limit)
+            }
+        }
+
+        // One byte at a time, with the bytes not yet received poisoned: the same events, each as soon
+        // as its last byte is in (so a bad length is reported from its prefix alone).
+        if let poison, unpoison != nil, size > 0 { poison(storage.baseAddress, size) }
+        var dripped: [Event] = []
+        var offset = 0
+        var ended = false
+        for received in 0...size {
+            if received > 0, let unpoison { unpoison(storage.baseAddress! + (received - 1), 1) }
+            guard !ended else { continue }
+            let prefix = UnsafeRawBufferPointer(rebasing: bytes[0..<received])
+            let before = dripped.count
+            (offset, ended) = decodeAvailable(prefix, from: offset, limit: limit, into: &dripped)
+            for event in dripped[before...] {
+                switch event {
+                case .frame(let frame):
+                    check(frame.end == received, "a frame ending at \(frame.end) reported only at \(received) bytes")
+                case .fatal:
+                    check(offset + 4 == received, "a bad length at \(offset) reported only at \(received) bytes")
+                }
+            }
+        }
+        if let unpoison, size > 0 { unpoison(storage.baseAddress, size) }
+        check(dripped == whole, "one byte at a time gives \(dripped.count) events, whole \(whole.count)")
+        check(offset == rest, "one byte at a time stops at \(offset), whole at \(rest)")
+    }
+    return 0
+}
