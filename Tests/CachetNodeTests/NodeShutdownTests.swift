@@ -111,8 +111,12 @@ struct WriterOutcome: Sendable {
 /// `working` at the first acknowledgement.
 func runWriter(_ writer: Int, _ socket: TestSocket, working: borrowing Atomic<Int>) -> WriterOutcome {
     let stop = Atomic<Bool>(false)
-    let sent = Mutex<[String]>([])
+    // NSLock and a semaphore rather than `Mutex` and polling `isExecuting`: ThreadSanitizer sees pthread
+    // locks and Dispatch, not the standard library's futex-based `Mutex`.
+    let sent = NSLockedKeys()
+    let senderDone = DispatchSemaphore(value: 0)
     let sender = Thread {
+        defer { senderDone.signal() }
         var sequence = 0
         while !stop.load(ordering: .relaxed) {
             var batch: [UInt8] = []
@@ -150,7 +154,20 @@ func runWriter(_ writer: Int, _ socket: TestSocket, working: borrowing Atomic<In
     stop.store(true, ordering: .relaxed)
     // Unblocks the sender if it waits in send.
     shutdown(socket.fd, Int32(SHUT_RDWR))
-    while sender.isExecuting { usleep(1_000) }
+    senderDone.wait()
     socket.close()
     return outcome
+}
+
+/// The keys a writer has sent, shared by its sending and reading threads under an `NSLock`.
+final class NSLockedKeys: @unchecked Sendable {
+    // `@unchecked Sendable`: `keys` is touched only inside `withLock`, under `lock`.
+    private let lock = NSLock()
+    private var keys: [String] = []
+
+    func withLock<Result>(_ body: (inout [String]) -> Result) -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&keys)
+    }
 }
