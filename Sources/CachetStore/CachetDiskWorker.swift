@@ -288,7 +288,7 @@ public final class CachetDiskWorker: Sendable {
             }
             return tracking.clearsQueued > 0 ? false : nil
         }
-        return queued ?? store.contains(key: key, now: now)
+        return queued ?? store.contains(digest: digest, now: now)
     }
 
     /// Call before a CLEAR empties the memory tier; ``removeAll(completion:)`` ends it.
