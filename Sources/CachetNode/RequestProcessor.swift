@@ -217,9 +217,9 @@ struct RequestProcessor {
             return nil
         }
         RequestCounters.bump(counters.gets)
-        // A miss in memory goes to the disk queue when the key may be there: the index says so, or
-        // writes are still queued (the serial queue then answers after them, in order).
-        if let disk, disk.worker.queueDepth > 0 || disk.store.contains(key: key, now: now) {
+        // A miss in memory goes to the disk queue only when the key may be there, counting the writes
+        // queued but not applied (the serial queue then answers after them, in order).
+        if let disk, disk.worker.mayHold(key: key, now: now) {
             return .get(key: Array(key), id: id)
         }
         RequestCounters.bump(counters.misses)
@@ -299,7 +299,8 @@ struct RequestProcessor {
         disk?.worker.beginWrite(key: key)
         var removed = store.remove(key: key, now: now)
         if let disk {
-            removed = disk.store.contains(key: key, now: now) || removed
+            // Before the delete is queued: counts the writes and deletes of the key still queued.
+            removed = disk.worker.mayHold(key: key, now: now) || removed
             if case .refused(let error) = disk.worker.submitRemove(key: Array(key)) {
                 appendMessage(error.message, status: .serverError, opcode: .delete, id: id, to: &output)
                 return

@@ -467,8 +467,12 @@ public final class CachetDiskStore: Sendable {
     /// - Returns: true when an unexpired entry is indexed (its file is checked only when read), or while
     ///   the index is being rebuilt and the key is not in it yet.
     public func contains(key: UnsafeRawBufferPointer, now: UInt32) -> Bool {
-        let digest = KeyDigest(of: key)
-        return state.withLock { state in
+        contains(digest: KeyDigest(of: key), now: now)
+    }
+
+    /// ``contains(key:now:)`` for a key whose digest is computed already.
+    func contains(digest: KeyDigest, now: UInt32) -> Bool {
+        state.withLock { state in
             // While the index is rebuilt, an unindexed key may still have a file.
             guard let node = state.index.lookup(digest) else {
                 return state.recovering && !state.staleClear && !state.staleFiles.contains(digest)

@@ -58,6 +58,22 @@ public final class CachetDiskWorker: Sendable {
         var inFlight = [Int32](repeating: 0, count: buckets)
         var lastClear: UInt64 = 0
         var clearsInFlight = 0
+        /// Keys with a write or delete queued but not applied yet: the latest one queued. An entry leaves
+        /// when that operation is applied, or when a CLEAR is queued after it. At most one entry per queued
+        /// operation: puts are bounded by the queue's capacity, deletes by the journal's (every queued
+        /// operation holds a journal record until applied).
+        var queued: [KeyDigest: QueuedOperation] = [:]
+        /// CLEARs queued but not applied yet.
+        var clearsQueued = 0
+    }
+
+    /// The latest write or delete of a key queued but not applied yet.
+    struct QueuedOperation {
+        /// The write's expiry (0 for never), or nil for a delete.
+        var expiry: UInt32?
+        /// `WriteTracking.sequence` when it was queued; the operation applied clears the entry only if
+        /// it is still this one.
+        var sequence: UInt64
     }
 
     private static func bucket(_ key: UnsafeRawBufferPointer) -> Int {
@@ -113,14 +129,20 @@ public final class CachetDiskWorker: Sendable {
             key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
             return .refused(refusal("PUT", reason))
         }
-        enqueue { [self] in
-            store.put(key: key, digest: digest, value: value, expiry: expiry)
-            store.applied(digest)
-            pendingWrites.subtract(1, ordering: .relaxed)
-            appliedOperations.add(1, ordering: .releasing)
-            wakeWaiters()
+        let bucket = key.withUnsafeBytes { Self.bucket($0) }
+        writes.withLock { tracking in
+            let sequence = tracking.sequence + 1
+            enqueue { [self] in
+                store.put(key: key, digest: digest, value: value, expiry: expiry)
+                store.applied(digest)
+                dequeued(digest, sequence: sequence)
+                pendingWrites.subtract(1, ordering: .relaxed)
+                appliedOperations.add(1, ordering: .releasing)
+                wakeWaiters()
+            }
+            Self.endWrite(&tracking, bucket: bucket)
+            tracking.queued[digest] = QueuedOperation(expiry: expiry, sequence: sequence)
         }
-        key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
         return .queued
     }
 
@@ -159,20 +181,28 @@ public final class CachetDiskWorker: Sendable {
     @discardableResult
     public func submitRemove(key: [UInt8]) -> CachetDiskAdmission {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
-        defer { key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) } }
+        let bucket = key.withUnsafeBytes { Self.bucket($0) }
         switch store.admit(digest) {
         case .recorded:
             break
         case .wait:
+            endWrite(bucket: bucket)
             return .refused(refusal("DEL", "the disk journal is full of operations waiting for the disk; retry"))
         case .refused(let reason):
+            endWrite(bucket: bucket)
             return .refused(refusal("DEL", reason))
         }
-        enqueue { [self] in
-            store.remove(digest: digest)
-            store.applied(digest)
-            appliedOperations.add(1, ordering: .releasing)
-            wakeWaiters()
+        writes.withLock { tracking in
+            let sequence = tracking.sequence + 1
+            enqueue { [self] in
+                store.remove(digest: digest)
+                store.applied(digest)
+                dequeued(digest, sequence: sequence)
+                appliedOperations.add(1, ordering: .releasing)
+                wakeWaiters()
+            }
+            Self.endWrite(&tracking, bucket: bucket)
+            tracking.queued[digest] = QueuedOperation(expiry: nil, sequence: sequence)
         }
         return .queued
     }
@@ -226,11 +256,39 @@ public final class CachetDiskWorker: Sendable {
     }
 
     private func endWrite(bucket: Int) {
+        writes.withLock { Self.endWrite(&$0, bucket: bucket) }
+    }
+
+    private static func endWrite(_ tracking: inout WriteTracking, bucket: Int) {
+        tracking.sequence += 1
+        tracking.last[bucket] = tracking.sequence
+        tracking.inFlight[bucket] = max(0, tracking.inFlight[bucket] - 1)
+    }
+
+    /// On the disk queue, once the operation queued at `sequence` is applied.
+    private func dequeued(_ digest: KeyDigest, sequence: UInt64) {
         writes.withLock { tracking in
-            tracking.sequence += 1
-            tracking.last[bucket] = tracking.sequence
-            tracking.inFlight[bucket] = max(0, tracking.inFlight[bucket] - 1)
+            if tracking.queued[digest]?.sequence == sequence { tracking.queued[digest] = nil }
         }
+    }
+
+    /// Whether the tier may hold a live value for `key` now, counting the writes, deletes and clears
+    /// queued but not applied yet: the latest one queued for the key decides, else a queued CLEAR (the
+    /// key is gone), else ``CachetDiskStore/contains(key:now:)``. A read of a key for which this is true
+    /// must go through the disk queue (behind the queued writes); when false, the key is a miss now.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - now: the current time.
+    public func mayHold(key: UnsafeRawBufferPointer, now: UInt32) -> Bool {
+        let digest = KeyDigest(of: key)
+        let queued: Bool? = writes.withLock { tracking in
+            if let operation = tracking.queued[digest] {
+                guard let expiry = operation.expiry else { return false }
+                return !CachetClock.isExpired(expiry, now: now)
+            }
+            return tracking.clearsQueued > 0 ? false : nil
+        }
+        return queued ?? store.contains(digest: digest, now: now)
     }
 
     /// Call before a CLEAR empties the memory tier; ``removeAll(completion:)`` ends it.
@@ -262,11 +320,18 @@ public final class CachetDiskWorker: Sendable {
     /// the journal cannot record that, the result's `failure` says the CLEAR must not be acknowledged.
     /// - Parameter completion: receives the entries and bytes deleted, on the disk queue.
     public func removeAll(completion: @escaping @Sendable (CachetDiskClearResult) -> Void) {
-        enqueue { [store] in completion(store.clear()) }
         writes.withLock { tracking in
+            enqueue { [self] in
+                let result = store.clear()
+                writes.withLock { $0.clearsQueued -= 1 }
+                completion(result)
+            }
             tracking.sequence += 1
             tracking.lastClear = tracking.sequence
             tracking.clearsInFlight = max(0, tracking.clearsInFlight - 1)
+            tracking.clearsQueued += 1
+            // Whatever was queued before the CLEAR is gone once it runs.
+            tracking.queued.removeAll(keepingCapacity: true)
         }
     }
 
