@@ -5,8 +5,6 @@ import Testing
 import Glibc
 #endif
 
-/// Whether AddressSanitizer's allocator replaces glibc's: it has no arenas, and `mallopt` fails.
-private let underAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
 
 @Suite("Allocator settings")
 struct CachetAllocatorSettingsTests {

@@ -48,7 +48,12 @@ struct NodeConnectionMemoryTests {
                 #expect(elapsed < 1, "\(label): three round trips took \(elapsed) s")
             }
             let rss = residentBytes(pid)
-            #expect(rss <= bound, "\(label): resident \(rss >> 20) MiB over the bound \(bound >> 20) MiB")
+            // Under AddressSanitizer the node's freed memory sits in quarantine; the budget's own charge,
+            // checked below, still bounds what it holds.
+            #expect(
+                underAddressSanitizer || rss <= bound,
+                "\(label): resident \(rss >> 20) MiB over the bound \(bound >> 20) MiB"
+            )
             let stats = try client.roundTrip(.stats)
             let json = String(decoding: stats.body, as: UTF8.self)
             let held = statisticsField(json, "connection_memory_bytes") ?? .max

@@ -3,6 +3,10 @@ import CachetTestSupport
 import CachetWire
 import Logging
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Starts an in-process node on an ephemeral port, runs `body`, and shuts the node down even if it throws.
 func withNode<R>(
     _ configure: (inout CachetNodeConfiguration) -> Void = { _ in },
@@ -23,3 +27,8 @@ func withNode<R>(
 extension Array where Element == UInt8 {
     init(_ text: String) { self = Array(text.utf8) }
 }
+
+/// Whether this test process runs under AddressSanitizer (`swift test --sanitize=address`), whose allocator
+/// replaces glibc's (no arenas, no `mallopt`) and keeps freed memory in quarantine, so the resident size of
+/// the sanitized node says nothing about its own bounds.
+let underAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
