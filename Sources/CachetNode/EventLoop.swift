@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import CachetStore
 import CachetWire
 import Dispatch
@@ -478,7 +479,7 @@ final class EventLoop: @unchecked Sendable {
     /// Writes a completed operation's reply, then carries on with the requests behind it.
     private func resume(
         _ connection: Connection,
-        reply: (RequestProcessor, inout ByteBuffer, UInt32) -> Void
+        reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
     ) {
         guard case .waitingForDisk = connection.phase else { return }
         let now = CachetClock.now()
