@@ -67,6 +67,7 @@ let package = Package(
                 "CachetWire",
                 "CachetStore",
                 "CachetCluster",
+                "CachetIO",
                 "CEpoll",
                 "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
@@ -147,7 +148,9 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetClusterTests",
-            dependencies: ["CachetCluster", "CachetRing", "CachetTestSupport", "cachet-node", "cachet-cli"],
+            dependencies: [
+                "CachetCluster", "CachetIO", "CachetRing", "CachetTestSupport", "cachet-node", "cachet-cli",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -158,7 +161,8 @@ let package = Package(
         .testTarget(
             name: "CachetNodeTests",
             dependencies: [
-                "CachetNode", "CachetCluster", "CachetWire", "CachetStore", "CachetTestSupport", "cachet-node",
+                "CachetNode", "CachetCluster", "CachetIO", "CachetWire", "CachetStore", "CachetTestSupport",
+                "cachet-node",
             ],
             swiftSettings: swiftSettings
         ),

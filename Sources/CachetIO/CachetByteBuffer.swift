@@ -5,9 +5,12 @@ import Glibc
 /// A growable byte buffer with a read index and a write index, owned by one connection.
 ///
 /// `~Copyable`: exactly one owner, freed when it goes away. Not thread-safe: a connection touches its
-/// buffers only on its event loop's queue (or its one thread). Memory is a single `malloc` block that
-/// grows by doubling (up to what is asked for) and is compacted by moving the unread bytes to the front,
-/// so steady-state traffic allocates nothing.
+/// buffers only on its event loop's queue (or its one thread). Memory is a single `malloc` block,
+/// compacted by moving the unread bytes to the front, so steady-state traffic allocates nothing. It grows
+/// by doubling while small and by at most ``largestGrowthStep`` at a time once large (but always by at
+/// least what is asked), so its size follows the bytes it must hold rather than racing ahead of them;
+/// ``resize(to:)`` and ``shrinkIfEmpty(above:to:)`` give memory back (the node's connection memory budget
+/// relies on both).
 ///
 /// The accessors and the fast paths are `@inlinable`, so that code in other modules (the node, the load
 /// generator) compiles them inline as it did with a buffer of its own; growing and compacting stay out of
@@ -91,17 +94,31 @@ public struct CachetByteBuffer: ~Copyable {
     /// The slow path of ``reserveWritable(_:)``.
     @usableFromInline
     mutating func makeRoom(_ count: Int) {
-        if _readIndex > 0 {
-            let unread = readableBytes
-            if unread > 0 { memmove(_base, _base + _readIndex, unread) }
-            _readIndex = 0
-            _writeIndex = unread
-            if writableBytes >= count { return }
-        }
-        var newCapacity = _capacity
-        while newCapacity - _writeIndex < count { newCapacity *= 2 }
-        _base = realloc(_base, newCapacity)!
-        _capacity = newCapacity
+        compact()
+        if writableBytes >= count { return }
+        resize(to: max(_writeIndex + count, _capacity + min(_capacity, Self.largestGrowthStep)))
+    }
+
+    /// The most a buffer grows by beyond what it was asked for, once it is large.
+    public static let largestGrowthStep = 1 << 20
+
+    /// Moves the unread bytes to the front, so that all free room follows them.
+    public mutating func compact() {
+        guard _readIndex > 0 else { return }
+        let unread = readableBytes
+        if unread > 0 { memmove(_base, _base + _readIndex, unread) }
+        _readIndex = 0
+        _writeIndex = unread
+    }
+
+    /// Reallocates to exactly `newCapacity` bytes (at least the unread bytes, and 64), compacting first.
+    /// - Parameter newCapacity: the capacity wanted.
+    public mutating func resize(to newCapacity: Int) {
+        compact()
+        let size = max(newCapacity, _writeIndex, 64)
+        guard size != _capacity else { return }
+        _base = realloc(_base, size)!
+        _capacity = size
     }
 
     /// Gives memory back when the buffer is empty and has grown past `threshold` (after a very large

@@ -5,8 +5,7 @@ import Glibc
 #endif
 
 /// Socket calls shared by every part of Cachet that opens a connection or listens: the only place that
-/// builds a `sockaddr` for `connect` or `bind` (the node's listener in `CachetNodeServer` still binds its
-/// own until the node moves onto this module).
+/// builds a `sockaddr` for `connect` or `bind` (the node's listener included).
 ///
 /// Every socket is close-on-exec; connected sockets have TCP_NODELAY; sends use MSG_NOSIGNAL, so a peer
 /// that has gone away yields EPIPE instead of killing the process (``ignoreBrokenPipeSignal()`` covers

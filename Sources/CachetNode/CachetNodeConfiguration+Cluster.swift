@@ -1,6 +1,7 @@
 public import CachetCluster
 
 #if canImport(Glibc)
+import CachetIO
 import Glibc
 #endif
 
@@ -30,7 +31,7 @@ extension CachetNodeConfiguration {
     ///   - host: `--host`, when given: the address to listen on instead of the member's (such as 0.0.0.0).
     ///   - port: `--port`, when given: the port to listen on instead of the member's.
     /// - Throws: ``CachetNodeError`` `invalidConfiguration` when the file cannot be read or is not a valid
-    ///   cluster, when `nodeID` is not one of its members, or when the member's host is not an IPv4 address
+    ///   cluster, when `nodeID` is not one of its members, or when the member's host is not an IP address
     ///   to listen on and `host` is not given.
     public mutating func joinCluster(file: String, nodeID: String, host: String?, port: Int?) throws(CachetNodeError) {
         let membership: CachetMembership
@@ -47,12 +48,11 @@ extension CachetNodeConfiguration {
         if let host {
             self.host = host
         } else {
-            var address = in_addr()
-            guard inet_pton(AF_INET, member.host, &address) == 1 else {
+            guard CachetSocketAddress(literal: member.host, port: 0) != nil else {
                 throw CachetNodeError(
                     code: .invalidConfiguration,
                     message: "member \(nodeID) of cluster file \(file) has the host \(member.host), which is not "
-                        + "an IPv4 address to listen on: give --host (such as --host 0.0.0.0)"
+                        + "an IP address to listen on: give --host (such as --host 0.0.0.0)"
                 )
             }
             self.host = member.host

@@ -3,7 +3,7 @@ import CachetWire
 
 /// Everything a node needs to know to start. The defaults are the `cachet-node` flags' defaults.
 public struct CachetNodeConfiguration: Sendable {
-    /// The IPv4 address to listen on (`--host`).
+    /// The address to listen on (`--host`): an IPv4 or IPv6 literal (`0.0.0.0`, `::`, `::1`) or a host name.
     public var host: String = "127.0.0.1"
     /// The TCP port (`--port`); 0 picks a free one.
     public var port: Int = 7420

@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 public import CachetStore
 import CachetWire
 import Dispatch
@@ -145,7 +146,7 @@ public final class CachetNodeServer: Sendable {
         logger.info(
             "node started",
             metadata: [
-                "node.address": "\(configuration.host):\(port)",
+                "node.address": "\(CachetAddress(host: configuration.host, port: port))",
                 "node.io_queues": "\(configuration.ioQueueCount)",
                 "node.io_linger_ms": "\(configuration.ioLingerMilliseconds)",
                 "memory.limit": "\(configuration.memoryLimit)",
@@ -176,72 +177,36 @@ public final class CachetNodeServer: Sendable {
         }
     }
 
+    /// Opens the listening socket through CachetIO: IPv4 and IPv6 literals and host names.
     private static func listen(host: String, port: Int) throws(CachetNodeError) -> (Int32, Int) {
-        func fail(_ what: String, _ code: Int32) -> CachetNodeError {
-            CachetNodeError(
-                code: .addressUnusable,
-                message: "cannot listen on \(host):\(port): \(what) failed: \(String(cString: strerror(code)))"
-            )
-        }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
+        do throws(CachetIOError) {
+            let (fd, bound) = try CachetSocket.listen(on: CachetAddress(host: host, port: port))
+            return (fd, bound)
+        } catch {
             throw CachetNodeError(
                 code: .addressUnusable,
-                message: "--host '\(host)' is not an IPv4 address such as 127.0.0.1 or 0.0.0.0"
+                message: "cannot listen on --host \(host) --port \(port): \(error.message)"
             )
         }
-        let fd = socket(
-            AF_INET,
-            Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue),
-            0
-        )
-        guard fd >= 0 else { throw fail("socket", errno) }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0 else {
-            let code = errno
-            close(fd)
-            throw fail("bind", code)
-        }
-        guard Glibc.listen(fd, 1024) == 0 else {
-            let code = errno
-            close(fd)
-            throw fail("listen", code)
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
 
     /// Accepts every pending connection and hands each to an I/O loop, round robin.
     private func acceptConnections(_ listenFD: Int32) {
         while true {
-            let fd = cachet_accept_nonblocking(listenFD)
-            if fd < 0 {
-                let code = errno
-                if code == EINTR || code == ECONNABORTED { continue }
-                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+            let accepted: Int32?
+            do throws(CachetIOError) {
+                accepted = try CachetSocket.accept(listenFD)
+            } catch {
+                logger.warning("accept failed", metadata: ["error.message": "\(error.message)"])
+                if error.code == .resourceExhausted {
                     // Out of descriptors or memory: the listening socket stays readable, so pause accepting
                     // briefly instead of spinning on it.
-                    logger.warning(
-                        "accept failed; pausing accepts for 100 ms",
-                        metadata: ["error.message": "\(String(cString: strerror(code)))"]
-                    )
+                    logger.warning("pausing accepts for 100 ms")
                     pauseAccepting()
-                } else if code != EAGAIN && code != EWOULDBLOCK {
-                    logger.warning("accept failed", metadata: ["error.message": "\(String(cString: strerror(code)))"])
                 }
                 return
             }
+            guard let fd = accepted else { return }
             let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
             if current > configuration.maximumConnections {
                 statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
@@ -250,8 +215,6 @@ public final class CachetNodeServer: Sendable {
                 continue
             }
             statistics.connectionsTotal.add(1, ordering: .relaxed)
-            var one: Int32 = 1
-            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
             loop.execute { loop.register(fd: fd) }
         }

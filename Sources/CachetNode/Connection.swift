@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import Dispatch
 
 #if canImport(Glibc)
@@ -74,8 +75,8 @@ final class Connection: @unchecked Sendable {
     /// Whether the connection counts as open (STATS `connections_current`); a connection answered
     /// UNAVAILABLE and closing does not.
     let counted: Bool
-    @exclusivity(unchecked) var input: ByteBuffer
-    @exclusivity(unchecked) var output: ByteBuffer
+    @exclusivity(unchecked) var input: CachetByteBuffer
+    @exclusivity(unchecked) var output: CachetByteBuffer
     @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
@@ -113,8 +114,8 @@ final class Connection: @unchecked Sendable {
         self.token = token
         self.memory = memory
         self.counted = counted
-        input = ByteBuffer(capacity: Self.initialBufferSize)
-        output = ByteBuffer(capacity: Self.initialBufferSize)
+        input = CachetByteBuffer(capacity: Self.initialBufferSize)
+        output = CachetByteBuffer(capacity: Self.initialBufferSize)
     }
 
     /// Readable, or the peer has closed its side: `EPOLLRDHUP` tells a short read that left the end of
@@ -214,7 +215,7 @@ final class Connection: @unchecked Sendable {
         let step = min(
             max(missing, Self.minimumReadRoom),
             max(input.capacity, Self.minimumReadRoom),
-            ByteBuffer.largestGrowthStep
+            CachetByteBuffer.largestGrowthStep
         )
         let newCapacity = input.readableBytes + max(step, Self.minimumReadRoom)
         let target = max(newCapacity, frameLength)

@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import CachetStore
 import CachetWire
 import Dispatch
@@ -38,6 +39,8 @@ import Glibc
 /// (new connections, disk completions, drain and stop) goes through ``execute(_:)``, which also signals an
 /// eventfd in the epoll set, so a lingering handler returns at once and lets `queue` run it.
 ///
+/// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `EventLoop+Disk.swift`.
+///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
 /// only through ``execute(_:)``.
 final class EventLoop: @unchecked Sendable {
@@ -57,7 +60,7 @@ final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) private var connections: [Connection?] = []
     @exclusivity(unchecked) private var freeSlots: [Int] = []
     @exclusivity(unchecked) private var generation: UInt64 = 0
-    private let processor: RequestProcessor
+    let processor: RequestProcessor
     private let outputLimit: Int
     private let logger: Logger
     private let onClose: @Sendable () -> Void
@@ -395,7 +398,7 @@ final class EventLoop: @unchecked Sendable {
 
     /// Answers the whole frames in the input and tries to send the replies. Called with the connection
     /// in a reading phase; leaves it in the phase the input calls for.
-    private func process(_ connection: Connection, now: UInt32) {
+    func process(_ connection: Connection, now: UInt32) {
         let replyRoom = memory.replyRoom
         let result = processor.process(
             input: &connection.input,
@@ -423,71 +426,6 @@ final class EventLoop: @unchecked Sendable {
         _ = send(connection)
     }
 
-    // MARK: - Disk operations
-
-    /// Hands an operation to the disk queue; its completion hops back to this loop's queue.
-    private func start(_ operation: PendingOperation, for connection: Connection) {
-        guard let disk = processor.disk else { return }
-        switch operation {
-        case .get(let key, let id):
-            disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
-                execute { [self] in
-                    resume(connection) { processor, output, now in
-                        processor.completeGet(key: key, id: id, entry: entry, output: &output, now: now)
-                    }
-                }
-            }
-        case .put(let key, let value, let expiry, let id):
-            disk.worker.notifyWhenWritable { [self] in
-                execute { [self] in
-                    // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
-                    // never acknowledged.
-                    guard case .waitingForDisk = connection.phase else {
-                        disk.worker.abandonWrite(key: key)
-                        return
-                    }
-                    switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
-                    case .queued:
-                        resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
-                    case .full:
-                        start(operation, for: connection)
-                    case .refused(let error):
-                        resume(connection) { processor, output, now in
-                            processor.refusePut(key: key, id: id, error: error, output: &output, now: now)
-                        }
-                    }
-                }
-            }
-        case .clear(let id, let memoryOnlyItems, let memoryOnlyBytes):
-            disk.worker.removeAll { [self] removed in
-                execute { [self] in
-                    resume(connection) { processor, output, _ in
-                        processor.completeClear(
-                            id: id,
-                            memoryOnlyItems: memoryOnlyItems,
-                            memoryOnlyBytes: memoryOnlyBytes,
-                            disk: removed,
-                            output: &output
-                        )
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes a completed operation's reply, then carries on with the requests behind it.
-    private func resume(
-        _ connection: Connection,
-        reply: (RequestProcessor, inout ByteBuffer, UInt32) -> Void
-    ) {
-        guard case .waitingForDisk = connection.phase else { return }
-        let now = CachetClock.now()
-        reply(processor, &connection.output, now)
-        connection.phase = .reading(frameLength: 0)
-        process(connection, now: now)
-        settle(connection, now: now)
-    }
-
     /// Sends pending output; returns false if the connection was closed.
     private func send(_ connection: Connection) -> Bool {
         guard !connection.isClosed else { return false }
@@ -510,7 +448,7 @@ final class EventLoop: @unchecked Sendable {
     /// Then the interest is derived from the phase (``Connection/interest(for:outputPending:)``). A
     /// registration that changes, or is renewed for `rearm`, makes the kernel check the socket again and
     /// report it if it is ready: that is how bytes left unread while reading was paused or capped get read.
-    private func settle(_ connection: Connection, now: UInt32) {
+    func settle(_ connection: Connection, now: UInt32) {
         while true {
             switch connection.phase {
             case .waitingForOutput

@@ -1,3 +1,4 @@
+import CachetIO
 import CachetStore
 import CachetWire
 
@@ -68,8 +69,8 @@ struct RequestProcessor {
     ///   - now: the store's clock, read once per batch.
     /// - Returns: why processing stopped.
     func process(
-        input: inout ByteBuffer,
-        output: inout ByteBuffer,
+        input: inout CachetByteBuffer,
+        output: inout CachetByteBuffer,
         outputLimit: Int,
         outputCapacityLimit: Int = .max,
         now: UInt32,
@@ -128,7 +129,7 @@ struct RequestProcessor {
     private func dispatch(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
-        output: inout ByteBuffer,
+        output: inout CachetByteBuffer,
         outputCapacityLimit: Int,
         noRoom: inout Bool,
         now: UInt32,
@@ -185,7 +186,7 @@ struct RequestProcessor {
     private func get(
         _ key: UnsafeRawBufferPointer,
         id: UInt32,
-        output: inout ByteBuffer,
+        output: inout CachetByteBuffer,
         outputCapacityLimit: Int,
         noRoom: inout Bool,
         now: UInt32,
@@ -232,7 +233,7 @@ struct RequestProcessor {
         _ put: CachetPutBody,
         in buffer: UnsafeRawBufferPointer,
         id: UInt32,
-        output: inout ByteBuffer,
+        output: inout CachetByteBuffer,
         now: UInt32
     ) -> PendingOperation? {
         RequestCounters.bump(counters.puts)
@@ -289,12 +290,12 @@ struct RequestProcessor {
 
     /// Answers a PUT the disk journal could not record with SERVER_ERROR. The new value leaves memory too,
     /// so that what is served stays what was last acknowledged.
-    func refusePut(key: [UInt8], id: UInt32, error: CachetStoreError, output: inout ByteBuffer, now: UInt32) {
+    func refusePut(key: [UInt8], id: UInt32, error: CachetStoreError, output: inout CachetByteBuffer, now: UInt32) {
         _ = key.withUnsafeBytes { store.remove(key: $0, now: now) }
         appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
     }
 
-    private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout ByteBuffer, now: UInt32) {
+    private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout CachetByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.deletes)
         disk?.worker.beginWrite(key: key)
         var removed = store.remove(key: key, now: now)
@@ -309,7 +310,7 @@ struct RequestProcessor {
         appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
 
-    private func clear(id: UInt32, output: inout ByteBuffer) -> PendingOperation? {
+    private func clear(id: UInt32, output: inout CachetByteBuffer) -> PendingOperation? {
         guard let disk else {
             let removed = store.removeAll()
             appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)
@@ -368,7 +369,7 @@ struct RequestProcessor {
     }
 
     /// Stores a PUT received in place and answers it.
-    func completeDirectPut(_ put: DirectPut, output: inout ByteBuffer, now: UInt32) {
+    func completeDirectPut(_ put: DirectPut, output: inout CachetByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.puts)
         store.commit(put.pending, now: now)
         appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
@@ -377,7 +378,7 @@ struct RequestProcessor {
     // MARK: - Completing disk operations (on the loop's queue)
 
     /// Answers a GET that went to disk, promoting a hit into memory.
-    func completeGet(key: [UInt8], id: UInt32, entry: CachetDiskEntry?, output: inout ByteBuffer, now: UInt32) {
+    func completeGet(key: [UInt8], id: UInt32, entry: CachetDiskEntry?, output: inout CachetByteBuffer, now: UInt32) {
         guard let entry, entry.expiry == 0 || entry.expiry > now else {
             RequestCounters.bump(counters.misses)
             appendReply(opcode: .get, status: .notFound, id: id, to: &output)
@@ -398,7 +399,7 @@ struct RequestProcessor {
     }
 
     /// Answers a PUT whose disk write has been queued.
-    func completePut(id: UInt32, output: inout ByteBuffer) {
+    func completePut(id: UInt32, output: inout CachetByteBuffer) {
         appendReply(opcode: .put, status: .ok, id: id, to: &output)
     }
 
@@ -408,7 +409,7 @@ struct RequestProcessor {
         memoryOnlyItems: Int,
         memoryOnlyBytes: Int,
         disk: CachetDiskClearResult,
-        output: inout ByteBuffer
+        output: inout CachetByteBuffer
     ) {
         if let failure = disk.failure {
             appendMessage(failure.message, status: .serverError, opcode: .clear, id: id, to: &output)
@@ -417,7 +418,7 @@ struct RequestProcessor {
         appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
     }
 
-    private func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout ByteBuffer) {
+    private func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout CachetByteBuffer) {
         let body = CachetClearResult(items: UInt64(items), bytes: UInt64(bytes)).encoded
         body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: id, body: $0, to: &output) }
     }
@@ -436,7 +437,7 @@ struct RequestProcessor {
     private func appendReplyDirectly(
         id: UInt32,
         value: UnsafeRawBufferPointer,
-        output: inout ByteBuffer,
+        output: inout CachetByteBuffer,
         directSend: DirectSend
     ) {
         withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead, alignment: 4) { header in
@@ -472,7 +473,7 @@ func appendReply(
     status: CachetStatus,
     id: UInt32,
     body: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
-    to output: inout ByteBuffer
+    to output: inout CachetByteBuffer
 ) {
     output.reserveWritable(CachetProtocol.frameOverhead + body.count)
     CachetFrameEncoder.writePrefixAndHeader(
@@ -484,7 +485,7 @@ func appendReply(
     if body.count > 0 { output.append(body) }
 }
 
-func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout ByteBuffer) {
+func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {
     appendMessage(error.message, status: error.status, opcode: opcode, id: id, to: &output)
 }
 
@@ -493,7 +494,7 @@ func appendMessage(
     status: CachetStatus,
     opcode: CachetOpcode,
     id: UInt32,
-    to output: inout ByteBuffer
+    to output: inout CachetByteBuffer
 ) {
     var message = message
     message.withUTF8 {

@@ -22,7 +22,12 @@ struct CachetNodeCommand: ParsableCommand {
             """
     )
 
-    @Option(help: "IPv4 address to listen on. Default: the --node-id member's host, or 127.0.0.1.")
+    @Option(
+        help: """
+            Address to listen on: IPv4 (0.0.0.0), IPv6 (::, ::1) or a host name. Default: the --node-id \
+            member's host, or 127.0.0.1.
+            """
+    )
     var host: String?
 
     @Option(help: "TCP port; 0 picks a free one. Default: the --node-id member's port, or 7420.")
@@ -138,7 +143,9 @@ struct CachetNodeCommand: ParsableCommand {
                     "cluster.file": "\(membership.file ?? "")",
                 ]
             )
-            print("cachet-node listening on \(configuration.host):\(boundPort)")
+            // An IPv6 host is bracketed ([::1]:7420), so the port is always what follows the last colon.
+            let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
+            print("cachet-node listening on \(host):\(boundPort)")
             fflush(nil)
             server.run(until: signals)
             reload.cancel()

@@ -1,4 +1,5 @@
 import CachetCluster
+import CachetIO
 import CachetTestSupport
 import Foundation
 import Testing
@@ -279,17 +280,11 @@ struct DeployTests {
     /// A first port of `count` consecutive free ports below the ephemeral range.
     static func freePorts(_ count: Int) -> Int? {
         func free(_ port: Int) -> Bool {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            return withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-                }
+            guard let (fd, _) = try? CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: port)) else {
+                return false
             }
+            close(fd)
+            return true
         }
         for _ in 0..<50 {
             let base = Int.random(in: 20_000...30_000)

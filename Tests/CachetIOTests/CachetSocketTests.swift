@@ -130,4 +130,25 @@ func unansweringListener() throws -> (listener: Int32, port: Int, held: [Int32])
         }
         #expect(written == 8 && buffer.readableBytes == 8)
     }
+
+    @Test func byteBufferGrowsByAtMostOneStepOnceLargeAndResizesToWhatItHolds() {
+        let step = CachetByteBuffer.largestGrowthStep
+        var buffer = CachetByteBuffer(capacity: 4 * step)
+        buffer.moveWriteIndex(forwardBy: 4 * step)
+        buffer.reserveWritable(1)
+        // Doubling would give 8 steps; the buffer grows by one step only.
+        #expect(buffer.capacity == 5 * step)
+        buffer.reserveWritable(3 * step)
+        // Asked for more than a step: it gets exactly what it asked for.
+        #expect(buffer.capacity == 7 * step)
+        buffer.moveReadIndex(forwardBy: 4 * step - 100)
+        buffer.resize(to: 0)
+        // Compacted, then shrunk to the 100 unread bytes (and never below 64).
+        #expect(buffer.readIndex == 0 && buffer.readableBytes == 100 && buffer.capacity == 100)
+        buffer.append([UInt8](repeating: 3, count: 10))
+        #expect(buffer.capacity == 200 && buffer.readableBytes == 110)
+        buffer.moveReadIndex(forwardBy: 50)
+        buffer.compact()
+        #expect(buffer.readIndex == 0 && buffer.writeIndex == 60 && buffer.readableRegion.last == 3)
+    }
 }

@@ -1,4 +1,5 @@
 import CachetCluster
+import CachetIO
 import CachetNode
 import CachetTestSupport
 import CachetWire
@@ -75,17 +76,7 @@ struct NodeClusterTests {
 
     @Test func aNodeListensOnItsMembersAddressUnlessTold() throws {
         // A free port, then a cluster file that gives it to the node: no --host or --port at all.
-        let probe = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(probe, $0, length) == 0 && getsockname(probe, $0, &length) == 0
-            }
-        }
-        let port = Int(UInt16(bigEndian: address.sin_port))
+        let (probe, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
         close(probe)
 
         let directory = TemporaryDirectory(prefix: "cachet-cluster-node")
@@ -248,7 +239,7 @@ struct NodeClusterTests {
         do {
             try configuration.joinCluster(file: file, nodeID: "p0", host: nil, port: nil)
         } catch {
-            #expect(error.message.contains("not an IPv4 address to listen on: give --host"))
+            #expect(error.message.contains("not an IP address to listen on: give --host"))
         }
         try configuration.joinCluster(file: file, nodeID: "p0", host: "0.0.0.0", port: nil)
         #expect(configuration.host == "0.0.0.0" && configuration.port == 7420 && configuration.nodeID == "p0")

@@ -1,3 +1,4 @@
+import CachetIO
 import CachetStore
 import CachetTestSupport
 import CachetWire
@@ -8,8 +9,8 @@ import Testing
 /// Drives the request processor with bytes alone: no sockets, no queues.
 struct ProcessorHarness: ~Copyable {
     let processor: RequestProcessor
-    var input = ByteBuffer(capacity: 64)
-    var output = ByteBuffer(capacity: 64)
+    var input = CachetByteBuffer(capacity: 64)
+    var output = CachetByteBuffer(capacity: 64)
 
     init(maximumPayloadLength: Int = 1 << 20, memoryLimit: Int = 8 << 20) {
         let store = CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: memoryLimit))
@@ -193,8 +194,8 @@ struct RequestProcessorTests {
             .encoded(id: 1)
         let second = CachetCommand.put(key: Array("b".utf8), value: [UInt8](repeating: 2, count: 1_000_000), ttl: 0)
             .encoded(id: 2)
-        var otherInput = ByteBuffer(capacity: 64)
-        var otherOutput = ByteBuffer(capacity: 64)
+        var otherInput = CachetByteBuffer(capacity: 64)
+        var otherOutput = CachetByteBuffer(capacity: 64)
         do {
             guard case .receivingValue(let direct) = harness.feed(Array(first.prefix(2_000))) else {
                 Issue.record("expected the first PUT to be received in place")

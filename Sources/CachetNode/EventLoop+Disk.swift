@@ -1,0 +1,71 @@
+import CachetIO
+import CachetStore
+import Dispatch
+
+/// Disk dispatch: a GET that missed memory, a PUT bound for the disk tier, or a CLEAR goes to the disk
+/// worker; its completion hops back to the loop's queue, writes the reply and carries on with the
+/// connection's requests.
+extension EventLoop {
+    /// Hands an operation to the disk queue; its completion hops back to this loop's queue.
+    func start(_ operation: PendingOperation, for connection: Connection) {
+        guard let disk = processor.disk else { return }
+        switch operation {
+        case .get(let key, let id):
+            disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
+                execute { [self] in
+                    resume(connection) { processor, output, now in
+                        processor.completeGet(key: key, id: id, entry: entry, output: &output, now: now)
+                    }
+                }
+            }
+        case .put(let key, let value, let expiry, let id):
+            disk.worker.notifyWhenWritable { [self] in
+                execute { [self] in
+                    // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
+                    // never acknowledged.
+                    guard case .waitingForDisk = connection.phase else {
+                        disk.worker.abandonWrite(key: key)
+                        return
+                    }
+                    switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                    case .queued:
+                        resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
+                    case .full:
+                        start(operation, for: connection)
+                    case .refused(let error):
+                        resume(connection) { processor, output, now in
+                            processor.refusePut(key: key, id: id, error: error, output: &output, now: now)
+                        }
+                    }
+                }
+            }
+        case .clear(let id, let memoryOnlyItems, let memoryOnlyBytes):
+            disk.worker.removeAll { [self] removed in
+                execute { [self] in
+                    resume(connection) { processor, output, _ in
+                        processor.completeClear(
+                            id: id,
+                            memoryOnlyItems: memoryOnlyItems,
+                            memoryOnlyBytes: memoryOnlyBytes,
+                            disk: removed,
+                            output: &output
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes a completed operation's reply, then carries on with the requests behind it.
+    private func resume(
+        _ connection: Connection,
+        reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
+    ) {
+        guard case .waitingForDisk = connection.phase else { return }
+        let now = CachetClock.now()
+        reply(processor, &connection.output, now)
+        connection.phase = .reading(frameLength: 0)
+        process(connection, now: now)
+        settle(connection, now: now)
+    }
+}
