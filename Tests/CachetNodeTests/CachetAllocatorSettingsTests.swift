@@ -5,7 +5,6 @@ import Testing
 import Glibc
 #endif
 
-
 @Suite("Allocator settings")
 struct CachetAllocatorSettingsTests {
     @Test(.disabled(if: underAddressSanitizer, "AddressSanitizer replaces glibc's malloc and its mallopt"))
