@@ -221,7 +221,8 @@ final class Connection: @unchecked Sendable {
         let target = max(newCapacity, frameLength)
         let held = max(input.capacity, inputReserved)
         if target > held {
-            guard memory.allows(target - held) else { return false }
+            // Up to the fair allowance whatever the budget says (see `ConnectionMemory`).
+            guard target <= ConnectionMemory.fairAllowance || memory.allows(target - held) else { return false }
             memory.charge(target - held)
             charged += target - held
             inputReserved = target

@@ -16,7 +16,18 @@ import Synchronization
 /// Queued replies may take the budget only up to ``replyLimit``: the rest, room for one frame of the
 /// largest size, is left to requests, so that clients which never read their replies cannot take all
 /// of it and stall every large request for good.
+///
+/// Fairness: a connection may always grow its input to ``fairAllowance`` bytes, and queue a reply of up to
+/// that size when nothing of its earlier replies is pending (it reads them), whatever the budget says. So
+/// clients that hold the budget (large frames dripped, replies never read) cannot starve the requests and
+/// replies of ordinary size of the others; the price is a bounded overshoot, at most ``fairAllowance`` of
+/// input and of output per connection (`--max-connections` × 64 KiB in all), documented in the README.
+/// Larger requests and replies still wait for the budget.
 final class ConnectionMemory: Sendable {
+    /// What a connection may always hold in its input, and in its output while its earlier replies have
+    /// been sent, beyond the budget: requests and replies of ordinary size are never held back.
+    static let fairAllowance = 32 * 1024
+
     /// The budget in bytes.
     let limit: Int
     /// The part of the budget that queued replies may take.

@@ -404,7 +404,12 @@ final class EventLoop: @unchecked Sendable {
             input: &connection.input,
             output: &connection.output,
             outputLimit: pendingOutputLimit(connection, room: replyRoom),
-            outputCapacityLimit: connection.output.capacity + replyRoom,
+            // A connection whose replies have all been sent may queue one of ordinary size whatever the
+            // budget says (see `ConnectionMemory`).
+            outputCapacityLimit: max(
+                connection.output.capacity + replyRoom,
+                connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
+            ),
             now: now,
             directSend: DirectSend(fd: connection.fd)
         )
