@@ -20,14 +20,37 @@ public enum CachetFrameDecoder {
         at offset: Int = 0,
         maximumPayloadLength: Int = CachetProtocol.defaultMaximumPayloadLength
     ) throws(CachetWireError) -> CachetFrame? {
+        try decodeFraming(in: buffer, at: offset, maximumPayloadLength: maximumPayloadLength, of: .request)
+    }
+
+    /// Which side's frames are being framed: the framing is the same, the error messages are not.
+    @usableFromInline
+    enum Side {
+        /// Requests, read by a node.
+        case request
+        /// Replies, read by a client (``CachetReplyDecoder``).
+        case reply
+    }
+
+    /// The framing shared by requests and replies: the length prefix checked as soon as it has arrived,
+    /// then the header and the body's range once the whole frame has.
+    @inlinable @inline(__always)
+    static func decodeFraming(
+        in buffer: UnsafeRawBufferPointer,
+        at offset: Int,
+        maximumPayloadLength: Int,
+        of side: Side
+    ) throws(CachetWireError) -> CachetFrame? {
         let available = buffer.count - offset
         guard available >= CachetProtocol.lengthPrefixSize else { return nil }
         let length = Int(buffer.loadUnaligned(fromByteOffset: offset, as: UInt32.self).bigEndian)
         guard length >= CachetProtocol.minimumPayloadLength else {
-            throw payloadTooShort(length)
+            throw side == .request ? payloadTooShort(length) : CachetReplyDecoder.replyTooShort(length)
         }
         guard length <= maximumPayloadLength else {
-            throw payloadTooLarge(length, limit: maximumPayloadLength)
+            throw side == .request
+                ? payloadTooLarge(length, limit: maximumPayloadLength)
+                : CachetReplyDecoder.replyTooLarge(length, limit: maximumPayloadLength)
         }
         guard available - CachetProtocol.lengthPrefixSize >= length else { return nil }
         let start = offset + CachetProtocol.lengthPrefixSize

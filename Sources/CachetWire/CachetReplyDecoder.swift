@@ -25,16 +25,11 @@ public enum CachetReplyDecoder {
         at offset: Int = 0,
         maximumPayloadLength: Int = CachetProtocol.defaultMaximumPayloadLength
     ) throws(CachetWireError) -> CachetFrame? {
-        let available = buffer.count - offset
-        guard available >= CachetProtocol.lengthPrefixSize else { return nil }
-        let length = Int(buffer.loadUnaligned(fromByteOffset: offset, as: UInt32.self).bigEndian)
-        guard length >= CachetProtocol.minimumPayloadLength else { throw replyTooShort(length) }
-        guard length <= maximumPayloadLength else { throw replyTooLarge(length, limit: maximumPayloadLength) }
-        guard available - CachetProtocol.lengthPrefixSize >= length else { return nil }
-        let start = offset + CachetProtocol.lengthPrefixSize
-        return CachetFrame(
-            header: CachetFrameDecoder.readHeader(in: buffer, at: start),
-            body: (start + CachetProtocol.headerSize)..<(start + length)
+        try CachetFrameDecoder.decodeFraming(
+            in: buffer,
+            at: offset,
+            maximumPayloadLength: maximumPayloadLength,
+            of: .reply
         )
     }
 
