@@ -303,62 +303,31 @@ final class EventLoop: @unchecked Sendable {
                     if peerClosed { peerClosedWhileWaiting(connection) }
                     return
                 }
-                switch connection.readOnce() {
-                case .data:
-                    if draining { connection.lastReceived = DispatchTime.now() }
-                    let full = connection.input.writableBytes == 0
-                    process(connection, now: now)
-                    if !full && !peerClosed { return }
-                case .wouldBlock:
-                    return
-                case .endOfStream:
-                    // Every whole frame has been answered; a partial one is dropped without a reply.
-                    connection.phase = .finishing
-                    return
-                case .failed(let code):
-                    readFailed(connection, code)
-                    return
-                }
+                let result = connection.readOnce()
+                guard case .data = result else { return endRead(connection, result) }
+                if draining { connection.lastReceived = DispatchTime.now() }
+                let full = connection.input.writableBytes == 0
+                process(connection, now: now)
+                if !full && !peerClosed { return }
             case .receivingValue(let direct):
-                switch connection.readValue(into: direct) {
-                case .data:
-                    if draining { connection.lastReceived = DispatchTime.now() }
-                    if direct.isComplete {
-                        connection.phase = .reading(frameLength: 0)
-                        processor.completeDirectPut(direct, output: &connection.output, now: now)
-                        process(connection, now: now)
-                    } else if !peerClosed {
-                        // Fewer bytes than the value lacks: the socket is drained for now.
-                        return
-                    }
-                case .wouldBlock:
-                    return
-                case .endOfStream:
-                    // The value's entry is freed with the phase; the older value, if any, stays.
-                    connection.phase = .finishing
-                    return
-                case .failed(let code):
-                    readFailed(connection, code)
+                let result = connection.readValue(into: direct)
+                guard case .data = result else { return endRead(connection, result) }
+                if draining { connection.lastReceived = DispatchTime.now() }
+                if direct.isComplete {
+                    connection.phase = .reading(frameLength: 0)
+                    processor.completeDirectPut(direct, output: &connection.output, now: now)
+                    process(connection, now: now)
+                } else if !peerClosed {
+                    // Fewer bytes than the value lacks: the socket is drained for now.
                     return
                 }
             case .closing(var closing):
                 let (result, count) = connection.discardOnce()
-                switch result {
-                case .data:
-                    closing.discarded += count
-                    connection.phase = .closing(closing)
-                    if closing.discarded > Self.discardLimit {
-                        close(connection)
-                        return
-                    }
-                case .wouldBlock:
-                    return
-                case .endOfStream:
-                    closing.peerEnded = true
-                    connection.phase = .closing(closing)
-                    return
-                case .failed(let code):
-                    readFailed(connection, code)
+                guard case .data = result else { return endRead(connection, result) }
+                closing.discarded += count
+                connection.phase = .closing(closing)
+                if closing.discarded > Self.discardLimit {
+                    close(connection)
                     return
                 }
             default:
@@ -367,6 +336,25 @@ final class EventLoop: @unchecked Sendable {
         }
         // Still reading, so the cap ended the loop: there may be more.
         if connection.wantsRead { connection.rearm = true }
+    }
+
+    /// A read that brought no bytes: the socket is drained for now, or the stream has ended (a partial
+    /// frame, or a large value still arriving, is dropped without a reply, and the older value, if any,
+    /// stays; a closing connection notes that its peer is done), or it failed.
+    private func endRead(_ connection: Connection, _ result: Connection.ReadResult) {
+        switch result {
+        case .data, .wouldBlock:
+            return
+        case .endOfStream:
+            if case .closing(var closing) = connection.phase {
+                closing.peerEnded = true
+                connection.phase = .closing(closing)
+            } else {
+                connection.phase = .finishing
+            }
+        case .failed(let code):
+            readFailed(connection, code)
+        }
     }
 
     private func readFailed(_ connection: Connection, _ code: Int32) {
