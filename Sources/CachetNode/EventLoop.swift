@@ -46,43 +46,43 @@ import Glibc
 final class EventLoop: @unchecked Sendable {
     let index: Int
     let queue: DispatchQueue
-    private let epollFD: Int32
+    let epollFD: Int32
     /// An eventfd in the epoll set, signalled by ``execute(_:)``.
     private let wakeFD: Int32
     private static let wakeToken = UInt64.max
     private let lingerMilliseconds: Int32
     /// Reads of one connection per event before the loop moves on to the others.
     private static let readsPerEvent = 8
-    private var source: (any DispatchSourceRead)?
+    var source: (any DispatchSourceRead)?
     private let events: UnsafeMutablePointer<epoll_event>
     private let eventCapacity: Int32 = 256
     // Unchecked for the reason given on `Connection`: read on every event, touched only on `queue`.
-    @exclusivity(unchecked) private var connections: [Connection?] = []
-    @exclusivity(unchecked) private var freeSlots: [Int] = []
-    @exclusivity(unchecked) private var generation: UInt64 = 0
+    @exclusivity(unchecked) var connections: [Connection?] = []
+    @exclusivity(unchecked) var freeSlots: [Int] = []
+    @exclusivity(unchecked) var generation: UInt64 = 0
     let processor: RequestProcessor
     private let outputLimit: Int
-    private let logger: Logger
-    private let onClose: @Sendable () -> Void
-    @exclusivity(unchecked) private var draining = false
-    private var drainedCallback: (@Sendable () -> Void)?
-    private var drainDeadline = DispatchTime(uptimeNanoseconds: 0)
-    private var drainServingEnds = DispatchTime(uptimeNanoseconds: 0)
-    private var drainQuietPeriod: DispatchTimeInterval = .milliseconds(100)
+    let logger: Logger
+    let onClose: @Sendable () -> Void
+    @exclusivity(unchecked) var draining = false
+    var drainedCallback: (@Sendable () -> Void)?
+    var drainDeadline = DispatchTime(uptimeNanoseconds: 0)
+    var drainServingEnds = DispatchTime(uptimeNanoseconds: 0)
+    var drainQuietPeriod: DispatchTimeInterval = .milliseconds(100)
     /// The budget shared by every loop's connections.
-    private let memory: ConnectionMemory
+    let memory: ConnectionMemory
     /// `memory.releases` when waiting connections were last retried.
-    private var seenReleases = 0
+    var seenReleases = 0
     /// Connections in the `closing` phase.
-    private var closingCount = 0
+    var closingCount = 0
     /// Connections counted as waiting for memory (see `settle`).
-    private var waitingForMemory = 0
+    var waitingForMemory = 0
     /// How long a graceful close may wait for the peer to close after the last reply.
-    private let closeLinger: Double
+    let closeLinger: Double
     /// Input bytes a graceful close throws away before it gives up waiting for the peer.
     static let discardLimit = 64 << 20
     static let housekeepingInterval = DispatchTimeInterval.milliseconds(10)
-    private var housekeepingTimer: (any DispatchSourceTimer)?
+    var housekeepingTimer: (any DispatchSourceTimer)?
 
     /// The number of open connections, read on `queue`.
     var connectionCount: Int { connections.count - freeSlots.count }
@@ -171,7 +171,7 @@ final class EventLoop: @unchecked Sendable {
 
     /// Starts the housekeeping timer unless it runs. It runs only while some connection waits for memory or
     /// closes, or the loop drains, so an idle node is not woken for nothing.
-    private func scheduleHousekeeping() {
+    func scheduleHousekeeping() {
         guard housekeepingTimer == nil else { return }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + Self.housekeepingInterval, repeating: Self.housekeepingInterval)
@@ -180,48 +180,7 @@ final class EventLoop: @unchecked Sendable {
         housekeepingTimer = timer
     }
 
-    /// Adopts an accepted socket. Called on `queue`.
-    func register(fd: Int32) {
-        _ = adopt(fd: fd, counted: true)
-    }
-
-    /// Answers a connection over `--max-connections` with `reply` and closes it gracefully (a client that
-    /// sent requests at once would otherwise get a reset, which may discard the reply). It is not counted
-    /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
-    /// a flood of connections cannot hold descriptors. Called on `queue`.
-    func reject(fd: Int32, reply: [UInt8]) {
-        guard closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
-            _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
-            _ = Glibc.close(fd)
-            return
-        }
-        reply.withUnsafeBytes { connection.output.append($0) }
-        beginClosing(connection)
-        settle(connection, now: CachetClock.now())
-    }
-
-    private func adopt(fd: Int32, counted: Bool) -> Connection? {
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-        } else {
-            slot = connections.count
-            connections.append(nil)
-        }
-        generation &+= 1
-        let token = UInt64(slot) | (generation << 32)
-        let connection = Connection(fd: fd, token: token, memory: memory, counted: counted)
-        connections[slot] = connection
-        if draining { connection.lastReceived = DispatchTime.now() }
-        connection.interest = Connection.interest(for: connection.phase, outputPending: false)
-        if cachet_epoll_add(epollFD, fd, connection.interest | cachet_EPOLLET, token) != 0 {
-            logger.warning("epoll_ctl(ADD) failed", metadata: ["connection.fd": "\(fd)", "error.errno": "\(errno)"])
-            close(connection)
-            return nil
-        }
-        return connection
-    }
-
+    /// Serves every connection the epoll set reports ready, until a wait finds nothing.
     private func drainReadyConnections() {
         var timeout: Int32 = 0
         while true {
@@ -291,7 +250,7 @@ final class EventLoop: @unchecked Sendable {
     /// `readsPerEvent` reads, so one busy connection cannot hold up the others; then the connection is
     /// marked for re-arming, since no new edge would report the bytes left. Stops as soon as the
     /// connection's phase is one that does not read.
-    private func receive(_ connection: Connection, peerClosed: Bool, now: UInt32) {
+    func receive(_ connection: Connection, peerClosed: Bool, now: UInt32) {
         var reads = 0
         while reads < Self.readsPerEvent {
             reads += 1
@@ -420,7 +379,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Sends pending output; returns false if the connection was closed.
-    private func send(_ connection: Connection) -> Bool {
+    func send(_ connection: Connection) -> Bool {
         guard !connection.isClosed else { return false }
         if case .failed(let code) = connection.flush() {
             logger.debug("send failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
@@ -483,148 +442,5 @@ final class EventLoop: @unchecked Sendable {
             connection.rearm = false
             _ = cachet_epoll_modify(epollFD, connection.fd, desired | cachet_EPOLLET, connection.token)
         }
-    }
-
-    /// Starts the graceful close: nothing more is answered; once what is queued has been sent, the write
-    /// side is shut down; input is read and thrown away until the peer closes, `discardLimit` bytes, or
-    /// `deadline` (by default `closeLinger` from now).
-    private func beginClosing(_ connection: Connection, deadline: DispatchTime? = nil) {
-        switch connection.phase {
-        case .closing, .closed: return
-        default: break
-        }
-        let limit = DispatchTime.now() + closeLinger
-        let deadline = deadline.map { min($0, limit) } ?? limit
-        connection.input.moveReadIndex(to: connection.input.writeIndex)
-        connection.phase = .closing(Connection.Closing(deadline: deadline.uptimeNanoseconds))
-        closingCount += 1
-        scheduleHousekeeping()
-        _ = send(connection)
-    }
-
-    private func close(_ connection: Connection) {
-        guard !connection.isClosed else { return }
-        if case .closing = connection.phase { closingCount -= 1 }
-        connection.phase = .closed
-        _ = cachet_epoll_remove(epollFD, connection.fd)
-        _ = Glibc.close(connection.fd)
-        let slot = Int(connection.token & 0xffff_ffff)
-        connections[slot] = nil
-        freeSlots.append(slot)
-        // The buffers go with the connection (the last reference is the slot's, or a disk completion's).
-        memory.charge(-connection.charged)
-        connection.charged = 0
-        if connection.countedAsWaiting {
-            connection.countedAsWaiting = false
-            memory.countPaused(-1)
-            waitingForMemory -= 1
-        }
-        if connection.counted { onClose() }
-    }
-
-    // MARK: - Housekeeping
-
-    /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
-    /// been returned, closes graceful closes that reached their deadline, and drives a drain.
-    private func housekeep() {
-        guard waitingForMemory > 0 || closingCount > 0 || draining else {
-            housekeepingTimer?.cancel()
-            housekeepingTimer = nil
-            return
-        }
-        let releases = memory.releases
-        let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
-        if retry { seenReleases = releases }
-        let now = CachetClock.now()
-        if retry { retryWaitingForMemory(now: now) }
-        if closingCount > 0 {
-            let clock = DispatchTime.now().uptimeNanoseconds
-            for case let connection? in connections {
-                if case .closing(let closing) = connection.phase, clock >= closing.deadline { close(connection) }
-            }
-        }
-        if draining { drainStep(now: now) }
-    }
-
-    /// Resumes connections waiting for memory, those holding the least first, until the budget is out again:
-    /// a connection that holds much (a client that does not read its replies) is served only once the
-    /// others' needs are met, so it cannot take back all that the others return.
-    private func retryWaitingForMemory(now: UInt32) {
-        var waiting: [Connection] = []
-        for case let connection? in connections where connection.phase.isWaitingForMemory {
-            waiting.append(connection)
-        }
-        waiting.sort { $0.footprint < $1.footprint }
-        for connection in waiting {
-            guard memory.allows(1) else { return }
-            guard case .waitingForMemory(let wait) = connection.phase else { continue }
-            switch wait {
-            case .input(let frameLength):
-                connection.phase = .reading(frameLength: frameLength)
-                receive(connection, peerClosed: false, now: now)
-            case .reply:
-                connection.phase = .reading(frameLength: 0)
-                process(connection, now: now)
-            }
-            settle(connection, now: now)
-        }
-    }
-
-    /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
-    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after three
-    /// quarters of `timeout` every connection is (one waiting for the disk loses that request's reply);
-    /// graceful closes end by 90% of `timeout` at the latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
-    func drain(
-        timeout: Double,
-        quietPeriod: DispatchTimeInterval = .milliseconds(100),
-        completion: @escaping @Sendable () -> Void
-    ) {
-        draining = true
-        drainedCallback = completion
-        let start = DispatchTime.now()
-        // Graceful closes end a little before the server's own deadline, so that they end the drain
-        // rather than being cut short by it.
-        drainDeadline = start + max(0.05, timeout * 0.9 - 0.05)
-        // Requests already sent may need the disk queue (a thousand writes take a second or two on a
-        // busy machine): most of the time goes to answering them; closing gracefully takes milliseconds
-        // for a client that reads.
-        drainServingEnds = start + timeout * 0.75
-        drainQuietPeriod = quietPeriod
-        for case let connection? in connections { connection.lastReceived = start }
-        scheduleHousekeeping()
-        drainStep(now: CachetClock.now())
-    }
-
-    private func drainStep(now: UInt32) {
-        let clock = DispatchTime.now()
-        let quietSince = clock - drainQuietPeriod
-        let servingOver = clock >= drainServingEnds
-        for case let connection? in connections {
-            switch connection.phase {
-            case .closing, .closed:
-                continue
-            case .waitingForDisk:
-                // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written).
-                guard servingOver else { continue }
-            default:
-                let idle = connection.output.readableBytes == 0 && connection.lastReceived < quietSince
-                guard idle || servingOver else { continue }
-            }
-            beginClosing(connection, deadline: drainDeadline)
-            settle(connection, now: now)
-        }
-        if connectionCount == 0, let callback = drainedCallback {
-            drainedCallback = nil
-            callback()
-        }
-    }
-
-    /// Closes every connection at once and stops the source. Called on `queue`.
-    func stop() {
-        housekeepingTimer?.cancel()
-        housekeepingTimer = nil
-        for case let connection? in connections { close(connection) }
-        // Kept (cancelled) so that deinit knows the cancel handler closes the descriptors.
-        source?.cancel()
     }
 }

@@ -1,0 +1,91 @@
+import CEpoll
+import CachetStore
+import Dispatch
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Adopting connections (registered in the epoll set, or rejected with a reply and a graceful close)
+/// and ending them (gracefully, or at once). Everything here runs on `queue`.
+extension EventLoop {
+    /// Adopts an accepted socket. Called on `queue`.
+    func register(fd: Int32) {
+        _ = adopt(fd: fd, counted: true)
+    }
+
+    /// Answers a connection over `--max-connections` with `reply` and closes it gracefully (a client that
+    /// sent requests at once would otherwise get a reset, which may discard the reply). It is not counted
+    /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
+    /// a flood of connections cannot hold descriptors. Called on `queue`.
+    func reject(fd: Int32, reply: [UInt8]) {
+        guard closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
+            _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
+            _ = Glibc.close(fd)
+            return
+        }
+        reply.withUnsafeBytes { connection.output.append($0) }
+        beginClosing(connection)
+        settle(connection, now: CachetClock.now())
+    }
+
+    private func adopt(fd: Int32, counted: Bool) -> Connection? {
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+        } else {
+            slot = connections.count
+            connections.append(nil)
+        }
+        generation &+= 1
+        let token = UInt64(slot) | (generation << 32)
+        let connection = Connection(fd: fd, token: token, memory: memory, counted: counted)
+        connections[slot] = connection
+        if draining { connection.lastReceived = DispatchTime.now() }
+        connection.interest = Connection.interest(for: connection.phase, outputPending: false)
+        if cachet_epoll_add(epollFD, fd, connection.interest | cachet_EPOLLET, token) != 0 {
+            logger.warning("epoll_ctl(ADD) failed", metadata: ["connection.fd": "\(fd)", "error.errno": "\(errno)"])
+            close(connection)
+            return nil
+        }
+        return connection
+    }
+
+    /// Starts the graceful close: nothing more is answered; once what is queued has been sent, the write
+    /// side is shut down; input is read and thrown away until the peer closes, `discardLimit` bytes, or
+    /// `deadline` (by default `closeLinger` from now).
+    func beginClosing(_ connection: Connection, deadline: DispatchTime? = nil) {
+        switch connection.phase {
+        case .closing, .closed: return
+        default: break
+        }
+        let limit = DispatchTime.now() + closeLinger
+        let deadline = deadline.map { min($0, limit) } ?? limit
+        connection.input.moveReadIndex(to: connection.input.writeIndex)
+        connection.phase = .closing(Connection.Closing(deadline: deadline.uptimeNanoseconds))
+        closingCount += 1
+        scheduleHousekeeping()
+        _ = send(connection)
+    }
+
+    func close(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        if case .closing = connection.phase { closingCount -= 1 }
+        connection.phase = .closed
+        _ = cachet_epoll_remove(epollFD, connection.fd)
+        _ = Glibc.close(connection.fd)
+        let slot = Int(connection.token & 0xffff_ffff)
+        connections[slot] = nil
+        freeSlots.append(slot)
+        // The buffers go with the connection (the last reference is the slot's, or a disk completion's).
+        memory.charge(-connection.charged)
+        connection.charged = 0
+        if connection.countedAsWaiting {
+            connection.countedAsWaiting = false
+            memory.countPaused(-1)
+            waitingForMemory -= 1
+        }
+        if connection.counted { onClose() }
+    }
+}
