@@ -99,6 +99,7 @@ let package = Package(
             dependencies: [
                 "CachetIO",
                 "CachetClient",
+                "CachetCluster",
                 "CachetWire",
                 "CachetRing",
                 "CEpoll",

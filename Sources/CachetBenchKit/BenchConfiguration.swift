@@ -1,11 +1,15 @@
+import CachetRing
+
 /// What a load run does. Field names follow the `cachet-bench` flags.
 public struct BenchConfiguration: Sendable, Hashable {
     /// Servers to load, each named once. With more than one, every key belongs to one of them (its owner
-    /// on the consistent-hash ring of their `host:port` names, see `Protocol/RING.md`) and is only ever
+    /// on the consistent-hash ring of their ids, `host:port` unless a cluster file names them, see `Protocol/RING.md`) and is only ever
     /// sent to that one; connections are spread over them evenly.
     public var targets: [BenchTarget] = [BenchTarget(host: "127.0.0.1", port: BenchProtocol.cachet.defaultPort)]
     /// The protocol spoken.
     public var protocolKind: BenchProtocol = .cachet
+    /// Points per server on the hash ring, as the cluster file gives it (`virtual_nodes_per_member`).
+    public var virtualNodesPerMember = CachetRing.defaultVirtualNodesPerMember
     /// Connections in all, spread over the targets and the threads.
     public var connections = 50
     /// Requests in flight per connection.
@@ -52,6 +56,10 @@ public struct BenchConfiguration: Sendable, Hashable {
         var named = Set<String>()
         for target in targets where !named.insert(target.description).inserted {
             throw fail("server \(target) is named twice: list every server once")
+        }
+        var ids = Set<String>()
+        for target in targets where !ids.insert(target.id).inserted {
+            throw fail("member id \(target.id) is given to two servers: give every server its own id")
         }
         guard connections >= 1 && connections <= 100_000 else {
             throw fail("--connections must be between 1 and 100000")

@@ -49,14 +49,17 @@ final class BenchDataSet: @unchecked Sendable {
         if targetCount > 1 {
             let ring: CachetRing
             do {
-                ring = try CachetRing(members: configuration.targets.map(\.description))
+                ring = try CachetRing(
+                    members: configuration.targets.map(\.id),
+                    virtualNodesPerMember: configuration.virtualNodesPerMember
+                )
             } catch {
                 value.deallocate()
                 throw BenchError(.invalidConfiguration, error.message)
             }
             // The ring numbers its members in name order; the connections number servers as given.
             let targetOfMember = ring.members.map { member in
-                configuration.targets.firstIndex { $0.description == member }!
+                configuration.targets.firstIndex { $0.id == member }!
             }
             byTarget = .allocate(capacity: max(1, count))
             let owners = UnsafeMutablePointer<UInt32>.allocate(capacity: count)

@@ -1,39 +1,49 @@
-/// A server to load, as an IPv4 address (or `localhost`) and a port.
+import CachetCluster
+
+/// A server to load: its address (an IPv4 or IPv6 address or a host name, and a port) and its name on the
+/// hash ring.
 public struct BenchTarget: Hashable, Sendable, CustomStringConvertible {
-    /// The address.
+    /// The address: an IPv4 or IPv6 address, or a name to resolve.
     public var host: String
     /// The TCP port.
     public var port: Int
+    /// The server's member id on the ring (`Protocol/CLUSTER.md`): `host:port` unless a cluster file names it.
+    public var id: String {
+        get { name ?? description }
+        set { name = newValue }
+    }
+    /// The id a cluster file gave, if any.
+    private var name: String?
 
     /// Creates a target.
     /// - Parameters:
-    ///   - host: an IPv4 address or `localhost`.
+    ///   - host: an IPv4 or IPv6 address, or a host name.
     ///   - port: the TCP port.
-    public init(host: String, port: Int) {
+    ///   - id: the ring member id; `host:port` when nil.
+    public init(host: String, port: Int, id: String? = nil) {
         self.host = host
         self.port = port
+        self.name = id
     }
 
     /// `host:port`.
-    public var description: String { "\(host):\(port)" }
+    public var description: String { CachetClusterMember.defaultID(host: host, port: port) }
 
-    /// Parses a cluster file: one `host:port` per line; blank lines and lines starting with `#` are skipped.
-    /// - Parameter text: the file's contents.
-    /// - Returns: the targets in file order.
-    /// - Throws: ``BenchError`` naming the first bad line by number.
-    public static func parseList(_ text: String) throws(BenchError) -> [BenchTarget] {
-        var targets: [BenchTarget] = []
-        for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated()
-        {
-            let line = rawLine.filter { $0 != " " && $0 != "\t" && $0 != "\r" }
-            if line.isEmpty || line.hasPrefix("#") { continue }
-            let parts = line.split(separator: ":")
-            guard parts.count == 2, let port = Int(parts[1]), (1...65535).contains(port), !parts[0].isEmpty else {
-                throw BenchError(.invalidConfiguration, "line \(number + 1) '\(line)' is not host:port")
-            }
-            targets.append(BenchTarget(host: String(parts[0]), port: port))
+    /// Reads a cluster file, the same JSON file the nodes and CachetClient read (`Protocol/CLUSTER.md`).
+    /// - Parameter path: the file.
+    /// - Returns: the members as targets, in the ring's member order, and the ring's virtual nodes per member.
+    /// - Throws: ``BenchError`` with code `invalidConfiguration` carrying the cluster file's own message
+    ///   (unreadable file, bad JSON with its line and column, or an invalid membership).
+    public static func targets(
+        inClusterFile path: String
+    ) throws(BenchError) -> (targets: [BenchTarget], virtualNodesPerMember: Int) {
+        let membership: CachetMembership
+        do {
+            membership = try CachetMembership(contentsOfFile: path)
+        } catch {
+            throw BenchError(.invalidConfiguration, error.message)
         }
-        guard !targets.isEmpty else { throw BenchError(.invalidConfiguration, "the cluster file names no server") }
-        return targets
+        let targets = membership.members.map { BenchTarget(host: $0.host, port: $0.port, id: $0.id) }
+        return (targets, membership.virtualNodesPerMember)
     }
 }

@@ -90,7 +90,7 @@ public enum ClientBenchDriver {
         linger: Duration
     ) async throws(BenchError) -> ClientBenchReport {
         var clientConfiguration = CachetClient.Configuration(
-            nodes: configuration.targets.map { CachetClient.Node(host: $0.host, port: $0.port) }
+            nodes: configuration.targets.map { CachetClient.Node(host: $0.host, port: $0.port, id: $0.id) }
         )
         clientConfiguration.connectionsPerNode = connectionsPerNode
         clientConfiguration.eventLoopLinger = linger

@@ -22,9 +22,12 @@ struct CachetBenchCommand: ParsableCommand {
             """
     )
 
-    @Option(help: "Server address (IPv4).") var host = "127.0.0.1"
+    @Option(help: "Server address: an IPv4 or IPv6 address, or a host name.") var host = "127.0.0.1"
     @Option(help: "Server port (default: 7420, 11211 or 6379 by protocol).") var port: Int?
-    @Option(help: "A file of host:port lines; each key goes to its owner on their hash ring.") var cluster: String?
+    @Option(
+        help: "A cluster file, the JSON file the nodes read (Protocol/CLUSTER.md); each key goes to its owner."
+    )
+    var cluster: String?
     @Option(help: "cachet, memcache or resp.") var `protocol` = "cachet"
     @Option(help: "Connections in all.") var connections = 50
     @Option(help: "Requests in flight per connection.") var pipeline = 1
@@ -84,11 +87,10 @@ struct CachetBenchCommand: ParsableCommand {
         configuration.protocolKind = kind
         if let cluster {
             guard port == nil else { throw ValidationError("give --cluster or --port, not both") }
-            guard let text = try? String(contentsOfFile: cluster, encoding: .utf8) else {
-                throw ValidationError("cannot read --cluster \(cluster)")
-            }
             do {
-                configuration.targets = try BenchTarget.parseList(text)
+                (configuration.targets, configuration.virtualNodesPerMember) = try BenchTarget.targets(
+                    inClusterFile: cluster
+                )
             } catch {
                 throw ValidationError("--cluster \(cluster): \(error.message)")
             }

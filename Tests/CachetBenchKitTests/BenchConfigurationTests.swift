@@ -1,4 +1,5 @@
 import CachetBenchKit
+import CachetTestSupport
 import Foundation
 import Testing
 
@@ -109,18 +110,43 @@ struct BenchConfigurationTests {
         #expect(throws: Never.self) { try configuration.validate() }
     }
 
-    @Test func clusterFilesParse() throws {
-        let targets = try BenchTarget.parseList("# nodes\n127.0.0.1:7001\n\n  127.0.0.1:7002 \r\nlocalhost:7003\n")
-        #expect(targets.map(\.description) == ["127.0.0.1:7001", "127.0.0.1:7002", "localhost:7003"])
-        for bad in ["127.0.0.1", "127.0.0.1:x", "127.0.0.1:0", ":7000", "a:1:2", "# nothing\n"] {
-            #expect(throws: BenchError.self, "\(bad)") { try BenchTarget.parseList(bad) }
-        }
-        do {
-            _ = try BenchTarget.parseList("127.0.0.1:1\nnope\n")
-            Issue.record("accepted a bad line")
+    @Test func clusterFilesAreTheNodesJSONFile() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.path + "/cluster.json"
+        let text = """
+            {"virtual_nodes_per_member": 64, "members": [
+              {"id": "b", "host": "127.0.0.1", "port": 7002},
+              {"host": "localhost", "port": 7003},
+              {"id": "a", "host": "::1", "port": 7001}]}
+            """
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        let (targets, virtualNodes) = try BenchTarget.targets(inClusterFile: path)
+        #expect(virtualNodes == 64)
+        // In the ring's member order (ids by their bytes), each with its address and id.
+        #expect(targets.map(\BenchTarget.id) == ["a", "b", "localhost:7003"])
+        #expect(targets.map(\BenchTarget.description) == ["::1:7001", "127.0.0.1:7002", "localhost:7003"])
+        var configuration = BenchConfiguration()
+        configuration.targets = targets
+        configuration.connections = 3
+        #expect(throws: Never.self) { try configuration.validate() }
+
+        try "127.0.0.1:7001\n127.0.0.1:7002\n".write(toFile: path, atomically: true, encoding: .utf8)
+        do throws(BenchError) {
+            _ = try BenchTarget.targets(inClusterFile: path)
+            Issue.record("accepted a file of host:port lines")
         } catch {
-            #expect(error.message.contains("line 2"))
+            #expect(error.code == .invalidConfiguration && error.message.contains("line 1"), "\(error.message)")
         }
+        #expect(throws: BenchError.self) { try BenchTarget.targets(inClusterFile: directory.path + "/missing") }
+    }
+
+    @Test func twoServersWithOneIDAreRefused() {
+        var configuration = BenchConfiguration()
+        configuration.targets = [
+            BenchTarget(host: "127.0.0.1", port: 7001, id: "n1"), BenchTarget(host: "127.0.0.1", port: 7002, id: "n1"),
+        ]
+        configuration.connections = 2
+        #expect(throws: BenchError.self) { try configuration.validate() }
     }
 
     @Test func theProgressLineShowsRateLatencyAndHits() {
