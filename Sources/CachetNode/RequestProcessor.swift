@@ -316,14 +316,15 @@ struct RequestProcessor {
             appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)
             return nil
         }
-        // Entries are written through to disk, so the disk's count covers memory's, except entries
-        // whose write is still queued or failed: those are counted from memory.
+        // Entries are written through to disk, so the disk's count covers memory's, including entries
+        // whose write is still queued (queued before this CLEAR, it lands before the CLEAR runs); an entry
+        // the disk will not hold (its write failed or was refused) is counted from memory.
         var memoryOnlyItems = 0
         var memoryOnlyBytes = 0
         let now = CachetClock.now()
         disk.worker.beginClear()
         _ = store.removeAll { key, valueLength in
-            if !disk.store.contains(key: key, now: now) {
+            if !disk.worker.mayHold(key: key, now: now) {
                 memoryOnlyItems += 1
                 memoryOnlyBytes += key.count + valueLength
             }

@@ -274,6 +274,31 @@ struct NodeDiskTests {
         }
     }
 
+    @Test func aClearBehindQueuedWritesCountsEachEntryOnce() throws {
+        // PUTs pipelined with the CLEAR are still queued for the disk when the CLEAR empties memory: the
+        // disk counts them once written, so memory must not count them as its own too.
+        let directory = TemporaryDirectory(prefix: "cachet-disk")
+        try withNode({ $0.disk = CachetDiskConfiguration(directory: directory.path, limit: 64 << 20) }) { _, port in
+            let client = try TestSocket(port: port)
+            let value = [UInt8](repeating: 7, count: 100)
+            var stream: [UInt8] = []
+            var bytes = 0
+            for i in 0..<2000 {
+                let key = Array("k\(i)".utf8)
+                bytes += key.count + value.count
+                CachetCommand.put(key: key, value: value, ttl: 0).encode(id: UInt32(i), to: &stream)
+            }
+            CachetCommand.clear.encode(id: 9999, to: &stream)
+            try client.send(stream)
+            for i in 0..<2000 { #expect(try client.readResponse().status == .ok, "PUT \(i)") }
+            let reply = try client.readResponse()
+            #expect(reply.id == 9999)
+            #expect(try CachetClearResult(decoding: reply.body) == CachetClearResult(items: 2000, bytes: UInt64(bytes)))
+            try waitForDiskQueue(client)
+            #expect(try stats(client)["disk_items"] as? Int == 0)
+        }
+    }
+
     @Test func deleteRemovesFromBothTiers() throws {
         let directory = TemporaryDirectory(prefix: "cachet-disk")
         try withNode({
