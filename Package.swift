@@ -35,6 +35,9 @@ let package = Package(
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
+        // The package's one lock type (a pthread mutex, which ThreadSanitizer sees).
+        .target(name: "CachetLocking", swiftSettings: swiftSettings),
+
         // The wire codec: frames and bodies, no I/O.
         .target(name: "CachetWire", swiftSettings: swiftSettings),
 
@@ -53,6 +56,7 @@ let package = Package(
         .target(
             name: "CachetStore",
             dependencies: [
+                "CachetLocking",
                 "CZlib",
                 "COpenSSLCrypto",
                 .product(name: "Logging", package: "swift-log"),
@@ -64,6 +68,7 @@ let package = Package(
         .target(
             name: "CachetNode",
             dependencies: [
+                "CachetLocking",
                 "CachetWire",
                 "CachetStore",
                 "CachetCluster",
@@ -79,6 +84,7 @@ let package = Package(
         .target(
             name: "CachetClient",
             dependencies: [
+                "CachetLocking",
                 "CachetWire",
                 "CachetRing",
                 "CachetCluster",
@@ -97,6 +103,7 @@ let package = Package(
         .target(
             name: "CachetBenchKit",
             dependencies: [
+                "CachetLocking",
                 "CachetIO",
                 "CachetClient",
                 "CachetCluster",
@@ -138,6 +145,11 @@ let package = Package(
         // Tests: one target per module, shared helpers in a support target.
         .target(name: "CachetTestSupport", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
         .testTarget(
+            name: "CachetLockingTests",
+            dependencies: ["CachetLocking"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
             swiftSettings: swiftSettings
@@ -156,20 +168,20 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetStoreTests",
-            dependencies: ["CachetStore", "CachetTestSupport"],
+            dependencies: ["CachetStore", "CachetLocking", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetNodeTests",
             dependencies: [
-                "CachetNode", "CachetCluster", "CachetIO", "CachetWire", "CachetStore", "CachetTestSupport",
-                "cachet-node",
+                "CachetNode", "CachetCluster", "CachetIO", "CachetWire", "CachetStore", "CachetLocking",
+                "CachetTestSupport", "cachet-node",
             ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CachetIOTests",
-            dependencies: ["CachetIO", "CachetTestSupport"],
+            dependencies: ["CachetIO", "CachetLocking", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

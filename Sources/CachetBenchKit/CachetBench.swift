@@ -1,4 +1,5 @@
 import CachetIO
+import CachetLocking
 import Dispatch
 import Foundation
 import Histogram
@@ -73,7 +74,7 @@ public enum CachetBench {
             _ work: (Int) -> WorkerPhase
         ) throws(BenchError) -> (result: WorkerResult, seconds: Double, cpuSeconds: Double) {
             for thread in threads { thread.counters.reset() }
-            let results = Mutex<[WorkerResult]>([])
+            let results = CachetLock<[WorkerResult]>([])
             let group = DispatchGroup()
             let cpuBefore = processCPUSeconds()
             let start = monotonicNanoseconds()

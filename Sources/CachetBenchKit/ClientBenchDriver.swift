@@ -1,7 +1,7 @@
 import CachetClient
+import CachetLocking
 import Dispatch
 import Histogram
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -64,7 +64,7 @@ public enum ClientBenchDriver {
         connectionsPerNode: Int = 2,
         linger: Duration = .microseconds(500)
     ) throws(BenchError) -> ClientBenchReport {
-        let result = Mutex<Result<ClientBenchReport, BenchError>?>(nil)
+        let result = CachetLock<Result<ClientBenchReport, BenchError>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {
             let outcome: Result<ClientBenchReport, BenchError>

@@ -1,4 +1,5 @@
 import CEpoll
+import CachetLocking
 import Histogram
 import Synchronization
 
@@ -23,7 +24,9 @@ final class WorkerCounters: Sendable {
     let misses = Atomic<Int>(0)
     let errors = Atomic<Int>(0)
     let verificationErrors = Atomic<Int>(0)
-    let recent = LockedHistogram()
+    /// The latencies of the current progress interval, added by a load thread and taken by the progress
+    /// reporter.
+    let recent = CachetLock(makeLatencyHistogram())
 
     /// Zeroes everything before a phase.
     func reset() {
@@ -33,35 +36,6 @@ final class WorkerCounters: Sendable {
         errors.store(0, ordering: .relaxed)
         verificationErrors.store(0, ordering: .relaxed)
         recent.withLock { $0.reset() }
-    }
-}
-
-/// The latencies of the current progress interval, added by a load thread and taken by the progress reporter.
-///
-/// A pthread mutex rather than `Synchronization.Mutex`: ThreadSanitizer sees `pthread_mutex_lock`, but not
-/// the standard library's futex-based `Mutex` (built without instrumentation), and reported the two
-/// threads' accesses under it as a race.
-///
-/// `@unchecked Sendable`: `histogram` is read and written only inside ``withLock(_:)``, under `mutex`.
-final class LockedHistogram: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var histogram = makeLatencyHistogram()
-
-    init() {
-        mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-
-    /// Runs `body` with the histogram, under the lock.
-    func withLock<Result>(_ body: (inout Histogram<UInt64>) throws -> Result) rethrows -> Result {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&histogram)
     }
 }
 

@@ -1,5 +1,5 @@
+import CachetLocking
 import CachetWire
-import Synchronization
 
 extension CachetClient {
     /// The values of many keys at once: the keys of each node go out together (one write per
@@ -160,10 +160,10 @@ final class BatchCollector: Sendable {
         var issued: [(ConnectionSlot, UInt32)] = []
         var cancelled = false
     }
-    private let state: Mutex<State>
+    private let state: CachetLock<State>
 
     init(count: Int) {
-        state = Mutex(State(outcomes: Array(repeating: nil, count: count), remaining: count))
+        state = CachetLock(State(outcomes: Array(repeating: nil, count: count), remaining: count))
     }
 
     func setContinuation(_ continuation: UnsafeContinuation<Void, Never>) {

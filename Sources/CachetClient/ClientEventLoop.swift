@@ -1,5 +1,6 @@
 import CEpoll
 import CachetIO
+import CachetLocking
 import Dispatch
 import Synchronization
 
@@ -37,7 +38,7 @@ final class ClientEventLoop: @unchecked Sendable {
         var timerRunning = false
         var closed = false
     }
-    private let control = Mutex(Control())
+    private let control = CachetLock(Control())
     /// Whether the timer runs; read without the lock on the issue path to skip arming it.
     private let timerArmed = Atomic<Bool>(false)
 

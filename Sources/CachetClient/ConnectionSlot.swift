@@ -1,5 +1,6 @@
 import CEpoll
 import CachetIO
+import CachetLocking
 import CachetWire
 import Synchronization
 
@@ -71,7 +72,7 @@ final class ConnectionSlot: @unchecked Sendable {
     unowned let node: NodeClient
     unowned let loop: ClientEventLoop
     let index: Int
-    private let state = Mutex(State())
+    private let state = CachetLock(State())
     private let nextID = Atomic<UInt32>(1)
     private var readBuffer: UnsafeMutableRawPointer
     private var readCapacity = 64 << 10

@@ -1,4 +1,5 @@
 import CachetIO
+import CachetLocking
 import CachetWire
 import Logging
 import Synchronization
@@ -16,14 +17,14 @@ final class NodeClient: @unchecked Sendable {
     let maximumFrameLength: Int
     let logger: Logger
     private(set) var slots: [ConnectionSlot] = []
-    private let health: Mutex<NodeHealthStateMachine>
+    private let health: CachetLock<NodeHealthStateMachine>
     /// Mirrors `health.isUp` for routing without a lock.
     private let up = Atomic<Bool>(true)
     /// True while the node is up with no timeout counted: a reply then needs no health update.
     private let clean = Atomic<Bool>(true)
     private let roundRobin = Atomic<Int>(0)
-    private let cachedAddress = Mutex<CachetSocketAddress?>(nil)
-    private let random = Mutex(SystemRandomNumberGenerator())
+    private let cachedAddress = CachetLock<CachetSocketAddress?>(nil)
+    private let random = CachetLock(SystemRandomNumberGenerator())
     /// Set when the client shuts down.
     let shuttingDown = Atomic<Bool>(false)
 
@@ -42,7 +43,7 @@ final class NodeClient: @unchecked Sendable {
         connectTimeoutNanoseconds = configuration.connectTimeout.nanoseconds
         requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
         maximumFrameLength = configuration.maximumFrameLength
-        health = Mutex(
+        health = CachetLock(
             NodeHealthStateMachine(
                 timeoutsBeforeDown: configuration.timeoutsBeforeDown,
                 initialBackoff: configuration.probeInitialBackoff.nanoseconds,

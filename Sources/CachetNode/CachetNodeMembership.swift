@@ -1,6 +1,6 @@
 public import CachetCluster
+import CachetLocking
 public import Logging
-import Synchronization
 
 /// The cluster a running node belongs to: its own id, the current membership, and the reloading of the
 /// cluster file on SIGHUP. Shared by STATS and (later) routing; thread-safe.
@@ -15,7 +15,7 @@ public final class CachetNodeMembership: Sendable {
     /// The cluster file, or `nil` for a cluster of one.
     public let file: String?
 
-    private let state: Mutex<State>
+    private let state: CachetLock<State>
 
     private struct State {
         var nodeID: String
@@ -32,13 +32,13 @@ public final class CachetNodeMembership: Sendable {
     init(configuration: CachetNodeConfiguration) {
         if let cluster = configuration.cluster, let id = configuration.nodeID {
             file = cluster.file
-            state = Mutex(State(nodeID: id, membership: cluster.membership, idFromAddress: false))
+            state = CachetLock(State(nodeID: id, membership: cluster.membership, idFromAddress: false))
         } else {
             file = nil
             let id =
                 configuration.nodeID
                 ?? CachetClusterMember.defaultID(host: configuration.host, port: configuration.port)
-            state = Mutex(
+            state = CachetLock(
                 State(
                     nodeID: id,
                     membership: Self.single(id: id, host: configuration.host, port: configuration.port),

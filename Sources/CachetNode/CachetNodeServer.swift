@@ -1,5 +1,6 @@
 import CEpoll
 import CachetIO
+import CachetLocking
 public import CachetStore
 import CachetWire
 import Dispatch
@@ -28,7 +29,7 @@ public final class CachetNodeServer: Sendable {
     private let loops: [EventLoop]
     private let statistics: NodeStatistics
     private let nextLoop = Atomic<Int>(0)
-    private let state = LockedBox(RunState())
+    private let state = CachetLock(RunState())
     private let acceptQueue = DispatchQueue(label: "cachet.accept", qos: .userInitiated)
     private let maintenanceQueue = DispatchQueue(label: "cachet.maintenance", qos: .utility)
 
@@ -101,7 +102,7 @@ public final class CachetNodeServer: Sendable {
     }
 
     /// The port the node listens on, once started (useful with port 0).
-    public var port: Int { state.withLock { $0.boundPort } }
+    public var port: Int { state.withLockUnchecked { $0.boundPort } }
 
     /// The STATS reply body, as JSON.
     public var statisticsJSON: String { statistics.json() }
@@ -134,7 +135,7 @@ public final class CachetNodeServer: Sendable {
             // Queued behind pending writes; skipped while an earlier sweep still waits there.
             diskWorker?.submitSweep(now: now, budget: budget)
         }
-        state.withLock { state in
+        state.withLockUnchecked { state in
             state.listenFD = fd
             state.acceptSource = source
             state.sweepTimer = timer
@@ -223,7 +224,7 @@ public final class CachetNodeServer: Sendable {
     /// Suspends the accept source for 100 ms. Called on the accept queue, like everything that suspends,
     /// resumes or cancels that source, so a suspended source is always resumed before it is cancelled.
     private func pauseAccepting() {
-        let paused = state.withLock { state -> Bool in
+        let paused = state.withLockUnchecked { state -> Bool in
             guard let source = state.acceptSource, !state.acceptPaused else { return false }
             source.suspend()
             state.acceptPaused = true
@@ -231,7 +232,7 @@ public final class CachetNodeServer: Sendable {
         }
         guard paused else { return }
         acceptQueue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
-            state.withLock { state in
+            state.withLockUnchecked { state in
                 guard state.acceptPaused, let source = state.acceptSource else { return }
                 source.resume()
                 state.acceptPaused = false
@@ -259,7 +260,8 @@ public final class CachetNodeServer: Sendable {
     public func shutdown(timeout: Double? = nil) {
         let timeout = timeout ?? configuration.shutdownTimeout
         let started = DispatchTime.now()
-        let (source, timer) = state.withLock { state -> ((any DispatchSourceRead)?, (any DispatchSourceTimer)?) in
+        typealias Sources = ((any DispatchSourceRead)?, (any DispatchSourceTimer)?)
+        let (source, timer) = state.withLockUnchecked { state -> Sources in
             guard state.started, !state.stopped else { return (nil, nil) }
             state.stopped = true
             defer {
@@ -270,7 +272,7 @@ public final class CachetNodeServer: Sendable {
         }
         guard let source else { return }
         acceptQueue.sync {
-            state.withLock { state in
+            state.withLockUnchecked { state in
                 if state.acceptPaused {
                     source.resume()
                     state.acceptPaused = false

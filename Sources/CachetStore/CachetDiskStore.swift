@@ -1,3 +1,4 @@
+import CachetLocking
 import Dispatch
 public import Logging
 
@@ -25,11 +26,11 @@ public final class CachetDiskStore: Sendable {
     /// The configuration the tier was opened with.
     public let configuration: CachetDiskConfiguration
     let logger: Logger
-    let state: LockedBox<State>
+    let state: CachetLock<State>
     /// Serialises file operations. It guards no value: the Int is unused, and not `()` because
     /// ThreadSanitizer reports the exclusive access to a zero-sized value at the box's own address, where
     /// unlocked reads of its header look like a race.
-    let io = LockedBox(0)
+    let io = CachetLock(0)
     private let lockFD: Int32
     /// The invalidation journal; nil when it cannot be opened (see ``admit(_:)``).
     let journal: DiskJournal?
@@ -142,7 +143,7 @@ public final class CachetDiskStore: Sendable {
         // Without an index file there is something to rebuild only if fan-out directories exist.
         // After a CLEAR that could not delete everything, no file outside the index is trusted.
         let hasEntryDirectories = !staleClear && DiskFiles.list(directory).contains { $0.utf8.count == 2 }
-        state = LockedBox(
+        state = CachetLock(
             State(
                 index: index,
                 statistics: statistics,

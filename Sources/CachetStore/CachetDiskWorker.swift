@@ -1,3 +1,4 @@
+import CachetLocking
 import Dispatch
 import Synchronization
 
@@ -37,7 +38,7 @@ public final class CachetDiskWorker: Sendable {
     private let queue = DispatchQueue(label: "cachet.disk", qos: .utility)
     private let pendingWrites = Atomic<Int>(0)
     private let pendingOperations = Atomic<Int>(0)
-    private let waiters = LockedBox<[@Sendable () -> Void]>([])
+    private let waiters = CachetLock<[@Sendable () -> Void]>([])
     private let sweepQueued = Atomic<Bool>(false)
     private let capacity: Int
     /// Journaled operations applied so far; a PUT told to wait for the journal waits until this moves.
@@ -45,7 +46,7 @@ public final class CachetDiskWorker: Sendable {
     /// `appliedOperations` when the journal last said wait, or -1.
     private let journalBlockedAt = Atomic<Int>(-1)
     /// Writes, deletes and clears between their memory change and their submission, per key bucket.
-    private let writes = LockedBox(WriteTracking())
+    private let writes = CachetLock(WriteTracking())
 
     /// What a disk read promoted into memory must be checked against: a write of the same key whose
     /// memory change came after the read was queued, but whose disk operation runs after it, would

@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import CachetLocking
 import Glibc
 #endif
 
@@ -15,7 +16,7 @@ import Glibc
 /// one; a checkpoint writes the survivors to the other, then marks the old one empty. At start-up both are
 /// read, so a crash between the two steps loses nothing.
 ///
-/// `@unchecked Sendable`: `state` is a `LockedBox`; the descriptors are fixed at creation.
+/// `@unchecked Sendable`: `state` is a `CachetLock`; the descriptors are fixed at creation.
 final class DiskJournal: @unchecked Sendable {
     static let magic: [UInt8] = Array("CCHJ".utf8)
     static let headerSize = 16
@@ -27,7 +28,7 @@ final class DiskJournal: @unchecked Sendable {
     /// Records one file holds.
     let capacity: Int
     private let fds: [Int32]
-    private let state: LockedBox<State>
+    private let state: CachetLock<State>
 
     struct State {
         var active = 0
@@ -67,7 +68,7 @@ final class DiskJournal: @unchecked Sendable {
         self.capacity = capacity
         self.fds = fds
         // Appends wait for the first checkpoint, which the store makes right after replaying.
-        self.state = LockedBox(State(active: active, epoch: epoch, used: capacity))
+        self.state = CachetLock(State(active: active, epoch: epoch, used: capacity))
     }
 
     deinit {

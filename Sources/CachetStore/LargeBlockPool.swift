@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import CachetLocking
 import Glibc
 #endif
 
@@ -21,8 +22,7 @@ import Glibc
 /// so it can hold the link), so taking and returning a block allocates nothing.
 ///
 /// Thread-safe: one lock around the free lists, taken only for large blocks. `@unchecked Sendable`: the
-/// list heads are read and written only inside `pooled`'s lock, a pthread mutex (`LockedBox`), which
-/// ThreadSanitizer sees, unlike `Synchronization.Mutex` on Linux.
+/// list heads are read and written only inside `pooled`'s lock (a `CachetLock`).
 final class LargeBlockPool: @unchecked Sendable {
     /// Blocks this large or larger are allocated at a size class and pooled when freed.
     static let minimumBlockSize = 64 * 1024
@@ -33,7 +33,7 @@ final class LargeBlockPool: @unchecked Sendable {
     private static let classCount = 35 * classesPerDoubling
 
     /// Free bytes held, and the lock that guards `heads`.
-    private let pooled = LockedBox(0)
+    private let pooled = CachetLock(0)
     /// The first free block of each class, by class index (see `classIndex(ofBlockSize:)`); nil when none.
     private let heads: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     /// Bytes of free blocks the pool keeps at most.

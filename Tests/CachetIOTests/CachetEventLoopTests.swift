@@ -1,7 +1,7 @@
 import CachetIO
+import CachetLocking
 import Dispatch
 import Foundation
-import Synchronization
 import Testing
 
 /// Echoes every byte back: an inbound channel. With a greeting, sends it as soon as it is registered.
@@ -354,7 +354,7 @@ func waitUntil(
         let loop = try CachetEventLoop(label: "test.timers")
         loop.start()
         defer { loop.stop() }
-        let fired = Mutex<[Int]>([])
+        let fired = CachetLock<[Int]>([])
         let started = ContinuousClock.now
         loop.executeAndWait {
             loop.schedule(after: .milliseconds(60)) { fired.withLock { $0.append(3) } }

@@ -1,3 +1,4 @@
+import CachetLocking
 import CachetNode
 import CachetTestSupport
 import CachetWire
@@ -35,7 +36,7 @@ struct NodeShutdownTests {
 
         // Four writers that pipeline PUTs without pause; each records the keys acknowledged.
         let writers = 4
-        let outcomes = Mutex<[WriterOutcome]>([])
+        let outcomes = CachetLock<[WriterOutcome]>([])
         let working = Atomic<Int>(0)
         let group = DispatchGroup()
         for writer in 0..<writers {

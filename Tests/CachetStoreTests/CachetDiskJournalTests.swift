@@ -1,3 +1,4 @@
+import CachetLocking
 import CachetTestSupport
 import Dispatch
 import Foundation
@@ -204,7 +205,7 @@ struct CachetDiskJournalTests {
             restore = undo
             let worker = CachetDiskWorker(store: store)
             let done = DispatchSemaphore(value: 0)
-            let result = LockedBox<CachetDiskClearResult?>(nil)
+            let result = CachetLock<CachetDiskClearResult?>(nil)
             worker.removeAll { cleared in
                 result.withLock { $0 = cleared }
                 done.signal()
@@ -259,7 +260,7 @@ struct CachetDiskJournalTests {
         store.put(key: key(1), value: [1], expiry: 0)
         func read() -> CachetDiskEntry? {
             let done = DispatchSemaphore(value: 0)
-            let result = LockedBox<CachetDiskEntry?>(nil)
+            let result = CachetLock<CachetDiskEntry?>(nil)
             worker.get(key: key(1), now: 1) { entry in
                 result.withLock { $0 = entry }
                 done.signal()

@@ -1,7 +1,7 @@
+import CachetLocking
 import CachetTestSupport
 import Foundation
 import Logging
-import Synchronization
 import Testing
 
 @testable import CachetStore
@@ -18,7 +18,7 @@ final class CapturedLog: Sendable {
         var metadata: Logger.Metadata
     }
 
-    private let lines = Mutex<[Line]>([])
+    private let lines = CachetLock<[Line]>([])
 
     func append(_ line: Line) { lines.withLock { $0.append(line) } }
 
