@@ -24,6 +24,10 @@ public struct CachetNodeConfiguration: Sendable {
     /// Bytes all connections together may hold in buffers and in large PUT values still arriving
     /// (`--connection-memory`); `nil` takes ``defaultConnectionMemoryLimit``. See `ConnectionMemory`.
     public var connectionMemoryLimit: Int? = nil
+    /// Seconds a connection may hold part of the connection memory without progress (its replies not
+    /// read, its request not finished) while other connections wait for that memory, before it is closed
+    /// (`--client-stall-timeout`); 0 never closes one. See `EventLoop.evictStalledConnections`.
+    public var clientStallTimeout: Double = 3
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10
@@ -80,6 +84,12 @@ public struct CachetNodeConfiguration: Sendable {
             throw fail(
                 "--connection-memory \(limit) is below --max-frame \(maximumPayloadLength) + 1 MiB: a frame of the "
                     + "largest size could never be received; raise it or lower --max-frame"
+            )
+        }
+        guard clientStallTimeout >= 0 && clientStallTimeout <= 3600 else {
+            throw fail(
+                "--client-stall-timeout \(clientStallTimeout) must be between 0 (never close a stalled client) "
+                    + "and 3600 seconds"
             )
         }
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {

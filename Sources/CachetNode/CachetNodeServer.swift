@@ -92,6 +92,7 @@ public final class CachetNodeServer: Sendable {
                     ),
                     outputLimit: configuration.outputHighWatermark,
                     memory: connectionMemory,
+                    stallTimeout: configuration.clientStallTimeout,
                     lingerMilliseconds: configuration.ioLingerMilliseconds,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }

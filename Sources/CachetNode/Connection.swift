@@ -95,6 +95,18 @@ final class Connection: @unchecked Sendable {
     @exclusivity(unchecked) var inputReserved = 0
     /// When the last bytes arrived; kept only while the loop drains.
     @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
+    /// Bumped whenever the kernel takes reply bytes: a client that holds replies and does not read them
+    /// leaves it unchanged (see `EventLoop.evictStalledConnections`).
+    @exclusivity(unchecked) var repliesTaken: UInt32 = 0
+    /// Bumped whenever requests are taken from the input: a client that holds part of a frame and does not
+    /// finish it leaves it unchanged.
+    @exclusivity(unchecked) var requestsTaken: UInt32 = 0
+    /// The two counters when the loop last looked, and since when (`DispatchTime`s in nanoseconds) each
+    /// has not changed; kept up to date only while connections wait for memory.
+    @exclusivity(unchecked) var repliesSeen: UInt32 = 0
+    @exclusivity(unchecked) var requestsSeen: UInt32 = 0
+    @exclusivity(unchecked) var repliesStalledSince: UInt64 = 0
+    @exclusivity(unchecked) var requestsStalledSince: UInt64 = 0
 
     /// The size each buffer starts at, and shrinks back to. Small, so that idle connections cost little
     /// (two such buffers per connection: 10,000 idle connections hold 80 MiB of them at most); a request
@@ -156,6 +168,12 @@ final class Connection: @unchecked Sendable {
 
     /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts).
     var footprint: Int { max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize }
+
+    /// Everything this connection holds of the budget: its buffers and a large PUT arriving in place.
+    var heldBytes: Int {
+        if case .receivingValue(let put) = phase { return footprint + put.reserved }
+        return footprint
+    }
 
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
     /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
@@ -293,6 +311,7 @@ final class Connection: @unchecked Sendable {
             let n = cachet_send(fd, region.baseAddress, UInt(region.count))
             if n > 0 {
                 output.moveReadIndex(forwardBy: n)
+                repliesTaken &+= 1
                 continue
             }
             let code = errno

@@ -1,3 +1,4 @@
+import CachetLocking
 import Synchronization
 
 /// The one budget for the memory the node holds on behalf of its connections: every connection's input
@@ -35,6 +36,10 @@ final class ConnectionMemory: Sendable {
     private let used = Atomic<Int>(0)
     private let releaseCount = Atomic<Int>(0)
     private let pausedCount = Atomic<Int>(0)
+    private let evictedCount = Atomic<Int>(0)
+    /// Called when the first connection starts waiting, so that every loop watches its own connections
+    /// for stalled holders of the budget (the waiting one may be on another loop than they are).
+    private let waitingStarted = CachetLock<[@Sendable () -> Void]>([])
 
     /// - Parameters:
     ///   - limit: the budget.
@@ -67,6 +72,24 @@ final class ConnectionMemory: Sendable {
         if delta < 0 { releaseCount.add(1, ordering: .relaxed) }
     }
 
-    /// Counts a connection that starts or stops waiting for memory.
-    func countPaused(_ delta: Int) { pausedCount.add(delta, ordering: .relaxed) }
+    /// Connections closed since start for holding budget without progress while others waited.
+    var evicted: Int { evictedCount.load(ordering: .relaxed) }
+
+    /// Counts a connection that starts or stops waiting for memory; the first one to start waiting
+    /// calls every handler given to ``onWaitingStarted(_:)``.
+    func countPaused(_ delta: Int) {
+        let (before, _) = pausedCount.add(delta, ordering: .relaxed)
+        if before == 0 && delta > 0 {
+            for handler in waitingStarted.withLock({ $0 }) { handler() }
+        }
+    }
+
+    /// Registers `handler`, called (on the thread of the connection that starts waiting) whenever the
+    /// number of connections waiting for memory goes up from 0.
+    func onWaitingStarted(_ handler: @escaping @Sendable () -> Void) {
+        waitingStarted.withLock { $0.append(handler) }
+    }
+
+    /// Counts a connection closed for holding budget without progress.
+    func countEvicted() { evictedCount.add(1, ordering: .relaxed) }
 }

@@ -16,7 +16,8 @@ final class DirectPut {
     /// Value bytes written so far.
     var received: Int
     private let budget: ConnectionMemory
-    private let reserved: Int
+    /// Bytes charged to the budget for the value, from start to release.
+    let reserved: Int
 
     init(pending: CachetPendingPut, id: UInt32, received: Int, budget: ConnectionMemory) {
         self.pending = pending

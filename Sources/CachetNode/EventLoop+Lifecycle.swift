@@ -7,11 +7,14 @@ extension EventLoop {
     /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
     /// been returned, closes graceful closes that reached their deadline, and drives a drain.
     func housekeep() {
-        guard waitingForMemory > 0 || closingCount > 0 || draining else {
+        let watchStalls = stallTimeout > 0 && memory.paused > 0
+        if !watchStalls { exhaustedSince = 0 }
+        guard waitingForMemory > 0 || closingCount > 0 || draining || watchStalls else {
             housekeepingTimer?.cancel()
             housekeepingTimer = nil
             return
         }
+        if watchStalls { evictStalledConnections() }
         let releases = memory.releases
         let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
         if retry { seenReleases = releases }
@@ -24,6 +27,66 @@ extension EventLoop {
             }
         }
         if draining { drainStep(now: now) }
+    }
+
+    /// Closes the connections that hold part of the budget and have not moved for `stallTimeout` while
+    /// connections wait for memory: a client that does not read its replies, or does not finish the
+    /// request it has started, while its memory is what others wait for (Redis closes such clients by its
+    /// client output buffer limits). Looks every `stallScanInterval`. A client with replies pending moves
+    /// when the kernel takes some of them (answering more of its pipelined requests is not its doing); a
+    /// client with part of a frame in moves when a request of its is taken (bytes dripped in are not
+    /// enough). A connection waiting for memory with nothing of its own pending is one of those waiting
+    /// and is kept; so is every connection while nothing waits (a slow reader alone is only held back).
+    func evictStalledConnections() {
+        let clock = DispatchTime.now().uptimeNanoseconds
+        if exhaustedSince == 0 { exhaustedSince = clock }
+        guard clock >= lastStallScan + Self.stallScanInterval else { return }
+        lastStallScan = clock
+        var stalled: [(connection: Connection, held: Int)] = []
+        for case let connection? in connections {
+            if connection.repliesTaken != connection.repliesSeen || connection.repliesStalledSince == 0 {
+                connection.repliesSeen = connection.repliesTaken
+                connection.repliesStalledSince = clock
+            }
+            if connection.requestsTaken != connection.requestsSeen || connection.requestsStalledSince == 0 {
+                connection.requestsSeen = connection.requestsTaken
+                connection.requestsStalledSince = clock
+            }
+            let held = connection.heldBytes
+            guard held > 0 else { continue }
+            let pending = Self.pending(connection)
+            let repliesStalled = clock - max(connection.repliesStalledSince, exhaustedSince) >= stallTimeout
+            let requestStalled = clock - max(connection.requestsStalledSince, exhaustedSince) >= stallTimeout
+            if (pending.replies && repliesStalled) || (pending.request && requestStalled) {
+                stalled.append((connection, held))
+            }
+        }
+        guard !stalled.isEmpty else { return }
+        stalled.sort { $0.held > $1.held }
+        let seconds = Double(stallTimeout) / 1e9
+        for (connection, held) in stalled {
+            logger.warning(
+                "closing a connection that held connection memory without progress while others waited for it",
+                metadata: [
+                    "connection.fd": "\(connection.fd)", "connection.held_bytes": "\(held)",
+                    "connection.stall_seconds": "\(seconds)",
+                ]
+            )
+            memory.countEvicted()
+            close(connection)
+        }
+    }
+
+    /// What a connection holds that only its client can move: replies it has not read, a request it has
+    /// not finished sending. Neither while it waits for memory to grow its input, for the disk, or closes.
+    static func pending(_ connection: Connection) -> (replies: Bool, request: Bool) {
+        let replies = connection.output.readableBytes > 0
+        switch connection.phase {
+        case .reading(let frameLength): return (replies, frameLength > 0)
+        case .receivingValue: return (replies, true)
+        case .waitingForOutput, .waitingForMemory(.reply): return (replies, false)
+        case .waitingForMemory(.input), .waitingForDisk, .finishing, .closing, .closed: return (false, false)
+        }
     }
 
     /// Resumes connections waiting for memory, those holding the least first, until the budget is out again:

@@ -79,6 +79,16 @@ final class EventLoop: @unchecked Sendable {
     var waitingForMemory = 0
     /// How long a graceful close may wait for the peer to close after the last reply.
     let closeLinger: Double
+    /// Nanoseconds a connection may hold budget without progress while others wait for memory before it
+    /// is closed (`--client-stall-timeout`); 0 never closes one.
+    let stallTimeout: UInt64
+    /// Since when (a `DispatchTime` in nanoseconds) connections have waited for memory without a break, as
+    /// this loop saw it; 0 while none waits.
+    var exhaustedSince: UInt64 = 0
+    /// When connections were last checked for stalls (a `DispatchTime` in nanoseconds).
+    var lastStallScan: UInt64 = 0
+    /// How often, at most, connections are checked for stalls while others wait for memory.
+    static let stallScanInterval: UInt64 = 100_000_000
     /// Input bytes a graceful close throws away before it gives up waiting for the peer.
     static let discardLimit = 64 << 20
     static let housekeepingInterval = DispatchTimeInterval.milliseconds(10)
@@ -93,6 +103,7 @@ final class EventLoop: @unchecked Sendable {
         outputLimit: Int,
         memory: ConnectionMemory,
         closeLinger: Double = 2,
+        stallTimeout: Double = 0,
         lingerMilliseconds: Int,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
@@ -121,6 +132,7 @@ final class EventLoop: @unchecked Sendable {
         self.outputLimit = outputLimit
         self.memory = memory
         self.closeLinger = closeLinger
+        self.stallTimeout = UInt64(max(0, stallTimeout) * 1e9)
         var logger = logger
         logger[metadataKey: "io.loop"] = "\(index)"
         self.logger = logger
@@ -167,6 +179,12 @@ final class EventLoop: @unchecked Sendable {
         }
         source.activate()
         self.source = source
+        if stallTimeout > 0 {
+            // A connection that starts waiting on another loop may be waiting for this loop's connections.
+            memory.onWaitingStarted { [weak self] in
+                self?.execute { [weak self] in self?.scheduleHousekeeping() }
+            }
+        }
     }
 
     /// Starts the housekeeping timer unless it runs. It runs only while some connection waits for memory or
@@ -275,6 +293,7 @@ final class EventLoop: @unchecked Sendable {
                 if direct.isComplete {
                     connection.phase = .reading(frameLength: 0)
                     processor.completeDirectPut(direct, output: &connection.output, now: now)
+                    connection.requestsTaken &+= 1
                     process(connection, now: now)
                 } else if !peerClosed {
                     // Fewer bytes than the value lacks: the socket is drained for now.
@@ -347,6 +366,7 @@ final class EventLoop: @unchecked Sendable {
     /// in a reading phase; leaves it in the phase the input calls for.
     func process(_ connection: Connection, now: UInt32) {
         let replyRoom = memory.replyRoom
+        let unanswered = connection.input.readableBytes
         let result = processor.process(
             input: &connection.input,
             output: &connection.output,
@@ -360,6 +380,7 @@ final class EventLoop: @unchecked Sendable {
             now: now,
             directSend: DirectSend(fd: connection.fd)
         )
+        if connection.input.readableBytes != unanswered { connection.requestsTaken &+= 1 }
         switch result {
         case .needMoreBytes(let frameLength):
             connection.phase = .reading(frameLength: frameLength)

@@ -67,6 +67,7 @@ final class NodeStatistics: Sendable {
             ("connection_memory_bytes", "\(connectionMemory.current)"),
             ("connection_memory_limit", "\(connectionMemory.limit)"),
             ("connections_paused", "\(connectionMemory.paused)"),
+            ("connections_evicted", "\(connectionMemory.evicted)"),
         ]
         if let disk {
             let statistics = disk.store.statistics

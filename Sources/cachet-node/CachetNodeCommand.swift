@@ -62,6 +62,14 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var connectionMemory: String?
 
+    @Option(
+        help: """
+            Seconds a connection may hold connection memory without progress (replies not read, a request \
+            not finished) while others wait for that memory, before it is closed; 0: never.
+            """
+    )
+    var clientStallTimeout = 3.0
+
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
@@ -112,6 +120,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.memoryLimit = try CachetByteCount.parse(memoryLimit)
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
             configuration.shutdownTimeout = shutdownTimeout
+            configuration.clientStallTimeout = clientStallTimeout
             if let connectionMemory {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }

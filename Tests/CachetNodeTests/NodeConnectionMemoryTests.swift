@@ -22,6 +22,8 @@ struct NodeConnectionMemoryTests {
         let node = try NodeProcess(arguments: [
             "--memory-limit", "\(Self.memoryLimit)", "--max-frame", "\(Self.maxFrame)",
             "--connection-memory", "\(Self.connectionMemory)", "--disk-limit", "0", "--log-level", "warning",
+            // The budget under siege, without closing stalled clients (NodeClientStallTests covers that).
+            "--client-stall-timeout", "0",
         ])
         defer { node.stop() }
         let pid = node.process.processIdentifier
