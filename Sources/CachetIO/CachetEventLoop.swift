@@ -69,11 +69,15 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// Creates a loop; ``start()`` begins watching.
     /// - Parameters:
     ///   - label: the queue's label, e.g. `cachet.io.0`.
+    ///   - queue: a serial queue to run on, shared with other work (a server's own loop hosting outbound
+    ///     channels beside its connections: both then run on one queue, with no hop between them); nil
+    ///     creates the loop's own queue from `label` and `qos`.
     ///   - lingerMilliseconds: how long the handler waits for more events after a batch; 0 returns at once.
     ///   - qos: the queue's quality of service.
     /// - Throws: ``CachetIOError`` `resourceExhausted` when epoll or eventfd cannot be created.
     public init(
         label: String,
+        queue: DispatchQueue? = nil,
         lingerMilliseconds: Int = 0,
         qos: DispatchQoS = .userInitiated
     ) throws(CachetIOError) {
@@ -99,9 +103,9 @@ public final class CachetEventLoop: @unchecked Sendable {
         epollFD = fd
         self.wakeFD = wakeFD
         self.lingerMilliseconds = Int32(clamping: lingerMilliseconds)
-        queue = DispatchQueue(label: label, qos: qos)
+        self.queue = queue ?? DispatchQueue(label: label, qos: qos)
         events = cachet_epoll_events_create(eventCapacity)
-        queue.setSpecific(key: queueKey, value: ObjectIdentifier(self))
+        self.queue.setSpecific(key: queueKey, value: ObjectIdentifier(self))
     }
 
     deinit {
@@ -115,6 +119,10 @@ public final class CachetEventLoop: @unchecked Sendable {
     }
 
     // MARK: - Threading
+
+    /// The loop's epoll descriptor. A server loop that waits on an epoll set of its own, on the same queue,
+    /// adds this one to it (level-triggered) to learn that this loop has events and return to the queue.
+    public var epollDescriptor: Int32 { epollFD }
 
     /// Whether the caller runs on the loop's queue.
     public var inEventLoop: Bool { DispatchQueue.getSpecific(key: queueKey) == ObjectIdentifier(self) }

@@ -28,6 +28,9 @@ public struct CachetNodeConfiguration: Sendable {
     /// read, its request not finished) while other connections wait for that memory, before it is closed
     /// (`--client-stall-timeout`); 0 never closes one. See `EventLoop.evictStalledConnections`.
     public var clientStallTimeout: Double = 3
+    /// Seconds a request forwarded to the member that owns its key may take, the connect included, before
+    /// the client is answered UNAVAILABLE (`--forward-timeout`). See `Protocol/CLUSTER.md`, "Forwarding".
+    public var forwardTimeout: Double = 1
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10
@@ -91,6 +94,9 @@ public struct CachetNodeConfiguration: Sendable {
                 "--client-stall-timeout \(clientStallTimeout) must be between 0 (never close a stalled client) "
                     + "and 3600 seconds"
             )
+        }
+        guard forwardTimeout >= 0.001 && forwardTimeout <= 600 else {
+            throw fail("--forward-timeout \(forwardTimeout) must be between 0.001 and 600 seconds")
         }
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")

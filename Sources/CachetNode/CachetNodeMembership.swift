@@ -1,6 +1,7 @@
 public import CachetCluster
 import CachetLocking
 public import Logging
+import Synchronization
 
 /// The cluster a running node belongs to: its own id, the current membership, and the reloading of the
 /// cluster file on SIGHUP. Shared by STATS and (later) routing; thread-safe.
@@ -16,6 +17,12 @@ public final class CachetNodeMembership: Sendable {
     public let file: String?
 
     private let state: CachetLock<State>
+    /// Bumped each time the membership in force changes, so that a loop's routing snapshot can tell it
+    /// is out of date with one relaxed load per request.
+    private let changeCount = Atomic<Int>(0)
+
+    /// How many times the membership in force has changed since start.
+    var generation: Int { changeCount.load(ordering: .acquiring) }
 
     private struct State {
         var nodeID: String
@@ -51,6 +58,11 @@ public final class CachetNodeMembership: Sendable {
     /// The membership in force.
     public var current: CachetMembership { state.withLock { $0.membership } }
 
+    /// This node's id and the membership in force, read together.
+    func snapshot() -> (nodeID: String, membership: CachetMembership) {
+        state.withLock { ($0.nodeID, $0.membership) }
+    }
+
     /// Successful reloads of the cluster file since start.
     public var reloadCount: Int { state.withLock { $0.reloads } }
     /// Reloads refused since start (the old membership was kept).
@@ -67,6 +79,7 @@ public final class CachetNodeMembership: Sendable {
             if state.idFromAddress { state.nodeID = CachetClusterMember.defaultID(host: host, port: port) }
             state.membership = Self.single(id: state.nodeID, host: host, port: port)
         }
+        changeCount.add(1, ordering: .releasing)
     }
 
     /// Re-reads the cluster file and puts it in force if it is a valid cluster that still lists this node.
@@ -108,6 +121,7 @@ public final class CachetNodeMembership: Sendable {
             state.reloads += 1
             return old
         }
+        changeCount.add(1, ordering: .releasing)
         let changes = loaded.changes(since: old)
         if changes.isEmpty {
             logger.info(

@@ -88,11 +88,15 @@ public final class CachetNodeServer: Sendable {
                         counters: statistics.loopCounters[index],
                         maximumPayloadLength: configuration.maximumPayloadLength,
                         statistics: { statistics.json() },
-                        connectionMemory: connectionMemory
+                        connectionMemory: connectionMemory,
+                        // A node with a cluster file may have peers (now or after a reload); a cluster
+                        // of one never forwards and pays nothing for it.
+                        router: configuration.cluster == nil ? nil : ForwardRouter(membership: statistics.membership)
                     ),
                     outputLimit: configuration.outputHighWatermark,
                     memory: connectionMemory,
                     stallTimeout: configuration.clientStallTimeout,
+                    forwardTimeout: configuration.cluster == nil ? nil : configuration.forwardTimeout,
                     lingerMilliseconds: configuration.ioLingerMilliseconds,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }

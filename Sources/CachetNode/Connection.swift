@@ -36,8 +36,9 @@ final class Connection: @unchecked Sendable {
         /// The input must grow, or the next reply be queued, and the connections' memory budget has no
         /// room (``ConnectionMemory``). Not reading. Woken by the loop once memory has been returned.
         case waitingForMemory(MemoryWait)
-        /// A request waits for the disk queue. Not reading. Woken by the operation's completion.
-        case waitingForDisk
+        /// A request waits for the disk queue, or for the peer it was forwarded to. Not reading. Woken by the
+        /// operation's completion.
+        case waitingForCompletion
         /// The peer has ended its stream: every whole request was answered; what is queued is sent, then
         /// the connection closes. Waits for the socket to become writable.
         case finishing
@@ -140,13 +141,14 @@ final class Connection: @unchecked Sendable {
     /// hang-ups), and each phase that waits on its socket is registered for what it waits for: reading
     /// phases for `EPOLLIN`, the others for `EPOLLOUT`. `EPOLLOUT` is asked for whenever output is pending,
     /// and always while waiting for the output to drain, so that even an empty output wakes the connection.
-    /// Only `waitingForMemory` and `waitingForDisk` wait on something else, and those are woken by the loop.
+    /// Only `waitingForMemory` and `waitingForCompletion` wait on something else, and those are woken by
+    /// the loop.
     static func interest(for phase: Phase, outputPending: Bool) -> UInt32 {
         let write = outputPending ? cachet_EPOLLOUT : 0
         switch phase {
         case .reading, .receivingValue, .closing: return readInterest | write
         case .waitingForOutput: return cachet_EPOLLRDHUP | cachet_EPOLLOUT
-        case .waitingForMemory, .waitingForDisk, .finishing: return cachet_EPOLLRDHUP | write
+        case .waitingForMemory, .waitingForCompletion, .finishing: return cachet_EPOLLRDHUP | write
         case .closed: return 0
         }
     }

@@ -1,4 +1,6 @@
+import CachetCluster
 import CachetStore
+import CachetWire
 
 /// The disk tier as the node uses it: the synchronous store (for index look-ups) and the worker that owns
 /// the dedicated disk queue (for everything that touches files).
@@ -8,8 +10,8 @@ struct DiskTier: Sendable {
     let limit: Int
 }
 
-/// A request that waits for the disk queue. The connection reads and answers nothing more until it
-/// completes, so replies stay in request order.
+/// A request that waits for something outside the loop: the disk queue, or the member it is forwarded to.
+/// The connection reads and answers nothing more until it completes, so replies stay in request order.
 enum PendingOperation {
     /// A GET that missed memory and may be on disk.
     case get(key: [UInt8], id: UInt32)
@@ -17,4 +19,16 @@ enum PendingOperation {
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty; the disk tier empties behind the queued writes.
     case clear(id: UInt32, memoryOnlyItems: Int, memoryOnlyBytes: Int)
+    /// A GET, PUT or DEL of a key another member owns (`Protocol/CLUSTER.md`, "Forwarding").
+    case forward(ForwardRequest)
+}
+
+/// A request on its way to the member that owns its key: the whole frame as received, with the
+/// `forwarded` flag set (the request id is replaced by the peer connection's own), and what the client's
+/// reply needs back.
+struct ForwardRequest {
+    var frame: [UInt8]
+    let opcode: CachetOpcode
+    let id: UInt32
+    let owner: CachetClusterMember
 }

@@ -8,6 +8,10 @@ import Dispatch
 extension EventLoop {
     /// Hands an operation to the disk queue; its completion hops back to this loop's queue.
     func start(_ operation: PendingOperation, for connection: Connection) {
+        if case .forward(let request) = operation {
+            startForward(request, for: connection)
+            return
+        }
         guard let disk = processor.disk else { return }
         switch operation {
         case .get(let key, let id):
@@ -23,7 +27,7 @@ extension EventLoop {
                 execute { [self] in
                     // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
                     // never acknowledged.
-                    guard case .waitingForDisk = connection.phase else {
+                    guard case .waitingForCompletion = connection.phase else {
                         disk.worker.abandonWrite(key: key)
                         return
                     }
@@ -53,15 +57,17 @@ extension EventLoop {
                     }
                 }
             }
+        case .forward:
+            break
         }
     }
 
     /// Writes a completed operation's reply, then carries on with the requests behind it.
-    private func resume(
+    func resume(
         _ connection: Connection,
         reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
     ) {
-        guard case .waitingForDisk = connection.phase else { return }
+        guard case .waitingForCompletion = connection.phase else { return }
         let now = CachetClock.now()
         reply(processor, &connection.output, now)
         connection.phase = .reading(frameLength: 0)

@@ -85,7 +85,7 @@ extension EventLoop {
         case .reading(let frameLength): return (replies, frameLength > 0)
         case .receivingValue: return (replies, true)
         case .waitingForOutput, .waitingForMemory(.reply): return (replies, false)
-        case .waitingForMemory(.input), .waitingForDisk, .finishing, .closing, .closed: return (false, false)
+        case .waitingForMemory(.input), .waitingForCompletion, .finishing, .closing, .closed: return (false, false)
         }
     }
 
@@ -146,7 +146,7 @@ extension EventLoop {
             switch connection.phase {
             case .closing, .closed:
                 continue
-            case .waitingForDisk:
+            case .waitingForCompletion:
                 // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written).
                 guard servingOver else { continue }
             default:
@@ -167,6 +167,7 @@ extension EventLoop {
         housekeepingTimer?.cancel()
         housekeepingTimer = nil
         for case let connection? in connections { close(connection) }
+        forwarder?.stop()
         // Kept (cancelled) so that deinit knows the cancel handler closes the descriptors.
         source?.cancel()
     }

@@ -50,6 +50,8 @@ final class EventLoop: @unchecked Sendable {
     /// An eventfd in the epoll set, signalled by ``execute(_:)``.
     private let wakeFD: Int32
     private static let wakeToken = UInt64.max
+    /// The token of the peer loop's epoll descriptor in this loop's set (see ``forwarder``).
+    private static let peerToken = UInt64.max - 1
     private let lingerMilliseconds: Int32
     /// Reads of one connection per event before the loop moves on to the others.
     private static let readsPerEvent = 8
@@ -61,6 +63,10 @@ final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) var freeSlots: [Int] = []
     @exclusivity(unchecked) var generation: UInt64 = 0
     let processor: RequestProcessor
+    /// The connections to other members for forwarded requests; nil on a node that never forwards. Its
+    /// loop runs on this loop's queue, and its epoll descriptor is in this loop's set, so that a reply
+    /// from a peer ends a linger in `epoll_wait` at once.
+    let forwarder: PeerForwarder?
     private let outputLimit: Int
     let logger: Logger
     let onClose: @Sendable () -> Void
@@ -104,6 +110,7 @@ final class EventLoop: @unchecked Sendable {
         memory: ConnectionMemory,
         closeLinger: Double = 2,
         stallTimeout: Double = 0,
+        forwardTimeout: Double? = nil,
         lingerMilliseconds: Int,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
@@ -126,7 +133,29 @@ final class EventLoop: @unchecked Sendable {
         self.epollFD = fd
         self.wakeFD = wakeFD
         self.lingerMilliseconds = Int32(lingerMilliseconds)
-        self.queue = DispatchQueue(label: "cachet.io.\(index)", qos: .userInitiated)
+        let queue = DispatchQueue(label: "cachet.io.\(index)", qos: .userInitiated)
+        self.queue = queue
+        if let forwardTimeout {
+            do throws(CachetIOError) {
+                let forwarder = try PeerForwarder(
+                    queue: queue,
+                    index: index,
+                    timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
+                    maximumReplyLength: processor.maximumPayloadLength,
+                    logger: logger
+                )
+                guard cachet_epoll_add(fd, forwarder.loop.epollDescriptor, cachet_EPOLLIN, Self.peerToken) == 0 else {
+                    throw CachetIOError(code: .resourceExhausted, message: "epoll_ctl(ADD) failed: errno \(errno)")
+                }
+                self.forwarder = forwarder
+            } catch {
+                _ = Glibc.close(wakeFD)
+                _ = Glibc.close(fd)
+                throw CachetNodeError(code: .resourceExhausted, message: "peer connections: \(error.message)")
+            }
+        } else {
+            forwarder = nil
+        }
         self.events = cachet_epoll_events_create(eventCapacity)
         self.processor = processor
         self.outputLimit = outputLimit
@@ -179,6 +208,7 @@ final class EventLoop: @unchecked Sendable {
         }
         source.activate()
         self.source = source
+        forwarder?.start()
         if stallTimeout > 0 {
             // A connection that starts waiting on another loop may be waiting for this loop's connections.
             memory.onWaitingStarted { [weak self] in
@@ -212,6 +242,11 @@ final class EventLoop: @unchecked Sendable {
                 let token = cachet_epoll_event_token(events, i)
                 if token == Self.wakeToken {
                     cachet_eventfd_reset(wakeFD)
+                    woken = true
+                    continue
+                }
+                if token == Self.peerToken {
+                    // The peer loop has replies: return to the queue so that its source runs.
                     woken = true
                     continue
                 }
@@ -391,7 +426,7 @@ final class EventLoop: @unchecked Sendable {
         case .closeAfterReply:
             beginClosing(connection)
         case .suspended(let operation):
-            connection.phase = .waitingForDisk
+            connection.phase = .waitingForCompletion
             start(operation, for: connection)
         case .receivingValue(let direct):
             connection.phase = .receivingValue(direct)

@@ -10,6 +10,12 @@ final class RequestCounters: Sendable {
     let deletes = Atomic<Int>(0)
     let diskHits = Atomic<Int>(0)
     let badRequests = Atomic<Int>(0)
+    /// Requests sent on to the member that owns their key.
+    let forwards = Atomic<Int>(0)
+    /// Forwards answered UNAVAILABLE here: the owner refused, failed, or did not answer in time.
+    let forwardFailures = Atomic<Int>(0)
+    /// Requests marked `forwarded` for a key this node does not own (served here all the same).
+    let routingDisagreements = Atomic<Int>(0)
 
     @inline(__always)
     static func bump(_ counter: borrowing Atomic<Int>) {
@@ -26,6 +32,9 @@ struct RequestCounts {
     var deletes = 0
     var diskHits = 0
     var badRequests = 0
+    var forwards = 0
+    var forwardFailures = 0
+    var routingDisagreements = 0
 
     mutating func add(_ counters: RequestCounters) {
         gets += counters.gets.load(ordering: .relaxed)
@@ -35,5 +44,8 @@ struct RequestCounts {
         deletes += counters.deletes.load(ordering: .relaxed)
         diskHits += counters.diskHits.load(ordering: .relaxed)
         badRequests += counters.badRequests.load(ordering: .relaxed)
+        forwards += counters.forwards.load(ordering: .relaxed)
+        forwardFailures += counters.forwardFailures.load(ordering: .relaxed)
+        routingDisagreements += counters.routingDisagreements.load(ordering: .relaxed)
     }
 }

@@ -56,6 +56,8 @@ struct RequestProcessor {
     let statistics: @Sendable () -> String
     /// The budget shared by every connection's buffers and large PUTs still arriving.
     let connectionMemory: ConnectionMemory
+    /// Which keys are other members'; nil on a node that is a cluster of one, which serves every key.
+    var router: ForwardRouter? = nil
 
     /// Answers every whole frame in `input`, appending the replies to `output`.
     ///
@@ -141,6 +143,7 @@ struct RequestProcessor {
             switch header.opcode {
             case .get:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
+                if let router, let forward = route(frame, key: key, in: buffer, router: router) { return forward }
                 return get(
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
                     id: header.id,
@@ -152,9 +155,11 @@ struct RequestProcessor {
                 )
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
+                if let router, let forward = route(frame, key: put.key, in: buffer, router: router) { return forward }
                 return self.put(put, in: buffer, id: header.id, output: &output, now: now)
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
+                if let router, let forward = route(frame, key: key, in: buffer, router: router) { return forward }
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
@@ -180,6 +185,31 @@ struct RequestProcessor {
             appendError(error, opcode: header.opcode, id: header.id, to: &output)
         }
         return nil
+    }
+
+    /// The forward of a request whose key another member owns, or nil to serve it here: when this node
+    /// owns the key, or the request was forwarded already (it is then served here whatever the ring says,
+    /// and counted as a routing disagreement: a request crosses at most one hop).
+    @inline(never)
+    private func route(
+        _ frame: CachetFrame,
+        key: Range<Int>,
+        in buffer: UnsafeRawBufferPointer,
+        router: ForwardRouter
+    ) -> PendingOperation? {
+        guard let owner = router.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[key])) else { return nil }
+        let forwarded = CachetRequestFlags.forwarded.rawValue
+        if frame.header.flags & forwarded != 0 {
+            RequestCounters.bump(counters.routingDisagreements)
+            return nil
+        }
+        RequestCounters.bump(counters.forwards)
+        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
+        var request = Array(buffer[start..<frame.end])
+        request.withUnsafeMutableBytes {
+            $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
+        }
+        return .forward(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: owner))
     }
 
     @inline(__always)
@@ -352,7 +382,8 @@ struct RequestProcessor {
             header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,
-            connectionMemory.allows(put.value.count)
+            connectionMemory.allows(put.value.count),
+            router?.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[put.key])) == nil
         else { return nil }
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         guard

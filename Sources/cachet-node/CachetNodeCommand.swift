@@ -70,6 +70,14 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var clientStallTimeout = 3.0
 
+    @Option(
+        help: """
+            Seconds a request forwarded to the member that owns its key may take (connect included) \
+            before the client gets UNAVAILABLE.
+            """
+    )
+    var forwardTimeout = 1.0
+
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
@@ -121,6 +129,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.maximumPayloadLength = try CachetByteCount.parse(maxFrame)
             configuration.shutdownTimeout = shutdownTimeout
             configuration.clientStallTimeout = clientStallTimeout
+            configuration.forwardTimeout = forwardTimeout
             if let connectionMemory {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }

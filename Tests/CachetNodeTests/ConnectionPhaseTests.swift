@@ -15,7 +15,7 @@ struct ConnectionPhaseTests {
             .waitingForOutput,
             .waitingForMemory(.input(frameLength: 1 << 20)),
             .waitingForMemory(.reply),
-            .waitingForDisk,
+            .waitingForCompletion,
             .finishing,
             .closing(Connection.Closing(deadline: 0)),
             .closing(Connection.Closing(deadline: 0, writeShut: true)),

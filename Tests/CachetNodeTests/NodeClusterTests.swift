@@ -68,8 +68,10 @@ struct NodeClusterTests {
         let members = stats["cluster_members"] as? [[String: Any]] ?? []
         #expect(members.map { $0["port"] as? Int } == [17420, 17421, 17422])
         #expect(members.allSatisfy { $0["host"] as? String == "127.0.0.1" })
-        // It serves as any node does (forwarding comes later: every key is served here).
-        #expect(try node.connect().roundTrip(.put(key: [UInt8]("k".utf8), value: [1], ttl: 0)).status == .ok)
+        // It serves its own keys (the others' go to their owners: NodeForwardingTests).
+        let membership = try CachetMembership(contentsOfFile: file)
+        let own = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n2" }!
+        #expect(try node.connect().roundTrip(.put(key: Array(own.utf8), value: [1], ttl: 0)).status == .ok)
         #expect(node.log.contains("node.id=n2"))
         #expect(node.stop() == 0)
     }
@@ -217,10 +219,17 @@ struct NodeClusterTests {
         #expect(stats["cluster_hash"] as? String == second)
         #expect(node.log.contains("membership unchanged"))
 
-        // Through it all the node served.
+        // Through it all the node served: its own keys here, and the others' by forwarding them to their
+        // owners under the membership in force (none of which runs in this test, so they are unavailable).
+        let membership = try CachetMembership(contentsOfFile: file)
+        let own = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n1" }!
+        let foreign = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n4" }!
         let client = try node.connect()
-        #expect(try client.roundTrip(.put(key: [UInt8]("k".utf8), value: [7], ttl: 0)).status == .ok)
-        #expect(try client.roundTrip(.get(key: [UInt8]("k".utf8))).body == [7])
+        #expect(try client.roundTrip(.put(key: Array(own.utf8), value: [7], ttl: 0)).status == .ok)
+        #expect(try client.roundTrip(.get(key: Array(own.utf8))).body == [7])
+        let forwarded = try client.roundTrip(.get(key: Array(foreign.utf8)))
+        #expect(forwarded.status == .unavailable)
+        #expect(String(decoding: forwarded.body, as: UTF8.self).contains("n4"))
         #expect(node.stop() == 0)
     }
 

@@ -1,0 +1,98 @@
+import CachetCluster
+import CachetIO
+import CachetWire
+
+/// What became of a forwarded request.
+enum ForwardOutcome {
+    /// The owner answered with this status and body (the client's opcode and id are restored by the
+    /// caller).
+    case answered(status: CachetStatus, body: [UInt8])
+    /// No answer: the connection was refused, failed or closed, the deadline passed, or too many forwards
+    /// were in flight to the member. The message names the member and why.
+    case unavailable(String)
+}
+
+/// One outbound connection from this node to a peer, carrying many forwarded requests at once, each with
+/// its own request id and deadline; replies are matched by id, so they may come in any order. Hosted by
+/// the companion ``CachetEventLoop`` of one of the node's loops (the same queue), and used only there.
+///
+/// `@unchecked Sendable` as every channel: touched only on its loop's queue.
+final class PeerChannel: CachetChannel, @unchecked Sendable {
+    struct Pending {
+        let completion: (ForwardOutcome) -> Void
+        let timer: CachetTimerID
+    }
+
+    let member: CachetClusterMember
+    private let maximumReplyLength: Int
+    private(set) var pending: [UInt32: Pending] = [:]
+    private var nextID: UInt32 = 1
+    /// Called once the channel has closed, so that its pool opens a new one for the next forward.
+    var onClose: ((PeerChannel) -> Void)?
+
+    init(member: CachetClusterMember, maximumReplyLength: Int) {
+        self.member = member
+        self.maximumReplyLength = maximumReplyLength
+        super.init(inputCapacity: 16 << 10, outputCapacity: 16 << 10)
+    }
+
+    /// How the member is named in messages: its id, and its address when that differs.
+    var name: String { member.description }
+
+    /// Sends `request` (a whole request frame, the `forwarded` flag already set) under a request id of
+    /// this channel's; `completion` runs on the loop with the reply, or with `unavailable` when `timeout`
+    /// passes first or the channel fails.
+    func send(_ request: inout [UInt8], timeout: Duration, completion: @escaping (ForwardOutcome) -> Void) {
+        guard let loop = eventLoop, state != .closed else {
+            completion(.unavailable("\(name) is not connected"))
+            return
+        }
+        let id = nextID
+        nextID = nextID == .max ? 1 : nextID + 1
+        request.withUnsafeMutableBytes { $0.storeBytes(of: id.bigEndian, toByteOffset: 8, as: UInt32.self) }
+        let timer = loop.schedule(after: timeout) { [unowned self] in
+            guard let expired = pending.removeValue(forKey: id) else { return }
+            expired.completion(.unavailable("\(name) did not answer within \(timeout)"))
+        }
+        pending[id] = Pending(completion: completion, timer: timer)
+        write(request)
+        flush()
+    }
+
+    override func channelRead() {
+        while true {
+            let frame: CachetFrame?
+            do {
+                frame = try CachetReplyDecoder.decodeReply(
+                    in: input.wholeRegion,
+                    at: input.readIndex,
+                    maximumPayloadLength: maximumReplyLength
+                )
+                if let frame { try CachetReplyDecoder.validateReplyHeader(frame.header) }
+            } catch {
+                close(error: CachetIOError(code: .connectionFailed, message: "\(name) sent a bad reply: \(error)"))
+                return
+            }
+            guard let frame else { break }
+            let body = Array(input.wholeRegion[frame.body])
+            input.moveReadIndex(to: frame.end)
+            // A reply for a forward whose deadline passed is dropped.
+            guard let waiting = pending.removeValue(forKey: frame.header.id) else { continue }
+            eventLoop?.cancelTimer(waiting.timer)
+            waiting.completion(.answered(status: frame.header.status, body: body))
+        }
+        if input.readableBytes == 0 { input.clear() }
+    }
+
+    override func channelInactive(error: CachetIOError?) {
+        let reason = error?.message ?? "the connection closed"
+        let failed = pending
+        pending.removeAll()
+        for (_, waiting) in failed.sorted(by: { $0.key < $1.key }) {
+            eventLoop?.cancelTimer(waiting.timer)
+            waiting.completion(.unavailable("\(name): \(reason)"))
+        }
+        onClose?(self)
+        onClose = nil
+    }
+}

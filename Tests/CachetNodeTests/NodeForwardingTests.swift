@@ -1,0 +1,190 @@
+import CachetCluster
+import CachetIO
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Forwarding between real node processes (`Protocol/CLUSTER.md`, "Forwarding"): a node that gets a key
+/// another member owns sends it there and relays the answer, so any node serves any key; a forwarded
+/// request is never forwarded again; an owner that is gone or frozen is answered UNAVAILABLE quickly.
+@Suite("Node: forwarding to the key's owner")
+struct NodeForwardingTests {
+    /// Three nodes of one cluster file on free ports, n1 to n3.
+    final class Cluster {
+        let directory = TemporaryDirectory(prefix: "cachet-forwarding")
+        let file: String
+        let membership: CachetMembership
+        var nodes: [String: NodeProcess] = [:]
+
+        init(extraArguments: [String] = []) throws {
+            var ports: [Int] = []
+            var probes: [Int32] = []
+            for _ in 0..<3 {
+                let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+                probes.append(fd)
+                ports.append(port)
+            }
+            for fd in probes { close(fd) }
+            let entries = ports.enumerated().map { index, port in
+                "{\"id\": \"n\(index + 1)\", \"host\": \"127.0.0.1\", \"port\": \(port)}"
+            }
+            file = directory.appending("cluster.json")
+            try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
+                .write(to: URL(fileURLWithPath: file))
+            membership = try CachetMembership(contentsOfFile: file)
+            for (index, id) in ["n1", "n2", "n3"].enumerated() {
+                // The member's own port (NodeProcess asks for port 0 unless told).
+                nodes[id] = try NodeProcess(
+                    arguments: ["--cluster", file, "--node-id", id, "--port", "\(ports[index])", "--disk-limit", "0"]
+                        + extraArguments
+                )
+            }
+        }
+
+        func node(_ id: String) -> NodeProcess { nodes[id]! }
+
+        /// The id of the member that owns `key`.
+        func owner(of key: String) -> String { membership.owner(of: key).id }
+
+        /// A key owned by `id`, and not by the others.
+        func key(ownedBy id: String, prefix: String = "k") -> String {
+            (0...).lazy.map { "\(prefix)\($0)" }.first { owner(of: $0) == id }!
+        }
+
+        func stats(_ id: String) throws -> [String: Any] {
+            let reply = try node(id).connect().roundTrip(.stats)
+            return try JSONSerialization.jsonObject(with: Data(reply.body)) as! [String: Any]
+        }
+
+        deinit {
+            for node in nodes.values { node.stop(signal: SIGKILL) }
+        }
+    }
+
+    static func get(_ key: String, from socket: TestSocket, flags: CachetRequestFlags = [], id: UInt32 = 1) throws
+        -> CachetResponse
+    {
+        try socket.send(CachetCommand.get(key: Array(key.utf8)).encoded(id: id, flags: flags))
+        return try socket.readResponse()
+    }
+
+    @Test func everyKeyIsServedThroughEveryNodeAndStoredOnlyOnItsOwner() throws {
+        let cluster = try Cluster()
+        let ids = ["n1", "n2", "n3"]
+        let sockets = try ids.map { try cluster.node($0).connect() }
+        let keys = (0..<60).map { "key-\($0)" }
+        for (index, key) in keys.enumerated() {
+            let put = CachetCommand.put(key: Array(key.utf8), value: Array("v\(index)".utf8), ttl: 0)
+            #expect(try sockets[index % 3].roundTrip(put, id: UInt32(index)).status == .ok)
+        }
+        for (index, key) in keys.enumerated() {
+            for (node, socket) in zip(ids, sockets) {
+                let reply = try Self.get(key, from: socket, id: UInt32(1000 + index))
+                #expect(reply.status == .ok && reply.body == Array("v\(index)".utf8), "\(key) through \(node)")
+                #expect(reply.id == UInt32(1000 + index) && reply.opcode == .get)
+            }
+            // Asked with `forwarded` set, each node answers from its own store: only the owner has it.
+            for (node, socket) in zip(ids, sockets) {
+                let local = try Self.get(key, from: socket, flags: .forwarded)
+                let expected: CachetStatus = node == cluster.owner(of: key) ? .ok : .notFound
+                #expect(local.status == expected, "\(key) on \(node), owned by \(cluster.owner(of: key))")
+            }
+        }
+        let stats = try ids.map { try cluster.stats($0) }
+        #expect(stats.map { $0["items"] as? Int ?? 0 }.reduce(0, +) == keys.count)
+        #expect(stats.allSatisfy { ($0["forwards"] as? Int ?? 0) > 0 && $0["forward_failures"] as? Int == 0 })
+        // A DEL through a node that does not own the key removes it from the owner.
+        let key = cluster.key(ownedBy: "n3")
+        _ = try sockets[2].roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0))
+        #expect(try sockets[0].roundTrip(.delete(key: Array(key.utf8))).status == .ok)
+        #expect(try Self.get(key, from: sockets[2]).status == .notFound)
+    }
+
+    @Test func pipelinedRequestsForDifferentOwnersAreAnsweredInOrder() throws {
+        let cluster = try Cluster()
+        let socket = try cluster.node("n1").connect()
+        let keys = (0..<30).map { "p\($0)" }
+        var batch: [UInt8] = []
+        for (index, key) in keys.enumerated() {
+            CachetCommand.put(key: Array(key.utf8), value: Array(key.utf8), ttl: 0).encode(
+                id: UInt32(index),
+                to: &batch
+            )
+            CachetCommand.get(key: Array(key.utf8)).encode(id: UInt32(100 + index), to: &batch)
+        }
+        try socket.send(batch)
+        for (index, key) in keys.enumerated() {
+            let put = try socket.readResponse()
+            #expect(put.id == UInt32(index) && put.opcode == .put && put.status == .ok, "\(put)")
+            let get = try socket.readResponse()
+            #expect(
+                get.id == UInt32(100 + index) && get.body == Array(key.utf8),
+                "\(key), owner \(cluster.owner(of: key))"
+            )
+        }
+        #expect(Set(keys.map(cluster.owner(of:))).count == 3, "the keys span every member")
+    }
+
+    @Test func aForwardedRequestIsServedWhereItArrivesAndCounted() throws {
+        // A node whose cluster file disagrees would send a key to a node that does not own it: that node
+        // serves it itself (no second hop, so no loop) and counts the disagreement.
+        let cluster = try Cluster()
+        let key = cluster.key(ownedBy: "n1")
+        let n2 = try cluster.node("n2").connect()
+        let put = CachetCommand.put(key: Array(key.utf8), value: [7], ttl: 0).encoded(id: 5, flags: .forwarded)
+        try n2.send(put)
+        #expect(try n2.readResponse().status == .ok)
+        #expect(try Self.get(key, from: n2, flags: .forwarded).body == [7])
+        #expect(try Self.get(key, from: try cluster.node("n1").connect(), flags: .forwarded).status == .notFound)
+        let stats = try cluster.stats("n2")
+        #expect(stats["routing_disagreements"] as? Int == 2)
+        #expect(stats["forwards"] as? Int == 0)
+    }
+
+    @Test func anOwnerThatIsGoneOrFrozenIsAnsweredUnavailableQuickly() throws {
+        let cluster = try Cluster(extraArguments: ["--forward-timeout", "0.3"])
+        let n1 = try cluster.node("n1").connect()
+        let frozenKey = cluster.key(ownedBy: "n2")
+        let goneKey = cluster.key(ownedBy: "n3")
+        let liveKey = cluster.key(ownedBy: "n1")
+        for key in [frozenKey, goneKey, liveKey] {
+            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0)).status == .ok)
+        }
+
+        // Killed: the connection is refused, so the answer comes at once.
+        _ = cluster.node("n3").stop(signal: SIGKILL)
+        var started = Date()
+        let gone = try Self.get(goneKey, from: n1)
+        #expect(gone.status == .unavailable)
+        #expect(
+            String(decoding: gone.body, as: UTF8.self).contains("n3"),
+            "\(String(decoding: gone.body, as: UTF8.self))"
+        )
+        #expect(Date().timeIntervalSince(started) < 1)
+
+        // Frozen: nothing answers, so the deadline (0.3 s) does.
+        kill(cluster.node("n2").process.processIdentifier, SIGSTOP)
+        defer { kill(cluster.node("n2").process.processIdentifier, SIGCONT) }
+        started = Date()
+        let frozen = try Self.get(frozenKey, from: n1)
+        let waited = Date().timeIntervalSince(started)
+        #expect(frozen.status == .unavailable)
+        #expect(waited >= 0.25 && waited < 2, "answered after \(waited) s")
+        // Keys of the members that answer are not held up.
+        #expect(try Self.get(liveKey, from: n1).body == [1])
+        let stats = try cluster.stats("n1")
+        #expect(stats["forward_failures"] as? Int == 2, "\(stats)")
+
+        // Thawed, the frozen owner answers again; the late reply to the expired forward is dropped.
+        kill(cluster.node("n2").process.processIdentifier, SIGCONT)
+        let deadline = Date().addingTimeInterval(5)
+        var back = try Self.get(frozenKey, from: n1)
+        while back.status != .ok && Date() < deadline { back = try Self.get(frozenKey, from: n1) }
+        #expect(back.status == .ok && back.body == [1])
+    }
+}
