@@ -79,6 +79,9 @@ public final class CachetNodeServer: Sendable {
         let connectionMemory = statistics.connectionMemory
         var loops: [EventLoop] = []
         for index in 0..<configuration.ioQueueCount {
+            // A node with a cluster file may have peers (now or after a reload); a cluster of one never
+            // forwards and pays nothing for it.
+            let router = configuration.cluster == nil ? nil : ForwardRouter(membership: statistics.membership)
             loops.append(
                 try EventLoop(
                     index: index,
@@ -89,10 +92,9 @@ public final class CachetNodeServer: Sendable {
                         maximumPayloadLength: configuration.maximumPayloadLength,
                         statistics: { statistics.json() },
                         connectionMemory: connectionMemory,
-                        // A node with a cluster file may have peers (now or after a reload); a cluster
-                        // of one never forwards and pays nothing for it.
-                        router: configuration.cluster == nil ? nil : ForwardRouter(membership: statistics.membership)
+                        router: router
                     ),
+                    router: router,
                     outputLimit: configuration.outputHighWatermark,
                     memory: connectionMemory,
                     stallTimeout: configuration.clientStallTimeout,

@@ -99,8 +99,8 @@ final class Connection: @unchecked Sendable {
     /// Bumped whenever the kernel takes reply bytes: a client that holds replies and does not read them
     /// leaves it unchanged (see `EventLoop.evictStalledConnections`).
     @exclusivity(unchecked) var repliesTaken: UInt32 = 0
-    /// Bumped whenever requests are taken from the input: a client that holds part of a frame and does not
-    /// finish it leaves it unchanged.
+    /// Bumped whenever every request received has been answered (the input holds no partial frame): a
+    /// client that holds part of a frame and does not finish it leaves it unchanged.
     @exclusivity(unchecked) var requestsTaken: UInt32 = 0
     /// The two counters when the loop last looked, and since when (`DispatchTime`s in nanoseconds) each
     /// has not changed; kept up to date only while connections wait for memory.

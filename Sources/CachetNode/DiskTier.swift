@@ -25,10 +25,19 @@ enum PendingOperation {
 
 /// A request on its way to the member that owns its key: the whole frame as received, with the
 /// `forwarded` flag set (the request id is replaced by the peer connection's own), and what the client's
-/// reply needs back.
-struct ForwardRequest {
-    var frame: [UInt8]
+/// reply needs back. A class, so that ``PendingOperation`` (and the result every batch of requests
+/// returns) stays as small as before forwarding: a larger payload cost about 30 instructions per request
+/// in copies and destroys of that result (callgrind).
+final class ForwardRequest: Sendable {
+    let frame: [UInt8]
     let opcode: CachetOpcode
     let id: UInt32
     let owner: CachetClusterMember
+
+    init(frame: [UInt8], opcode: CachetOpcode, id: UInt32, owner: CachetClusterMember) {
+        self.frame = frame
+        self.opcode = opcode
+        self.id = id
+        self.owner = owner
+    }
 }

@@ -34,8 +34,8 @@ extension EventLoop {
     /// request it has started, while its memory is what others wait for (Redis closes such clients by its
     /// client output buffer limits). Looks every `stallScanInterval`. A client with replies pending moves
     /// when the kernel takes some of them (answering more of its pipelined requests is not its doing); a
-    /// client with part of a frame in moves when a request of its is taken (bytes dripped in are not
-    /// enough). A connection waiting for memory with nothing of its own pending is one of those waiting
+    /// client with part of a frame in moves when it reads replies or finishes its requests (bytes dripped
+    /// in are not enough). A connection waiting for memory with nothing of its own pending is one of those waiting
     /// and is kept; so is every connection while nothing waits (a slow reader alone is only held back).
     func evictStalledConnections() {
         let clock = DispatchTime.now().uptimeNanoseconds
@@ -56,7 +56,10 @@ extension EventLoop {
             guard held > 0 else { continue }
             let pending = Self.pending(connection)
             let repliesStalled = clock - max(connection.repliesStalledSince, exhaustedSince) >= stallTimeout
-            let requestStalled = clock - max(connection.requestsStalledSince, exhaustedSince) >= stallTimeout
+            // A client reading its replies moves, even while its last request is half-sent (large PUTs
+            // pipelined: reads end mid-frame).
+            let requestStalled =
+                repliesStalled && clock - max(connection.requestsStalledSince, exhaustedSince) >= stallTimeout
             if (pending.replies && repliesStalled) || (pending.request && requestStalled) {
                 stalled.append((connection, held))
             }

@@ -63,6 +63,8 @@ final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) var freeSlots: [Int] = []
     @exclusivity(unchecked) var generation: UInt64 = 0
     let processor: RequestProcessor
+    /// The processor's router, kept alive here (the processor holds it unowned).
+    let router: ForwardRouter?
     /// The connections to other members for forwarded requests; nil on a node that never forwards. Its
     /// loop runs on this loop's queue, and its epoll descriptor is in this loop's set, so that a reply
     /// from a peer ends a linger in `epoll_wait` at once.
@@ -106,6 +108,7 @@ final class EventLoop: @unchecked Sendable {
     init(
         index: Int,
         processor: RequestProcessor,
+        router: ForwardRouter? = nil,
         outputLimit: Int,
         memory: ConnectionMemory,
         closeLinger: Double = 2,
@@ -158,6 +161,7 @@ final class EventLoop: @unchecked Sendable {
         }
         self.events = cachet_epoll_events_create(eventCapacity)
         self.processor = processor
+        self.router = router
         self.outputLimit = outputLimit
         self.memory = memory
         self.closeLinger = closeLinger
@@ -401,7 +405,6 @@ final class EventLoop: @unchecked Sendable {
     /// in a reading phase; leaves it in the phase the input calls for.
     func process(_ connection: Connection, now: UInt32) {
         let replyRoom = memory.replyRoom
-        let unanswered = connection.input.readableBytes
         let result = processor.process(
             input: &connection.input,
             output: &connection.output,
@@ -415,9 +418,11 @@ final class EventLoop: @unchecked Sendable {
             now: now,
             directSend: DirectSend(fd: connection.fd)
         )
-        if connection.input.readableBytes != unanswered { connection.requestsTaken &+= 1 }
         switch result {
         case .needMoreBytes(let frameLength):
+            // Every request it had sent is answered (none is left half-sent): progress, for
+            // `evictStalledConnections`.
+            if frameLength == 0 { connection.requestsTaken &+= 1 }
             connection.phase = .reading(frameLength: frameLength)
         case .outputFull:
             connection.phase = .waitingForOutput
