@@ -21,6 +21,9 @@ enum PendingOperation {
     case clear(id: UInt32, memoryOnlyItems: Int, memoryOnlyBytes: Int)
     /// A GET, PUT or DEL of a key another member owns (`Protocol/CLUSTER.md`, "Forwarding").
     case forward(ForwardRequest)
+    /// A CLEAR or STATS with the `cluster` flag: asked of every member (`Protocol/PROTOCOL.md`,
+    /// "Cluster-wide CLEAR and STATS"). The request's `owner` is unused.
+    case fanOut(ForwardRequest)
 }
 
 /// A request on its way to the member that owns its key: the whole frame as received, with the

@@ -8,9 +8,15 @@ import Dispatch
 extension EventLoop {
     /// Hands an operation to the disk queue; its completion hops back to this loop's queue.
     func start(_ operation: PendingOperation, for connection: Connection) {
-        if case .forward(let request) = operation {
+        switch operation {
+        case .forward(let request):
             startForward(request, for: connection)
             return
+        case .fanOut(let request):
+            startFanOut(request, for: connection)
+            return
+        default:
+            break
         }
         guard let disk = processor.disk else { return }
         switch operation {
@@ -57,7 +63,7 @@ extension EventLoop {
                     }
                 }
             }
-        case .forward:
+        case .forward, .fanOut:
             break
         }
     }

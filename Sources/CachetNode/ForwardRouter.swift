@@ -29,6 +29,9 @@ final class ForwardRouter {
         return owner == selfIndex ? nil : members[owner]
     }
 
+    /// This node's id and the membership in force, for a fan-out to every member.
+    func everyone() -> (nodeID: String, membership: CachetMembership) { membership.snapshot() }
+
     private func refresh(_ generation: Int) {
         let (id, snapshot) = membership.snapshot()
         ring = snapshot

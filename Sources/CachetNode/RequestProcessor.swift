@@ -1,3 +1,4 @@
+import CachetCluster
 import CachetIO
 import CachetStore
 import CachetWire
@@ -185,9 +186,11 @@ struct RequestProcessor {
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
+                if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
                 return clear(id: header.id, output: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
+                if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
                 var json = statistics()
                 json.withUTF8 {
                     appendReply(
@@ -230,6 +233,20 @@ struct RequestProcessor {
             $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
         }
         return .forward(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: owner))
+    }
+
+    /// The fan-out of a CLEAR or STATS with the `cluster` flag (and without `forwarded`, which cancels it):
+    /// the same request, `forwarded` set and `cluster` clear, for every member, this node included.
+    @inline(never)
+    private func fanOut(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer) -> PendingOperation? {
+        let flags = CachetRequestFlags(rawValue: frame.header.flags)
+        guard flags.contains(.cluster), !flags.contains(.forwarded) else { return nil }
+        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
+        var request = Array(buffer[start..<frame.end])
+        let word = (frame.header.flags | CachetRequestFlags.forwarded.rawValue) & ~CachetRequestFlags.cluster.rawValue
+        request.withUnsafeMutableBytes { $0.storeBytes(of: word.bigEndian, toByteOffset: 6, as: UInt16.self) }
+        let nobody = CachetClusterMember(id: "", host: "", port: 0)
+        return .fanOut(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: nobody))
     }
 
     @inline(__always)

@@ -187,4 +187,48 @@ struct NodeForwardingTests {
         while back.status != .ok && Date() < deadline { back = try Self.get(frozenKey, from: n1) }
         #expect(back.status == .ok && back.body == [1])
     }
+    @Test func clusterWideStatsAndClearAskEveryMemberAndReportTheDeadOnes() throws {
+        let cluster = try Cluster(extraArguments: ["--forward-timeout", "0.5"])
+        let n2 = try cluster.node("n2").connect()
+        let keys = (0..<30).map { "c\($0)" }
+        for key in keys {
+            #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: [1, 2], ttl: 0)).status == .ok)
+        }
+        // Every member answers: the totals are the whole cluster's.
+        try n2.send(CachetCommand.stats.encoded(id: 9, flags: .cluster))
+        var reply = try n2.readResponse()
+        #expect(reply.status == .ok && reply.id == 9)
+        var stats = try JSONSerialization.jsonObject(with: Data(reply.body)) as! [String: Any]
+        #expect(stats["cluster"] as? Bool == true && stats["answered_by"] as? String == "n2")
+        #expect(stats["members_total"] as? Int == 3 && stats["members_ok"] as? Int == 3)
+        #expect((stats["totals"] as? [String: Any])?["items"] as? Int == keys.count)
+
+        // One member gone: reported, not waited on beyond the deadline; the others' figures still add up.
+        let deadKeys = keys.filter { cluster.owner(of: $0) == "n3" }.count
+        _ = cluster.node("n3").stop(signal: SIGKILL)
+        let started = Date()
+        try n2.send(CachetCommand.stats.encoded(id: 10, flags: .cluster))
+        reply = try n2.readResponse()
+        #expect(Date().timeIntervalSince(started) < 2)
+        stats = try JSONSerialization.jsonObject(with: Data(reply.body)) as! [String: Any]
+        #expect(stats["members_total"] as? Int == 3 && stats["members_ok"] as? Int == 2)
+        #expect((stats["totals"] as? [String: Any])?["items"] as? Int == keys.count - deadKeys)
+        let members = stats["members"] as? [[String: Any]] ?? []
+        #expect(members.map { $0["id"] as? String } == ["n1", "n2", "n3"])
+        #expect(members.last?["status"] as? String == "unavailable")
+
+        try n2.send(CachetCommand.clear.encoded(id: 11, flags: .cluster))
+        reply = try n2.readResponse()
+        #expect(reply.status == .ok && reply.id == 11)
+        let clear = try CachetClusterClearReply(decoding: reply.body)
+        #expect(clear.total.items == UInt64(keys.count - deadKeys))
+        #expect(clear.members.map(\.id) == ["n1", "n2", "n3"])
+        #expect(clear.members.map(\.status) == [.ok, .ok, .unavailable])
+        #expect(clear.members[2].message.contains("n3"))
+        for key in keys where cluster.owner(of: key) != "n3" {
+            #expect(try Self.get(key, from: n2).status == .notFound, "\(key) survived the cluster-wide CLEAR")
+        }
+        // Without the flag, CLEAR and STATS are this node's own.
+        #expect(try n2.roundTrip(.clear).body.count == 16)
+    }
 }
