@@ -31,6 +31,9 @@ public struct CachetNodeConfiguration: Sendable {
     /// Seconds a request forwarded to the member that owns its key may take, the connect included, before
     /// the client is answered UNAVAILABLE (`--forward-timeout`). See `Protocol/CLUSTER.md`, "Forwarding".
     public var forwardTimeout: Double = 1
+    /// Seconds between the PING probes a node sends each peer it takes for up (`--probe-interval`); a peer
+    /// marked down is probed on its own backoff (250 ms doubling to 5 s). See `Protocol/CLUSTER.md`, "Health".
+    public var probeInterval: Double = 1
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10
@@ -97,6 +100,9 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard forwardTimeout >= 0.001 && forwardTimeout <= 600 else {
             throw fail("--forward-timeout \(forwardTimeout) must be between 0.001 and 600 seconds")
+        }
+        guard probeInterval >= 0.01 && probeInterval <= 3600 else {
+            throw fail("--probe-interval \(probeInterval) must be between 0.01 and 3600 seconds")
         }
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")

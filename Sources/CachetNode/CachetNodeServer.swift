@@ -78,6 +78,8 @@ public final class CachetNodeServer: Sendable {
         self.statistics = statistics
         let connectionMemory = statistics.connectionMemory
         var loops: [EventLoop] = []
+        let health = configuration.cluster == nil ? nil : NodeHealth(membership: statistics.membership)
+        statistics.health.withLock { $0 = health }
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never
             // forwards and pays nothing for it.
@@ -99,6 +101,9 @@ public final class CachetNodeServer: Sendable {
                     memory: connectionMemory,
                     stallTimeout: configuration.clientStallTimeout,
                     forwardTimeout: configuration.cluster == nil ? nil : configuration.forwardTimeout,
+                    health: health,
+                    // One loop probes for the node; every loop's forwards feed the same view.
+                    probeInterval: index == 0 ? configuration.probeInterval : nil,
                     lingerMilliseconds: configuration.ioLingerMilliseconds,
                     logger: logger,
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }

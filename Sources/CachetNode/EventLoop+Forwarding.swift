@@ -30,7 +30,7 @@ extension EventLoop {
                     body.withUnsafeBytes {
                         appendReply(opcode: request.opcode, status: status, id: request.id, body: $0, to: &output)
                     }
-                case .unavailable(let reason):
+                case .unavailable(let reason, _):
                     RequestCounters.bump(processor.counters.forwardFailures)
                     logger.debug(
                         "forward failed",
@@ -87,7 +87,7 @@ extension EventLoop {
                 answers.outcomes[index] = outcome
                 answers.remaining -= 1
                 guard answers.remaining == 0 else { return }
-                let outcomes = answers.outcomes.map { $0 ?? .unavailable("no answer") }
+                let outcomes = answers.outcomes.map { $0 ?? .unavailable("no answer", .connectionFailed) }
                 let body = Self.aggregate(
                     request.opcode,
                     members: members,
@@ -122,7 +122,7 @@ extension EventLoop {
                     return .init(id: member.id, status: .ok, result: result)
                 case .answered(let status, let body):
                     return .init(id: member.id, status: status, message: String(decoding: body, as: UTF8.self))
-                case .unavailable(let reason):
+                case .unavailable(let reason, _):
                     return .init(id: member.id, status: .unavailable, message: reason)
                 }
             }
@@ -132,7 +132,7 @@ extension EventLoop {
             switch outcome {
             case .answered(let status, let body):
                 return .init(id: member.id, status: status, body: body)
-            case .unavailable(let reason):
+            case .unavailable(let reason, _):
                 return .init(id: member.id, status: .unavailable, body: Array(reason.utf8))
             }
         }

@@ -63,12 +63,14 @@ final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) var freeSlots: [Int] = []
     @exclusivity(unchecked) var generation: UInt64 = 0
     let processor: RequestProcessor
-    /// The processor's router, kept alive here (the processor holds it unowned).
+    /// The processor's router, for the cluster-wide fan-out.
     let router: ForwardRouter?
     /// The connections to other members for forwarded requests; nil on a node that never forwards. Its
     /// loop runs on this loop's queue, and its epoll descriptor is in this loop's set, so that a reply
     /// from a peer ends a linger in `epoll_wait` at once.
     let forwarder: PeerForwarder?
+    /// Seconds between probes of the peers, on the loop that probes for the node (nil on the others).
+    private let probeInterval: Duration?
     private let outputLimit: Int
     let logger: Logger
     let onClose: @Sendable () -> Void
@@ -114,6 +116,8 @@ final class EventLoop: @unchecked Sendable {
         closeLinger: Double = 2,
         stallTimeout: Double = 0,
         forwardTimeout: Double? = nil,
+        health: NodeHealth? = nil,
+        probeInterval: Double? = nil,
         lingerMilliseconds: Int,
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
@@ -145,6 +149,7 @@ final class EventLoop: @unchecked Sendable {
                     index: index,
                     timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
                     maximumReplyLength: processor.maximumPayloadLength,
+                    health: health,
                     logger: logger
                 )
                 guard cachet_epoll_add(fd, forwarder.loop.epollDescriptor, cachet_EPOLLIN, Self.peerToken) == 0 else {
@@ -161,6 +166,7 @@ final class EventLoop: @unchecked Sendable {
         }
         self.events = cachet_epoll_events_create(eventCapacity)
         self.processor = processor
+        self.probeInterval = probeInterval.map { .nanoseconds(Int64($0 * 1e9)) }
         self.router = router
         self.outputLimit = outputLimit
         self.memory = memory
@@ -212,7 +218,7 @@ final class EventLoop: @unchecked Sendable {
         }
         source.activate()
         self.source = source
-        forwarder?.start()
+        forwarder?.start(probeInterval: probeInterval)
         if stallTimeout > 0 {
             // A connection that starts waiting on another loop may be waiting for this loop's connections.
             memory.onWaitingStarted { [weak self] in

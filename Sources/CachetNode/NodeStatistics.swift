@@ -1,3 +1,4 @@
+import CachetLocking
 import CachetStore
 import Synchronization
 
@@ -8,6 +9,8 @@ final class NodeStatistics: Sendable {
     let disk: DiskTier?
     let loopCounters: [RequestCounters]
     let membership: CachetNodeMembership
+    /// The peers' health, for the members' `state` (set once at start on a node with a cluster file).
+    let health = CachetLock<NodeHealth?>(nil)
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
@@ -91,7 +94,8 @@ final class NodeStatistics: Sendable {
         } else {
             fields.append(("disk_limit", "0"))
         }
-        fields += membership.statisticsFields()
+        let health = self.health.withLock { $0 }
+        fields += membership.statisticsFields { health?.state(ofID: $0) ?? .unknown }
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 

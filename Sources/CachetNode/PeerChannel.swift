@@ -7,9 +7,20 @@ enum ForwardOutcome {
     /// The owner answered with this status and body (the client's opcode and id are restored by the
     /// caller).
     case answered(status: CachetStatus, body: [UInt8])
-    /// No answer: the connection was refused, failed or closed, the deadline passed, or too many forwards
-    /// were in flight to the member. The message names the member and why.
-    case unavailable(String)
+    /// No answer, and why (the message names the member).
+    case unavailable(String, Cause)
+
+    /// Why a forward got no answer; the first two count against the member's health.
+    enum Cause {
+        /// The deadline passed.
+        case timedOut
+        /// The connection was refused, failed or closed.
+        case connectionFailed
+        /// Too many forwards were in flight to the member already.
+        case overloaded
+        /// The member is marked down: it was not asked.
+        case markedDown
+    }
 }
 
 /// One outbound connection from this node to a peer, carrying many forwarded requests at once, each with
@@ -44,7 +55,7 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
     /// passes first or the channel fails.
     func send(_ request: inout [UInt8], timeout: Duration, completion: @escaping (ForwardOutcome) -> Void) {
         guard let loop = eventLoop, state != .closed else {
-            completion(.unavailable("\(name) is not connected"))
+            completion(.unavailable("\(name) is not connected", .connectionFailed))
             return
         }
         let id = nextID
@@ -52,7 +63,7 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         request.withUnsafeMutableBytes { $0.storeBytes(of: id.bigEndian, toByteOffset: 8, as: UInt32.self) }
         let timer = loop.schedule(after: timeout) { [unowned self] in
             guard let expired = pending.removeValue(forKey: id) else { return }
-            expired.completion(.unavailable("\(name) did not answer within \(timeout)"))
+            expired.completion(.unavailable("\(name) did not answer within \(timeout)", .timedOut))
         }
         pending[id] = Pending(completion: completion, timer: timer)
         write(request)
@@ -90,7 +101,9 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         pending.removeAll()
         for (_, waiting) in failed.sorted(by: { $0.key < $1.key }) {
             eventLoop?.cancelTimer(waiting.timer)
-            waiting.completion(.unavailable("\(name): \(reason)"))
+            // A connect that timed out is a timeout for the member's health; anything else a failure.
+            let cause: ForwardOutcome.Cause = error?.code == .timedOut ? .timedOut : .connectionFailed
+            waiting.completion(.unavailable("\(name): \(reason)", cause))
         }
         onClose?(self)
         onClose = nil

@@ -12,13 +12,18 @@ import Logging
 ///
 /// Each forward has a deadline (`--forward-timeout`); at most `maximumInFlightPerPeer` are in flight to
 /// one peer, and more are answered UNAVAILABLE at once, so one slow peer cannot hold the requests bound
-/// for others. Used only on its loop's queue, but for ``start()`` and ``stop()``.
-final class PeerForwarder {
+/// for others. Used only on its loop's queue, but for ``start(probeInterval:)`` and ``stop()``.
+///
+/// `@unchecked Sendable`: every property but the immutable ones is touched only on the loop's queue
+/// (``start(probeInterval:)`` hands the probing to it with `execute`).
+final class PeerForwarder: @unchecked Sendable {
     /// Forwards in flight to one peer at most.
     static let maximumInFlightPerPeer = 1024
 
     let loop: CachetEventLoop
     let timeout: Duration
+    /// The node's view of its peers, fed with every outcome here; nil leaves health out.
+    let health: NodeHealth?
     private let maximumReplyLength: Int
     private let logger: Logger
     private var channels: [CachetClusterMember: PeerChannel] = [:]
@@ -34,16 +39,47 @@ final class PeerForwarder {
         index: Int,
         timeout: Duration,
         maximumReplyLength: Int,
+        health: NodeHealth? = nil,
         logger: Logger
     ) throws(CachetIOError) {
         loop = try CachetEventLoop(label: "cachet.peers.\(index)", queue: queue)
         self.timeout = timeout
         self.maximumReplyLength = maximumReplyLength
+        self.health = health
         self.logger = logger
     }
 
-    /// Starts the peer loop. Called once, off the loop's queue.
-    func start() { loop.start() }
+    /// Starts the peer loop, and with `probeInterval` the PING probes of every peer (routable ones each
+    /// interval, down ones when their backoff has passed; at most one probe in flight per peer). Called
+    /// once, off the loop's queue.
+    func start(probeInterval: Duration? = nil) {
+        loop.start()
+        guard let probeInterval, health != nil else { return }
+        loop.execute { [self] in scheduleProbes(every: probeInterval) }
+    }
+
+    private func scheduleProbes(every interval: Duration) {
+        // Checked often enough to honour a down peer's backoff (250 ms at first), at most every interval.
+        let tick = min(interval, .milliseconds(100))
+        var sinceRoutine = Duration.zero
+        func run() {
+            guard let health else { return }
+            sinceRoutine += tick
+            let routine = sinceRoutine >= interval
+            if routine { sinceRoutine = .zero }
+            for member in health.membersToProbe() {
+                let channel = channels[member]
+                // Routable peers only on the interval, and not while a probe or forwards are on the way.
+                if routine || !health.isRoutable(member) {
+                    if let channel, !channel.pending.isEmpty, health.isRoutable(member) { continue }
+                    var ping = CachetCommand.ping.encoded(id: 0, flags: .forwarded)
+                    forward(&ping, to: member, probe: true) { _ in }
+                }
+            }
+            _ = loop.schedule(after: tick) { run() }
+        }
+        _ = loop.schedule(after: tick) { run() }
+    }
 
     /// Closes every peer connection, failing what is in flight. Callable from any thread.
     func stop() { loop.stop() }
@@ -56,16 +92,31 @@ final class PeerForwarder {
     func forward(
         _ request: inout [UInt8],
         to member: CachetClusterMember,
+        probe: Bool = false,
         completion: @escaping (ForwardOutcome) -> Void
     ) {
+        if !probe, let health, !health.isRoutable(member) {
+            completion(.unavailable("\(member) is marked down; it is probed until it answers", .markedDown))
+            return
+        }
         let channel = channel(for: member)
         guard channel.pending.count < Self.maximumInFlightPerPeer else {
             completion(
-                .unavailable("\(channel.name) has \(Self.maximumInFlightPerPeer) forwarded requests in flight already")
+                .unavailable(
+                    "\(channel.name) has \(Self.maximumInFlightPerPeer) forwarded requests in flight already",
+                    .overloaded
+                )
             )
             return
         }
-        channel.send(&request, timeout: timeout, completion: completion)
+        guard let health else {
+            channel.send(&request, timeout: timeout, completion: completion)
+            return
+        }
+        channel.send(&request, timeout: timeout) { outcome in
+            health.record(outcome, from: member)
+            completion(outcome)
+        }
     }
 
     private func channel(for member: CachetClusterMember) -> PeerChannel {

@@ -78,6 +78,9 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var forwardTimeout = 1.0
 
+    @Option(help: "Seconds between PING probes of each peer taken for up (a down peer is probed on its backoff).")
+    var probeInterval = 1.0
+
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
@@ -130,6 +133,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.shutdownTimeout = shutdownTimeout
             configuration.clientStallTimeout = clientStallTimeout
             configuration.forwardTimeout = forwardTimeout
+            configuration.probeInterval = probeInterval
             if let connectionMemory {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }

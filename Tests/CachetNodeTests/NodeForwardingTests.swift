@@ -19,9 +19,12 @@ struct NodeForwardingTests {
         let directory = TemporaryDirectory(prefix: "cachet-forwarding")
         let file: String
         let membership: CachetMembership
+        let extraArguments: [String]
+        var ports: [String: Int] = [:]
         var nodes: [String: NodeProcess] = [:]
 
         init(extraArguments: [String] = []) throws {
+            self.extraArguments = extraArguments
             var ports: [Int] = []
             var probes: [Int32] = []
             for _ in 0..<3 {
@@ -38,12 +41,31 @@ struct NodeForwardingTests {
                 .write(to: URL(fileURLWithPath: file))
             membership = try CachetMembership(contentsOfFile: file)
             for (index, id) in ["n1", "n2", "n3"].enumerated() {
-                // The member's own port (NodeProcess asks for port 0 unless told).
-                nodes[id] = try NodeProcess(
-                    arguments: ["--cluster", file, "--node-id", id, "--port", "\(ports[index])", "--disk-limit", "0"]
-                        + extraArguments
-                )
+                self.ports[id] = ports[index]
+                try start(id)
             }
+        }
+
+        /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).
+        func start(_ id: String) throws {
+            nodes[id] = try NodeProcess(
+                arguments: ["--cluster", file, "--node-id", id, "--port", "\(ports[id]!)", "--disk-limit", "0"]
+                    + extraArguments
+            )
+        }
+
+        /// Polls `on`'s STATS until `id`'s state is `state`, for at most `seconds`; returns the last state.
+        func waitForState(of id: String, on node: String, toBe state: String, within seconds: Double) throws -> String?
+        {
+            let deadline = Date().addingTimeInterval(seconds)
+            var last: String?
+            repeat {
+                let members = try stats(node)["cluster_members"] as? [[String: Any]] ?? []
+                last = members.first { $0["id"] as? String == id }?["state"] as? String
+                if last == state { return last }
+                Thread.sleep(forTimeInterval: 0.05)
+            } while Date() < deadline
+            return last
         }
 
         func node(_ id: String) -> NodeProcess { nodes[id]! }
@@ -230,5 +252,44 @@ struct NodeForwardingTests {
         }
         // Without the flag, CLEAR and STATS are this node's own.
         #expect(try n2.roundTrip(.clear).body.count == 16)
+    }
+    @Test func peersAreProbedMarkedDownWhenGoneAndUpWhenBack() throws {
+        let cluster = try Cluster(extraArguments: ["--probe-interval", "0.1"])
+        #expect(try cluster.waitForState(of: "n3", on: "n1", toBe: "up", within: 5) == "up")
+        let n1 = try cluster.node("n1").connect()
+        let key = cluster.key(ownedBy: "n3")
+
+        // Gone: the probes find out without any request; its keys are then answered at once, untried.
+        _ = cluster.node("n3").stop(signal: SIGKILL)
+        #expect(try cluster.waitForState(of: "n3", on: "n1", toBe: "down", within: 3) == "down")
+        let started = Date()
+        let reply = try Self.get(key, from: n1)
+        #expect(reply.status == .unavailable)
+        #expect(String(decoding: reply.body, as: UTF8.self).contains("marked down"))
+        #expect(Date().timeIntervalSince(started) < 0.5)
+        let stats =
+            try JSONSerialization.jsonObject(
+                with: Data(try n1.roundTrip(.stats, id: 3).body)
+            ) as! [String: Any]
+        #expect(stats["forward_failures"] as? Int == 1)
+
+        // Back on its port: probed (after its backoff, 250 ms doubling), up again, asked again.
+        try cluster.start("n3")
+        #expect(try cluster.waitForState(of: "n3", on: "n1", toBe: "up", within: 10) == "up")
+        #expect(try Self.get(key, from: n1).status == .notFound, "asked again (and empty after its restart)")
+    }
+
+    @Test func aNodeNeverMarksEveryPeerDown() throws {
+        // Both peers gone at once: more likely this node lost its network, so one of them is held suspect
+        // and keeps being asked rather than every key failing over to this node.
+        let cluster = try Cluster(extraArguments: ["--probe-interval", "0.1"])
+        #expect(try cluster.waitForState(of: "n3", on: "n1", toBe: "up", within: 5) == "up")
+        #expect(try cluster.waitForState(of: "n2", on: "n1", toBe: "up", within: 5) == "up")
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        _ = cluster.node("n3").stop(signal: SIGKILL)
+        let first = try cluster.waitForState(of: "n2", on: "n1", toBe: "down", within: 3)
+        let second = try cluster.waitForState(of: "n3", on: "n1", toBe: "down", within: 1)
+        let states = [first, second]
+        #expect(states.contains("down") && states.contains("suspect"), "\(states)")
     }
 }
