@@ -35,14 +35,18 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
     }
 
     let member: CachetClusterMember
+    /// The loop that hosts the channel once connected, and runs its deadlines from the start (the
+    /// channel may take requests while its member's name is still being resolved).
+    let loop: CachetEventLoop
     private let maximumReplyLength: Int
     private(set) var pending: [UInt32: Pending] = [:]
     private var nextID: UInt32 = 1
     /// Called once the channel has closed, so that its pool opens a new one for the next forward.
     var onClose: ((PeerChannel) -> Void)?
 
-    init(member: CachetClusterMember, maximumReplyLength: Int) {
+    init(member: CachetClusterMember, loop: CachetEventLoop, maximumReplyLength: Int) {
         self.member = member
+        self.loop = loop
         self.maximumReplyLength = maximumReplyLength
         super.init(inputCapacity: 16 << 10, outputCapacity: 16 << 10)
     }
@@ -54,7 +58,7 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
     /// this channel's; `completion` runs on the loop with the reply, or with `unavailable` when `timeout`
     /// passes first or the channel fails.
     func send(_ request: inout [UInt8], timeout: Duration, completion: @escaping (ForwardOutcome) -> Void) {
-        guard let loop = eventLoop, state != .closed else {
+        guard state != .closed else {
             completion(.unavailable("\(name) is not connected", .connectionFailed))
             return
         }
@@ -89,18 +93,24 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
             input.moveReadIndex(to: frame.end)
             // A reply for a forward whose deadline passed is dropped.
             guard let waiting = pending.removeValue(forKey: frame.header.id) else { continue }
-            eventLoop?.cancelTimer(waiting.timer)
+            loop.cancelTimer(waiting.timer)
             waiting.completion(.answered(status: frame.header.status, body: body))
         }
         if input.readableBytes == 0 { input.clear() }
     }
 
     override func channelInactive(error: CachetIOError?) {
+        fail(error)
+    }
+
+    /// Fails every request in flight and lets the pool forget the channel: on close, or when the member's
+    /// name could not be resolved (the channel then never reached the loop). Called on the loop's queue.
+    func fail(_ error: CachetIOError?) {
         let reason = error?.message ?? "the connection closed"
         let failed = pending
         pending.removeAll()
         for (_, waiting) in failed.sorted(by: { $0.key < $1.key }) {
-            eventLoop?.cancelTimer(waiting.timer)
+            loop.cancelTimer(waiting.timer)
             // A connect that timed out is a timeout for the member's health; anything else a failure.
             let cause: ForwardOutcome.Cause = error?.code == .timedOut ? .timedOut : .connectionFailed
             waiting.completion(.unavailable("\(name): \(reason)", cause))

@@ -121,13 +121,33 @@ final class PeerForwarder: @unchecked Sendable {
 
     private func channel(for member: CachetClusterMember) -> PeerChannel {
         if let channel = channels[member], channel.state != .closed { return channel }
-        let channel = PeerChannel(member: member, maximumReplyLength: maximumReplyLength)
+        let channel = PeerChannel(member: member, loop: loop, maximumReplyLength: maximumReplyLength)
         channel.onClose = { [weak self] closed in
             guard let self, channels[closed.member] === closed else { return }
             channels[closed.member] = nil
         }
         channels[member] = channel
-        loop.connect(channel, to: CachetAddress(host: member.host, port: member.port), timeout: timeout)
+        // Names are resolved off the loop (getaddrinfo blocks, for as long as DNS takes: a Kubernetes
+        // member is a DNS name); requests sent meanwhile wait in the channel's output, under their deadline.
+        let address = CachetAddress(host: member.host, port: member.port)
+        let (loop, timeout) = (loop, timeout)
+        DispatchQueue.global(qos: .userInitiated).async {
+            let resolved: Result<[CachetSocketAddress], CachetIOError>
+            do throws(CachetIOError) {
+                resolved = .success(try address.resolve())
+            } catch {
+                resolved = .failure(error)
+            }
+            loop.execute {
+                switch resolved {
+                case .success(let addresses):
+                    if channel.state == .idle { loop.connect(channel, to: addresses, timeout: timeout) }
+                case .failure(let error):
+                    channel.close()
+                    channel.fail(error)
+                }
+            }
+        }
         return channel
     }
 }

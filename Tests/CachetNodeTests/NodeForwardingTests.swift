@@ -23,7 +23,10 @@ struct NodeForwardingTests {
         var ports: [String: Int] = [:]
         var nodes: [String: NodeProcess] = [:]
 
-        init(extraArguments: [String] = []) throws {
+        /// - Parameters:
+        ///   - extraArguments: flags for every node.
+        ///   - host: how the cluster file names the members' host (they listen on 127.0.0.1 whatever it says).
+        init(extraArguments: [String] = [], host: String = "127.0.0.1") throws {
             self.extraArguments = extraArguments
             var ports: [Int] = []
             var probes: [Int32] = []
@@ -34,7 +37,7 @@ struct NodeForwardingTests {
             }
             for fd in probes { close(fd) }
             let entries = ports.enumerated().map { index, port in
-                "{\"id\": \"n\(index + 1)\", \"host\": \"127.0.0.1\", \"port\": \(port)}"
+                "{\"id\": \"n\(index + 1)\", \"host\": \"\(host)\", \"port\": \(port)}"
             }
             file = directory.appending("cluster.json")
             try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
@@ -49,7 +52,10 @@ struct NodeForwardingTests {
         /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).
         func start(_ id: String) throws {
             nodes[id] = try NodeProcess(
-                arguments: ["--cluster", file, "--node-id", id, "--port", "\(ports[id]!)", "--disk-limit", "0"]
+                arguments: [
+                    "--cluster", file, "--node-id", id, "--host", "127.0.0.1", "--port", "\(ports[id]!)",
+                    "--disk-limit", "0",
+                ]
                     + extraArguments
             )
         }
@@ -291,5 +297,15 @@ struct NodeForwardingTests {
         let second = try cluster.waitForState(of: "n3", on: "n1", toBe: "down", within: 1)
         let states = [first, second]
         #expect(states.contains("down") && states.contains("suspect"), "\(states)")
+    }
+    @Test func membersNamedByHostNameAreResolvedOffTheLoop() throws {
+        // "localhost" may resolve to ::1 first, where nothing listens: the connect moves on to 127.0.0.1.
+        let cluster = try Cluster(host: "localhost")
+        let n1 = try cluster.node("n1").connect()
+        for id in ["n2", "n3"] {
+            let key = cluster.key(ownedBy: id)
+            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: [9], ttl: 0)).status == .ok)
+            #expect(try Self.get(key, from: try cluster.node(id).connect(), flags: .forwarded).body == [9])
+        }
     }
 }
