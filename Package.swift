@@ -72,6 +72,7 @@ let package = Package(
                 "CachetWire",
                 "CachetStore",
                 "CachetCluster",
+                "CachetRing",
                 "CachetIO",
                 "CEpoll",
                 "CMalloc",

@@ -15,15 +15,18 @@ public struct CachetReturnHold: Sendable, Hashable {
     public private(set) var holdUntil: UInt64
     var lastTick: UInt64
 
-    /// Creates the hold of a node starting at `now`: it holds at once.
+    /// Creates the hold of a node starting at `now`: it holds at once, unless it starts with nothing to
+    /// serve from before (no value it holds can be older than a stand-in's: every one is written after
+    /// the start).
     /// - Parameters:
     ///   - holdPeriod: how long owned keys miss after a return, in nanoseconds.
     ///   - stallThreshold: the gap between ticks that counts as a stall, in nanoseconds.
     ///   - now: the start time.
-    public init(holdPeriod: UInt64, stallThreshold: UInt64, now: UInt64) {
+    ///   - holdingAtStart: whether the node starts with entries from before (its disk tier's); default true.
+    public init(holdPeriod: UInt64, stallThreshold: UInt64, now: UInt64, holdingAtStart: Bool = true) {
         self.holdPeriod = holdPeriod
         self.stallThreshold = stallThreshold
-        self.holdUntil = now &+ holdPeriod
+        self.holdUntil = holdingAtStart ? now &+ holdPeriod : now
         self.lastTick = now
     }
 

@@ -34,6 +34,10 @@ public struct CachetNodeConfiguration: Sendable {
     /// Seconds between the PING probes a node sends each peer it takes for up (`--probe-interval`); a peer
     /// marked down is probed on its own backoff (250 ms doubling to 5 s). See `Protocol/CLUSTER.md`, "Health".
     public var probeInterval: Double = 1
+    /// Seconds a node of a cluster of more than one answers GETs of its own keys with a miss after it may
+    /// have been away (`--hold-period`); nil takes twice the longest probe backoff (5 × `probeInterval`) plus
+    /// `forwardTimeout`, 11 s by default; 0 turns the hold off. See `Protocol/CLUSTER.md`, "The owner's hold".
+    public var holdPeriod: Double? = nil
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10
@@ -103,6 +107,9 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard probeInterval >= 0.01 && probeInterval <= 3600 else {
             throw fail("--probe-interval \(probeInterval) must be between 0.01 and 3600 seconds")
+        }
+        if let holdPeriod, !(holdPeriod >= 0 && holdPeriod <= 3600) {
+            throw fail("--hold-period \(holdPeriod) must be between 0 (no hold) and 3600 seconds")
         }
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")

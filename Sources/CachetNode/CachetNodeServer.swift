@@ -1,4 +1,5 @@
 import CEpoll
+import CachetCluster
 import CachetIO
 import CachetLocking
 public import CachetStore
@@ -27,6 +28,8 @@ public final class CachetNodeServer: Sendable {
     private let logger: Logger
     private let disk: DiskTier?
     private let loops: [EventLoop]
+    /// The owner's hold of a node in a cluster of more than one; nil otherwise.
+    private let hold: NodeReturnHold?
     private let statistics: NodeStatistics
     private let nextLoop = Atomic<Int>(0)
     private let state = CachetLock(RunState())
@@ -78,7 +81,28 @@ public final class CachetNodeServer: Sendable {
         self.statistics = statistics
         let connectionMemory = statistics.connectionMemory
         var loops: [EventLoop] = []
-        let health = configuration.cluster == nil ? nil : NodeHealth(membership: statistics.membership)
+        // Health, stand-ins and the owner's hold, for a node with a cluster file (`Protocol/CLUSTER.md`).
+        let probe = UInt64(configuration.probeInterval * 1e9)
+        let healthConfiguration = CachetPeerHealth.Configuration(
+            initialBackoff: probe / 4,
+            maximumBackoff: probe * 5,
+            holdPeriod: probe * 10
+        )
+        let forwardTimeout = UInt64(configuration.forwardTimeout * 1e9)
+        let holdPeriod =
+            configuration.holdPeriod.map { UInt64($0 * 1e9) }
+            ?? CachetReturnHold.recommendedHoldPeriod(health: healthConfiguration, forwardTimeout: forwardTimeout)
+        let hold: NodeReturnHold? =
+            (configuration.cluster?.membership.members.count ?? 1) > 1 && holdPeriod > 0
+            ? NodeReturnHold(
+                holdPeriod: holdPeriod,
+                stallThreshold: forwardTimeout,
+                holdingAtStart: disk.map { $0.store.statistics.items > 0 || $0.store.isRecovering } ?? false
+            ) : nil
+        self.hold = hold
+        let health =
+            configuration.cluster == nil
+            ? nil : NodeHealth(membership: statistics.membership, configuration: healthConfiguration, hold: hold)
         statistics.health.withLock { $0 = health }
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never
@@ -94,7 +118,9 @@ public final class CachetNodeServer: Sendable {
                         maximumPayloadLength: configuration.maximumPayloadLength,
                         statistics: { statistics.json() },
                         connectionMemory: connectionMemory,
-                        router: router
+                        router: router,
+                        health: health,
+                        hold: hold
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,
@@ -132,6 +158,7 @@ public final class CachetNodeServer: Sendable {
         let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
+        hold?.start()
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: acceptQueue)
         source.setEventHandler { [self] in acceptConnections(fd) }
         source.setCancelHandler { _ = close(fd) }
@@ -305,6 +332,7 @@ public final class CachetNodeServer: Sendable {
             )
         }
         for loop in loops { loop.executeAndWait { loop.stop() } }
+        hold?.stop()
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         logger.info(
             "connections closed",

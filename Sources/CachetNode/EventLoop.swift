@@ -218,7 +218,11 @@ final class EventLoop: @unchecked Sendable {
         }
         source.activate()
         self.source = source
-        forwarder?.start(probeInterval: probeInterval)
+        if let forwarder {
+            let processor = processor
+            forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
+            forwarder.start(probeInterval: probeInterval)
+        }
         if stallTimeout > 0 {
             // A connection that starts waiting on another loop may be waiting for this loop's connections.
             memory.onWaitingStarted { [weak self] in

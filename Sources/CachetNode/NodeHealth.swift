@@ -1,5 +1,6 @@
 import CachetCluster
 import CachetLocking
+import CachetRing
 import Dispatch
 
 /// The node's view of its peers' health (`Protocol/CLUSTER.md`, "Health"), shared by its loops: fed by the
@@ -16,18 +17,30 @@ final class NodeHealth: Sendable {
         var generation = -1
         var health: CachetClusterHealth?
         var random = SystemRandomNumberGenerator()
+        /// What this node served for owners it does not own, and what it must tell them.
+        var standIns = CachetStandInLog()
+        /// Invalidations sent and not answered yet, by owner id.
+        var delivering: [String: Set<CachetStandInLog.Invalidation>] = [:]
     }
 
     private let membership: CachetNodeMembership
     private let configuration: CachetPeerHealth.Configuration
     private let state = CachetLock(State())
+    /// Told when a peer answers after every peer had failed.
+    private let hold: NodeReturnHold?
 
     /// - Parameters:
     ///   - membership: the node's membership, whose changes reset the view.
     ///   - configuration: thresholds and probe backoffs.
-    init(membership: CachetNodeMembership, configuration: CachetPeerHealth.Configuration = .init()) {
+    ///   - hold: the node's hold, started again when contact returns after every peer had failed.
+    init(
+        membership: CachetNodeMembership,
+        configuration: CachetPeerHealth.Configuration = .init(),
+        hold: NodeReturnHold? = nil
+    ) {
         self.membership = membership
         self.configuration = configuration
+        self.hold = hold
     }
 
     /// Whether requests may be sent to `member` (up or suspect, or this node).
@@ -46,23 +59,110 @@ final class NodeHealth: Sendable {
         } ?? .unknown
     }
 
-    /// Records the outcome of a forward or a probe to `member`.
+    /// Records the outcome of a forward or a probe to `member`. A member that comes back starts the
+    /// delivery of what this node stood in for it (``invalidationsToSend()``); one that goes down while
+    /// delivering goes back to standing in.
     func record(_ outcome: ForwardOutcome, from member: CachetClusterMember) {
         let now = DispatchTime.now().uptimeNanoseconds
-        withHealth { health, random in
-            guard let index = health.membership.index(ofID: member.id) else { return }
+        let regained = withState { health, state -> Bool in
+            guard let index = health.membership.index(ofID: member.id) else { return false }
+            let wasCutOff = health.isCutOff
+            let transition: CachetPeerHealth.Transition?
             switch outcome {
             case .answered:
-                _ = health.replied(index, now: now)
+                transition = health.replied(index, now: now)
             case .unavailable(_, .timedOut):
-                _ = health.timedOut(index, now: now, using: &random)
+                transition = health.timedOut(index, now: now, using: &state.random)
             case .unavailable(_, .connectionFailed):
-                _ = health.refused(index, now: now, using: &random)
+                transition = health.refused(index, now: now, using: &state.random)
             case .unavailable(_, .overloaded), .unavailable(_, .markedDown):
+                transition = nil
+            }
+            switch transition {
+            case .cameUp:
+                _ = state.standIns.ownerReturned(member.id)
+            case .wentDown:
+                state.standIns.ownerWentDown(member.id)
+                state.delivering[member.id] = nil
+            default:
                 break
             }
+            return wasCutOff && !health.isCutOff
+        }
+        if regained == true { hold?.regainedContact() }
+    }
+
+    // MARK: - Stand-ins (`Protocol/CLUSTER.md`, "Failover without stale reads")
+
+    /// Where a request for a key this node does not own goes.
+    enum Placement {
+        /// To this member: the owner, or the stand-in when the owner is down.
+        case forward(CachetClusterMember)
+        /// Served here, under the stand-in rules for the owner with this id: this node stands in for it,
+        /// or has not finished telling it what it wrote for it.
+        case standIn(ownerID: String)
+    }
+
+    /// Where a request for `key`, owned by `owner` (not this node), goes: ``CachetClusterHealth``'s
+    /// routing rule with this node's stand-in log.
+    func place(_ key: UnsafeRawBufferPointer, owner: CachetClusterMember) -> Placement {
+        let hash = CachetRing.hash(key)
+        return withState { health, state in
+            let route = health.route(hash: hash, standIns: state.standIns)
+            if route.target == health.localIndex { return .standIn(ownerID: owner.id) }
+            return .forward(health.membership.members[route.target])
+        } ?? .forward(owner)
+    }
+
+    /// Whether a GET of `key`, which this node serves for `ownerID`, may return the local value: only a key
+    /// it wrote in this episode (any other local copy may be older than the owner's).
+    func mayServeLocally(_ key: [UInt8], ownerID: String) -> Bool {
+        withState { _, state in state.standIns.mayServeLocally(key, owner: ownerID) } ?? false
+    }
+
+    /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered.
+    func recordWrite(_ key: [UInt8], ownerID: String) {
+        withState { health, state in
+            let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
+            _ = state.standIns.recordWrite(key, owner: ownerID, ownerRoutable: routable)
         }
     }
+
+    /// The invalidations to send now: those handed out for owners that are routable and not already on
+    /// their way (sent again after a failure), each with its owner. Marked as on their way.
+    func invalidationsToSend() -> [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] {
+        withState { health, state in
+            var due: [(CachetClusterMember, CachetStandInLog.Invalidation)] = []
+            for ownerID in state.standIns.ownersNotClean where state.standIns.phase(of: ownerID) == .delivering {
+                guard let index = health.membership.index(ofID: ownerID), health.isRoutable(index) else { continue }
+                let sent = state.delivering[ownerID, default: []]
+                for invalidation in state.standIns.outstanding(for: ownerID) where !sent.contains(invalidation) {
+                    due.append((health.membership.members[index], invalidation))
+                    state.delivering[ownerID, default: []].insert(invalidation)
+                }
+            }
+            return due
+        } ?? []
+    }
+
+    /// An invalidation's answer: acknowledged (OK, or NOT_FOUND for a DEL), or to be sent again.
+    /// - Returns: the keys whose local copies may go once the owner is clean.
+    func invalidationAnswered(
+        _ invalidation: CachetStandInLog.Invalidation,
+        ownerID: String,
+        acknowledged: Bool
+    ) -> [[UInt8]] {
+        withState { _, state in
+            state.delivering[ownerID]?.remove(invalidation)
+            guard acknowledged else { return [] }
+            let (clean, drop) = state.standIns.delivered(invalidation, owner: ownerID)
+            if clean { state.delivering[ownerID] = nil }
+            return drop
+        } ?? []
+    }
+
+    /// Whether every peer has failed (this node may be cut off from the cluster).
+    var isCutOff: Bool { withHealth { $0.isCutOff } ?? false }
 
     /// The members to probe now: every routable peer (an active check on the interval), and every down
     /// peer whose backoff has passed (marked as probing until its outcome is recorded).
@@ -78,10 +178,14 @@ final class NodeHealth: Sendable {
     }
 
     private func withHealth<T>(_ body: (inout CachetClusterHealth) -> T) -> T? {
-        withHealth { health, _ in body(&health) }
+        withState { health, _ in body(&health) }
     }
 
     private func withHealth<T>(_ body: (inout CachetClusterHealth, inout SystemRandomNumberGenerator) -> T) -> T? {
+        withState { health, state in body(&health, &state.random) }
+    }
+
+    private func withState<T>(_ body: (inout CachetClusterHealth, inout State) -> T) -> T? {
         let generation = membership.generation
         let snapshot: (nodeID: String, membership: CachetMembership)? =
             state.withLock { $0.generation == generation } ? nil : membership.snapshot()
@@ -97,7 +201,7 @@ final class NodeHealth: Sendable {
             guard var health = state.health else { return nil }
             state.health = nil
             defer { state.health = health }
-            return body(&health, &state.random)
+            return body(&health, &state)
         }
     }
 }

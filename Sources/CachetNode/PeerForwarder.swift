@@ -27,6 +27,8 @@ final class PeerForwarder: @unchecked Sendable {
     private let maximumReplyLength: Int
     private let logger: Logger
     private var channels: [CachetClusterMember: PeerChannel] = [:]
+    /// Deletes the local copies of keys whose owner has been told (set by the loop: it has the store).
+    var dropLocalCopies: (([[UInt8]]) -> Void)?
 
     /// - Parameters:
     ///   - queue: the node loop's queue, which the peer connections share.
@@ -76,6 +78,7 @@ final class PeerForwarder: @unchecked Sendable {
                     forward(&ping, to: member, probe: true) { _ in }
                 }
             }
+            deliverInvalidations()
             _ = loop.schedule(after: tick) { run() }
         }
         _ = loop.schedule(after: tick) { run() }
@@ -116,6 +119,28 @@ final class PeerForwarder: @unchecked Sendable {
         channel.send(&request, timeout: timeout) { outcome in
             health.record(outcome, from: member)
             completion(outcome)
+        }
+    }
+
+    /// Sends the invalidations due to owners this node stood in for (`Protocol/CLUSTER.md`, "The exact
+    /// sequence on an owner's return"): a DEL per key or one CLEAR, with `forwarded` set; an OK (or a
+    /// NOT_FOUND for a DEL) acknowledges it, anything else leaves it to be sent again on a later tick.
+    private func deliverInvalidations() {
+        guard let health else { return }
+        for (owner, invalidation) in health.invalidationsToSend() {
+            var frame: [UInt8]
+            switch invalidation {
+            case .delete(let key): frame = CachetCommand.delete(key: key).encoded(id: 0, flags: .forwarded)
+            case .clear: frame = CachetCommand.clear.encoded(id: 0, flags: .forwarded)
+            }
+            forward(&frame, to: owner) { [weak self] outcome in
+                var acknowledged = false
+                if case .answered(let status, _) = outcome {
+                    acknowledged = status == .ok || (status == .notFound && invalidation != .clear)
+                }
+                let drop = health.invalidationAnswered(invalidation, ownerID: owner.id, acknowledged: acknowledged)
+                if !drop.isEmpty { self?.dropLocalCopies?(drop) }
+            }
         }
     }
 

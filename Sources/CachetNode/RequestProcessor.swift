@@ -27,6 +27,16 @@ struct DirectSend {
     }
 }
 
+/// Where a request for a key goes (see `RequestProcessor.route`).
+enum RouteDecision {
+    /// Served here, as usual.
+    case here
+    /// Answered already (a miss).
+    case answered
+    /// Forwarded.
+    case pending(PendingOperation)
+}
+
 /// What processing the buffered input ended with.
 enum ProcessingResult {
     /// Every whole frame was answered; the input holds at most a partial frame of `frameLength` bytes
@@ -62,6 +72,10 @@ struct RequestProcessor {
     /// Whether ``router`` is set: the one test a request pays on a node that never forwards (testing the
     /// optional reference itself cost about ten instructions per request, measured with callgrind).
     let forwards: Bool
+    /// The peers' health and this node's stand-in log (with ``router``).
+    let health: NodeHealth?
+    /// The owner's hold (with ``router``).
+    let hold: NodeReturnHold?
 
     init(
         store: CachetMemoryStore,
@@ -70,7 +84,9 @@ struct RequestProcessor {
         maximumPayloadLength: Int,
         statistics: @escaping @Sendable () -> String,
         connectionMemory: ConnectionMemory,
-        router: ForwardRouter? = nil
+        router: ForwardRouter? = nil,
+        health: NodeHealth? = nil,
+        hold: NodeReturnHold? = nil
     ) {
         self.store = store
         self.disk = disk
@@ -79,6 +95,8 @@ struct RequestProcessor {
         self.statistics = statistics
         self.connectionMemory = connectionMemory
         self.router = router
+        self.health = health
+        self.hold = hold
         forwards = router != nil
     }
 
@@ -166,7 +184,13 @@ struct RequestProcessor {
             switch header.opcode {
             case .get:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-                if forwards, let forward = route(frame, key: key, in: buffer) { return forward }
+                if forwards {
+                    switch route(frame, key: key, in: buffer, output: &output) {
+                    case .here: break
+                    case .answered: return nil
+                    case .pending(let operation): return operation
+                    }
+                }
                 return get(
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
                     id: header.id,
@@ -178,11 +202,23 @@ struct RequestProcessor {
                 )
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
-                if forwards, let forward = route(frame, key: put.key, in: buffer) { return forward }
+                if forwards {
+                    switch route(frame, key: put.key, in: buffer, output: &output) {
+                    case .here: break
+                    case .answered: return nil
+                    case .pending(let operation): return operation
+                    }
+                }
                 return self.put(put, in: buffer, id: header.id, output: &output, now: now)
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-                if forwards, let forward = route(frame, key: key, in: buffer) { return forward }
+                if forwards {
+                    switch route(frame, key: key, in: buffer, output: &output) {
+                    case .here: break
+                    case .answered: return nil
+                    case .pending(let operation): return operation
+                    }
+                }
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
@@ -212,27 +248,85 @@ struct RequestProcessor {
         return nil
     }
 
-    /// The forward of a request whose key another member owns, or nil to serve it here: when this node
-    /// owns the key, or the request was forwarded already (it is then served here whatever the ring says,
-    /// and counted as a routing disagreement: a request crosses at most one hop).
+    /// Where a request for a key goes on a node of a cluster (`Protocol/CLUSTER.md`, "Forwarding" and
+    /// "Failover without stale reads"):
+    /// - this node's key: served here, but a GET misses while the node holds (it may have been away);
+    /// - another member's key, without `forwarded`: to the owner, or to the stand-in when the owner is
+    ///   down; or served here when this node is the stand-in (or still owes the owner invalidations);
+    /// - another member's key with `forwarded` (one hop at most): served here, counted as a routing
+    ///   disagreement unless this node stands in for the owner.
+    /// Served here for another owner: a GET returns the local value only for a key written here in this
+    /// episode (else a miss: any older copy may be stale), and a PUT or DEL is recorded in the stand-in log
+    /// before it is answered.
     @inline(never)
-    private func route(_ frame: CachetFrame, key: Range<Int>, in buffer: UnsafeRawBufferPointer) -> PendingOperation? {
-        // Checked for nil by the caller, which keeps the common path of a node that never forwards to one
-        // comparison (no retain of the router there).
-        guard let owner = router.unsafelyUnwrapped.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[key]))
-        else { return nil }
-        let forwarded = CachetRequestFlags.forwarded.rawValue
-        if frame.header.flags & forwarded != 0 {
-            RequestCounters.bump(counters.routingDisagreements)
-            return nil
+    private func route(
+        _ frame: CachetFrame,
+        key: Range<Int>,
+        in buffer: UnsafeRawBufferPointer,
+        output: inout CachetByteBuffer
+    ) -> RouteDecision {
+        let keyBytes = UnsafeRawBufferPointer(rebasing: buffer[key])
+        let header = frame.header
+        guard let owner = router.unsafelyUnwrapped.foreignOwner(of: keyBytes) else {
+            if header.opcode == .get, let hold, hold.isHolding() { return miss(header.id, output: &output) }
+            return .here
         }
+        guard let health else { return .pending(forward(frame, in: buffer, to: owner)) }
+        let ownerID: String
+        if header.flags & CachetRequestFlags.forwarded.rawValue != 0 {
+            ownerID = owner.id
+            if case .forward = health.place(keyBytes, owner: owner) {
+                RequestCounters.bump(counters.routingDisagreements)
+            }
+        } else {
+            switch health.place(keyBytes, owner: owner) {
+            case .forward(let target): return .pending(forward(frame, in: buffer, to: target))
+            case .standIn(let id): ownerID = id
+            }
+        }
+        if header.opcode == .get {
+            return health.mayServeLocally(Array(keyBytes), ownerID: ownerID) ? .here : miss(header.id, output: &output)
+        }
+        health.recordWrite(Array(keyBytes), ownerID: ownerID)
+        return .here
+    }
+
+    /// Answers a GET with a miss, counted as one.
+    private func miss(_ id: UInt32, output: inout CachetByteBuffer) -> RouteDecision {
+        RequestCounters.bump(counters.gets)
+        RequestCounters.bump(counters.misses)
+        appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        return .answered
+    }
+
+    /// The forward of a request to `target` (the key's owner, or its stand-in), with `forwarded` set.
+    private func forward(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        to target: CachetClusterMember
+    ) -> PendingOperation {
         RequestCounters.bump(counters.forwards)
+        let forwarded = CachetRequestFlags.forwarded.rawValue
         let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
         var request = Array(buffer[start..<frame.end])
         request.withUnsafeMutableBytes {
             $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
         }
-        return .forward(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: owner))
+        return .forward(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: target))
+    }
+
+    /// Deletes the local copies of keys this node stood in for, once their owner has been told (they are
+    /// never served again either way; this returns their memory). Disk deletions that cannot be queued
+    /// are skipped: the copies are dead whatever happens to them.
+    func dropStandInCopies(_ keys: [[UInt8]]) {
+        let now = CachetClock.now()
+        for key in keys {
+            key.withUnsafeBytes { key in
+                disk?.worker.beginWrite(key: key)
+                _ = store.remove(key: key, now: now)
+                _ = disk?.worker.submitRemove(key: Array(key))
+            }
+        }
     }
 
     /// The fan-out of a CLEAR or STATS with the `cluster` flag (and without `forwarded`, which cancels it):

@@ -81,6 +81,15 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "Seconds between PING probes of each peer taken for up (a down peer is probed on its backoff).")
     var probeInterval = 1.0
 
+    @Option(
+        help: """
+            Seconds a cluster node answers GETs of its own keys with a miss after it may have been away \
+            (start, a stall, a lost network), so that stand-ins can tell it what they replaced. \
+            Default: 10 x --probe-interval + --forward-timeout; 0: no hold.
+            """
+    )
+    var holdPeriod: Double?
+
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
@@ -134,6 +143,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.clientStallTimeout = clientStallTimeout
             configuration.forwardTimeout = forwardTimeout
             configuration.probeInterval = probeInterval
+            configuration.holdPeriod = holdPeriod
             if let connectionMemory {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }

@@ -20,14 +20,17 @@ struct NodeForwardingTests {
         let file: String
         let membership: CachetMembership
         let extraArguments: [String]
+        /// Whether each member has a disk tier of its own, kept across restarts.
+        let disk: Bool
         var ports: [String: Int] = [:]
         var nodes: [String: NodeProcess] = [:]
 
         /// - Parameters:
         ///   - extraArguments: flags for every node.
         ///   - host: how the cluster file names the members' host (they listen on 127.0.0.1 whatever it says).
-        init(extraArguments: [String] = [], host: String = "127.0.0.1") throws {
+        init(extraArguments: [String] = [], host: String = "127.0.0.1", disk: Bool = false) throws {
             self.extraArguments = extraArguments
+            self.disk = disk
             var ports: [Int] = []
             var probes: [Int32] = []
             for _ in 0..<3 {
@@ -51,12 +54,12 @@ struct NodeForwardingTests {
 
         /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).
         func start(_ id: String) throws {
+            let storage =
+                disk
+                ? ["--data-dir", directory.appending("data-\(id)"), "--disk-limit", "64MiB"] : ["--disk-limit", "0"]
             nodes[id] = try NodeProcess(
-                arguments: [
-                    "--cluster", file, "--node-id", id, "--host", "127.0.0.1", "--port", "\(ports[id]!)",
-                    "--disk-limit", "0",
-                ]
-                    + extraArguments
+                arguments: ["--cluster", file, "--node-id", id, "--host", "127.0.0.1", "--port", "\(ports[id]!)"]
+                    + storage + extraArguments
             )
         }
 
@@ -160,22 +163,26 @@ struct NodeForwardingTests {
 
     @Test func aForwardedRequestIsServedWhereItArrivesAndCounted() throws {
         // A node whose cluster file disagrees would send a key to a node that does not own it: that node
-        // serves it itself (no second hop, so no loop) and counts the disagreement.
+        // serves it itself (no second hop, so no loop) and counts the disagreement. The write goes into its
+        // stand-in log, so it tells the owner (a DEL: the owner drops any older copy), serves the key from
+        // its own copy until then, and misses it after.
         let cluster = try Cluster()
         let key = cluster.key(ownedBy: "n1")
         let n2 = try cluster.node("n2").connect()
         let put = CachetCommand.put(key: Array(key.utf8), value: [7], ttl: 0).encoded(id: 5, flags: .forwarded)
         try n2.send(put)
         #expect(try n2.readResponse().status == .ok)
-        #expect(try Self.get(key, from: n2, flags: .forwarded).body == [7])
+        let local = try Self.get(key, from: n2, flags: .forwarded)
+        #expect(local.body == [7] || local.status == .notFound, "\(local)")
         #expect(try Self.get(key, from: try cluster.node("n1").connect(), flags: .forwarded).status == .notFound)
         let stats = try cluster.stats("n2")
-        #expect(stats["routing_disagreements"] as? Int == 2)
+        #expect((stats["routing_disagreements"] as? Int ?? 0) >= 1)
         #expect(stats["forwards"] as? Int == 0)
     }
 
     @Test func anOwnerThatIsGoneOrFrozenIsAnsweredUnavailableQuickly() throws {
-        let cluster = try Cluster(extraArguments: ["--forward-timeout", "0.3"])
+        // A short hold: once thawed, n2 misses its own keys for that long (it may have been away).
+        let cluster = try Cluster(extraArguments: ["--forward-timeout", "0.3", "--hold-period", "0.5"])
         let n1 = try cluster.node("n1").connect()
         let frozenKey = cluster.key(ownedBy: "n2")
         let goneKey = cluster.key(ownedBy: "n3")
@@ -265,19 +272,18 @@ struct NodeForwardingTests {
         let n1 = try cluster.node("n1").connect()
         let key = cluster.key(ownedBy: "n3")
 
-        // Gone: the probes find out without any request; its keys are then answered at once, untried.
+        // Gone: the probes find out without any request; its keys then go to a stand-in at once, untried,
+        // which has nothing written for them yet: a miss.
         _ = cluster.node("n3").stop(signal: SIGKILL)
         #expect(try cluster.waitForState(of: "n3", on: "n1", toBe: "down", within: 3) == "down")
         let started = Date()
-        let reply = try Self.get(key, from: n1)
-        #expect(reply.status == .unavailable)
-        #expect(String(decoding: reply.body, as: UTF8.self).contains("marked down"))
+        #expect(try Self.get(key, from: n1).status == .notFound)
         #expect(Date().timeIntervalSince(started) < 0.5)
         let stats =
             try JSONSerialization.jsonObject(
                 with: Data(try n1.roundTrip(.stats, id: 3).body)
             ) as! [String: Any]
-        #expect(stats["forward_failures"] as? Int == 1)
+        #expect(stats["forward_failures"] as? Int == 0)
 
         // Back on its port: probed (after its backoff, 250 ms doubling), up again, asked again.
         try cluster.start("n3")

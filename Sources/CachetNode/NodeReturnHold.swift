@@ -1,0 +1,88 @@
+import CachetCluster
+import CachetLocking
+import Dispatch
+import Synchronization
+
+/// The owner's hold of a node in a cluster of more than one (`Protocol/CLUSTER.md`, "The owner's hold"):
+/// for `holdPeriod` after it may have been away, a GET of a key it owns misses, since a stand-in may have
+/// replaced the key's value meanwhile and not yet told it. It holds from its start when its disk tier
+/// brings entries from before (a node that starts empty serves only values written since); after a gap between
+/// two ticks longer than the stall threshold (the process was stopped, SIGSTOP or a frozen machine); and
+/// when a peer answers after every peer had failed (it may have been cut off). PUT, DEL and CLEAR are
+/// served all the while.
+///
+/// A timer on a queue of its own ticks every 50 ms; the request path also checks the time since the last
+/// tick, so that requests read right after a stop are judged before the timer has run. Thread-safe: the
+/// request path reads two atomics; changes take the lock.
+final class NodeReturnHold: Sendable {
+    private let state: CachetLock<CachetReturnHold>
+    private let holdUntil: Atomic<UInt64>
+    private let lastTick: Atomic<UInt64>
+    private let stallThreshold: UInt64
+    private let timer = CachetLock<(any DispatchSourceTimer)?>(nil)
+    private static let tickInterval: UInt64 = 50_000_000
+
+    /// Starts holding now, if the node starts with entries from before.
+    /// - Parameters:
+    ///   - holdPeriod: nanoseconds owned keys miss after a return.
+    ///   - stallThreshold: a gap between ticks longer than this, in nanoseconds, is a stall.
+    ///   - holdingAtStart: whether the node starts with entries from before (its disk tier's).
+    init(holdPeriod: UInt64, stallThreshold: UInt64, holdingAtStart: Bool) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let hold = CachetReturnHold(
+            holdPeriod: holdPeriod,
+            stallThreshold: stallThreshold,
+            now: now,
+            holdingAtStart: holdingAtStart
+        )
+        state = CachetLock(hold)
+        holdUntil = Atomic(hold.holdUntil)
+        lastTick = Atomic(now)
+        self.stallThreshold = stallThreshold
+    }
+
+    /// Starts the ticks.
+    func start() {
+        let source = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "cachet.hold", qos: .userInitiated))
+        source.schedule(deadline: .now(), repeating: .nanoseconds(Int(Self.tickInterval)))
+        source.setEventHandler { [weak self] in _ = self?.tick() }
+        source.activate()
+        timer.withLockUnchecked { $0 = source }
+    }
+
+    /// Stops the ticks.
+    func stop() {
+        timer.withLockUnchecked { timer in
+            timer?.cancel()
+            timer = nil
+        }
+    }
+
+    /// Whether a GET of a key this node owns must miss now.
+    func isHolding() -> Bool {
+        let now = DispatchTime.now().uptimeNanoseconds
+        if now &- lastTick.load(ordering: .relaxed) > stallThreshold { return tick() }
+        return now < holdUntil.load(ordering: .relaxed)
+    }
+
+    /// A peer answered after every peer had failed.
+    func regainedContact() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        state.withLock { hold in
+            hold.regainedContact(now: now)
+            holdUntil.store(hold.holdUntil, ordering: .relaxed)
+        }
+    }
+
+    /// Records a tick; returns whether the node holds now.
+    @discardableResult
+    private func tick() -> Bool {
+        let now = DispatchTime.now().uptimeNanoseconds
+        return state.withLock { hold in
+            _ = hold.tick(now: now)
+            holdUntil.store(hold.holdUntil, ordering: .relaxed)
+            lastTick.store(now, ordering: .relaxed)
+            return hold.isHolding(now: now)
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Failover without stale reads (`Protocol/CLUSTER.md`): put v1 (owner A), A becomes unreachable, put v2
+/// through another node, A returns — no GET through any node, nor from A itself, ever returns v1.
+@Suite("Node: failover to a stand-in never serves an older value")
+struct NodeFailoverTests {
+    typealias Cluster = NodeForwardingTests.Cluster
+
+    /// Probes every 0.1 s (backoff 25 ms doubling to 0.5 s), forwards time out after 0.3 s, so the hold
+    /// is 2 × 0.5 + 0.3 = 1.3 s.
+    static let timings = ["--probe-interval", "0.1", "--forward-timeout", "0.3"]
+
+    /// GETs `key` through every live node, and from `owner` directly with `forwarded` set (what the owner
+    /// itself holds), for `seconds`; returns every value seen.
+    static func watch(_ key: String, cluster: Cluster, owner: String, seconds: Double) throws -> [[UInt8]] {
+        var seen: [[UInt8]] = []
+        let deadline = Date().addingTimeInterval(seconds)
+        let sockets = try ["n1", "n2", "n3"].map { try cluster.node($0).connect() }
+        repeat {
+            for (index, socket) in sockets.enumerated() {
+                let flags: CachetRequestFlags = ["n1", "n2", "n3"][index] == owner ? .forwarded : []
+                for flag in Set([flags, []]) {
+                    let reply = try NodeForwardingTests.get(key, from: socket, flags: flag)
+                    if reply.status == .ok { seen.append(reply.body) }
+                }
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        } while Date() < deadline
+        return seen
+    }
+
+    static func waitForDown(_ id: String, cluster: Cluster) throws {
+        for other in ["n1", "n2", "n3"] where other != id {
+            #expect(try cluster.waitForState(of: id, on: other, toBe: "down", within: 5) == "down", "\(id) on \(other)")
+        }
+    }
+
+    @Test func anOwnerKilledAndRestartedWithItsDiskNeverServesTheOlderValue() throws {
+        let cluster = try Cluster(extraArguments: Self.timings, disk: true)
+        let key = cluster.key(ownedBy: "n1")
+        let n2 = try cluster.node("n2").connect()
+        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        // v1 on the owner's disk, so that its restart brings it back.
+        let deadline = Date().addingTimeInterval(5)
+        while (try cluster.stats("n1")["disk_items"] as? Int ?? 0) < 1 && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+
+        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        #expect(try NodeForwardingTests.get(key, from: try cluster.node("n3").connect()).body == Array("v2".utf8))
+
+        try cluster.start("n1")
+        let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
+        #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner's return")
+        // The stand-in told the owner (v1 deleted there) and dropped its own copy: a miss everywhere.
+        for id in ["n1", "n2", "n3"] {
+            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
+        }
+    }
+
+    @Test func anOwnerStoppedAndResumedNeverServesTheOlderValue() throws {
+        let cluster = try Cluster(extraArguments: Self.timings)
+        let key = cluster.key(ownedBy: "n1")
+        let n2 = try cluster.node("n2").connect()
+        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        let pid = cluster.node("n1").process.processIdentifier
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        try Self.waitForDown("n1", cluster: cluster)
+
+        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        kill(pid, SIGCONT)
+        // Its memory still holds v1: it holds (a stall) until the stand-in has told it.
+        let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
+        #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner resumed")
+        #expect(seen.contains(Array("v2".utf8)), "the stand-in served v2 while it stood in")
+        for id in ["n1", "n2", "n3"] {
+            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
+        }
+    }
+}
