@@ -98,20 +98,45 @@ final class NodeHealth: Sendable {
     enum Placement {
         /// To this member: the owner, or the stand-in when the owner is down.
         case forward(CachetClusterMember)
-        /// Served here, under the stand-in rules for the owner with this id: this node stands in for it,
-        /// or has not finished telling it what it wrote for it.
+        /// Served here, under the stand-in rules for the owner with this id: this node stands in for it.
         case standIn(ownerID: String)
+        /// The owner answers again and this node has not finished telling it what it wrote for it: a GET
+        /// misses (another node may have stood in too, with a newer value), a write goes to the owner.
+        case delivering(owner: CachetClusterMember)
     }
 
-    /// Where a request for `key`, owned by `owner` (not this node), goes: ``CachetClusterHealth``'s
-    /// routing rule with this node's stand-in log.
+    /// Where a request for `key`, owned by `owner` (not this node), goes: to the owner while it is
+    /// routable, else to the first routable member of the key's preference list (this node, or another
+    /// one). The stand-in is the same on every node that sees the same members down, whatever each one
+    /// stood in for before: a node that still owes an owner invalidations does not keep its keys (two
+    /// such nodes would each serve their own copies); it misses them until it has delivered.
     func place(_ key: UnsafeRawBufferPointer, owner: CachetClusterMember) -> Placement {
         let hash = CachetRing.hash(key)
         return withState { health, state in
-            let route = health.route(hash: hash, standIns: state.standIns)
+            let route = health.route(hash: hash)
+            if route.target == route.owner {
+                return state.standIns.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
+            }
             if route.target == health.localIndex { return .standIn(ownerID: owner.id) }
             return .forward(health.membership.members[route.target])
         } ?? .forward(owner)
+    }
+
+    /// Where a request for one of this node's own keys goes while the node holds: the first routable
+    /// member after it on the key's preference list, which stands in for it (nil when there is none: the
+    /// node then answers itself, a GET with a miss). While it holds, the node may hold values a stand-in
+    /// replaced, and peers that have not seen it return still send its keys to their stand-in: sending its
+    /// own there too keeps one place for each key until the stand-ins have told it what they wrote.
+    func standIn(forOwnKey key: UnsafeRawBufferPointer) -> CachetClusterMember? {
+        let hash = CachetRing.hash(key)
+        return withState { health, _ -> CachetClusterMember? in
+            let members = health.membership.members
+            for member in health.membership.ring.preferenceList(forHash: hash, count: members.count).dropFirst()
+            where member != health.localIndex && health.isRoutable(member) {
+                return members[member]
+            }
+            return nil
+        } ?? nil
     }
 
     /// Whether a GET of `key`, which this node serves for `ownerID`, may return the local value: only a key

@@ -268,20 +268,29 @@ struct RequestProcessor {
         let keyBytes = UnsafeRawBufferPointer(rebasing: buffer[key])
         let header = frame.header
         guard let owner = router.unsafelyUnwrapped.foreignOwner(of: keyBytes) else {
-            if header.opcode == .get, let hold, hold.isHolding() { return miss(header.id, output: &output) }
-            return .here
+            // This node's key. While it holds, a request from a client goes to the key's stand-in (a GET
+            // here could return a value a stand-in replaced); one forwarded to it is served here, a GET
+            // with a miss.
+            guard let hold, hold.isHolding() else { return .here }
+            if header.flags & CachetRequestFlags.forwarded.rawValue == 0, let standIn = health?.standIn(forOwnKey: keyBytes) {
+                return .pending(forward(frame, in: buffer, to: standIn))
+            }
+            return header.opcode == .get ? miss(header.id, output: &output) : .here
         }
         guard let health else { return .pending(forward(frame, in: buffer, to: owner)) }
         let ownerID: String
         if header.flags & CachetRequestFlags.forwarded.rawValue != 0 {
             ownerID = owner.id
-            if case .forward = health.place(keyBytes, owner: owner) {
+            if case .standIn = health.place(keyBytes, owner: owner) {} else {
                 RequestCounters.bump(counters.routingDisagreements)
             }
         } else {
             switch health.place(keyBytes, owner: owner) {
             case .forward(let target): return .pending(forward(frame, in: buffer, to: target))
             case .standIn(let id): ownerID = id
+            case .delivering(let owner):
+                if header.opcode == .get { return miss(header.id, output: &output) }
+                return .pending(forward(frame, in: buffer, to: owner))
             }
         }
         if header.opcode == .get {
