@@ -130,8 +130,9 @@ final class PeerForwarder: @unchecked Sendable {
         for (owner, invalidation) in health.invalidationsToSend() {
             var frame: [UInt8]
             switch invalidation {
-            case .delete(let key): frame = CachetCommand.delete(key: key).encoded(id: 0, flags: .forwarded)
-            case .clear: frame = CachetCommand.clear.encoded(id: 0, flags: .forwarded)
+            case .delete(let key):
+                frame = CachetCommand.delete(key: key).encoded(id: 0, flags: [.forwarded, .invalidation])
+            case .clear: frame = CachetCommand.clear.encoded(id: 0, flags: [.forwarded, .invalidation])
             }
             forward(&frame, to: owner) { [weak self] outcome in
                 var acknowledged = false

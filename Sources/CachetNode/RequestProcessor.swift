@@ -267,25 +267,46 @@ struct RequestProcessor {
     ) -> RouteDecision {
         let keyBytes = UnsafeRawBufferPointer(rebasing: buffer[key])
         let header = frame.header
+        let forwarded = header.flags & CachetRequestFlags.forwarded.rawValue != 0
         guard let owner = router.unsafelyUnwrapped.foreignOwner(of: keyBytes) else {
             // This node's key. While it holds, a request from a client goes to the key's stand-in (a GET
-            // here could return a value a stand-in replaced); one forwarded to it is served here, a GET
-            // with a miss.
+            // here could return a value a stand-in replaced). One forwarded to it comes from a peer that
+            // already sees it back while the stand-in may not: a GET misses, and a PUT or DEL is refused (the
+            // stand-in, which does not see this node back yet, may go on serving an older value it holds),
+            // but for the stand-ins' invalidations, which are what the hold waits for.
             guard let hold, hold.isHolding() else { return .here }
-            if header.flags & CachetRequestFlags.forwarded.rawValue == 0, let standIn = health?.standIn(forOwnKey: keyBytes) {
+            if !forwarded, let standIn = health?.standIn(forOwnKey: keyBytes) {
                 return .pending(forward(frame, in: buffer, to: standIn))
             }
-            return header.opcode == .get ? miss(header.id, output: &output) : .here
+            if header.opcode == .get { return miss(header.id, output: &output) }
+            if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
+            appendMessage(
+                "this node is back from an absence and does not take writes of its keys from peers yet; "
+                    + "try again shortly",
+                status: .unavailable,
+                opcode: header.opcode,
+                id: header.id,
+                to: &output
+            )
+            return .answered
         }
         guard let health else { return .pending(forward(frame, in: buffer, to: owner)) }
         let ownerID: String
-        if header.flags & CachetRequestFlags.forwarded.rawValue != 0 {
+        let placement = health.place(keyBytes, owner: owner)
+        if forwarded {
             ownerID = owner.id
-            if case .standIn = health.place(keyBytes, owner: owner) {} else {
+            switch placement {
+            case .standIn: break
+            case .delivering:
+                // The owner is back and this node still owes it invalidations: another node may hold a
+                // newer value; the local copy is not served.
+                if header.opcode == .get { return miss(header.id, output: &output) }
+                RequestCounters.bump(counters.routingDisagreements)
+            case .forward:
                 RequestCounters.bump(counters.routingDisagreements)
             }
         } else {
-            switch health.place(keyBytes, owner: owner) {
+            switch placement {
             case .forward(let target): return .pending(forward(frame, in: buffer, to: target))
             case .standIn(let id): ownerID = id
             case .delivering(let owner):

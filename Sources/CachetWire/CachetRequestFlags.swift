@@ -22,8 +22,13 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// member's result. Ignored on the other opcodes and when ``forwarded`` is set.
     @inlinable public static var cluster: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0002) }
 
+    /// `0x0004`: with ``forwarded`` on DEL and CLEAR, a stand-in's invalidation for the key's owner
+    /// (`Protocol/CLUSTER.md`, "Failover without stale reads"): served even while the owner holds, when it
+    /// refuses other writes of its keys from peers. Ignored otherwise.
+    @inlinable public static var invalidation: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0004) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0003) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0007) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -44,6 +49,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         var names: [String] = []
         if contains(.forwarded) { names.append("forwarded") }
         if contains(.cluster) { names.append("cluster") }
+        if contains(.invalidation) { names.append("invalidation") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }
