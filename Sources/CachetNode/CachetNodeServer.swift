@@ -118,9 +118,9 @@ public final class CachetNodeServer: Sendable {
                         maximumPayloadLength: configuration.maximumPayloadLength,
                         statistics: { statistics.json() },
                         connectionMemory: connectionMemory,
-                        router: router,
-                        health: health,
-                        hold: hold
+                        cluster: router.flatMap { router in
+                            health.map { ClusterRouting(router: router, health: $0, hold: hold) }
+                        }
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,
