@@ -2,6 +2,7 @@ import CachetCluster
 import CachetLocking
 import CachetRing
 import Dispatch
+import Logging
 
 /// The node's view of its peers' health (`Protocol/CLUSTER.md`, "Health"), shared by its loops: fed by the
 /// outcome of every forward and of the PING probes (``PeerForwarder``), read by forwarding (a peer marked
@@ -21,6 +22,8 @@ final class NodeHealth: Sendable {
         var standIns = CachetStandInLog()
         /// Invalidations sent and not answered yet, by owner id.
         var delivering: [String: Set<CachetStandInLog.Invalidation>] = [:]
+        /// Peers whose membership hash, last seen, differs from this node's.
+        var disagreeing: Set<String> = []
     }
 
     private let membership: CachetNodeMembership
@@ -186,8 +189,42 @@ final class NodeHealth: Sendable {
         } ?? []
     }
 
+    /// Records `member`'s membership hash (from its STATS); a change between agreeing and disagreeing with
+    /// this node's is logged.
+    func recordMembershipHash(_ hash: String, of member: CachetClusterMember, logger: Logger) {
+        let own = membership.current.membershipHashText
+        let differs = hash != own
+        let changed = state.withLock { state -> Bool in
+            differs ? state.disagreeing.insert(member.id).inserted : state.disagreeing.remove(member.id) != nil
+        }
+        guard changed else { return }
+        if differs {
+            logger.warning(
+                "a peer's membership differs from this node's: keys are routed differently until both read the same cluster file",
+                metadata: ["cluster.member": "\(member.id)", "cluster.hash": "\(own)", "cluster.peer_hash": "\(hash)"]
+            )
+        } else {
+            logger.notice(
+                "a peer's membership agrees with this node's again",
+                metadata: ["cluster.member": "\(member.id)"]
+            )
+        }
+    }
+
+    /// Peers whose membership hash, last seen, differs from this node's.
+    var disagreeingPeers: Int { state.withLock { $0.disagreeing.count } }
+
     /// Whether every peer has failed (this node may be cut off from the cluster).
     var isCutOff: Bool { withHealth { $0.isCutOff } ?? false }
+
+    /// The peers that are routable now (no side effect).
+    func routablePeers() -> [CachetClusterMember] {
+        withHealth { health in
+            health.membership.members.indices.compactMap { index -> CachetClusterMember? in
+                index != health.localIndex && health.isRoutable(index) ? health.membership.members[index] : nil
+            }
+        } ?? []
+    }
 
     /// The members to probe now: every routable peer (an active check on the interval), and every down
     /// peer whose backoff has passed (marked as probing until its outcome is recorded).

@@ -64,11 +64,17 @@ final class PeerForwarder: @unchecked Sendable {
         // Checked often enough to honour a down peer's backoff (250 ms at first), at most every interval.
         let tick = min(interval, .milliseconds(100))
         var sinceRoutine = Duration.zero
+        var routines = 0
         func run() {
             guard let health else { return }
             sinceRoutine += tick
             let routine = sinceRoutine >= interval
-            if routine { sinceRoutine = .zero }
+            if routine {
+                sinceRoutine = .zero
+                routines += 1
+                // Every tenth round, compare memberships: a STATS of each routable peer, for its hash.
+                if routines % 10 == 1 { compareMemberships(health) }
+            }
             for member in health.membersToProbe() {
                 let channel = channels[member]
                 // Routable peers only on the interval, and not while a probe or forwards are on the way.
@@ -82,6 +88,33 @@ final class PeerForwarder: @unchecked Sendable {
             _ = loop.schedule(after: tick) { run() }
         }
         _ = loop.schedule(after: tick) { run() }
+    }
+
+    /// Asks every routable peer for its STATS and records whether its membership hash (`cluster_hash`)
+    /// differs from this node's: nodes that read different cluster files route keys differently.
+    private func compareMemberships(_ health: NodeHealth) {
+        // Not `membersToProbe()`: that marks the down peers that are due as probed.
+        for member in health.routablePeers() {
+            var stats = CachetCommand.stats.encoded(id: 0, flags: .forwarded)
+            forward(&stats, to: member) { outcome in
+                guard case .answered(.ok, let body) = outcome,
+                    let hash = Self.field("cluster_hash", in: body)
+                else { return }
+                health.recordMembershipHash(hash, of: member, logger: self.logger)
+            }
+        }
+    }
+
+    /// The string value of a top-level field of a STATS JSON object, found by its name.
+    static func field(_ name: String, in body: [UInt8]) -> String? {
+        let pattern = Array("\"\(name)\":\"".utf8)
+        guard body.count > pattern.count else { return nil }
+        for start in 0...(body.count - pattern.count) where body[start..<start + pattern.count].elementsEqual(pattern) {
+            let value = body[(start + pattern.count)...]
+            guard let end = value.firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+            return String(decoding: value[..<end], as: UTF8.self)
+        }
+        return nil
     }
 
     /// Closes every peer connection, failing what is in flight. Callable from any thread.

@@ -53,12 +53,14 @@ struct NodeForwardingTests {
         }
 
         /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).
-        func start(_ id: String) throws {
+        func start(_ id: String, clusterFile: String? = nil) throws {
             let storage =
                 disk
                 ? ["--data-dir", directory.appending("data-\(id)"), "--disk-limit", "64MiB"] : ["--disk-limit", "0"]
             nodes[id] = try NodeProcess(
-                arguments: ["--cluster", file, "--node-id", id, "--host", "127.0.0.1", "--port", "\(ports[id]!)"]
+                arguments: [
+                    "--cluster", clusterFile ?? file, "--node-id", id, "--host", "127.0.0.1", "--port", "\(ports[id]!)",
+                ]
                     + storage + extraArguments
             )
         }
@@ -318,5 +320,25 @@ struct NodeForwardingTests {
             #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: [9], ttl: 0)).status == .ok)
             #expect(try Self.get(key, from: try cluster.node(id).connect(), flags: .forwarded).body == [9])
         }
+    }
+    @Test func aPeerWithAnotherMembershipIsReportedAndLogged() throws {
+        // n3 reads a cluster file with the same members but another ring (virtual nodes): another hash.
+        let cluster = try Cluster(extraArguments: ["--probe-interval", "0.1"])
+        let other = cluster.directory.appending("other.json")
+        let text = try String(contentsOfFile: cluster.file, encoding: .utf8)
+            .replacingOccurrences(of: "{\"members\"", with: "{\"virtual_nodes_per_member\": 100, \"members\"")
+        try Data(text.utf8).write(to: URL(fileURLWithPath: other))
+        _ = cluster.node("n3").stop(signal: SIGKILL)
+        try cluster.start("n3", clusterFile: other)
+        let deadline = Date().addingTimeInterval(10)
+        var disagreeing = 0
+        repeat {
+            disagreeing = try cluster.stats("n1")["cluster_peers_disagreeing"] as? Int ?? -1
+            if disagreeing == 1 { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        } while Date() < deadline
+        #expect(disagreeing == 1)
+        #expect(cluster.node("n1").log.contains("a peer's membership differs"))
+        #expect(try cluster.stats("n2")["cluster_peers_disagreeing"] as? Int ?? 1 <= 1)
     }
 }
