@@ -78,6 +78,10 @@ final class NodeHealth: Sendable {
                 transition = health.timedOut(index, now: now, using: &state.random)
             case .unavailable(_, .connectionFailed):
                 transition = health.refused(index, now: now, using: &state.random)
+            case .unavailable(_, .overloaded) where !health.isRoutable(index):
+                // A probe of a down peer that could not be sent: a failed probe, so that another is
+                // scheduled (the peer would otherwise stay marked as being probed).
+                transition = health.timedOut(index, now: now, using: &state.random)
             case .unavailable(_, .overloaded), .unavailable(_, .markedDown):
                 transition = nil
             }
