@@ -102,7 +102,14 @@ public final class CachetNodeServer: Sendable {
         self.hold = hold
         let health =
             configuration.cluster == nil
-            ? nil : NodeHealth(membership: statistics.membership, configuration: healthConfiguration, hold: hold)
+            ? nil
+            : NodeHealth(
+                membership: statistics.membership,
+                configuration: healthConfiguration,
+                hold: hold,
+                holdPeriod: holdPeriod,
+                logger: logger
+            )
         statistics.health.withLock { $0 = health }
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never

@@ -24,6 +24,10 @@ final class NodeHealth: Sendable {
         var delivering: [String: Set<CachetStandInLog.Invalidation>] = [:]
         /// Peers whose membership hash, last seen, differs from this node's.
         var disagreeing: Set<String> = []
+        /// When each owner being delivered to came back, and whether its delivery was found overdue.
+        var returnedAt: [String: (at: UInt64, overdue: Bool)] = [:]
+        /// Deliveries not finished within the hold period since start.
+        var overdue = 0
     }
 
     private let membership: CachetNodeMembership
@@ -31,6 +35,9 @@ final class NodeHealth: Sendable {
     private let state = CachetLock(State())
     /// Told when a peer answers after every peer had failed.
     private let hold: NodeReturnHold?
+    /// How long a returning owner holds: a delivery that takes longer is overdue (logged, counted).
+    private let holdPeriod: UInt64
+    private let logger: Logger?
 
     /// - Parameters:
     ///   - membership: the node's membership, whose changes reset the view.
@@ -39,11 +46,15 @@ final class NodeHealth: Sendable {
     init(
         membership: CachetNodeMembership,
         configuration: CachetPeerHealth.Configuration = .init(),
-        hold: NodeReturnHold? = nil
+        hold: NodeReturnHold? = nil,
+        holdPeriod: UInt64 = .max,
+        logger: Logger? = nil
     ) {
         self.membership = membership
         self.configuration = configuration
         self.hold = hold
+        self.holdPeriod = holdPeriod
+        self.logger = logger
     }
 
     /// Whether requests may be sent to `member` (up or suspect, or this node).
@@ -87,7 +98,7 @@ final class NodeHealth: Sendable {
             }
             switch transition {
             case .cameUp:
-                _ = state.standIns.ownerReturned(member.id)
+                if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
             case .wentDown:
                 state.standIns.ownerWentDown(member.id)
                 state.delivering[member.id] = nil
@@ -163,19 +174,37 @@ final class NodeHealth: Sendable {
     /// The invalidations to send now: those handed out for owners that are routable and not already on
     /// their way (sent again after a failure), each with its owner. Marked as on their way.
     func invalidationsToSend() -> [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] {
-        withState { health, state in
-            var due: [(CachetClusterMember, CachetStandInLog.Invalidation)] = []
-            for ownerID in state.standIns.ownersNotClean where state.standIns.phase(of: ownerID) == .delivering {
-                guard let index = health.membership.index(ofID: ownerID), health.isRoutable(index) else { continue }
-                let sent = state.delivering[ownerID, default: []]
-                for invalidation in state.standIns.outstanding(for: ownerID) where !sent.contains(invalidation) {
-                    due.append((health.membership.members[index], invalidation))
-                    state.delivering[ownerID, default: []].insert(invalidation)
+        let now = DispatchTime.now().uptimeNanoseconds
+        var late: [String] = []
+        let due =
+            withState { health, state -> [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] in
+                for (ownerID, returned) in state.returnedAt where !returned.overdue && now &- returned.at > holdPeriod {
+                    state.returnedAt[ownerID] = (returned.at, true)
+                    state.overdue += 1
+                    late.append(ownerID)
                 }
-            }
-            return due
-        } ?? []
+                var due: [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] = []
+                for ownerID in state.standIns.ownersNotClean where state.standIns.phase(of: ownerID) == .delivering {
+                    guard let index = health.membership.index(ofID: ownerID), health.isRoutable(index) else { continue }
+                    let sent = state.delivering[ownerID, default: []]
+                    for invalidation in state.standIns.outstanding(for: ownerID) where !sent.contains(invalidation) {
+                        due.append((health.membership.members[index], invalidation))
+                        state.delivering[ownerID, default: []].insert(invalidation)
+                    }
+                }
+                return due
+            } ?? []
+        for ownerID in late {
+            logger?.warning(
+                "invalidations for a returned owner are overdue: it may serve values this node replaced until they arrive",
+                metadata: ["cluster.member": "\(ownerID)"]
+            )
+        }
+        return due
     }
+
+    /// Deliveries to returned owners not finished within the hold period, since start.
+    var overdueDeliveries: Int { state.withLock { $0.overdue } }
 
     /// An invalidation's answer: acknowledged (OK, or NOT_FOUND for a DEL), or to be sent again.
     /// - Returns: the keys whose local copies may go once the owner is clean.
@@ -188,7 +217,10 @@ final class NodeHealth: Sendable {
             state.delivering[ownerID]?.remove(invalidation)
             guard acknowledged else { return [] }
             let (clean, drop) = state.standIns.delivered(invalidation, owner: ownerID)
-            if clean { state.delivering[ownerID] = nil }
+            if clean {
+                state.delivering[ownerID] = nil
+                state.returnedAt[ownerID] = nil
+            }
             return drop
         } ?? []
     }

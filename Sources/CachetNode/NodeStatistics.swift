@@ -97,6 +97,7 @@ final class NodeStatistics: Sendable {
         let health = self.health.withLock { $0 }
         fields += membership.statisticsFields { health?.state(ofID: $0) ?? .unknown }
         fields.append(("cluster_peers_disagreeing", "\(health?.disagreeingPeers ?? 0)"))
+        fields.append(("stand_in_delivery_overdue", "\(health?.overdueDeliveries ?? 0)"))
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 

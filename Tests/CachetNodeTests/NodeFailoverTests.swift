@@ -87,4 +87,25 @@ struct NodeFailoverTests {
             #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
         }
     }
+
+    @Test func aDeliveryLongerThanTheHoldIsCountedAsOverdue() throws {
+        // A hold of 1 ms: no stand-in can deliver within it, so each delivery is overdue, logged and counted.
+        let cluster = try Cluster(extraArguments: Self.timings + ["--hold-period", "0.001"])
+        let key = cluster.key(ownedBy: "n1")
+        let n2 = try cluster.node("n2").connect()
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: [2], ttl: 0)).status == .ok)
+        try cluster.start("n1")
+        let deadline = Date().addingTimeInterval(10)
+        var overdue = 0
+        repeat {
+            overdue = ["n2", "n3"].map { (try? cluster.stats($0)["stand_in_delivery_overdue"] as? Int ?? 0) ?? 0 }
+                .reduce(0, +)
+            if overdue > 0 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        } while Date() < deadline
+        #expect(overdue == 1)
+        #expect(["n2", "n3"].contains { cluster.node($0).log.contains("overdue") })
+    }
 }
