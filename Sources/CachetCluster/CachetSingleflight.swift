@@ -35,6 +35,12 @@ public struct CachetSingleflight<Key: Hashable & Sendable, Waiter: Sendable>: Se
     /// Flights in the air.
     public var flightCount: Int { flights.count }
 
+    /// The flight that a GET of `key` would join now, if any.
+    /// - Parameter key: the key.
+    /// - Returns: the flight, or nil when none is in the air for it (or it was detached).
+    /// - Complexity: O(1) on average.
+    public func flight(for key: Key) -> UInt64? { current[key] }
+
     /// Adds a waiter for `key`.
     /// - Parameters:
     ///   - key: the key requested.

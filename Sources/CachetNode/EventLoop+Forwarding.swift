@@ -22,8 +22,8 @@ extension EventLoop {
             }
             return
         }
-        var frame = request.frame
-        forwarder.forward(&frame, to: request.owner) { [self] outcome in
+        // GETs of one key in the air at once share one request (singleflight); each is answered here.
+        let collapsed = forwarder.forward(request) { [self] outcome in
             resume(connection) { processor, output, _ in
                 switch outcome {
                 case .answered(let status, let body):
@@ -46,6 +46,7 @@ extension EventLoop {
                 }
             }
         }
+        if collapsed { RequestCounters.bump(processor.counters.forwardsCollapsed) }
     }
 }
 

@@ -58,6 +58,7 @@ final class NodeStatistics: Sendable {
             ("deletes", "\(requests.deletes)"),
             ("bad_requests", "\(requests.badRequests)"),
             ("forwards", "\(requests.forwards)"),
+            ("forwards_collapsed", "\(requests.forwardsCollapsed)"),
             ("forward_failures", "\(requests.forwardFailures)"),
             ("routing_disagreements", "\(requests.routingDisagreements)"),
             ("evictions", "\(memory.evictions)"),

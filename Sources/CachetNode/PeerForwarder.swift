@@ -12,7 +12,9 @@ import Logging
 ///
 /// Each forward has a deadline (`--forward-timeout`); at most `maximumInFlightPerPeer` are in flight to
 /// one peer, and more are answered UNAVAILABLE at once, so one slow peer cannot hold the requests bound
-/// for others. Used only on its loop's queue, but for ``start(probeInterval:)`` and ``stop()``.
+/// for others. Clients' GETs of one key share one upstream request while it is in the air
+/// (``forward(_:completion:)``, "Singleflight" in CLUSTER.md). Used only on its loop's queue, but for
+/// ``start(probeInterval:)`` and ``stop()``.
 ///
 /// `@unchecked Sendable`: every property but the immutable ones is touched only on the loop's queue
 /// (``start(probeInterval:)`` hands the probing to it with `execute`).
@@ -29,6 +31,14 @@ final class PeerForwarder: @unchecked Sendable {
     private var channels: [CachetClusterMember: PeerChannel] = [:]
     /// Deletes the local copies of keys whose owner has been told (set by the loop: it has the store).
     var dropLocalCopies: (([[UInt8]]) -> Void)?
+    /// Clients' GETs in the air, by key: a GET of a key already asked of the same member waits for that
+    /// request's reply instead of sending its own.
+    private var flights = CachetSingleflight<[UInt8], UInt64>()
+    /// Where each flight went (a GET routed elsewhere does not join it).
+    private var flightTargets: [UInt64: CachetClusterMember] = [:]
+    /// The completions of the GETs waiting for a flight, by waiter token.
+    private var waiters: [UInt64: (ForwardOutcome) -> Void] = [:]
+    private var nextWaiter: UInt64 = 0
 
     /// - Parameters:
     ///   - queue: the node loop's queue, which the peer connections share.
@@ -152,6 +162,80 @@ final class PeerForwarder: @unchecked Sendable {
         channel.send(&request, timeout: timeout) { outcome in
             health.record(outcome, from: member)
             completion(outcome)
+        }
+    }
+
+    /// Forwards a client's GET, PUT or DEL to `request.owner` (its owner or stand-in); `completion` runs on
+    /// the loop's queue with the reply or with `unavailable`, as ``forward(_:to:probe:completion:)``'s.
+    ///
+    /// Singleflight (`Protocol/CLUSTER.md`, "Forwarding"): a GET of a key for which a GET sent to the same
+    /// member is in the air sends nothing and gets that request's outcome, status and body (the caller
+    /// writes it with its own client's opcode and id). A PUT or DEL of the key detaches the flight, so that
+    /// GETs forwarded after the write start a new one; so does a GET routed to another member (the owner
+    /// went down or came back meanwhile). With the table full (4096 flights, 1024 waiters on one), a GET
+    /// goes on its own. Probes, STATS comparisons, invalidations and fan-outs never use this path.
+    /// - Parameters:
+    ///   - request: the client's request, its frame with `forwarded` set.
+    ///   - completion: runs once with the outcome.
+    /// - Returns: `true` when the GET joined a flight in the air (nothing was sent for it).
+    @discardableResult
+    func forward(_ request: ForwardRequest, completion: @escaping (ForwardOutcome) -> Void) -> Bool {
+        var frame = request.frame
+        guard let key = Self.key(of: request) else {
+            forward(&frame, to: request.owner, completion: completion)
+            return false
+        }
+        guard request.opcode == .get else {
+            flights.detach(key)
+            forward(&frame, to: request.owner, completion: completion)
+            return false
+        }
+        if let flight = flights.flight(for: key), flightTargets[flight] != request.owner { flights.detach(key) }
+        let waiter = nextWaiter
+        switch flights.join(key, waiter: waiter) {
+        case .full:
+            forward(&frame, to: request.owner, completion: completion)
+            return false
+        case .joined:
+            nextWaiter += 1
+            waiters[waiter] = completion
+            return true
+        case .leader(let flight):
+            nextWaiter += 1
+            waiters[waiter] = completion
+            flightTargets[flight] = request.owner
+            // The completion may run before `forward` returns (a member marked down, the cap reached): the
+            // flight then ends at once, with this waiter alone.
+            forward(&frame, to: request.owner) { [self] outcome in
+                flightTargets[flight] = nil
+                for token in flights.complete(flight) {
+                    let completion = waiters.removeValue(forKey: token)
+                    completion?(outcome)
+                }
+            }
+            return false
+        }
+    }
+
+    /// The key of a forwarded GET, PUT or DEL; nil for anything else (or a frame that does not parse,
+    /// which the processor would not have forwarded).
+    static func key(of request: ForwardRequest) -> [UInt8]? {
+        request.frame.withUnsafeBytes { buffer -> [UInt8]? in
+            guard let frame = try? CachetFrameDecoder.decodeFrame(in: buffer, maximumPayloadLength: .max) else {
+                return nil
+            }
+            let key: Range<Int>
+            switch request.opcode {
+            case .get, .delete:
+                guard let range = try? CachetBodyDecoder.decodeKey(in: buffer, body: frame.body) else { return nil }
+                key = range
+            case .put:
+                guard let put = try? CachetBodyDecoder.decodePut(in: buffer, body: frame.body) else { return nil }
+                key = put.key
+            default:
+                return nil
+            }
+            return Array(buffer[key])
         }
     }
 

@@ -12,6 +12,9 @@ final class RequestCounters: Sendable {
     let badRequests = Atomic<Int>(0)
     /// Requests sent on to the member that owns their key.
     let forwards = Atomic<Int>(0)
+    /// Forwarded GETs that shared the request of an earlier GET of the same key still in the air (sent
+    /// nothing of their own; counted in ``forwards`` too).
+    let forwardsCollapsed = Atomic<Int>(0)
     /// Forwards answered UNAVAILABLE here: the owner refused, failed, or did not answer in time.
     let forwardFailures = Atomic<Int>(0)
     /// Requests marked `forwarded` for a key this node does not own (served here all the same).
@@ -33,6 +36,7 @@ struct RequestCounts {
     var diskHits = 0
     var badRequests = 0
     var forwards = 0
+    var forwardsCollapsed = 0
     var forwardFailures = 0
     var routingDisagreements = 0
 
@@ -45,6 +49,7 @@ struct RequestCounts {
         diskHits += counters.diskHits.load(ordering: .relaxed)
         badRequests += counters.badRequests.load(ordering: .relaxed)
         forwards += counters.forwards.load(ordering: .relaxed)
+        forwardsCollapsed += counters.forwardsCollapsed.load(ordering: .relaxed)
         forwardFailures += counters.forwardFailures.load(ordering: .relaxed)
         routingDisagreements += counters.routingDisagreements.load(ordering: .relaxed)
     }

@@ -349,6 +349,7 @@ struct ClusterStateMachineTests {
                 switch table.join(key, waiter: waiter) {
                 case .leader(let flight):
                     #expect(current[key] == nil && inAir[flight] == nil)
+                    #expect(table.flight(for: key) == flight)
                     inAir[flight] = [waiter]
                     current[key] = flight
                 case .joined(let flight):
@@ -370,6 +371,7 @@ struct ClusterStateMachineTests {
                 current[key] = nil
             }
             #expect(table.flightCount == inAir.count && inAir.count <= 4)
+            #expect(table.flight(for: key) == current[key])
             #expect(inAir.values.allSatisfy { $0.count <= 3 })
         }
         for flight in inAir.keys { answered += table.complete(flight) }
