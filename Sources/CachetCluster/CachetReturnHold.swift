@@ -4,6 +4,11 @@
 /// ``holdPeriod`` it answers GETs of the keys it owns with a miss. Pure: the caller reports ticks and
 /// events with `now` (monotonic nanoseconds). `Protocol/CLUSTER.md`, "Failover without stale reads".
 ///
+/// While stand-ins are still delivering, the hold lasts longer: every invalidation received while holding
+/// (``invalidationReceived(now:)``) keeps it until at least ``quietPeriod`` after that invalidation, but
+/// never past ``maximumHold`` after the hold started, so that a stream of invalidations cannot keep the
+/// node missing its keys for ever.
+///
 /// A cluster of one has nobody to stand in for it: create no hold there (it would only cause misses).
 public struct CachetReturnHold: Sendable, Hashable {
     /// How long owned keys miss after a return; it must exceed the longest time a peer takes to notice
@@ -11,8 +16,15 @@ public struct CachetReturnHold: Sendable, Hashable {
     public let holdPeriod: UInt64
     /// A gap between two ticks longer than this is a stall (the process was stopped).
     public let stallThreshold: UInt64
+    /// How long after the last invalidation received a hold lasts at least: longer than the longest gap
+    /// between two invalidations of a stand-in that is still delivering (``recommendedQuietPeriod``).
+    public let quietPeriod: UInt64
+    /// The longest a hold lasts, from the event that started it, however many invalidations arrive.
+    public let maximumHold: UInt64
     /// Until when owned keys miss.
     public private(set) var holdUntil: UInt64
+    /// When the hold in force (or the last one) started; extensions end by `holdStart + maximumHold`.
+    public private(set) var holdStart: UInt64
     var lastTick: UInt64
 
     /// Creates the hold of a node starting at `now`: it holds at once, unless it starts with nothing to
@@ -23,12 +35,32 @@ public struct CachetReturnHold: Sendable, Hashable {
     ///   - stallThreshold: the gap between ticks that counts as a stall, in nanoseconds.
     ///   - now: the start time.
     ///   - holdingAtStart: whether the node starts with entries from before (its disk tier's); default true.
-    public init(holdPeriod: UInt64, stallThreshold: UInt64, now: UInt64, holdingAtStart: Bool = true) {
+    ///   - quietPeriod: how long a hold lasts at least after an invalidation received while holding, in
+    ///     nanoseconds; 0 (the default) never extends a hold.
+    ///   - maximumHold: the longest a hold lasts with its extensions, in nanoseconds; default
+    ///     ``maximumHoldFactor`` × `holdPeriod`. Never less than `holdPeriod`.
+    public init(
+        holdPeriod: UInt64,
+        stallThreshold: UInt64,
+        now: UInt64,
+        holdingAtStart: Bool = true,
+        quietPeriod: UInt64 = 0,
+        maximumHold: UInt64? = nil
+    ) {
         self.holdPeriod = holdPeriod
         self.stallThreshold = stallThreshold
+        self.quietPeriod = quietPeriod
+        self.maximumHold = max(
+            holdPeriod,
+            maximumHold ?? holdPeriod.multipliedReportingOverflow(by: Self.maximumHoldFactor).partialValue
+        )
         self.holdUntil = holdingAtStart ? now &+ holdPeriod : now
+        self.holdStart = now
         self.lastTick = now
     }
+
+    /// How many hold periods a hold lasts at most, extensions included, unless told otherwise.
+    public static let maximumHoldFactor: UInt64 = 4
 
     /// The hold CLUSTER.md recommends: twice the longest probe wait plus one forward deadline, so that a
     /// stand-in notices the return and delivers before the hold ends.
@@ -41,6 +73,19 @@ public struct CachetReturnHold: Sendable, Hashable {
         forwardTimeout: UInt64
     ) -> UInt64 {
         health.maximumBackoff.multipliedReportingOverflow(by: 2).partialValue &+ forwardTimeout
+    }
+
+    /// The quiet period CLUSTER.md recommends: one forward deadline plus one probe interval. A stand-in
+    /// that is still delivering sends each invalidation that was not acknowledged again on its next
+    /// delivery round (at most one probe interval apart) after the attempt failed (at the latest when its
+    /// forward deadline passed), so two invalidations of a stand-in that keeps delivering are never further
+    /// apart than that.
+    /// - Parameters:
+    ///   - forwardTimeout: the deadline of a forward, in nanoseconds.
+    ///   - probeInterval: the interval between a node's probe (and delivery) rounds, in nanoseconds.
+    /// - Returns: the quiet period, in nanoseconds.
+    public static func recommendedQuietPeriod(forwardTimeout: UInt64, probeInterval: UInt64) -> UInt64 {
+        forwardTimeout &+ probeInterval
     }
 
     /// Whether a GET of a key this node owns must miss now.
@@ -64,7 +109,24 @@ public struct CachetReturnHold: Sendable, Hashable {
     @discardableResult
     public mutating func regainedContact(now: UInt64) -> Bool { hold(now: now) }
 
+    /// An invalidation from a stand-in (a DEL or CLEAR with the `invalidation` flag) arrived: while
+    /// holding, the hold lasts until at least ``quietPeriod`` after now, but not past ``maximumHold`` after
+    /// it started. Outside a hold, nothing changes (the node serves its keys already; a late invalidation
+    /// only deletes).
+    /// - Parameter now: the time.
+    /// - Returns: `true` when the hold now ends later than it did.
+    @discardableResult
+    public mutating func invalidationReceived(now: UInt64) -> Bool {
+        guard isHolding(now: now) else { return false }
+        let wanted = min(now &+ quietPeriod, holdStart &+ maximumHold)
+        guard wanted > holdUntil else { return false }
+        holdUntil = wanted
+        return true
+    }
+
     private mutating func hold(now: UInt64) -> Bool {
+        // A new reason to hold: the bound on extensions counts from here.
+        holdStart = now
         holdUntil = max(holdUntil, now &+ holdPeriod)
         return true
     }

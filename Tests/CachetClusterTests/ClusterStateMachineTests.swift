@@ -332,6 +332,101 @@ struct ClusterStateMachineTests {
         #expect(recommended == 11_000_000_000)
     }
 
+    @Test func invalidationsWhileHoldingExtendTheHoldUpToItsBound() {
+        // A hold of 1000 ns, a quiet period of 300 ns, at most 4000 ns from its start.
+        var hold = CachetReturnHold(holdPeriod: 1_000, stallThreshold: 100, now: 0, quietPeriod: 300)
+        #expect(hold.maximumHold == 4_000)
+        // Early invalidations do not shorten the hold, nor extend it while it ends later anyway.
+        #expect(!hold.invalidationReceived(now: 100) && hold.holdUntil == 1_000)
+        // Near its end, each one moves the end to 300 ns after it.
+        #expect(hold.invalidationReceived(now: 900) && hold.holdUntil == 1_200)
+        #expect(hold.isHolding(now: 1_199) && !hold.isHolding(now: 1_200))
+        #expect(hold.invalidationReceived(now: 1_150) && hold.holdUntil == 1_450)
+        // A stream of invalidations, one every 200 ns: the hold lasts until the bound, then ends whatever
+        // keeps arriving.
+        var now: UInt64 = 1_150
+        var extended = 0
+        while now < 6_000 {
+            now += 200
+            if hold.invalidationReceived(now: now) { extended += 1 }
+            #expect(hold.isHolding(now: now) == (now < 4_000), "at \(now)")
+        }
+        #expect(hold.holdUntil == 4_000 && extended == 13)
+        // Quiet: the hold ends the quiet period after the last invalidation.
+        var quiet = CachetReturnHold(holdPeriod: 1_000, stallThreshold: 100, now: 0, quietPeriod: 300)
+        for at in stride(from: UInt64(800), through: 2_000, by: 100) { quiet.invalidationReceived(now: at) }
+        #expect(quiet.isHolding(now: 2_299) && !quiet.isHolding(now: 2_300))
+        // After the hold ended, an invalidation starts nothing.
+        #expect(!quiet.invalidationReceived(now: 2_400) && !quiet.isHolding(now: 2_400))
+        // A new hold (a stall) counts its bound from its own start.
+        #expect(quiet.tick(now: 10_000) && quiet.holdStart == 10_000 && quiet.holdUntil == 11_000)
+        for at in stride(from: UInt64(10_900), through: 20_000, by: 100) { quiet.invalidationReceived(now: at) }
+        #expect(quiet.holdUntil == 14_000)
+    }
+
+    @Test func withoutAQuietPeriodOrWithoutAHoldNothingIsExtended() {
+        var fixed = CachetReturnHold(holdPeriod: 1_000, stallThreshold: 100, now: 0)
+        #expect(!fixed.invalidationReceived(now: 999) && fixed.holdUntil == 1_000)
+        var empty = CachetReturnHold(
+            holdPeriod: 1_000,
+            stallThreshold: 100,
+            now: 0,
+            holdingAtStart: false,
+            quietPeriod: 300
+        )
+        #expect(!empty.invalidationReceived(now: 10) && !empty.isHolding(now: 10))
+        // A bound below the hold period is raised to it.
+        let bounded = CachetReturnHold(
+            holdPeriod: 1_000,
+            stallThreshold: 100,
+            now: 0,
+            quietPeriod: 300,
+            maximumHold: 10
+        )
+        #expect(bounded.maximumHold == 1_000)
+        #expect(CachetReturnHold.recommendedQuietPeriod(forwardTimeout: 1_000, probeInterval: 500) == 1_500)
+    }
+
+    @Test(arguments: 0..<20)
+    func theHoldEndsNoEarlierThanTheQuietPeriodAfterAnInvalidationAndNoLaterThanItsBound(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed) &+ 4_000)
+        let period = UInt64.random(in: 100...2_000, using: &random)
+        let quiet = UInt64.random(in: 1...1_000, using: &random)
+        var hold = CachetReturnHold(holdPeriod: period, stallThreshold: 50, now: 0, quietPeriod: quiet)
+        var now: UInt64 = 0
+        var start: UInt64 = 0
+        var lastInvalidation: UInt64?
+        for _ in 0..<500 {
+            now += UInt64.random(in: 0...40, using: &random)
+            switch Int.random(in: 0..<20, using: &random) {
+            case 0:
+                now += 60  // a stall
+                if hold.tick(now: now) {
+                    start = now
+                    lastInvalidation = nil
+                }
+            case 1:
+                hold.regainedContact(now: now)
+                start = now
+                lastInvalidation = nil
+            case 2...8:
+                if hold.isHolding(now: now) { lastInvalidation = now }
+                hold.invalidationReceived(now: now)
+            default:
+                // Ticks may find a stall too: the other events do not tick.
+                if hold.tick(now: now) {
+                    start = now
+                    lastInvalidation = nil
+                }
+            }
+            #expect(hold.holdUntil <= max(start + 4 * period, start + period))
+            if let lastInvalidation {
+                #expect(hold.holdUntil >= min(lastInvalidation + quiet, start + 4 * period))
+            }
+            if now < start + period { #expect(hold.isHolding(now: now)) }
+        }
+    }
+
     // MARK: CachetSingleflight
 
     @Test(arguments: 0..<10)
