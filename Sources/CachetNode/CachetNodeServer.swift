@@ -97,7 +97,11 @@ public final class CachetNodeServer: Sendable {
             ? NodeReturnHold(
                 holdPeriod: holdPeriod,
                 stallThreshold: forwardTimeout,
-                holdingAtStart: disk.map { $0.store.statistics.items > 0 || $0.store.isRecovering } ?? false
+                holdingAtStart: disk.map { $0.store.statistics.items > 0 || $0.store.isRecovering } ?? false,
+                quietPeriod: CachetReturnHold.recommendedQuietPeriod(
+                    forwardTimeout: forwardTimeout,
+                    probeInterval: probe
+                )
             ) : nil
         self.hold = hold
         let health =
@@ -111,6 +115,7 @@ public final class CachetNodeServer: Sendable {
                 logger: logger
             )
         statistics.health.withLock { $0 = health }
+        statistics.hold.withLock { $0 = hold }
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never
             // forwards and pays nothing for it.

@@ -9,7 +9,9 @@ import Synchronization
 /// brings entries from before (a node that starts empty serves only values written since); after a gap between
 /// two ticks longer than the stall threshold (the process was stopped, SIGSTOP or a frozen machine); and
 /// when a peer answers after every peer had failed (it may have been cut off). PUT, DEL and CLEAR are
-/// served all the while.
+/// served all the while. Each invalidation a stand-in delivers while the node holds (a request with the
+/// `invalidation` flag) keeps the hold until at least `quietPeriod` after it, within `maximumHold` of the
+/// hold's start: a delivery that outlasts the hold period is waited for rather than overtaken.
 ///
 /// A timer on a queue of its own ticks every 50 ms; the request path also checks the time since the last
 /// tick, so that requests read right after a stop are judged before the timer has run. Thread-safe: the
@@ -20,6 +22,8 @@ final class NodeReturnHold: Sendable {
     private let lastTick: Atomic<UInt64>
     private let stallThreshold: UInt64
     private let timer = CachetLock<(any DispatchSourceTimer)?>(nil)
+    /// Invalidations that made a hold last longer (STATS `hold_extensions`).
+    let extensions = Atomic<Int>(0)
     private static let tickInterval: UInt64 = 50_000_000
 
     /// Starts holding now, if the node starts with entries from before.
@@ -27,13 +31,23 @@ final class NodeReturnHold: Sendable {
     ///   - holdPeriod: nanoseconds owned keys miss after a return.
     ///   - stallThreshold: a gap between ticks longer than this, in nanoseconds, is a stall.
     ///   - holdingAtStart: whether the node starts with entries from before (its disk tier's).
-    init(holdPeriod: UInt64, stallThreshold: UInt64, holdingAtStart: Bool) {
+    ///   - quietPeriod: nanoseconds a hold lasts at least after an invalidation received while holding.
+    ///   - maximumHold: nanoseconds a hold lasts at most with its extensions; nil: 4 × `holdPeriod`.
+    init(
+        holdPeriod: UInt64,
+        stallThreshold: UInt64,
+        holdingAtStart: Bool,
+        quietPeriod: UInt64 = 0,
+        maximumHold: UInt64? = nil
+    ) {
         let now = DispatchTime.now().uptimeNanoseconds
         let hold = CachetReturnHold(
             holdPeriod: holdPeriod,
             stallThreshold: stallThreshold,
             now: now,
-            holdingAtStart: holdingAtStart
+            holdingAtStart: holdingAtStart,
+            quietPeriod: quietPeriod,
+            maximumHold: maximumHold
         )
         state = CachetLock(hold)
         holdUntil = Atomic(hold.holdUntil)
@@ -63,6 +77,21 @@ final class NodeReturnHold: Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         if now &- lastTick.load(ordering: .relaxed) > stallThreshold { return tick() }
         return now < holdUntil.load(ordering: .relaxed)
+    }
+
+    /// A request with the `invalidation` flag arrived (a stand-in's DEL or CLEAR): while holding, the hold
+    /// lasts until at least the quiet period after it. Costs one atomic load when not holding.
+    func invalidationReceived() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        // Right after a stop, the stall's hold first (as ``isHolding()`` does).
+        if now &- lastTick.load(ordering: .relaxed) > stallThreshold { tick() }
+        guard now < holdUntil.load(ordering: .relaxed) else { return }
+        let extended = state.withLock { hold in
+            let extended = hold.invalidationReceived(now: now)
+            holdUntil.store(hold.holdUntil, ordering: .relaxed)
+            return extended
+        }
+        if extended { extensions.wrappingAdd(1, ordering: .relaxed) }
     }
 
     /// A peer answered after every peer had failed.

@@ -11,6 +11,8 @@ final class NodeStatistics: Sendable {
     let membership: CachetNodeMembership
     /// The peers' health, for the members' `state` (set once at start on a node with a cluster file).
     let health = CachetLock<NodeHealth?>(nil)
+    /// The owner's hold, for `holding` and `hold_extensions` (set once at start on a node that holds).
+    let hold = CachetLock<NodeReturnHold?>(nil)
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
@@ -99,6 +101,9 @@ final class NodeStatistics: Sendable {
         fields += membership.statisticsFields { health?.state(ofID: $0) ?? .unknown }
         fields.append(("cluster_peers_disagreeing", "\(health?.disagreeingPeers ?? 0)"))
         fields.append(("stand_in_delivery_overdue", "\(health?.overdueDeliveries ?? 0)"))
+        let hold = self.hold.withLock { $0 }
+        fields.append(("holding", hold?.isHolding() == true ? "true" : "false"))
+        fields.append(("hold_extensions", "\(hold?.extensions.load(ordering: .relaxed) ?? 0)"))
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 

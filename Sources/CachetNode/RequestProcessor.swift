@@ -231,7 +231,10 @@ struct RequestProcessor {
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
-                if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
+                if forwards {
+                    if let fanOut = fanOut(frame, in: buffer) { return fanOut }
+                    noteInvalidation(header)
+                }
                 return clear(id: header.id, output: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
@@ -279,6 +282,7 @@ struct RequestProcessor {
         let forwarded = header.flags & CachetRequestFlags.forwarded.rawValue != 0
         let cluster = self.cluster.unsafelyUnwrapped
         let health = cluster.health
+        noteInvalidation(header)
         guard let owner = cluster.router.foreignOwner(of: keyBytes) else {
             // This node's key. While it holds, a request from a client goes to the key's stand-in (a GET
             // here could return a value a stand-in replaced). One forwarded to it comes from a peer that
@@ -329,6 +333,17 @@ struct RequestProcessor {
         }
         health.recordWrite(Array(keyBytes), ownerID: ownerID)
         return .here
+    }
+
+    /// A stand-in's invalidation (a DEL or CLEAR with the `invalidation` flag) makes the owner's hold last
+    /// while they keep arriving (`Protocol/CLUSTER.md`, "The owner's hold"), whatever the key: the stand-in
+    /// sends it because it takes this node for the owner.
+    @inline(__always)
+    private func noteInvalidation(_ header: CachetFrameHeader) {
+        guard header.flags & CachetRequestFlags.invalidation.rawValue != 0,
+            header.opcode == .delete || header.opcode == .clear
+        else { return }
+        cluster.unsafelyUnwrapped.hold?.invalidationReceived()
     }
 
     /// Answers a GET with a miss, counted as one.

@@ -84,8 +84,9 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(
         help: """
             Seconds a cluster node answers GETs of its own keys with a miss after it may have been away \
-            (start, a stall, a lost network), so that stand-ins can tell it what they replaced. \
-            Default: 10 x --probe-interval + --forward-timeout; 0: no hold.
+            (start, a stall, a lost network), so that stand-ins can tell it what they replaced; longer while \
+            their invalidations keep arriving (until --forward-timeout + --probe-interval after the last, \
+            at most 4 x this). Default: 10 x --probe-interval + --forward-timeout; 0: no hold.
             """
     )
     var holdPeriod: Double?

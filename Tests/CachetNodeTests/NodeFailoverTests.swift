@@ -1,5 +1,6 @@
 import CachetTestSupport
 import CachetWire
+import Dispatch
 import Foundation
 import Testing
 
@@ -107,5 +108,104 @@ struct NodeFailoverTests {
         } while Date() < deadline
         #expect(overdue == 1)
         #expect(["n2", "n3"].contains { cluster.node($0).log.contains("overdue") })
+    }
+
+    // MARK: The hold lasts while invalidations arrive
+
+    /// A hold of 1 s, a stall threshold of 0.5 s (the forward deadline), a quiet period of 0.5 + 0.1 s,
+    /// at most 4 s.
+    static let holdTimings = ["--probe-interval", "0.1", "--forward-timeout", "0.5", "--hold-period", "1"]
+
+    /// Monotonic seconds, on the clock the node's hold uses.
+    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    /// Sends what a stand-in delivers (a DEL of `invalidated` with `forwarded` and `invalidation` set)
+    /// and, in the same write, a GET of `key` with `forwarded` set (what the owner holds); returns the GET's
+    /// reply and when it was read.
+    static func invalidateThenGet(_ invalidated: String, _ key: String, on socket: TestSocket) throws -> (
+        CachetResponse, Double
+    ) {
+        var batch = CachetCommand.delete(key: Array(invalidated.utf8)).encoded(
+            id: 1,
+            flags: [.forwarded, .invalidation]
+        )
+        CachetCommand.get(key: Array(key.utf8)).encode(id: 2, flags: .forwarded, to: &batch)
+        try socket.send(batch)
+        _ = try socket.readResponse()
+        let reply = try socket.readResponse()
+        return (reply, now())
+    }
+
+    /// Starts a cluster, puts `key` on its owner n1, stops n1 for longer than the stall threshold and
+    /// resumes it: n1 holds from then. Returns when it was resumed (monotonic seconds).
+    static func stallOwner(_ cluster: Cluster, key: String, socket: TestSocket) throws -> Double {
+        #expect(try socket.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0)).status == .ok)
+        #expect(try NodeForwardingTests.get(key, from: socket, flags: .forwarded).body == [1], "no hold before")
+        let pid = cluster.node("n1").process.processIdentifier
+        kill(pid, SIGSTOP)
+        Thread.sleep(forTimeInterval: 1)
+        let resumed = now()
+        kill(pid, SIGCONT)
+        return resumed
+    }
+
+    @Test func invalidationsKeepAReturnedOwnerHoldingAndItServesAQuietPeriodAfterTheLast() throws {
+        let cluster = try Cluster(extraArguments: Self.holdTimings)
+        let key = cluster.key(ownedBy: "n1")
+        let invalidated = cluster.key(ownedBy: "n1", prefix: "gone")
+        let n1 = try cluster.node("n1").connect()
+        let resumed = try Self.stallOwner(cluster, key: key, socket: n1)
+        defer { kill(cluster.node("n1").process.processIdentifier, SIGCONT) }
+
+        // Invalidations every 0.15 s for 2.5 s, well past the hold period: it holds all the while.
+        var served: [Double] = []
+        var lastInvalidation = resumed
+        repeat {
+            lastInvalidation = Self.now()
+            let (reply, at) = try Self.invalidateThenGet(invalidated, key, on: n1)
+            if reply.status == .ok { served.append(at - resumed) }
+            Thread.sleep(forTimeInterval: 0.15)
+        } while Self.now() < resumed + 2.5
+        #expect(served.isEmpty, "served its key while invalidations arrived, at \(served) s after it resumed")
+        #expect(try cluster.stats("n1")["holding"] as? Bool == true)
+
+        // Quiet: it serves its key again once the quiet period (0.6 s) after the last one has passed.
+        var firstServed: Double?
+        repeat {
+            let reply = try NodeForwardingTests.get(key, from: n1, flags: .forwarded)
+            if reply.status == .ok {
+                #expect(reply.body == [1])
+                firstServed = Self.now()
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        } while Self.now() < lastInvalidation + 4
+        let quiet = try #require(firstServed) - lastInvalidation
+        #expect(quiet >= 0.6 && quiet < 1.8, "served again \(quiet) s after the last invalidation")
+        let stats = try cluster.stats("n1")
+        #expect((stats["hold_extensions"] as? Int ?? 0) > 0 && stats["holding"] as? Bool == false, "\(stats)")
+    }
+
+    @Test func aStreamOfInvalidationsHoldsNoLongerThanFourHoldPeriods() throws {
+        let cluster = try Cluster(extraArguments: Self.holdTimings)
+        let key = cluster.key(ownedBy: "n1")
+        let invalidated = cluster.key(ownedBy: "n1", prefix: "gone")
+        let n1 = try cluster.node("n1").connect()
+        let resumed = try Self.stallOwner(cluster, key: key, socket: n1)
+        defer { kill(cluster.node("n1").process.processIdentifier, SIGCONT) }
+
+        var firstServed: Double?
+        repeat {
+            let (reply, at) = try Self.invalidateThenGet(invalidated, key, on: n1)
+            if reply.status == .ok {
+                firstServed = at
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.15)
+        } while Self.now() < resumed + 10
+        // The hold started when n1 noticed the stall, after it resumed (later still if it then took itself
+        // for cut off and regained contact); it ends 4 × 1 s after its start however many invalidations come.
+        let held = try #require(firstServed, "still holding 10 s after it resumed") - resumed
+        #expect(held >= 4 && held < 6.5, "served again \(held) s after it resumed")
     }
 }
