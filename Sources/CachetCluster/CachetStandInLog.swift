@@ -55,6 +55,18 @@ public struct CachetStandInLog: Sendable {
         var overflowed = false
         /// Invalidations handed out and not yet acknowledged (delivering only).
         var outstanding: Set<Invalidation> = []
+        /// Keys restored from an earlier run (``restore(owner:keys:overflowed:)``) and not written since:
+        /// delivered, but never served here (another stand-in may have taken a newer value meanwhile).
+        var restored: Set<[UInt8]> = []
+    }
+
+    /// What recording a write adds to an owner's log (``addition(forWrite:owner:)``): what a node that
+    /// keeps its log in a file must write there before it records the write and answers it.
+    public enum Addition: Sendable, Hashable {
+        /// The key is remembered for the owner.
+        case key
+        /// The owner's log overflows: it no longer knows every key, and the owner will get a CLEAR.
+        case overflow
     }
 
     /// The bounds.
@@ -75,7 +87,8 @@ public struct CachetStandInLog: Sendable {
     public var ownersNotClean: [String] { owners.keys.sorted() }
 
     /// Whether a GET of `key`, owned by `owner`, may be answered from the local store: only while the
-    /// owner is not clean and the key was written in this episode. Otherwise a node that does not own the
+    /// owner is not clean and the key was written in this episode, by this run of the node (a key only
+    /// restored from an earlier run is not served). Otherwise a node that does not own the
     /// key answers a miss.
     /// - Parameters:
     ///   - key: the key.
@@ -84,7 +97,61 @@ public struct CachetStandInLog: Sendable {
     /// - Complexity: O(k) for a key of k bytes.
     public func mayServeLocally(_ key: [UInt8], owner: String) -> Bool {
         guard let log = owners[owner] else { return false }
-        return log.keys.contains(key)
+        return log.keys.contains(key) && (log.restored.isEmpty || !log.restored.contains(key))
+    }
+
+    /// What ``recordWrite(_:owner:ownerRoutable:)`` of `key` would add to `owner`'s log: nothing when the
+    /// key is already remembered or the log has already overflowed. No change.
+    /// - Parameters:
+    ///   - key: the key written or deleted.
+    ///   - owner: its owner's id.
+    /// - Returns: the addition, or nil when the log would not change (apart from the phase).
+    /// - Complexity: O(k) on average for a key of k bytes.
+    public func addition(forWrite key: [UInt8], owner: String) -> Addition? {
+        guard let log = owners[owner] else {
+            return key.count > limits.maximumBytes ? .overflow : .key
+        }
+        if log.overflowed || log.keys.contains(key) { return nil }
+        return log.keys.count >= limits.maximumKeys || log.bytes + key.count > limits.maximumBytes ? .overflow : .key
+    }
+
+    /// Restores what an earlier run of this node recorded for `owner` and had not delivered (read back
+    /// from the file the node keeps its log in). The owner starts ``Phase/standingIn`` (when it was clean),
+    /// so that its invalidations are handed out on its next return. The keys are delivered but **not**
+    /// served here until written again: while this node was away another member may have stood in and
+    /// taken a newer value. Keys beyond the limits overflow the log. Nothing happens for no keys and no
+    /// overflow.
+    /// - Parameters:
+    ///   - owner: the owner's id.
+    ///   - keys: the keys recorded for it.
+    ///   - overflowed: whether its log had overflowed (the owner must get a CLEAR).
+    /// - Complexity: O(m) in the keys restored.
+    public mutating func restore(owner: String, keys: some Sequence<[UInt8]>, overflowed: Bool) {
+        var log = owners[owner] ?? OwnerLog()
+        var changed = overflowed && !log.overflowed
+        if overflowed { log.overflowed = true }
+        for key in keys where !log.keys.contains(key) {
+            changed = true
+            if log.overflowed || log.keys.count >= limits.maximumKeys || log.bytes + key.count > limits.maximumBytes {
+                log.overflowed = true
+            } else {
+                log.keys.insert(key)
+                log.bytes += key.count
+                log.restored.insert(key)
+            }
+        }
+        guard changed else { return }
+        if log.phase == .clean { log.phase = .standingIn }
+        owners[owner] = log
+    }
+
+    /// What is recorded for `owner` (what a file holding the log must keep for it).
+    /// - Parameter owner: the owner's id.
+    /// - Returns: the keys remembered, and whether the log overflowed; none for a clean owner.
+    /// - Complexity: O(m) in the keys recorded.
+    public func recorded(for owner: String) -> (keys: [[UInt8]], overflowed: Bool) {
+        guard let log = owners[owner] else { return ([], false) }
+        return (Array(log.keys), log.overflowed)
     }
 
     /// Records a PUT or DEL of `key` served here for `owner` (as its stand-in, or because a forwarded
@@ -100,6 +167,8 @@ public struct CachetStandInLog: Sendable {
         var log = owners[owner] ?? OwnerLog()
         defer { owners[owner] = log }
         if log.phase == .clean { log.phase = .standingIn }
+        // Written in this run: its local value is the latest this node accepted, and may be served.
+        if !log.restored.isEmpty { log.restored.remove(key) }
         let isNew = !log.keys.contains(key)
         if isNew {
             if log.overflowed || log.keys.count >= limits.maximumKeys || log.bytes + key.count > limits.maximumBytes {

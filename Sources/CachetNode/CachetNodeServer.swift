@@ -104,6 +104,18 @@ public final class CachetNodeServer: Sendable {
                 )
             ) : nil
         self.hold = hold
+        // The stand-in log is kept in the data directory, so that a crash of this node cannot lose what it
+        // must tell a member it stood in for; without a disk tier it is kept in memory only.
+        let standIns =
+            configuration.cluster == nil
+            ? nil
+            : disk.map {
+                NodeHealth.openStandInFile(
+                    directory: $0.store.configuration.directory,
+                    membership: statistics.membership,
+                    logger: logger
+                )
+            }
         let health =
             configuration.cluster == nil
             ? nil
@@ -112,7 +124,9 @@ public final class CachetNodeServer: Sendable {
                 configuration: healthConfiguration,
                 hold: hold,
                 holdPeriod: holdPeriod,
-                logger: logger
+                logger: logger,
+                standIns: standIns?.log ?? CachetStandInLog(),
+                standInFile: standIns?.file
             )
         statistics.health.withLock { $0 = health }
         statistics.hold.withLock { $0 = hold }

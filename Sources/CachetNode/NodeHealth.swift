@@ -1,6 +1,7 @@
 import CachetCluster
 import CachetLocking
 import CachetRing
+import CachetStore
 import Dispatch
 import Logging
 
@@ -38,23 +39,31 @@ final class NodeHealth: Sendable {
     /// How long a returning owner holds: a delivery that takes longer is overdue (logged, counted).
     private let holdPeriod: UInt64
     private let logger: Logger?
+    /// Where the stand-in log is kept across a crash (a node with a data directory); nil keeps it in memory.
+    private let standInFile: CachetStandInLogFile?
 
     /// - Parameters:
     ///   - membership: the node's membership, whose changes reset the view.
     ///   - configuration: thresholds and probe backoffs.
     ///   - hold: the node's hold, started again when contact returns after every peer had failed.
+    ///   - standIns: the stand-in log to start from (read back from `standInFile`).
+    ///   - standInFile: the file every addition to the log is written to before the write is answered.
     init(
         membership: CachetNodeMembership,
         configuration: CachetPeerHealth.Configuration = .init(),
         hold: NodeReturnHold? = nil,
         holdPeriod: UInt64 = .max,
-        logger: Logger? = nil
+        logger: Logger? = nil,
+        standIns: CachetStandInLog = CachetStandInLog(),
+        standInFile: CachetStandInLogFile? = nil
     ) {
         self.membership = membership
         self.configuration = configuration
         self.hold = hold
         self.holdPeriod = holdPeriod
         self.logger = logger
+        self.standInFile = standInFile
+        state.withLock { $0.standIns = standIns }
     }
 
     /// Whether requests may be sent to `member` (up or suspect, or this node).
@@ -97,13 +106,16 @@ final class NodeHealth: Sendable {
                 transition = nil
             }
             switch transition {
-            case .cameUp:
-                if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
             case .wentDown:
                 state.standIns.ownerWentDown(member.id)
                 state.delivering[member.id] = nil
             default:
-                break
+                // It came up, or it answers while standing in without having been down in this view (the
+                // log was read back at start, when every peer starts up): its delivery starts.
+                var answered = false
+                if case .answered = outcome { answered = true }
+                guard transition == .cameUp || (answered && health.isRoutable(index)) else { break }
+                if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
             }
             return wasCutOff && !health.isCutOff
         }
@@ -163,12 +175,20 @@ final class NodeHealth: Sendable {
         withState { _, state in state.standIns.mayServeLocally(key, owner: ownerID) } ?? false
     }
 
-    /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered.
-    func recordWrite(_ key: [UInt8], ownerID: String) {
-        withState { health, state in
+    /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered: in the stand-in
+    /// file first when the log gains a key or overflows (nothing is written for a key already recorded).
+    /// - Returns: nil, or why the file could not record it: the write must be refused (SERVER_ERROR).
+    func recordWrite(_ key: [UInt8], ownerID: String) -> String? {
+        withState { health, state -> String? in
+            if let standInFile, let addition = state.standIns.addition(forWrite: key, owner: ownerID) {
+                let record: CachetStandInLogFile.Record =
+                    addition == .key ? .key(owner: ownerID, key: key) : .overflowed(owner: ownerID)
+                if let failure = standInFile.append(record) { return failure.message }
+            }
             let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
             _ = state.standIns.recordWrite(key, owner: ownerID, ownerRoutable: routable)
-        }
+            return nil
+        } ?? nil
     }
 
     /// The invalidations to send now: those handed out for owners that are routable and not already on
@@ -220,6 +240,10 @@ final class NodeHealth: Sendable {
             if clean {
                 state.delivering[ownerID] = nil
                 state.returnedAt[ownerID] = nil
+                let log = state.standIns
+                if let failure = standInFile?.ownerClean(ownerID, live: { Self.fileEntries(log) }) {
+                    logger?.warning("\(failure.message)", metadata: ["cluster.member": "\(ownerID)"])
+                }
             }
             return drop
         } ?? []

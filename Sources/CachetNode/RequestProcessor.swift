@@ -269,7 +269,7 @@ struct RequestProcessor {
     ///   disagreement unless this node stands in for the owner.
     /// Served here for another owner: a GET returns the local value only for a key written here in this
     /// episode (else a miss: any older copy may be stale), and a PUT or DEL is recorded in the stand-in log
-    /// before it is answered.
+    /// (and its file, with a data directory) before it is answered; one the file cannot take is refused.
     @inline(never)
     private func route(
         _ frame: CachetFrame,
@@ -331,7 +331,11 @@ struct RequestProcessor {
         if header.opcode == .get {
             return health.mayServeLocally(Array(keyBytes), ownerID: ownerID) ? .here : miss(header.id, output: &output)
         }
-        health.recordWrite(Array(keyBytes), ownerID: ownerID)
+        if let failure = health.recordWrite(Array(keyBytes), ownerID: ownerID) {
+            // Not in the stand-in file, so not acknowledged: a crash could lose what the owner must be told.
+            appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
+            return .answered
+        }
         return .here
     }
 

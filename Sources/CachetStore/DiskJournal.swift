@@ -172,7 +172,9 @@ final class DiskJournal: @unchecked Sendable {
         return epoch
     }
 
-    static func encodeHeader(epoch: UInt32) -> [UInt8] {
+    /// The 16-byte header: `magic` (the journal's unless told), version 1, three zero bytes, `epoch`,
+    /// CRC-32 of the 12 bytes before it. The stand-in log file (``CachetStandInLogFile``) shares it.
+    static func encodeHeader(epoch: UInt32, magic: [UInt8] = DiskJournal.magic) -> [UInt8] {
         var bytes = magic
         bytes += [1, 0, 0, 0]
         DiskEntryFormat.append(epoch, to: &bytes)
@@ -181,7 +183,8 @@ final class DiskJournal: @unchecked Sendable {
         return bytes
     }
 
-    static func decodeHeader(_ bytes: [UInt8]) -> UInt32? {
+    /// The epoch of a valid header with `magic`, or nil.
+    static func decodeHeader(_ bytes: [UInt8], magic: [UInt8] = DiskJournal.magic) -> UInt32? {
         bytes.withUnsafeBytes { raw -> UInt32? in
             guard raw.count >= headerSize, Array(raw[0..<4]) == magic, raw[4] == 1,
                 DiskEntryFormat.crc32(UnsafeRawBufferPointer(rebasing: raw[0..<12]))

@@ -94,10 +94,20 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
-    @Option(help: "Directory of the disk tier (created if missing; one node per directory).")
+    @Option(
+        help: """
+            Directory of the disk tier and, in a cluster, of the stand-in log (created if missing; one node per \
+            directory).
+            """
+    )
     var dataDir = "./cachet-data"
 
-    @Option(help: "Bytes the disk tier may hold on disk (e.g. 1GiB); 0 turns the disk tier off.")
+    @Option(
+        help: """
+            Bytes the disk tier may hold on disk (e.g. 1GiB); 0 turns the disk tier off (and keeps the stand-in \
+            log in memory only).
+            """
+    )
     var diskLimit = "1GiB"
 
     @Option(help: "zlib level for the disk tier, 0 (store) to 9 (smallest).")

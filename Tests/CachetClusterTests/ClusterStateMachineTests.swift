@@ -311,6 +311,110 @@ struct ClusterStateMachineTests {
         #expect(check15)
     }
 
+    /// As the model above, with the stand-in's process dying now and then: what it wrote for the owner
+    /// survives only as the records a node keeps in its stand-in file (each ``CachetStandInLog/addition(forWrite:owner:)``
+    /// written before the write is answered, the owner's records dropped once it is clean), and its
+    /// restarted log is ``CachetStandInLog/restore(owner:keys:overflowed:)`` of them. Its store keeps every
+    /// value (a disk tier), older ones included. No GET returns a value other than the last one written.
+    @Test(arguments: 0..<30)
+    func aStandInRestartedFromItsRecordsNeverLetsAnOlderValueBack(seed: Int) {
+        var random = SplitMix64(state: UInt64(seed) &* 104_729)
+        let limits = CachetStandInLog.Limits(maximumKeys: seed % 3 == 0 ? 3 : 64, maximumBytes: 4096)
+        var log = CachetStandInLog(limits: limits)
+        let keys = (0..<8).map { [UInt8(ascii: "k"), UInt8($0)] }
+        var latest: [[UInt8]: Int] = [:]
+        var ownerStore: [[UInt8]: Int] = [:]
+        var standInStore: [[UInt8]: Int] = [:]
+        var file: (keys: Set<[UInt8]>, overflowed: Bool)? = nil
+        var ownerUp = true
+        var toDeliver: [CachetStandInLog.Invalidation] = []
+        var version = 0
+        var restarts = 0
+        for _ in 0..<800 {
+            let key = keys.randomElement(using: &random)!
+            switch Int.random(in: 0..<11, using: &random) {
+            case 0...3:
+                version += 1
+                let value: Int? = Bool.random(using: &random) ? version : nil
+                latest[key] = value
+                if ownerUp && log.phase(of: "A") == .clean {
+                    ownerStore[key] = value
+                } else {
+                    switch log.addition(forWrite: key, owner: "A") {
+                    case .key: file = (keys: (file?.keys ?? []).union([key]), overflowed: file?.overflowed ?? false)
+                    case .overflow: file = (keys: file?.keys ?? [], overflowed: true)
+                    case nil: break
+                    }
+                    toDeliver += log.recordWrite(key, owner: "A", ownerRoutable: ownerUp)
+                    standInStore[key] = value
+                }
+            case 4...6:
+                let read: Int?
+                if ownerUp && log.phase(of: "A") == .clean {
+                    read = ownerStore[key]
+                } else {
+                    read = log.mayServeLocally(key, owner: "A") ? standInStore[key] : nil
+                }
+                if let read { #expect(read == latest[key], "stale read of \(key)") }
+            case 7:
+                if ownerUp {
+                    ownerUp = false
+                    log.ownerWentDown("A")
+                    toDeliver = []
+                } else {
+                    ownerUp = true
+                    toDeliver += log.ownerReturned("A")
+                }
+            case 8:
+                // The stand-in dies and starts again from its file; the owner, if up, answers its first probe.
+                restarts += 1
+                log = CachetStandInLog(limits: limits)
+                if let file { log.restore(owner: "A", keys: file.keys, overflowed: file.overflowed) }
+                #expect(log.phase(of: "A") == (file == nil ? .clean : .standingIn))
+                toDeliver = ownerUp ? log.ownerReturned("A") : []
+            default:
+                guard ownerUp, !toDeliver.isEmpty else { continue }
+                let invalidation = toDeliver.remove(at: Int.random(in: 0..<toDeliver.count, using: &random))
+                switch invalidation {
+                case .delete(let key): ownerStore[key] = nil
+                case .clear: ownerStore = [:]
+                }
+                if log.delivered(invalidation, owner: "A").clean {
+                    file = nil
+                    toDeliver = []
+                }
+            }
+        }
+        #expect(restarts > 0)
+    }
+
+    @Test func restoredKeysAreDeliveredButNotServedUntilWrittenAgain() {
+        var log = CachetStandInLog(limits: .init(maximumKeys: 2, maximumBytes: 1 << 20))
+        #expect(log.addition(forWrite: [1], owner: "A") == .key)
+        log.restore(owner: "A", keys: [[1], [2]], overflowed: false)
+        #expect(log.phase(of: "A") == .standingIn)
+        #expect(!log.mayServeLocally([1], owner: "A") && !log.mayServeLocally([2], owner: "A"))
+        #expect(log.addition(forWrite: [1], owner: "A") == nil, "already recorded")
+        #expect(log.addition(forWrite: [3], owner: "A") == .overflow, "a third key overflows two")
+        _ = log.recordWrite([1], owner: "A", ownerRoutable: false)
+        #expect(log.mayServeLocally([1], owner: "A") && !log.mayServeLocally([2], owner: "A"))
+        #expect(Set(log.ownerReturned("A")) == [.delete(key: [1]), .delete(key: [2])])
+        #expect(!log.delivered(.delete(key: [1]), owner: "A").clean)
+        let outcome = log.delivered(.delete(key: [2]), owner: "A")
+        #expect(outcome.clean && Set(outcome.dropLocally) == [[1], [2]])
+
+        // Nothing to restore changes nothing; an overflow alone makes a CLEAR.
+        log.restore(owner: "B", keys: [], overflowed: false)
+        #expect(log.phase(of: "B") == .clean)
+        log.restore(owner: "B", keys: [], overflowed: true)
+        #expect(log.phase(of: "B") == .standingIn && log.recorded(for: "B").overflowed)
+        #expect(log.addition(forWrite: [9], owner: "B") == nil)
+        #expect(log.ownerReturned("B") == [.clear])
+        // More keys than the limits overflow.
+        log.restore(owner: "C", keys: [[1], [2], [3]], overflowed: false)
+        #expect(log.recorded(for: "C").overflowed && log.recorded(for: "C").keys.count == 2)
+    }
+
     // MARK: CachetReturnHold
 
     @Test func aStartAStallAndRegainedContactHoldOwnedKeys() {

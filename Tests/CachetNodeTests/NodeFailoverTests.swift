@@ -89,6 +89,113 @@ struct NodeFailoverTests {
         }
     }
 
+    /// A key owned by n1 whose stand-in is n2 (its preference list is n1, n2, n3).
+    static func keyStoodInByN2(_ cluster: Cluster) -> String {
+        (0...).lazy.map { "s\($0)" }.first {
+            cluster.membership.preferenceList(for: Array($0.utf8), count: 3).map(\.id) == ["n1", "n2", "n3"]
+        }!
+    }
+
+    /// The stand-in's log survives its own crash (`Protocol/CLUSTER.md`, "The stand-in's log"): v1 on the
+    /// owner's disk, the owner killed, v2 taken by the stand-in, the stand-in killed before it could tell
+    /// the owner and restarted, the owner restarted with v1 on its disk — no GET returns v1, during the
+    /// owner's hold or after it.
+    @Test func aStandInKilledBeforeItDeliveredStillTellsTheOwnerAfterItsRestart() throws {
+        let cluster = try Cluster(extraArguments: Self.timings + ["--hold-period", "2"], disk: true)
+        let key = Self.keyStoodInByN2(cluster)
+        let n1 = try cluster.node("n1").connect()
+        #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        let deadline = Date().addingTimeInterval(5)
+        while (try cluster.stats("n1")["disk_items"] as? Int ?? 0) < 1 && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(try cluster.stats("n1")["disk_items"] as? Int == 1, "v1 on the owner's disk")
+        // v1 must come back when n1 restarts after SIGKILL: its invalidation journal drops every key
+        // journaled since its last checkpoint at start-up, and it checkpoints once 4,096 operations have
+        // been journaled. So 4,100 other keys are written after v1 was applied.
+        let fillers = Array((0...).lazy.map { "f\($0)" }.filter { cluster.owner(of: $0) == "n1" }.prefix(4100))
+        for chunk in stride(from: 0, to: fillers.count, by: 500) {
+            var batch: [UInt8] = []
+            for (index, filler) in fillers[chunk..<min(chunk + 500, fillers.count)].enumerated() {
+                CachetCommand.put(key: Array(filler.utf8), value: [1], ttl: 0).encode(id: UInt32(index), to: &batch)
+            }
+            try n1.send(batch)
+            for _ in chunk..<min(chunk + 500, fillers.count) { #expect(try n1.readResponse().status == .ok) }
+        }
+        let applied = Date().addingTimeInterval(20)
+        while Date() < applied {
+            let stats = try cluster.stats("n1")
+            if stats["disk_items"] as? Int == fillers.count + 1 && stats["disk_queue_depth"] as? Int == 0 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(try cluster.stats("n1")["disk_items"] as? Int == fillers.count + 1)
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+
+        // Through n3, which sends it to the stand-in n2.
+        let n3 = try cluster.node("n3").connect()
+        #expect(try n3.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        #expect(
+            try NodeForwardingTests.get(key, from: try cluster.node("n2").connect(), flags: .forwarded).body
+                == Array("v2".utf8)
+        )
+        let file = cluster.directory.appending("data-n2/standin-log")
+        #expect(((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0) > 16)
+
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        try cluster.start("n2")
+        #expect(cluster.node("n2").log.contains("stand-in log read back"), "\(cluster.node("n2").log)")
+        try cluster.start("n1")
+        // Past the owner's 2 s hold: it serves its disk from then on.
+        let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 4)
+        #expect(!seen.contains(Array("v1".utf8)), "v1 served after the stand-in's and the owner's restarts")
+        for id in ["n1", "n2", "n3"] {
+            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
+        }
+        // Delivered: the file holds nothing but its header.
+        #expect((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) == 16)
+    }
+
+    /// A stand-in whose log file cannot be written refuses the writes it would take for a member that is
+    /// down (SERVER_ERROR, saying why) rather than acknowledge what a crash could lose; its own keys are
+    /// served as always. The unreadable file also means it cannot know whom it owed what: every member gets
+    /// a CLEAR.
+    @Test func aStandInThatCannotWriteItsLogFileRefusesWritesForADownOwner() throws {
+        let cluster = try Cluster(extraArguments: Self.timings, disk: true)
+        let key = Self.keyStoodInByN2(cluster)
+        let n3Key = cluster.key(ownedBy: "n3")
+        #expect(
+            try cluster.node("n3").connect().roundTrip(.put(key: Array(n3Key.utf8), value: [3], ttl: 0)).status == .ok
+        )
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        let file = cluster.directory.appending("data-n2/standin-log")
+        unlink(file)
+        mkdir(file, 0o755)
+        try cluster.start("n2")
+        #expect(cluster.node("n2").log.contains("every member gets a CLEAR"))
+        // n3 was told to drop everything (it answers n2's first probe).
+        let deadline = Date().addingTimeInterval(5)
+        var status: CachetStatus = .ok
+        repeat {
+            status = try NodeForwardingTests.get(n3Key, from: try cluster.node("n3").connect(), flags: .forwarded)
+                .status
+            if status == .notFound { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        } while Date() < deadline
+        #expect(status == .notFound, "n3 cleared")
+
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+        let n2 = try cluster.node("n2").connect()
+        let refused = try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0))
+        #expect(refused.status == .serverError)
+        #expect(String(decoding: refused.body, as: UTF8.self).contains("stand-in log file"))
+        #expect(try NodeForwardingTests.get(key, from: n2).status == .notFound)
+        let own = cluster.key(ownedBy: "n2")
+        #expect(try n2.roundTrip(.put(key: Array(own.utf8), value: [2], ttl: 0)).status == .ok)
+        #expect(try NodeForwardingTests.get(own, from: n2).body == [2])
+    }
+
     @Test func aDeliveryLongerThanTheHoldIsCountedAsOverdue() throws {
         // A hold of 1 ms: no stand-in can deliver within it, so each delivery is overdue, logged and counted.
         let cluster = try Cluster(extraArguments: Self.timings + ["--hold-period", "0.001"])
