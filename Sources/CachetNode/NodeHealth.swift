@@ -34,7 +34,8 @@ final class NodeHealth: Sendable {
     private let membership: CachetNodeMembership
     private let configuration: CachetPeerHealth.Configuration
     private let state = CachetLock(State())
-    /// Told when a peer answers after every peer had failed.
+    /// Told after every outcome whether every peer has failed, and when a peer answers after every peer had
+    /// failed.
     private let hold: NodeReturnHold?
     /// How long a returning owner holds: a delivery that takes longer is overdue (logged, counted).
     private let holdPeriod: UInt64
@@ -117,6 +118,7 @@ final class NodeHealth: Sendable {
                 guard transition == .cameUp || (answered && health.isRoutable(index)) else { break }
                 if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
             }
+            hold?.setCutOff(health.isCutOff)
             return wasCutOff && !health.isCutOff
         }
         if regained == true { hold?.regainedContact() }

@@ -8,18 +8,21 @@ import Synchronization
 /// replaced the key's value meanwhile and not yet told it. It holds from its start when its disk tier
 /// brings entries from before (a node that starts empty serves only values written since); after a gap between
 /// two ticks longer than the stall threshold (the process was stopped, SIGSTOP or a frozen machine); and
-/// when a peer answers after every peer had failed (it may have been cut off). PUT, DEL and CLEAR are
-/// served all the while. Each invalidation a stand-in delivers while the node holds (a request with the
-/// `invalidation` flag) keeps the hold until at least `quietPeriod` after it, within `maximumHold` of the
+/// when a peer answers after every peer had failed (it may have been cut off), or, while every peer has
+/// failed, when a peer's request reaches it: after a partition heals, a peer that sees it back may forward
+/// a GET before its own probes are answered. PUT, DEL and CLEAR are served all the while. Each
+/// invalidation a stand-in delivers while the node holds (a request with the `invalidation` flag) keeps the hold until at least `quietPeriod` after it, within `maximumHold` of the
 /// hold's start: a delivery that outlasts the hold period is waited for rather than overtaken.
 ///
 /// A timer on a queue of its own ticks every 50 ms; the request path also checks the time since the last
 /// tick, so that requests read right after a stop are judged before the timer has run. Thread-safe: the
-/// request path reads two atomics; changes take the lock.
+/// request path reads three atomics; changes take the lock.
 final class NodeReturnHold: Sendable {
     private let state: CachetLock<CachetReturnHold>
     private let holdUntil: Atomic<UInt64>
     private let lastTick: Atomic<UInt64>
+    /// Whether every peer has failed, as the node's health last saw it.
+    private let cutOff = Atomic<Bool>(false)
     private let stallThreshold: UInt64
     private let timer = CachetLock<(any DispatchSourceTimer)?>(nil)
     /// Invalidations that made a hold last longer (STATS `hold_extensions`).
@@ -101,6 +104,19 @@ final class NodeReturnHold: Sendable {
             hold.regainedContact(now: now)
             holdUntil.store(hold.holdUntil, ordering: .relaxed)
         }
+    }
+
+    /// Records whether every peer has failed now (``NodeHealth``, after each outcome, under its lock so that
+    /// the last word is the latest).
+    func setCutOff(_ value: Bool) {
+        cutOff.store(value, ordering: .relaxed)
+    }
+
+    /// A request from a peer (`forwarded` set) for a key this node owns arrived: when every peer has failed
+    /// in this node's view, contact is back from the other side (a partition healed, and the peer saw this
+    /// node before this node's probes were answered), so the hold starts before the request is served.
+    func peerRequestArrived() {
+        if cutOff.load(ordering: .relaxed) { regainedContact() }
     }
 
     /// Records a tick; returns whether the node holds now.

@@ -159,8 +159,9 @@ final class PeerForwarder: @unchecked Sendable {
             channel.send(&request, timeout: timeout, completion: completion)
             return
         }
-        channel.send(&request, timeout: timeout) { outcome in
+        channel.send(&request, timeout: timeout) { [weak self] outcome in
             health.record(outcome, from: member)
+            if probe, case .unavailable(_, .timedOut) = outcome { self?.abandon(channel) }
             completion(outcome)
         }
     }
@@ -237,6 +238,18 @@ final class PeerForwarder: @unchecked Sendable {
             }
             return Array(buffer[key])
         }
+    }
+
+    /// Closes `channel` after a probe on it got no answer in time, unless other requests still wait on it,
+    /// so that the next probe connects afresh. Packets lost on a connection (a network partition) are
+    /// retransmitted by TCP with a backoff that doubles with every loss, up to two minutes: after the
+    /// network heals, what is sent on that connection waits for the next retransmission, about as long as
+    /// the outage lasted, while a new connection's SYN goes out at once. Without this, a peer that comes
+    /// back after a partition is noticed (and its invalidations delivered, `Protocol/CLUSTER.md`,
+    /// "Failover without stale reads") that much later, not within the probe backoff the hold is sized for.
+    private func abandon(_ channel: PeerChannel) {
+        guard channel.state != .closed, channel.pending.isEmpty else { return }
+        channel.close()
     }
 
     /// Sends the invalidations due to owners this node stood in for (`Protocol/CLUSTER.md`, "The exact

@@ -288,8 +288,11 @@ struct RequestProcessor {
             // here could return a value a stand-in replaced). One forwarded to it comes from a peer that
             // already sees it back while the stand-in may not: a GET misses, and a PUT or DEL is refused (the
             // stand-in, which does not see this node back yet, may go on serving an older value it holds),
-            // but for the stand-ins' invalidations, which are what the hold waits for.
-            guard let hold = cluster.hold, hold.isHolding() else { return .here }
+            // but for the stand-ins' invalidations, which are what the hold waits for. A peer's request
+            // reaching this node while it sees every peer failed starts the hold (a partition healed).
+            guard let hold = cluster.hold else { return .here }
+            if forwarded { hold.peerRequestArrived() }
+            guard hold.isHolding() else { return .here }
             if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes) {
                 return .pending(forward(frame, in: buffer, to: standIn))
             }
