@@ -22,6 +22,11 @@ import Glibc
 /// `@unchecked Sendable`: a channel is handed to its loop across threads once (by the code that creates
 /// it), and afterwards every property is read and written only on the loop's queue; callers elsewhere use
 /// ``CachetEventLoop/execute(_:)``.
+///
+/// `@exclusivity(unchecked)` on the properties read on every event: the run-time exclusivity check on a
+/// class property (two runtime calls per access) cost about a third of the node's instructions per small
+/// GET (Benchmarks/callgrind.sh). The single-queue rule is what keeps accesses from overlapping; no code
+/// holds an `inout` to one of them across a call that could reach the same property.
 open class CachetChannel: @unchecked Sendable {
     /// Where a channel is in its life.
     public enum State: Sendable, Hashable {
@@ -36,13 +41,13 @@ open class CachetChannel: @unchecked Sendable {
     }
 
     /// The socket, -1 before the channel is registered or once it is closed.
-    public final internal(set) var fd: Int32 = -1
+    @exclusivity(unchecked) public final internal(set) var fd: Int32 = -1
     /// Bytes received and not yet consumed by ``channelRead()``.
-    public final var input: CachetByteBuffer
+    @exclusivity(unchecked) public final var input: CachetByteBuffer
     /// Bytes written and not yet sent.
-    public final var output: CachetByteBuffer
+    @exclusivity(unchecked) public final var output: CachetByteBuffer
     /// Where the channel is in its life.
-    public final internal(set) var state: State = .idle
+    @exclusivity(unchecked) public final internal(set) var state: State = .idle
     /// The loop hosting the channel; nil before it is registered and once it is closed.
     public final internal(set) var eventLoop: CachetEventLoop?
     /// The address of an outbound channel (as given to connect), or nil for an inbound one.
@@ -52,8 +57,8 @@ open class CachetChannel: @unchecked Sendable {
     public final private(set) var isReadingPaused = false
 
     // Loop bookkeeping.
-    final var token: UInt64 = 0
-    final var interest: UInt32 = 0
+    @exclusivity(unchecked) final var token: UInt64 = 0
+    @exclusivity(unchecked) final var interest: UInt32 = 0
     final var connectTimer: CachetTimerID?
     final var pendingAddresses: [CachetSocketAddress] = []
     final var lastConnectError: CachetIOError?
@@ -116,10 +121,22 @@ open class CachetChannel: @unchecked Sendable {
         eventLoop?.serve(self, mask: events.rawValue)
     }
 
-    /// Whether the channel wants to be told about bytes to read; consulted whenever the registration is
-    /// brought up to date. The default is `!isReadingPaused`; override to derive it from the channel's
-    /// own state (output blocked, waiting for the disk...).
+    /// Whether the channel wants to be told about bytes to read; consulted by ``activeEvents``' default.
+    /// The default is `!isReadingPaused`; override to derive it from the channel's own state (output
+    /// blocked, waiting for the disk...).
     open var wantsToRead: Bool { !isReadingPaused }
+
+    /// The events an active channel is registered for; consulted whenever the registration is brought up
+    /// to date. The default asks for ``Events/readable`` and ``Events/readHangup`` while ``wantsToRead``,
+    /// and for ``Events/writable`` while output is pending. A server whose connections decide their
+    /// interest from a state of their own (registered for `readHangup` alone while waiting for the disk,
+    /// say) overrides it. Errors and hang-ups are always reported.
+    open var activeEvents: Events {
+        Events(
+            rawValue: (wantsToRead ? cachet_EPOLLIN | cachet_EPOLLRDHUP : 0)
+                | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
+        )
+    }
 
     /// Brings the channel's epoll registration up to date with ``wantsToRead`` and pending output.
     /// - Parameter rearm: renew the registration even if unchanged, which makes the kernel report the
@@ -133,6 +150,9 @@ open class CachetChannel: @unchecked Sendable {
 
     /// Whether the channel is connected and registered.
     public final var isActive: Bool { state == .active }
+
+    /// Whether the channel is closed (its descriptor is gone).
+    public final var isClosed: Bool { state == .closed }
 
     /// Appends bytes to the output; ``flush()`` sends them.
     /// - Parameter bytes: what to send.
@@ -178,9 +198,7 @@ open class CachetChannel: @unchecked Sendable {
     final var desiredInterest: UInt32 {
         switch state {
         case .connecting: return cachet_EPOLLOUT | cachet_EPOLLIN | cachet_EPOLLRDHUP
-        case .active:
-            return (wantsToRead ? cachet_EPOLLIN | cachet_EPOLLRDHUP : 0)
-                | (output.readableBytes > 0 ? cachet_EPOLLOUT : 0)
+        case .active: return activeEvents.rawValue
         case .idle, .closed: return 0
         }
     }

@@ -39,7 +39,9 @@ public final class CachetEventLoop: @unchecked Sendable {
     private let epollFD: Int32
     private let wakeFD: Int32
     private static let wakeToken = UInt64.max
-    private let lingerMilliseconds: Int32
+    /// How long the handler waits in `epoll_wait` for more events after a batch; 0 returns at once. Set on
+    /// `queue` (a server winding down turns it off, so that its queue is free for the drain's work).
+    @exclusivity(unchecked) public var lingerMilliseconds: Int32
     /// Reads of one channel per event before the loop moves on to the others.
     private static let readsPerEvent = 8
     private static let minimumReadRoom = 4096
@@ -65,6 +67,19 @@ public final class CachetEventLoop: @unchecked Sendable {
 
     /// The number of registered channels (connecting or active). Read on `queue`.
     public var channelCount: Int { channels.count - freeSlots.count }
+
+    /// Calls `body` with every registered channel, in slot order. `body` may close channels (the one it was
+    /// given or others); a channel registered meanwhile may or may not be visited. Called on `queue`.
+    /// - Parameter body: what to do with each channel.
+    /// - Complexity: O(n) in the slots.
+    public func forEachChannel(_ body: (CachetChannel) -> Void) {
+        preconditionInEventLoop()
+        var slot = 0
+        while slot < channels.count {
+            if let channel = channels[slot] { body(channel) }
+            slot += 1
+        }
+    }
 
     /// Creates a loop; ``start()`` begins watching.
     /// - Parameters:
