@@ -210,10 +210,12 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// - Parameters:
     ///   - channel: a channel not hosted yet.
     ///   - fd: the socket; the channel owns it from now on.
-    public func register(_ channel: CachetChannel, fd: Int32) {
+    ///   - isNonBlocking: the socket is non-blocking already (``CachetSocket/accept(_:)`` makes it so),
+    ///     which saves two `fcntl` calls.
+    public func register(_ channel: CachetChannel, fd: Int32, isNonBlocking: Bool = false) {
         preconditionInEventLoop()
         precondition(channel.state == .idle, "a channel can be registered once")
-        CachetSocket.setNonBlocking(fd)
+        if !isNonBlocking { CachetSocket.setNonBlocking(fd) }
         guard adopt(channel, fd: fd, state: .active) else { return }
         channel.channelActive()
         if channel.state == .active { flush(channel) }
@@ -494,6 +496,18 @@ public final class CachetEventLoop: @unchecked Sendable {
     func flush(_ channel: CachetChannel) {
         guard send(channel) else { return }
         settle(channel)
+    }
+
+    /// Brings a channel's epoll registration up to date with its ``CachetChannel/activeEvents`` (what
+    /// ``CachetChannel/updateInterest(rearm:)`` does, for a server that keeps its loop at hand). Called on
+    /// `queue`.
+    /// - Parameters:
+    ///   - channel: a channel of this loop.
+    ///   - rearm: renew the registration even if unchanged, which makes the kernel report the socket again
+    ///     at once if it still holds bytes.
+    @inline(__always)
+    public func updateInterest(of channel: CachetChannel, rearm: Bool) {
+        settle(channel, rearm: rearm)
     }
 
     /// Brings the channel's epoll registration up to date; `rearm` renews it even if unchanged, which makes
