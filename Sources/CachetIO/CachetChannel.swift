@@ -23,10 +23,14 @@ import Glibc
 /// it), and afterwards every property is read and written only on the loop's queue; callers elsewhere use
 /// ``CachetEventLoop/execute(_:)``.
 ///
-/// `@exclusivity(unchecked)` on the properties read on every event: the run-time exclusivity check on a
-/// class property (two runtime calls per access) cost about a third of the node's instructions per small
-/// GET (Benchmarks/callgrind.sh). The single-queue rule is what keeps accesses from overlapping; no code
-/// holds an `inout` to one of them across a call that could reach the same property.
+/// No run-time exclusivity checks on the properties used on every event: such a check on a class property
+/// (two runtime calls per access) cost about a third of the node's instructions per small GET
+/// (Benchmarks/callgrind.sh). `@exclusivity(unchecked)` turns it off only for accesses compiled in this
+/// module, so what subclasses in other modules use (``fd``, ``state``, ``input``, ``output``) is reached
+/// through inlinable accessors: the buffers live in memory the channel allocates, behind addressors, and
+/// the descriptor and state behind getters of unchecked storage. The single-queue rule is what keeps
+/// accesses from overlapping; no code holds an `inout` to one of them across a call that could reach the
+/// same property.
 open class CachetChannel: @unchecked Sendable {
     /// Where a channel is in its life.
     public enum State: Sendable, Hashable {
@@ -41,13 +45,28 @@ open class CachetChannel: @unchecked Sendable {
     }
 
     /// The socket, -1 before the channel is registered or once it is closed.
-    @exclusivity(unchecked) public final internal(set) var fd: Int32 = -1
+    public final var fd: Int32 {
+        @inlinable get { _fd }
+    }
     /// Bytes received and not yet consumed by ``channelRead()``.
-    @exclusivity(unchecked) public final var input: CachetByteBuffer
+    public final var input: CachetByteBuffer {
+        @inlinable unsafeAddress { UnsafePointer(buffers) }
+        @inlinable unsafeMutableAddress { buffers }
+    }
     /// Bytes written and not yet sent.
-    @exclusivity(unchecked) public final var output: CachetByteBuffer
+    public final var output: CachetByteBuffer {
+        @inlinable unsafeAddress { UnsafePointer(buffers + 1) }
+        @inlinable unsafeMutableAddress { buffers + 1 }
+    }
     /// Where the channel is in its life.
-    @exclusivity(unchecked) public final internal(set) var state: State = .idle
+    public final var state: State {
+        @inlinable get { _state }
+    }
+
+    @usableFromInline @exclusivity(unchecked) final var _fd: Int32 = -1
+    @usableFromInline @exclusivity(unchecked) final var _state: State = .idle
+    /// The input at 0 and the output at 1, allocated with the channel and freed in its `deinit`.
+    @usableFromInline final let buffers: UnsafeMutablePointer<CachetByteBuffer>
     /// The loop hosting the channel; nil before it is registered and once it is closed.
     public final internal(set) var eventLoop: CachetEventLoop?
     /// The address of an outbound channel (as given to connect), or nil for an inbound one.
@@ -58,7 +77,14 @@ open class CachetChannel: @unchecked Sendable {
 
     // Loop bookkeeping.
     @exclusivity(unchecked) final var token: UInt64 = 0
-    @exclusivity(unchecked) final var interest: UInt32 = 0
+    @usableFromInline @exclusivity(unchecked) final var interest: UInt32 = 0
+
+    /// The epoll events the channel is registered for now (``activeEvents`` when it was last brought up to
+    /// date): a server that derives its interest itself compares with it and calls
+    /// ``CachetEventLoop/updateInterest(of:rearm:)`` only on a change. Read on the loop's queue.
+    public final var registeredEvents: Events {
+        @inlinable get { Events(rawValue: interest) }
+    }
     final var connectTimer: CachetTimerID?
     final var pendingAddresses: [CachetSocketAddress] = []
     final var lastConnectError: CachetIOError?
@@ -68,8 +94,14 @@ open class CachetChannel: @unchecked Sendable {
     ///   - inputCapacity: the input buffer's initial size.
     ///   - outputCapacity: the output buffer's initial size.
     public init(inputCapacity: Int = 16 << 10, outputCapacity: Int = 16 << 10) {
-        input = CachetByteBuffer(capacity: inputCapacity)
-        output = CachetByteBuffer(capacity: outputCapacity)
+        buffers = .allocate(capacity: 2)
+        buffers.initialize(to: CachetByteBuffer(capacity: inputCapacity))
+        (buffers + 1).initialize(to: CachetByteBuffer(capacity: outputCapacity))
+    }
+
+    deinit {
+        buffers.deinitialize(count: 2)
+        buffers.deallocate()
     }
 
     // MARK: - Handler methods (override; called on the loop's queue)
@@ -98,7 +130,7 @@ open class CachetChannel: @unchecked Sendable {
         public var rawValue: UInt32
         /// Creates events from an epoll mask.
         /// - Parameter rawValue: the mask.
-        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        @inlinable public init(rawValue: UInt32) { self.rawValue = rawValue }
         /// `EPOLLIN`: bytes to read.
         public static let readable = Events(rawValue: cachet_EPOLLIN)
         /// `EPOLLOUT`: room to send.
@@ -149,10 +181,10 @@ open class CachetChannel: @unchecked Sendable {
     // MARK: - Operations (call on the loop's queue)
 
     /// Whether the channel is connected and registered.
-    public final var isActive: Bool { state == .active }
+    @inlinable public final var isActive: Bool { _state == .active }
 
     /// Whether the channel is closed (its descriptor is gone).
-    public final var isClosed: Bool { state == .closed }
+    @inlinable public final var isClosed: Bool { _state == .closed }
 
     /// Appends bytes to the output; ``flush()`` sends them.
     /// - Parameter bytes: what to send.
@@ -190,7 +222,7 @@ open class CachetChannel: @unchecked Sendable {
         if let loop = eventLoop {
             loop.close(self, error: error)
         } else {
-            state = .closed
+            _state = .closed
         }
     }
 

@@ -65,6 +65,14 @@ public final class CachetEventLoop: @unchecked Sendable {
     private var timerSource: (any DispatchSourceTimer)?
     private var timerSourceDeadline: UInt64 = .max
 
+    /// The wall clock in whole seconds (`CLOCK_REALTIME_COARSE`, as `CachetStore.CachetClock.now()`) when
+    /// the batch of events being handled began: handlers that stamp or check expiry times use it instead of
+    /// reading the clock per event. Read on `queue`.
+    public var batchSeconds: UInt32 {
+        @inlinable get { _batchSeconds }
+    }
+    @usableFromInline @exclusivity(unchecked) var _batchSeconds: UInt32 = 0
+
     /// The number of registered channels (connecting or active). Read on `queue`.
     public var channelCount: Int { channels.count - freeSlots.count }
 
@@ -84,9 +92,8 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// Creates a loop; ``start()`` begins watching.
     /// - Parameters:
     ///   - label: the queue's label, e.g. `cachet.io.0`.
-    ///   - queue: a serial queue to run on, shared with other work (a server's own loop hosting outbound
-    ///     channels beside its connections: both then run on one queue, with no hop between them); nil
-    ///     creates the loop's own queue from `label` and `qos`.
+    ///   - queue: a serial queue to run on, shared with other work that must not run beside the loop's
+    ///     handlers; nil creates the loop's own queue from `label` and `qos`.
     ///   - lingerMilliseconds: how long the handler waits for more events after a batch; 0 returns at once.
     ///   - qos: the queue's quality of service.
     /// - Throws: ``CachetIOError`` `resourceExhausted` when epoll or eventfd cannot be created.
@@ -134,10 +141,6 @@ public final class CachetEventLoop: @unchecked Sendable {
     }
 
     // MARK: - Threading
-
-    /// The loop's epoll descriptor. A server loop that waits on an epoll set of its own, on the same queue,
-    /// adds this one to it (level-triggered) to learn that this loop has events and return to the queue.
-    public var epollDescriptor: Int32 { epollFD }
 
     /// Whether the caller runs on the loop's queue.
     public var inEventLoop: Bool { DispatchQueue.getSpecific(key: queueKey) == ObjectIdentifier(self) }
@@ -234,7 +237,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         preconditionInEventLoop()
         precondition(channel.state == .idle, "a channel can be connected once")
         channel.eventLoop = self
-        channel.state = .connecting
+        channel._state = .connecting
         channel.pendingAddresses = addresses
         channel.remoteAddress = channel.remoteAddress ?? addresses.first?.description
         channel.connectTimer = schedule(after: timeout) { [unowned self] in
@@ -271,7 +274,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             resolved = try address.resolve()
         } catch {
             channel.eventLoop = self
-            channel.state = .connecting
+            channel._state = .connecting
             fail(channel, error)
             return
         }
@@ -317,9 +320,9 @@ public final class CachetEventLoop: @unchecked Sendable {
         }
         generation &+= 1
         channel.token = UInt64(slot) | (generation << 32)
-        channel.fd = fd
+        channel._fd = fd
         channel.eventLoop = self
-        channel.state = state
+        channel._state = state
         channels[slot] = channel
         channel.interest = channel.desiredInterest
         if stopped || cachet_epoll_add(epollFD, fd, channel.interest | cachet_EPOLLET, channel.token) != 0 {
@@ -349,6 +352,7 @@ public final class CachetEventLoop: @unchecked Sendable {
                 // Nothing ready (after a linger, nothing came): hand the set back to the source.
                 return
             }
+            _batchSeconds = Self.coarseSeconds()
             var woken = false
             for i in 0..<count {
                 let token = cachet_epoll_event_token(events, i)
@@ -376,6 +380,12 @@ public final class CachetEventLoop: @unchecked Sendable {
                 timeout = Int32(clamping: min(UInt64(timeout), (next.deadline - now + 999_999) / 1_000_000))
             }
         }
+    }
+
+    private static func coarseSeconds() -> UInt32 {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &time)
+        return UInt32(truncatingIfNeeded: time.tv_sec)
     }
 
     @inline(__always)
@@ -422,7 +432,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             }
             channel.pendingAddresses = []
             channel.lastConnectError = nil
-            channel.state = .active
+            channel._state = .active
             // Renewed even if unchanged: bytes the server sent at once arrived with this event's edge.
             settle(channel, rearm: true)
             channel.channelActive()
@@ -434,7 +444,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         let name = channel.remoteAddress ?? "the server"
         channel.lastConnectError = CachetIOError.connectFailure(code == 0 ? ECONNREFUSED : code, address: name)
         release(channel)
-        channel.state = .connecting
+        channel._state = .connecting
         attemptConnect(channel)
     }
 
@@ -526,7 +536,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         guard channel.fd >= 0 else { return }
         _ = cachet_epoll_remove(epollFD, channel.fd)
         _ = Glibc.close(channel.fd)
-        channel.fd = -1
+        channel._fd = -1
         let slot = Int(channel.token & 0xffff_ffff)
         if slot < channels.count, channels[slot] === channel {
             channels[slot] = nil
@@ -542,7 +552,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             channel.connectTimer = nil
         }
         release(channel)
-        channel.state = .closed
+        channel._state = .closed
         channel.pendingAddresses = []
         channel.channelInactive(error: error)
         channel.eventLoop = nil

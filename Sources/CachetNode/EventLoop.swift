@@ -408,9 +408,12 @@ final class EventLoop: @unchecked Sendable {
             waitingForMemory += waiting ? 1 : -1
             if waiting { scheduleHousekeeping() }
         }
-        // Derived from the phase by `Connection.activeEvents`; applied when it changed or must be renewed.
-        let rearm = connection.rearm
-        connection.rearm = false
-        loop.updateInterest(of: connection, rearm: rearm)
+        // Derived from the phase (what `Connection.activeEvents` says too); applied when it changed or must
+        // be renewed.
+        let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
+        if desired != connection.registeredEvents.rawValue || connection.rearm {
+            connection.rearm = false
+            loop.updateInterest(of: connection, rearm: true)
+        }
     }
 }
