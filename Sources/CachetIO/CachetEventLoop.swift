@@ -39,7 +39,9 @@ public final class CachetEventLoop: @unchecked Sendable {
     private let epollFD: Int32
     private let wakeFD: Int32
     private static let wakeToken = UInt64.max
-    private let lingerMilliseconds: Int32
+    /// How long the handler waits in `epoll_wait` for more events after a batch; 0 returns at once. Set on
+    /// `queue` (a server winding down turns it off, so that its queue is free for the drain's work).
+    @exclusivity(unchecked) public var lingerMilliseconds: Int32
     /// Reads of one channel per event before the loop moves on to the others.
     private static let readsPerEvent = 8
     private static let minimumReadRoom = 4096
@@ -63,15 +65,35 @@ public final class CachetEventLoop: @unchecked Sendable {
     private var timerSource: (any DispatchSourceTimer)?
     private var timerSourceDeadline: UInt64 = .max
 
+    /// The wall clock in whole seconds (`CLOCK_REALTIME_COARSE`, as `CachetStore.CachetClock.now()`) when
+    /// the batch of events being handled began: handlers that stamp or check expiry times use it instead of
+    /// reading the clock per event. Read on `queue`.
+    public var batchSeconds: UInt32 {
+        @inlinable get { _batchSeconds }
+    }
+    @usableFromInline @exclusivity(unchecked) var _batchSeconds: UInt32 = 0
+
     /// The number of registered channels (connecting or active). Read on `queue`.
     public var channelCount: Int { channels.count - freeSlots.count }
+
+    /// Calls `body` with every registered channel, in slot order. `body` may close channels (the one it was
+    /// given or others); a channel registered meanwhile may or may not be visited. Called on `queue`.
+    /// - Parameter body: what to do with each channel.
+    /// - Complexity: O(n) in the slots.
+    public func forEachChannel(_ body: (CachetChannel) -> Void) {
+        preconditionInEventLoop()
+        var slot = 0
+        while slot < channels.count {
+            if let channel = channels[slot] { body(channel) }
+            slot += 1
+        }
+    }
 
     /// Creates a loop; ``start()`` begins watching.
     /// - Parameters:
     ///   - label: the queue's label, e.g. `cachet.io.0`.
-    ///   - queue: a serial queue to run on, shared with other work (a server's own loop hosting outbound
-    ///     channels beside its connections: both then run on one queue, with no hop between them); nil
-    ///     creates the loop's own queue from `label` and `qos`.
+    ///   - queue: a serial queue to run on, shared with other work that must not run beside the loop's
+    ///     handlers; nil creates the loop's own queue from `label` and `qos`.
     ///   - lingerMilliseconds: how long the handler waits for more events after a batch; 0 returns at once.
     ///   - qos: the queue's quality of service.
     /// - Throws: ``CachetIOError`` `resourceExhausted` when epoll or eventfd cannot be created.
@@ -119,10 +141,6 @@ public final class CachetEventLoop: @unchecked Sendable {
     }
 
     // MARK: - Threading
-
-    /// The loop's epoll descriptor. A server loop that waits on an epoll set of its own, on the same queue,
-    /// adds this one to it (level-triggered) to learn that this loop has events and return to the queue.
-    public var epollDescriptor: Int32 { epollFD }
 
     /// Whether the caller runs on the loop's queue.
     public var inEventLoop: Bool { DispatchQueue.getSpecific(key: queueKey) == ObjectIdentifier(self) }
@@ -195,10 +213,12 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// - Parameters:
     ///   - channel: a channel not hosted yet.
     ///   - fd: the socket; the channel owns it from now on.
-    public func register(_ channel: CachetChannel, fd: Int32) {
+    ///   - isNonBlocking: the socket is non-blocking already (``CachetSocket/accept(_:)`` makes it so),
+    ///     which saves two `fcntl` calls.
+    public func register(_ channel: CachetChannel, fd: Int32, isNonBlocking: Bool = false) {
         preconditionInEventLoop()
         precondition(channel.state == .idle, "a channel can be registered once")
-        CachetSocket.setNonBlocking(fd)
+        if !isNonBlocking { CachetSocket.setNonBlocking(fd) }
         guard adopt(channel, fd: fd, state: .active) else { return }
         channel.channelActive()
         if channel.state == .active { flush(channel) }
@@ -217,7 +237,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         preconditionInEventLoop()
         precondition(channel.state == .idle, "a channel can be connected once")
         channel.eventLoop = self
-        channel.state = .connecting
+        channel._state = .connecting
         channel.pendingAddresses = addresses
         channel.remoteAddress = channel.remoteAddress ?? addresses.first?.description
         channel.connectTimer = schedule(after: timeout) { [unowned self] in
@@ -254,7 +274,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             resolved = try address.resolve()
         } catch {
             channel.eventLoop = self
-            channel.state = .connecting
+            channel._state = .connecting
             fail(channel, error)
             return
         }
@@ -300,9 +320,9 @@ public final class CachetEventLoop: @unchecked Sendable {
         }
         generation &+= 1
         channel.token = UInt64(slot) | (generation << 32)
-        channel.fd = fd
+        channel._fd = fd
         channel.eventLoop = self
-        channel.state = state
+        channel._state = state
         channels[slot] = channel
         channel.interest = channel.desiredInterest
         if stopped || cachet_epoll_add(epollFD, fd, channel.interest | cachet_EPOLLET, channel.token) != 0 {
@@ -332,6 +352,7 @@ public final class CachetEventLoop: @unchecked Sendable {
                 // Nothing ready (after a linger, nothing came): hand the set back to the source.
                 return
             }
+            _batchSeconds = Self.coarseSeconds()
             var woken = false
             for i in 0..<count {
                 let token = cachet_epoll_event_token(events, i)
@@ -359,6 +380,12 @@ public final class CachetEventLoop: @unchecked Sendable {
                 timeout = Int32(clamping: min(UInt64(timeout), (next.deadline - now + 999_999) / 1_000_000))
             }
         }
+    }
+
+    private static func coarseSeconds() -> UInt32 {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &time)
+        return UInt32(truncatingIfNeeded: time.tv_sec)
     }
 
     @inline(__always)
@@ -405,7 +432,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             }
             channel.pendingAddresses = []
             channel.lastConnectError = nil
-            channel.state = .active
+            channel._state = .active
             // Renewed even if unchanged: bytes the server sent at once arrived with this event's edge.
             settle(channel, rearm: true)
             channel.channelActive()
@@ -417,7 +444,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         let name = channel.remoteAddress ?? "the server"
         channel.lastConnectError = CachetIOError.connectFailure(code == 0 ? ECONNREFUSED : code, address: name)
         release(channel)
-        channel.state = .connecting
+        channel._state = .connecting
         attemptConnect(channel)
     }
 
@@ -481,6 +508,18 @@ public final class CachetEventLoop: @unchecked Sendable {
         settle(channel)
     }
 
+    /// Brings a channel's epoll registration up to date with its ``CachetChannel/activeEvents`` (what
+    /// ``CachetChannel/updateInterest(rearm:)`` does, for a server that keeps its loop at hand). Called on
+    /// `queue`.
+    /// - Parameters:
+    ///   - channel: a channel of this loop.
+    ///   - rearm: renew the registration even if unchanged, which makes the kernel report the socket again
+    ///     at once if it still holds bytes.
+    @inline(__always)
+    public func updateInterest(of channel: CachetChannel, rearm: Bool) {
+        settle(channel, rearm: rearm)
+    }
+
     /// Brings the channel's epoll registration up to date; `rearm` renews it even if unchanged, which makes
     /// the kernel report a socket that still holds bytes.
     func settle(_ channel: CachetChannel, rearm: Bool = false) {
@@ -497,7 +536,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         guard channel.fd >= 0 else { return }
         _ = cachet_epoll_remove(epollFD, channel.fd)
         _ = Glibc.close(channel.fd)
-        channel.fd = -1
+        channel._fd = -1
         let slot = Int(channel.token & 0xffff_ffff)
         if slot < channels.count, channels[slot] === channel {
             channels[slot] = nil
@@ -513,7 +552,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             channel.connectTimer = nil
         }
         release(channel)
-        channel.state = .closed
+        channel._state = .closed
         channel.pendingAddresses = []
         channel.channelInactive(error: error)
         channel.eventLoop = nil

@@ -1,17 +1,20 @@
 import CEpoll
 import CachetIO
+import CachetStore
 import Dispatch
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// One client connection: its socket, buffers and state.
+/// One client connection: a channel of its loop's ``CachetEventLoop`` (which owns the socket, the epoll
+/// registration and the buffers) with the node's state for it.
 ///
-/// Touched only on its event loop's queue; the loop owns it. The connection does the system calls
-/// (read, send, close) and leaves protocol work to ``RequestProcessor``. What the connection is doing is
-/// one value, ``phase``; the epoll events it is registered for are derived from it in one place,
-/// ``interest(for:outputPending:)``, so that no state can leave a live connection waiting for nothing.
+/// Touched only on its event loop's queue. The connection does the system calls (read, send) and leaves
+/// protocol work to ``RequestProcessor``; its events go to its ``EventLoop`` (``handleEvents(_:)``). What the
+/// connection is doing is one value, ``phase``; the epoll events it is registered for are derived from it in
+/// one place, ``interest(for:outputPending:)``, so that no state can leave a live connection waiting for
+/// nothing.
 ///
 /// `@unchecked Sendable`: a disk completion carries the reference through the disk queue, but every
 /// property is read and written only on the owning loop's queue (completions hop back with `EventLoop.execute`).
@@ -21,7 +24,7 @@ import Glibc
 /// about a third of the node's instructions per small GET (Benchmarks/callgrind.sh). The single-queue
 /// rule above is what keeps accesses from overlapping; no code holds an `inout` to one of these across a
 /// call that could reach the same property.
-final class Connection: @unchecked Sendable {
+final class Connection: CachetChannel, @unchecked Sendable {
     /// What a connection is doing, and so what it waits for.
     enum Phase {
         /// Reading requests and answering every whole one. `frameLength` is the length of the partial
@@ -70,20 +73,19 @@ final class Connection: @unchecked Sendable {
         var discarded = 0
     }
 
-    let fd: Int32
-    let token: UInt64
+    /// The loop whose connection this is; nil only for a connection made without one (tests of its
+    /// buffers). Unretained: a node's loops live as long as the node, longer than any connection they host,
+    /// and this is used on every event, where a retain and release of the loop cost more than the rest of
+    /// the event's dispatch (Benchmarks/callgrind.sh).
+    private let owner: Unmanaged<EventLoop>?
     let memory: ConnectionMemory
     /// Whether the connection counts as open (STATS `connections_current`); a connection answered
     /// UNAVAILABLE and closing does not.
     let counted: Bool
-    @exclusivity(unchecked) var input: CachetByteBuffer
-    @exclusivity(unchecked) var output: CachetByteBuffer
     @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false
-    /// The epoll events currently registered (edge-triggered; see `EventLoop`).
-    @exclusivity(unchecked) var interest: UInt32 = 0
     /// Reading stopped before the socket was drained; the registration must be renewed so that epoll
     /// reports the bytes left (no new edge would).
     @exclusivity(unchecked) var rearm = false
@@ -122,13 +124,31 @@ final class Connection: @unchecked Sendable {
     /// not pay for a fresh allocation (and its page faults) each time; a larger one shrinks back once sent.
     static let retainedOutputSize = 256 * 1024
 
-    init(fd: Int32, token: UInt64, memory: ConnectionMemory, counted: Bool = true) {
-        self.fd = fd
-        self.token = token
+    /// - Parameters:
+    ///   - owner: the loop that hosts it.
+    ///   - memory: the budget its buffers are charged to.
+    ///   - counted: whether it counts as open (STATS `connections_current`).
+    init(owner: EventLoop?, memory: ConnectionMemory, counted: Bool = true) {
+        self.owner = owner.map { Unmanaged.passUnretained($0) }
         self.memory = memory
         self.counted = counted
-        input = CachetByteBuffer(capacity: Self.initialBufferSize)
-        output = CachetByteBuffer(capacity: Self.initialBufferSize)
+        super.init(inputCapacity: Self.initialBufferSize, outputCapacity: Self.initialBufferSize)
+    }
+
+    // MARK: - Channel handlers (on the loop's queue)
+
+    override func handleEvents(_ events: Events) {
+        owner.unsafelyUnwrapped._withUnsafeGuaranteedRef {
+            $0.handle(self, mask: events.rawValue, now: $0.loop.batchSeconds)
+        }
+    }
+
+    override var activeEvents: Events {
+        Events(rawValue: Self.interest(for: phase, outputPending: output.readableBytes > 0))
+    }
+
+    override func channelInactive(error: CachetIOError?) {
+        owner?.takeUnretainedValue().connectionClosed(self)
     }
 
     /// Readable, or the peer has closed its side: `EPOLLRDHUP` tells a short read that left the end of
@@ -151,11 +171,6 @@ final class Connection: @unchecked Sendable {
         case .waitingForMemory, .waitingForCompletion, .finishing: return cachet_EPOLLRDHUP | write
         case .closed: return 0
         }
-    }
-
-    var isClosed: Bool {
-        if case .closed = phase { return true }
-        return false
     }
 
     /// Whether the loop should read from the socket. Never once the connection is closed: a send that
@@ -307,7 +322,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Sends as much pending output as the socket takes.
-    func flush() -> FlushResult {
+    func sendOutput() -> FlushResult {
         while output.readableBytes > 0 {
             let region = output.readableRegion
             let n = cachet_send(fd, region.baseAddress, UInt(region.count))

@@ -31,22 +31,14 @@ extension EventLoop {
     }
 
     private func adopt(fd: Int32, counted: Bool) -> Connection? {
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-        } else {
-            slot = connections.count
-            connections.append(nil)
-        }
-        generation &+= 1
-        let token = UInt64(slot) | (generation << 32)
-        let connection = Connection(fd: fd, token: token, memory: memory, counted: counted)
-        connections[slot] = connection
+        let connection = Connection(owner: self, memory: memory, counted: counted)
+        connectionCount += 1
         if draining { connection.lastReceived = DispatchTime.now() }
-        connection.interest = Connection.interest(for: connection.phase, outputPending: false)
-        if cachet_epoll_add(epollFD, fd, connection.interest | cachet_EPOLLET, token) != 0 {
-            logger.warning("epoll_ctl(ADD) failed", metadata: ["connection.fd": "\(fd)", "error.errno": "\(errno)"])
-            close(connection)
+        // Registered for the events its first phase needs; a socket epoll refuses is closed at once
+        // (`connectionClosed` does the bookkeeping).
+        loop.register(connection, fd: fd, isNonBlocking: true)
+        guard !connection.isClosed else {
+            logger.warning("could not watch a new connection", metadata: ["connection.fd": "\(fd)"])
             return nil
         }
         return connection
@@ -69,16 +61,19 @@ extension EventLoop {
         _ = send(connection)
     }
 
+    /// Closes a connection at once: its socket, its registration (``connectionClosed(_:)`` does the rest).
     func close(_ connection: Connection) {
         guard !connection.isClosed else { return }
+        connection.close()
+    }
+
+    /// A connection's channel has closed (by ``close(_:)``, a failed registration or the loop stopping): its
+    /// budget, its counts. Called once per connection.
+    func connectionClosed(_ connection: Connection) {
         if case .closing = connection.phase { closingCount -= 1 }
         connection.phase = .closed
-        _ = cachet_epoll_remove(epollFD, connection.fd)
-        _ = Glibc.close(connection.fd)
-        let slot = Int(connection.token & 0xffff_ffff)
-        connections[slot] = nil
-        freeSlots.append(slot)
-        // The buffers go with the connection (the last reference is the slot's, or a disk completion's).
+        connectionCount -= 1
+        // The buffers go with the connection (the last reference is the loop's, or a disk completion's).
         memory.charge(-connection.charged)
         connection.charged = 0
         if connection.countedAsWaiting {

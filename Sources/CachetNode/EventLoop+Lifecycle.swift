@@ -9,11 +9,9 @@ extension EventLoop {
     func housekeep() {
         let watchStalls = stallTimeout > 0 && memory.paused > 0
         if !watchStalls { exhaustedSince = 0 }
-        guard waitingForMemory > 0 || closingCount > 0 || draining || watchStalls else {
-            housekeepingTimer?.cancel()
-            housekeepingTimer = nil
-            return
-        }
+        guard waitingForMemory > 0 || closingCount > 0 || draining || watchStalls else { return }
+        // Runs again after the interval while there is upkeep to do.
+        defer { scheduleHousekeeping() }
         if watchStalls { evictStalledConnections() }
         let releases = memory.releases
         let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
@@ -22,7 +20,7 @@ extension EventLoop {
         if retry { retryWaitingForMemory(now: now) }
         if closingCount > 0 {
             let clock = DispatchTime.now().uptimeNanoseconds
-            for case let connection? in connections {
+            forEachConnection { connection in
                 if case .closing(let closing) = connection.phase, clock >= closing.deadline { close(connection) }
             }
         }
@@ -43,7 +41,7 @@ extension EventLoop {
         guard clock >= lastStallScan + Self.stallScanInterval else { return }
         lastStallScan = clock
         var stalled: [(connection: Connection, held: Int)] = []
-        for case let connection? in connections {
+        forEachConnection { connection in
             if connection.repliesTaken != connection.repliesSeen || connection.repliesStalledSince == 0 {
                 connection.repliesSeen = connection.repliesTaken
                 connection.repliesStalledSince = clock
@@ -53,7 +51,7 @@ extension EventLoop {
                 connection.requestsStalledSince = clock
             }
             let held = connection.heldBytes
-            guard held > 0 else { continue }
+            guard held > 0 else { return }
             let pending = Self.pending(connection)
             let repliesStalled = clock - max(connection.repliesStalledSince, exhaustedSince) >= stallTimeout
             // A client reading its replies moves, even while its last request is half-sent (large PUTs
@@ -97,8 +95,8 @@ extension EventLoop {
     /// others' needs are met, so it cannot take back all that the others return.
     private func retryWaitingForMemory(now: UInt32) {
         var waiting: [Connection] = []
-        for case let connection? in connections where connection.phase.isWaitingForMemory {
-            waiting.append(connection)
+        forEachConnection { connection in
+            if connection.phase.isWaitingForMemory { waiting.append(connection) }
         }
         waiting.sort { $0.footprint < $1.footprint }
         for connection in waiting {
@@ -126,6 +124,8 @@ extension EventLoop {
         completion: @escaping @Sendable () -> Void
     ) {
         draining = true
+        // The queue is wanted for the drain's work now, not for waiting on more requests.
+        loop.lingerMilliseconds = 0
         drainedCallback = completion
         let start = DispatchTime.now()
         // Graceful closes end a little before the server's own deadline, so that they end the drain
@@ -136,7 +136,7 @@ extension EventLoop {
         // for a client that reads.
         drainServingEnds = start + timeout * 0.75
         drainQuietPeriod = quietPeriod
-        for case let connection? in connections { connection.lastReceived = start }
+        forEachConnection { $0.lastReceived = start }
         scheduleHousekeeping()
         drainStep(now: CachetClock.now())
     }
@@ -145,16 +145,16 @@ extension EventLoop {
         let clock = DispatchTime.now()
         let quietSince = clock - drainQuietPeriod
         let servingOver = clock >= drainServingEnds
-        for case let connection? in connections {
+        forEachConnection { connection in
             switch connection.phase {
             case .closing, .closed:
-                continue
+                return
             case .waitingForCompletion:
                 // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written).
-                guard servingOver else { continue }
+                guard servingOver else { return }
             default:
                 let idle = connection.output.readableBytes == 0 && connection.lastReceived < quietSince
-                guard idle || servingOver else { continue }
+                guard idle || servingOver else { return }
             }
             beginClosing(connection, deadline: drainDeadline)
             settle(connection, now: now)
@@ -165,13 +165,14 @@ extension EventLoop {
         }
     }
 
-    /// Closes every connection at once and stops the source. Called on `queue`.
+    /// Closes every connection at once, then stops the transport loop (which closes the peer channels,
+    /// failing their forwards, and drops the timers). Called on `queue`.
     func stop() {
-        housekeepingTimer?.cancel()
-        housekeepingTimer = nil
-        for case let connection? in connections { close(connection) }
-        forwarder?.stop()
-        // Kept (cancelled) so that deinit knows the cancel handler closes the descriptors.
-        source?.cancel()
+        if let timer = housekeepingTimer {
+            loop.cancelTimer(timer)
+            housekeepingTimer = nil
+        }
+        forEachConnection { close($0) }
+        loop.stop()
     }
 }

@@ -9,19 +9,18 @@ import Logging
 import Glibc
 #endif
 
-/// One I/O queue: a serial `DispatchQueue` with a `DispatchSourceRead` over an epoll descriptor of its own.
+/// One I/O queue of the node: a ``CachetEventLoop`` (a serial `DispatchQueue` with one `DispatchSourceRead`
+/// over an epoll set of its own, see `docs/transport.md`) hosting the node's inbound ``Connection``s and, on
+/// a node that forwards, its outbound peer channels (``PeerForwarder``), with what the node keeps per loop:
+/// the request processor, the connections' memory budget, graceful closes, the drain.
 ///
-/// When the epoll descriptor turns readable, the source's handler drains every ready connection
-/// (`epoll_wait` with timeout 0), so Dispatch's per-event toll (a hand-off from its manager thread to a
-/// worker, and re-arming the descriptor: several system calls and a thread switch) is paid once per batch
-/// rather than once per connection.
-///
-/// Connections are registered edge-triggered, so that they are served in the order their requests arrived.
-/// Level-triggered, `epoll_wait` puts every connection it returns straight back on its ready list, ahead
-/// of those whose requests arrive while the batch is served: a connection answered in one batch whose
-/// next request came quickly went first again in the next batch, and one that became ready meanwhile
-/// waited behind it, sometimes for two rounds. With 16 KiB values on 8 connections at pipeline 1, the p99
-/// was 2.4–2.7 times the median level-triggered and 1.4–1.7 times edge-triggered (BENCHMARKS.md).
+/// The transport drains every ready channel per wake-up (Dispatch's per-event toll, a hand-off from its
+/// manager thread and a re-arm, is paid once per batch), registers them edge-triggered so that they are
+/// served in the order their requests arrived (level-triggered, a connection answered in one batch whose
+/// next request came quickly went first again; with 16 KiB values on 8 connections at pipeline 1 the p99
+/// was 2.4–2.7 times the median level-triggered and 1.4–1.7 times edge-triggered, BENCHMARKS.md), and
+/// lingers in `epoll_wait` after a batch (`--io-linger-ms`) so that a busy loop is woken by the kernel
+/// directly. A connection's events come here through ``Connection/handleEvents(_:)``.
 ///
 /// Edge-triggered, a connection is reported again only when new bytes arrive, so the loop must leave none
 /// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer
@@ -32,42 +31,26 @@ import Glibc
 /// one place, `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after
 /// every event, completion and wake-up.
 ///
-/// Lingering: when a batch has been served and nothing else is ready, the handler waits up to
-/// `lingerMilliseconds` in `epoll_wait` on its own set before returning. While requests keep coming the
-/// worker thread stays in the loop and the kernel wakes it directly, as in a single-threaded event loop;
-/// after that much quiet it hands the set back to the source. Work queued for the loop from elsewhere
-/// (new connections, disk completions, drain and stop) goes through ``execute(_:)``, which also signals an
-/// eventfd in the epoll set, so a lingering handler returns at once and lets `queue` run it.
-///
-/// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `EventLoop+Disk.swift`.
+/// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `EventLoop+Disk.swift`,
+/// forwarding in `EventLoop+Forwarding.swift`.
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
-/// only through ``execute(_:)``.
+/// only through ``execute(_:)`` and ``executeAndWait(_:)``.
 final class EventLoop: @unchecked Sendable {
     let index: Int
+    /// The transport loop: the queue, the epoll set, the channels, the timers.
+    let loop: CachetEventLoop
+    /// The loop's serial queue.
     let queue: DispatchQueue
-    let epollFD: Int32
-    /// An eventfd in the epoll set, signalled by ``execute(_:)``.
-    private let wakeFD: Int32
-    private static let wakeToken = UInt64.max
-    /// The token of the peer loop's epoll descriptor in this loop's set (see ``forwarder``).
-    private static let peerToken = UInt64.max - 1
-    private let lingerMilliseconds: Int32
     /// Reads of one connection per event before the loop moves on to the others.
     private static let readsPerEvent = 8
-    var source: (any DispatchSourceRead)?
-    private let events: UnsafeMutablePointer<epoll_event>
-    private let eventCapacity: Int32 = 256
-    // Unchecked for the reason given on `Connection`: read on every event, touched only on `queue`.
-    @exclusivity(unchecked) var connections: [Connection?] = []
-    @exclusivity(unchecked) var freeSlots: [Int] = []
-    @exclusivity(unchecked) var generation: UInt64 = 0
+    /// Connections hosted now (counted or not), read on `queue`.
+    @exclusivity(unchecked) var connectionCount = 0
     let processor: RequestProcessor
     /// The processor's router, for the cluster-wide fan-out.
     let router: ForwardRouter?
-    /// The connections to other members for forwarded requests; nil on a node that never forwards. Its
-    /// loop runs on this loop's queue, and its epoll descriptor is in this loop's set, so that a reply
-    /// from a peer ends a linger in `epoll_wait` at once.
+    /// The connections to other members for forwarded requests, on this loop; nil on a node that never
+    /// forwards.
     let forwarder: PeerForwarder?
     /// Seconds between probes of the peers, on the loop that probes for the node (nil on the others).
     private let probeInterval: Duration?
@@ -101,11 +84,9 @@ final class EventLoop: @unchecked Sendable {
     static let stallScanInterval: UInt64 = 100_000_000
     /// Input bytes a graceful close throws away before it gives up waiting for the peer.
     static let discardLimit = 64 << 20
-    static let housekeepingInterval = DispatchTimeInterval.milliseconds(10)
-    var housekeepingTimer: (any DispatchSourceTimer)?
-
-    /// The number of open connections, read on `queue`.
-    var connectionCount: Int { connections.count - freeSlots.count }
+    static let housekeepingInterval = Duration.milliseconds(10)
+    /// The housekeeping timer, while it runs (see ``scheduleHousekeeping()``).
+    var housekeepingTimer: CachetTimerID?
 
     init(
         index: Int,
@@ -122,49 +103,28 @@ final class EventLoop: @unchecked Sendable {
         logger: Logger,
         onClose: @escaping @Sendable () -> Void
     ) throws(CachetNodeError) {
-        let fd = cachet_epoll_create()
-        guard fd >= 0 else {
-            throw CachetNodeError(
-                code: .resourceExhausted,
-                message: "epoll_create1 failed: \(String(cString: strerror(errno)))"
+        let loop: CachetEventLoop
+        do throws(CachetIOError) {
+            loop = try CachetEventLoop(
+                label: "cachet.io.\(index)",
+                lingerMilliseconds: lingerMilliseconds,
+                qos: .userInitiated
+            )
+        } catch {
+            throw CachetNodeError(code: .resourceExhausted, message: "I/O loop \(index): \(error.message)")
+        }
+        self.loop = loop
+        forwarder = forwardTimeout.map { forwardTimeout in
+            PeerForwarder(
+                loop: loop,
+                timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
+                maximumReplyLength: processor.maximumPayloadLength,
+                health: health,
+                logger: logger
             )
         }
-        let wakeFD = cachet_eventfd_create()
-        guard wakeFD >= 0, cachet_epoll_add(fd, wakeFD, cachet_EPOLLIN, Self.wakeToken) == 0 else {
-            let message = "eventfd failed: \(String(cString: strerror(errno)))"
-            if wakeFD >= 0 { _ = Glibc.close(wakeFD) }
-            _ = Glibc.close(fd)
-            throw CachetNodeError(code: .resourceExhausted, message: message)
-        }
         self.index = index
-        self.epollFD = fd
-        self.wakeFD = wakeFD
-        self.lingerMilliseconds = Int32(lingerMilliseconds)
-        let queue = DispatchQueue(label: "cachet.io.\(index)", qos: .userInitiated)
-        self.queue = queue
-        if let forwardTimeout {
-            do throws(CachetIOError) {
-                let forwarder = try PeerForwarder(
-                    queue: queue,
-                    index: index,
-                    timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
-                    maximumReplyLength: processor.maximumPayloadLength,
-                    health: health,
-                    logger: logger
-                )
-                guard cachet_epoll_add(fd, forwarder.loop.epollDescriptor, cachet_EPOLLIN, Self.peerToken) == 0 else {
-                    throw CachetIOError(code: .resourceExhausted, message: "epoll_ctl(ADD) failed: errno \(errno)")
-                }
-                self.forwarder = forwarder
-            } catch {
-                _ = Glibc.close(wakeFD)
-                _ = Glibc.close(fd)
-                throw CachetNodeError(code: .resourceExhausted, message: "peer connections: \(error.message)")
-            }
-        } else {
-            forwarder = nil
-        }
-        self.events = cachet_epoll_events_create(eventCapacity)
+        self.queue = loop.queue
         self.processor = processor
         self.probeInterval = probeInterval.map { .nanoseconds(Int64($0 * 1e9)) }
         self.router = router
@@ -178,46 +138,21 @@ final class EventLoop: @unchecked Sendable {
         self.onClose = onClose
     }
 
-    deinit {
-        cachet_epoll_events_free(events)
-        if let source {
-            // The cancel handler closes the descriptors.
-            source.cancel()
-        } else {
-            _ = Glibc.close(wakeFD)
-            _ = Glibc.close(epollFD)
-        }
-    }
-
     /// Runs `work` on the loop's queue, waking the handler if it is lingering in `epoll_wait`.
     /// - Parameter work: what to run; it may touch the loop's state.
     func execute(_ work: @escaping @Sendable () -> Void) {
-        queue.async(execute: work)
-        cachet_eventfd_signal(wakeFD)
+        loop.execute(work)
     }
 
-    /// Runs `work` on the loop's queue and waits for it. Never call this from the loop's queue.
+    /// Runs `work` on the loop's queue and waits for it (directly when called on the queue).
     /// - Parameter work: what to run; it may touch the loop's state.
     func executeAndWait(_ work: () -> Void) {
-        cachet_eventfd_signal(wakeFD)
-        queue.sync(execute: work)
+        loop.executeAndWait(work)
     }
 
-    /// Starts watching the epoll descriptor.
+    /// Starts watching the epoll set, and the forwarder's probes.
     func start() {
-        let source = DispatchSource.makeReadSource(fileDescriptor: epollFD, queue: queue)
-        source.setEventHandler { [unowned self] in self.drainReadyConnections() }
-        // Close only once Dispatch has let go of the descriptor: closing earlier lets its number be reused
-        // (by another loop's epoll set, a socket) while Dispatch still watches the old registration, and
-        // the new descriptor would never report an event.
-        let epollFD = epollFD
-        let wakeFD = wakeFD
-        source.setCancelHandler {
-            _ = Glibc.close(wakeFD)
-            _ = Glibc.close(epollFD)
-        }
-        source.activate()
-        self.source = source
+        loop.start()
         if let forwarder {
             let processor = processor
             forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
@@ -235,56 +170,22 @@ final class EventLoop: @unchecked Sendable {
     /// closes, or the loop drains, so an idle node is not woken for nothing.
     func scheduleHousekeeping() {
         guard housekeepingTimer == nil else { return }
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + Self.housekeepingInterval, repeating: Self.housekeepingInterval)
-        timer.setEventHandler { [unowned self] in self.housekeep() }
-        timer.activate()
-        housekeepingTimer = timer
-    }
-
-    /// Serves every connection the epoll set reports ready, until a wait finds nothing.
-    private func drainReadyConnections() {
-        var timeout: Int32 = 0
-        while true {
-            let count = cachet_epoll_wait(epollFD, events, eventCapacity, timeout)
-            if count < 0 && errno == EINTR { continue }
-            // Nothing ready (after a linger, nothing came): hand the set back to the source.
-            if count <= 0 { return }
-            var woken = false
-            let now = CachetClock.now()
-            for i in 0..<count {
-                let token = cachet_epoll_event_token(events, i)
-                if token == Self.wakeToken {
-                    cachet_eventfd_reset(wakeFD)
-                    woken = true
-                    continue
-                }
-                if token == Self.peerToken {
-                    // The peer loop has replies: return to the queue so that its source runs.
-                    woken = true
-                    continue
-                }
-                let mask = cachet_epoll_event_mask(events, i)
-                let slot = Int(token & 0xffff_ffff)
-                guard slot < connections.count, let connection = connections[slot], connection.token == token else {
-                    continue
-                }
-                handle(connection, mask: mask, now: now)
-            }
-            // Work waits on `queue`: return so that it runs; the source fires again for what is still ready.
-            if woken { return }
-            if count == eventCapacity {
-                timeout = 0
-                continue
-            }
-            // Having just served requests, wait for the next ones here rather than be woken again through
-            // Dispatch's manager thread.
-            guard lingerMilliseconds > 0, !draining else { return }
-            timeout = lingerMilliseconds
+        housekeepingTimer = loop.schedule(after: Self.housekeepingInterval) { [unowned self] in
+            housekeepingTimer = nil
+            housekeep()
         }
     }
 
-    private func handle(_ connection: Connection, mask: UInt32, now: UInt32) {
+    /// Calls `body` with every connection the loop hosts (not its peer channels); `body` may close them.
+    func forEachConnection(_ body: (Connection) -> Void) {
+        loop.forEachChannel { channel in
+            if let connection = channel as? Connection { body(connection) }
+        }
+    }
+
+    /// The events of one connection, from ``Connection/handleEvents(_:)``.
+    @inline(__always)
+    func handle(_ connection: Connection, mask: UInt32, now: UInt32) {
         if mask & cachet_EPOLLERR != 0 {
             close(connection)
             return
@@ -452,7 +353,7 @@ final class EventLoop: @unchecked Sendable {
     /// Sends pending output; returns false if the connection was closed.
     func send(_ connection: Connection) -> Bool {
         guard !connection.isClosed else { return false }
-        if case .failed(let code) = connection.flush() {
+        if case .failed(let code) = connection.sendOutput() {
             logger.debug("send failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
             close(connection)
             return false
@@ -507,11 +408,12 @@ final class EventLoop: @unchecked Sendable {
             waitingForMemory += waiting ? 1 : -1
             if waiting { scheduleHousekeeping() }
         }
+        // Derived from the phase (what `Connection.activeEvents` says too); applied when it changed or must
+        // be renewed.
         let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
-        if desired != connection.interest || connection.rearm {
-            connection.interest = desired
+        if desired != connection.registeredEvents.rawValue || connection.rearm {
             connection.rearm = false
-            _ = cachet_epoll_modify(epollFD, connection.fd, desired | cachet_EPOLLET, connection.token)
+            loop.updateInterest(of: connection, rearm: true)
         }
     }
 }

@@ -25,7 +25,7 @@ enum ForwardOutcome {
 
 /// One outbound connection from this node to a peer, carrying many forwarded requests at once, each with
 /// its own request id and deadline; replies are matched by id, so they may come in any order. Hosted by
-/// the companion ``CachetEventLoop`` of one of the node's loops (the same queue), and used only there.
+/// the ``CachetEventLoop`` of one of the node's loops, beside its client connections, and used only there.
 ///
 /// `@unchecked Sendable` as every channel: touched only on its loop's queue.
 final class PeerChannel: CachetChannel, @unchecked Sendable {

@@ -6,8 +6,8 @@ import Logging
 
 /// Forwards requests for keys this node does not own to their owners, for one of the node's event loops:
 /// one multiplexed connection per peer (``PeerChannel``), opened on first use and again after it fails,
-/// hosted by a ``CachetEventLoop`` that runs on the node loop's own queue, so that a forward and its
-/// reply are handled where the client's connection is, with no hop and no lock. See `Protocol/CLUSTER.md`,
+/// hosted by the node loop's own ``CachetEventLoop``, beside the client connections, so that a forward and
+/// its reply are handled where the client's connection is, with no hop and no lock. See `Protocol/CLUSTER.md`,
 /// "Forwarding".
 ///
 /// Each forward has a deadline (`--forward-timeout`); at most `maximumInFlightPerPeer` are in flight to
@@ -41,31 +41,28 @@ final class PeerForwarder: @unchecked Sendable {
     private var nextWaiter: UInt64 = 0
 
     /// - Parameters:
-    ///   - queue: the node loop's queue, which the peer connections share.
-    ///   - index: the node loop's index, for the labels.
+    ///   - loop: the node loop's transport loop, which hosts the peer connections.
     ///   - timeout: each forward's deadline, the connect included.
     ///   - maximumReplyLength: the largest reply payload accepted from a peer.
     ///   - logger: where connection failures are logged.
     init(
-        queue: DispatchQueue,
-        index: Int,
+        loop: CachetEventLoop,
         timeout: Duration,
         maximumReplyLength: Int,
         health: NodeHealth? = nil,
         logger: Logger
-    ) throws(CachetIOError) {
-        loop = try CachetEventLoop(label: "cachet.peers.\(index)", queue: queue)
+    ) {
+        self.loop = loop
         self.timeout = timeout
         self.maximumReplyLength = maximumReplyLength
         self.health = health
         self.logger = logger
     }
 
-    /// Starts the peer loop, and with `probeInterval` the PING probes of every peer (routable ones each
-    /// interval, down ones when their backoff has passed; at most one probe in flight per peer). Called
-    /// once, off the loop's queue.
+    /// With `probeInterval`, starts the PING probes of every peer (routable ones each interval, down ones
+    /// when their backoff has passed; at most one probe in flight per peer). Called once, after the loop
+    /// has started.
     func start(probeInterval: Duration? = nil) {
-        loop.start()
         guard let probeInterval, health != nil else { return }
         loop.execute { [self] in scheduleProbes(every: probeInterval) }
     }
@@ -126,9 +123,6 @@ final class PeerForwarder: @unchecked Sendable {
         }
         return nil
     }
-
-    /// Closes every peer connection, failing what is in flight. Callable from any thread.
-    func stop() { loop.stop() }
 
     /// Forwards in flight now, over every peer.
     var inFlight: Int { channels.values.reduce(0) { $0 + $1.pending.count } }

@@ -20,7 +20,7 @@ struct ConnectionBufferTests {
 
     @Test func oneByteDripsDoNotGrowTheBufferAheadOfTheBytes() {
         let memory = ConnectionMemory(limit: 8 << 20)
-        let connection = Connection(fd: -1, token: 0, memory: memory)
+        let connection = Connection(owner: nil, memory: memory)
         let frameLength = 2 << 20
         for _ in 0..<20_000 { #expect(arrive(connection, 1, frameLength: frameLength)) }
         // 20,000 bytes held in a buffer that grew in steps no larger than itself (the old code doubled
@@ -35,7 +35,7 @@ struct ConnectionBufferTests {
 
     @Test func aClaimedFrameBeyondTheBudgetWaitsWithoutAllocating() {
         let memory = ConnectionMemory(limit: 1 << 20)
-        let connection = Connection(fd: -1, token: 0, memory: memory)
+        let connection = Connection(owner: nil, memory: memory)
         let frameLength = 16 << 20
         #expect(!arrive(connection, 100_000, frameLength: frameLength))
         #expect(connection.input.capacity == Connection.initialBufferSize)
@@ -44,7 +44,7 @@ struct ConnectionBufferTests {
 
     @Test func theBufferShrinksBackOnceTheLargeFrameHasPassed() {
         let memory = ConnectionMemory(limit: 8 << 20)
-        let connection = Connection(fd: -1, token: 0, memory: memory)
+        let connection = Connection(owner: nil, memory: memory)
         let frameLength = 3 << 20
         #expect(arrive(connection, frameLength, frameLength: frameLength))
         #expect(connection.input.capacity >= frameLength)
