@@ -127,10 +127,10 @@ public final class CachetEventLoop: @unchecked Sendable {
         cachet_epoll_events_free(events)
         // Reached only for a loop never started (a started one is kept alive by its source until stop()).
         timerSource?.cancel()
-        if source == nil {
-            _ = Glibc.close(wakeFD)
-            _ = Glibc.close(epollFD)
-        }
+        // The eventfd lives as long as the loop: execute() after stop() (work queued by a stopped loop's
+        // last handlers, or a late caller) still signals it, and must never signal a reused number.
+        _ = Glibc.close(wakeFD)
+        if source == nil { _ = Glibc.close(epollFD) }
     }
 
     // MARK: - Threading
@@ -173,14 +173,10 @@ public final class CachetEventLoop: @unchecked Sendable {
             let source = DispatchSource.makeReadSource(fileDescriptor: epollFD, queue: queue)
             // Strong: the loop lives while its source does; stop() cancels it.
             source.setEventHandler { self.drain() }
-            // Close only once Dispatch has let go of the descriptors: closing earlier lets the numbers be
-            // reused while Dispatch still watches the old registration.
+            // Close only once Dispatch has let go of the descriptor: closing earlier lets the number be
+            // reused while Dispatch still watches the old registration. (The eventfd is closed in deinit.)
             let epollFD = epollFD
-            let wakeFD = wakeFD
-            source.setCancelHandler {
-                _ = Glibc.close(wakeFD)
-                _ = Glibc.close(epollFD)
-            }
+            source.setCancelHandler { _ = Glibc.close(epollFD) }
             source.activate()
             self.source = source
         }
@@ -215,6 +211,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         precondition(channel.state == .idle, "a channel can be registered once")
         CachetSocket.setNonBlocking(fd)
         guard adopt(channel, fd: fd, state: .active) else { return }
+        channel.didBecomeActive()
         channel.channelActive()
         if channel.state == .active { flush(channel) }
     }
@@ -423,6 +420,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             channel.state = .active
             // Renewed even if unchanged: bytes the server sent at once arrived with this event's edge.
             settle(channel, rearm: true)
+            channel.didBecomeActive()
             channel.channelActive()
             if channel.state == .active { flush(channel) }
             return
@@ -511,7 +509,7 @@ public final class CachetEventLoop: @unchecked Sendable {
     private func release(_ channel: CachetChannel) {
         guard channel.fd >= 0 else { return }
         _ = cachet_epoll_remove(epollFD, channel.fd)
-        _ = Glibc.close(channel.fd)
+        channel.closeDescriptor(channel.fd)
         channel.fd = -1
         let slot = Int(channel.token & 0xffff_ffff)
         if slot < channels.count, channels[slot] === channel {
@@ -530,6 +528,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         release(channel)
         channel.state = .closed
         channel.pendingAddresses = []
+        channel.didClose()
         channel.channelInactive(error: error)
         channel.eventLoop = nil
     }
