@@ -91,6 +91,9 @@ final class ClientTransport: @unchecked Sendable {
 
     /// Times requests out and probes down nodes (on the loop); schedules the next tick while needed.
     private func tick() {
+        // Replies that have arrived are read before deadlines are judged, so that a tick running late (or
+        // before the loop's read handler) does not time out a request whose reply is already here.
+        loop.handleReadyEvents()
         let now = monotonicNanoseconds()
         for node in nodes { node.tick(now: now) }
         if nodes.contains(where: \.needsTimer) {

@@ -373,6 +373,27 @@ public final class CachetEventLoop: @unchecked Sendable {
         }
     }
 
+    /// Handles the channels whose events are ready now, without waiting: for a timer that must see the
+    /// bytes that have already arrived before it judges deadlines (a timer can run before the events that
+    /// became ready with it). Queued work is left to the next turn. Called on `queue`.
+    public func handleReadyEvents() {
+        preconditionInEventLoop()
+        while !stopped {
+            let count = cachet_epoll_wait(epollFD, events, eventCapacity, 0)
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return }
+            for i in 0..<count {
+                let token = cachet_epoll_event_token(events, i)
+                // The eventfd stays signalled (level-triggered): the handler sees it and returns for the work.
+                if token == Self.wakeToken { continue }
+                let slot = Int(token & 0xffff_ffff)
+                guard slot < channels.count, let channel = channels[slot], channel.token == token else { continue }
+                handle(channel, mask: cachet_epoll_event_mask(events, i))
+            }
+            if count < eventCapacity { return }
+        }
+    }
+
     @inline(__always)
     private func handle(_ channel: CachetChannel, mask: UInt32) {
         if channel.state == .connecting {
