@@ -46,7 +46,7 @@ let package = Package(
 
         // The transport: addresses, connect and listen, the byte buffer, the epoll event loop on Dispatch
         // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
-        .target(name: "CachetIO", dependencies: ["CEpoll"], swiftSettings: swiftSettings),
+        .target(name: "CachetIO", dependencies: ["CEpoll", "CachetLocking"], swiftSettings: swiftSettings),
 
         // Cluster membership: the cluster file, its members and their ring, the membership hash; no I/O but
         // reading the file.

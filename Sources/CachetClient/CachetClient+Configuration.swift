@@ -52,7 +52,8 @@ extension CachetClient {
         public var failover: Bool = true
         /// How long the client's event loop waits for more replies after reading some, before handing its
         /// thread back: while replies keep coming, the kernel wakes that thread directly, which saves a
-        /// thread hand-off per reply; at most 2 ms at a time. Zero turns it off.
+        /// thread hand-off per reply. Rounded up to whole milliseconds (the loop's unit); at most 2 ms.
+        /// Zero turns it off.
         public var eventLoopLinger: Duration = .microseconds(500)
         /// The largest reply payload accepted from a node; larger is a protocol violation. The default is
         /// the protocol's default `--max-frame`.

@@ -24,7 +24,8 @@ public final class CachetClient: Sendable {
     public let configuration: Configuration
     let router: CachetClientRouter
     let nodes: [NodeClient]
-    let loop: ClientEventLoop
+    let slots: [ConnectionSlot]
+    let transport: ClientTransport
     let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
     private let requestTimeoutNanoseconds: UInt64
@@ -50,7 +51,7 @@ public final class CachetClient: Sendable {
         // between 1 and 10 ms.
         let shortest = min(configuration.requestTimeout, configuration.connectTimeout)
         let tick = max(.milliseconds(1), min(.milliseconds(10), shortest / 50))
-        loop = try ClientEventLoop(label: "cachet.client", tick: tick, linger: configuration.eventLoopLinger)
+        transport = try ClientTransport(label: "cachet.client", tick: tick, linger: configuration.eventLoopLinger)
         var nodes: [NodeClient] = []
         for (index, node) in configuration.nodes.enumerated() {
             nodes.append(
@@ -58,27 +59,22 @@ public final class CachetClient: Sendable {
                     node: node,
                     index: index,
                     configuration: configuration,
-                    loop: loop,
+                    transport: transport,
                     firstSlot: index * configuration.connectionsPerNode,
                     logger: logger
                 )
             )
         }
         self.nodes = nodes
-        loop.install(nodes: nodes)
+        slots = nodes.flatMap(\.slots)
+        transport.install(nodes: nodes)
         requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
     }
 
     deinit {
-        // No call is in flight (each holds the client), so only idle sockets and the sources remain.
-        if !isShutDown.load(ordering: .relaxed) {
-            let loop = self.loop
-            let failure = nodes[0].shutdownError()
-            loop.queue.sync {
-                for slot in loop.slots { slot.closeNow(failure: failure) }
-                loop.close()
-            }
-        }
+        // No call is in flight (each holds the client), so only idle connections remain: stopping the loop
+        // closes them (after shutdown(), it only waits for the loop's last queued work).
+        transport.close()
     }
 
     // MARK: Single keys
@@ -162,19 +158,19 @@ public final class CachetClient: Sendable {
     public func shutdown() async {
         guard !isShutDown.exchange(true, ordering: .relaxed) else { return }
         for node in nodes { node.shuttingDown.store(true, ordering: .relaxed) }
-        for slot in loop.slots where slot.drain() {
+        for slot in slots where slot.drain() {
             slot.closeCurrent(failure: nodes[0].shutdownError())
         }
-        loop.armTimer()
+        transport.armTick()
         // In-flight requests end within their timeout; the loop closes each slot's socket after its last.
         let deadline = monotonicNanoseconds() &+ requestTimeoutNanoseconds &+ 100_000_000
-        while monotonicNanoseconds() < deadline, !loop.slots.allSatisfy(\.isShutDown) {
+        while monotonicNanoseconds() < deadline, !slots.allSatisfy(\.isShutDown) {
             try? await Task.sleep(for: .milliseconds(1))
         }
-        let loop = self.loop
+        let transport = self.transport
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            loop.queue.async {
-                loop.close()
+            transport.loop.execute {
+                transport.close()
                 continuation.resume()
             }
         }

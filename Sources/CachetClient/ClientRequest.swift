@@ -1,3 +1,4 @@
+import CachetIO
 import CachetWire
 
 /// A request as the client issues it: the opcode and borrowed bytes, encoded straight into a
@@ -30,38 +31,37 @@ struct ClientRequest {
         }
     }
 
-    /// Appends the request frame with id `id` to `output`.
-    func encode(id: UInt32, to output: inout [UInt8]) {
-        let header = CachetFrameHeader(opcode: opcode, word: 0, id: id)
+    /// Appends the request frame with id `id` to `output`, written in place.
+    func encode(id: UInt32, to output: inout CachetByteBuffer) {
         let length = frameLength
-        let start = output.count
-        // Grow without zero-filling through `append(contentsOf:)` of a pointer, then write in place.
-        if output.capacity - start < length {
-            output.reserveCapacity(max(output.capacity * 2, start + length))
+        output.reserveWritable(length)
+        let base = output.writePointer
+        CachetFrameEncoder.writePrefixAndHeader(
+            to: base,
+            bodyLength: length - CachetProtocol.frameOverhead,
+            header: CachetFrameHeader(opcode: opcode, word: 0, id: id)
+        )
+        var offset = CachetProtocol.frameOverhead
+        switch opcode {
+        case .put:
+            base.storeBytes(of: ttl.bigEndian, toByteOffset: offset, as: UInt32.self)
+            base.storeBytes(of: UInt16(key.count).bigEndian, toByteOffset: offset + 4, as: UInt16.self)
+            offset += 6
+        case .get, .delete:
+            base.storeBytes(of: UInt16(key.count).bigEndian, toByteOffset: offset, as: UInt16.self)
+            offset += 2
+        default:
+            break
         }
-        withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead + 6, alignment: 1) { scratch in
-            let base = scratch.baseAddress!
-            CachetFrameEncoder.writePrefixAndHeader(
-                to: base,
-                bodyLength: length - CachetProtocol.frameOverhead,
-                header: header
-            )
-            var prefix = CachetProtocol.frameOverhead
-            switch opcode {
-            case .put:
-                base.storeBytes(of: ttl.bigEndian, toByteOffset: prefix, as: UInt32.self)
-                base.storeBytes(of: UInt16(key.count).bigEndian, toByteOffset: prefix + 4, as: UInt16.self)
-                prefix += 6
-            case .get, .delete:
-                base.storeBytes(of: UInt16(key.count).bigEndian, toByteOffset: prefix, as: UInt16.self)
-                prefix += 2
-            default:
-                break
-            }
-            output.append(contentsOf: UnsafeRawBufferPointer(start: base, count: prefix))
+        if key.count > 0 {
+            (base + offset).copyMemory(from: key.baseAddress!, byteCount: key.count)
+            offset += key.count
         }
-        if key.count > 0 { output.append(contentsOf: key) }
-        if value.count > 0 { output.append(contentsOf: value) }
+        if value.count > 0 {
+            (base + offset).copyMemory(from: value.baseAddress!, byteCount: value.count)
+            offset += value.count
+        }
+        output.moveWriteIndex(forwardBy: offset)
     }
 
     /// Checks a key before anything is sent.

@@ -32,7 +32,7 @@ final class NodeClient: @unchecked Sendable {
         node: CachetClient.Node,
         index: Int,
         configuration: CachetClient.Configuration,
-        loop: ClientEventLoop,
+        transport: ClientTransport,
         firstSlot: Int,
         logger: Logger
     ) {
@@ -54,7 +54,7 @@ final class NodeClient: @unchecked Sendable {
         logger[metadataKey: "cachet.node"] = "\(node.id)"
         self.logger = logger
         slots = (0..<configuration.connectionsPerNode).map {
-            ConnectionSlot(node: self, loop: loop, index: firstSlot + $0)
+            ConnectionSlot(node: self, transport: transport, index: firstSlot + $0)
         }
     }
 
@@ -142,7 +142,7 @@ final class NodeClient: @unchecked Sendable {
             node: node.id
         )
         for slot in slots { slot.closeCurrent(failure: failure) }
-        slots.first?.loop.armTimer()
+        slots.first?.transport.armTick()
     }
 
     /// The probe's PING was answered.
@@ -165,7 +165,7 @@ final class NodeClient: @unchecked Sendable {
 
     // MARK: Timer (on the loop)
 
-    /// Whether the loop's timer must keep running for this node.
+    /// Whether the tick must keep running for this node.
     var needsTimer: Bool {
         if !isUp { return true }
         for slot in slots where slot.needsTimer { return true }

@@ -226,6 +226,19 @@ open class CachetChannel: @unchecked Sendable {
         }
     }
 
+    // MARK: - Hooks for the channel kinds of this module (CachetSharedChannel)
+
+    /// Called by the loop right before ``channelActive()``.
+    func didBecomeActive() {}
+
+    /// Closes the socket the loop lets go of (already out of the epoll set): on a failed connect attempt and
+    /// on close. ``CachetSharedChannel`` leaves the close to a thread that is still sending on it.
+    /// - Parameter fd: the socket.
+    func closeDescriptor(_ fd: Int32) { _ = Glibc.close(fd) }
+
+    /// Called by the loop once the channel is closed, right before ``channelInactive(error:)``.
+    func didClose() {}
+
     /// The epoll events the channel needs now.
     final var desiredInterest: UInt32 {
         switch state {

@@ -134,10 +134,10 @@ public final class CachetEventLoop: @unchecked Sendable {
         cachet_epoll_events_free(events)
         // Reached only for a loop never started (a started one is kept alive by its source until stop()).
         timerSource?.cancel()
-        if source == nil {
-            _ = Glibc.close(wakeFD)
-            _ = Glibc.close(epollFD)
-        }
+        // The eventfd lives as long as the loop: execute() after stop() (work queued by a stopped loop's
+        // last handlers, or a late caller) still signals it, and must never signal a reused number.
+        _ = Glibc.close(wakeFD)
+        if source == nil { _ = Glibc.close(epollFD) }
     }
 
     // MARK: - Threading
@@ -176,14 +176,10 @@ public final class CachetEventLoop: @unchecked Sendable {
             let source = DispatchSource.makeReadSource(fileDescriptor: epollFD, queue: queue)
             // Strong: the loop lives while its source does; stop() cancels it.
             source.setEventHandler { self.drain() }
-            // Close only once Dispatch has let go of the descriptors: closing earlier lets the numbers be
-            // reused while Dispatch still watches the old registration.
+            // Close only once Dispatch has let go of the descriptor: closing earlier lets the number be
+            // reused while Dispatch still watches the old registration. (The eventfd is closed in deinit.)
             let epollFD = epollFD
-            let wakeFD = wakeFD
-            source.setCancelHandler {
-                _ = Glibc.close(wakeFD)
-                _ = Glibc.close(epollFD)
-            }
+            source.setCancelHandler { _ = Glibc.close(epollFD) }
             source.activate()
             self.source = source
         }
@@ -220,6 +216,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         precondition(channel.state == .idle, "a channel can be registered once")
         if !isNonBlocking { CachetSocket.setNonBlocking(fd) }
         guard adopt(channel, fd: fd, state: .active) else { return }
+        channel.didBecomeActive()
         channel.channelActive()
         if channel.state == .active { flush(channel) }
     }
@@ -388,6 +385,28 @@ public final class CachetEventLoop: @unchecked Sendable {
         return UInt32(truncatingIfNeeded: time.tv_sec)
     }
 
+    /// Handles the channels whose events are ready now, without waiting: for a timer that must see the
+    /// bytes that have already arrived before it judges deadlines (a timer can run before the events that
+    /// became ready with it). Queued work is left to the next turn. Called on `queue`.
+    public func handleReadyEvents() {
+        preconditionInEventLoop()
+        while !stopped {
+            let count = cachet_epoll_wait(epollFD, events, eventCapacity, 0)
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return }
+            _batchSeconds = Self.coarseSeconds()
+            for i in 0..<count {
+                let token = cachet_epoll_event_token(events, i)
+                // The eventfd stays signalled (level-triggered): the handler sees it and returns for the work.
+                if token == Self.wakeToken { continue }
+                let slot = Int(token & 0xffff_ffff)
+                guard slot < channels.count, let channel = channels[slot], channel.token == token else { continue }
+                handle(channel, mask: cachet_epoll_event_mask(events, i))
+            }
+            if count < eventCapacity { return }
+        }
+    }
+
     @inline(__always)
     private func handle(_ channel: CachetChannel, mask: UInt32) {
         if channel.state == .connecting {
@@ -435,6 +454,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             channel._state = .active
             // Renewed even if unchanged: bytes the server sent at once arrived with this event's edge.
             settle(channel, rearm: true)
+            channel.didBecomeActive()
             channel.channelActive()
             if channel.state == .active { flush(channel) }
             return
@@ -535,7 +555,7 @@ public final class CachetEventLoop: @unchecked Sendable {
     private func release(_ channel: CachetChannel) {
         guard channel.fd >= 0 else { return }
         _ = cachet_epoll_remove(epollFD, channel.fd)
-        _ = Glibc.close(channel.fd)
+        channel.closeDescriptor(channel.fd)
         channel._fd = -1
         let slot = Int(channel.token & 0xffff_ffff)
         if slot < channels.count, channels[slot] === channel {
@@ -554,6 +574,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         release(channel)
         channel._state = .closed
         channel.pendingAddresses = []
+        channel.didClose()
         channel.channelInactive(error: error)
         channel.eventLoop = nil
     }

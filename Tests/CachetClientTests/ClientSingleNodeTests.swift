@@ -50,6 +50,31 @@ struct ClientSingleNodeTests {
         }
     }
 
+    @Test("large values from several tasks at once, with small requests between them, on one connection")
+    func largeValuesShareOneConnection() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        // One connection: each large PUT fills the socket, so the event loop finishes sending it while the
+        // other tasks' requests queue behind it; every reply must still reach its own caller.
+        try await withClient(cluster.configuration { $0.connectionsPerNode = 1 }) { client in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for task in 0..<4 {
+                    group.addTask {
+                        let value = (0..<(8 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ task) }
+                        try await client.put("large:\(task)", value: value)
+                        for round in 0..<20 {
+                            try await client.put("small:\(task):\(round)", value: [UInt8(task), UInt8(round)])
+                            #expect(try await client.get("small:\(task):\(round)") == [UInt8(task), UInt8(round)])
+                        }
+                        let back = try await client.get("large:\(task)")
+                        let intact = back == value
+                        #expect(intact, "task \(task)'s large value came back changed")
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
     @Test("batched get and put")
     func batches() async throws {
         let cluster = try await NodeCluster.start(count: 1)

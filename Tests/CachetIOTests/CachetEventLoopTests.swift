@@ -350,6 +350,37 @@ func waitUntil(
         }
     }
 
+    @Test func handleReadyEventsReadsWhatHasArrivedAndLeavesQueuedWorkToRun() throws {
+        let (listener, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        defer { CachetSocket.close(listener) }
+        let loop = try CachetEventLoop(label: "test.ready", lingerMilliseconds: 1)
+        loop.start()
+        defer { loop.stop() }
+        let channel = RecordingChannel()
+        loop.execute { loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2)) }
+        let deadline = CachetDeadline(after: .seconds(2))
+        var accepted: Int32?
+        while accepted == nil && !deadline.hasPassed {
+            accepted = try CachetSocket.accept(listener)
+            if accepted == nil { usleep(1000) }
+        }
+        let server = try #require(accepted)
+        defer { CachetSocket.close(server) }
+        #expect(waitUntil(loop) { channel.isActive })
+        let ran = CachetLock(false)
+        loop.executeAndWait {
+            // The loop's queue is busy with this block: its handler cannot read what arrives meanwhile.
+            loop.execute { ran.withLock { $0 = true } }
+            _ = [UInt8]("due".utf8).withUnsafeBytes { CachetSocket.send(server, $0) }
+            usleep(20_000)
+            #expect(channel.received.isEmpty)
+            loop.handleReadyEvents()
+            #expect(channel.received == Array("due".utf8))
+        }
+        // The work queued before still runs (the wake-up was left for the handler).
+        #expect(waitUntil(loop) { ran.withLock { $0 } })
+    }
+
     @Test func timersRunInDeadlineOrderAndCancelledOnesDoNot() throws {
         let loop = try CachetEventLoop(label: "test.timers")
         loop.start()

@@ -1,0 +1,88 @@
+import CachetIO
+import CachetWire
+
+/// One socket of a ``ConnectionSlot``, hosted by the client's `CachetEventLoop`: requests are written into
+/// it from the calling threads (`CachetSharedChannel`), replies are decoded in place from its input on the
+/// loop's queue and handed to the slot, which resumes their callers. A slot opens a new channel each time
+/// it reconnects; a channel that is no longer its slot's current one reports nothing.
+///
+/// `@unchecked Sendable`: `failure` and `connected` are touched on the loop's queue only; `slot` is
+/// immutable. The rest is `CachetSharedChannel`'s.
+final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
+    let slot: ConnectionSlot
+    /// Why the client closes the channel, handed to the callers; nil when the socket or the peer ended it.
+    private(set) var failure: CachetClientError?
+    /// Whether the connection was established (a failure before is a connect failure).
+    private(set) var connected = false
+
+    init(slot: ConnectionSlot) {
+        self.slot = slot
+        super.init(inputCapacity: 64 << 10, outputCapacity: 16 << 10)
+    }
+
+    /// Closes the channel with `failure` for its callers (on the loop). A channel whose connect is still
+    /// queued keeps the failure, and the queued connect reports it instead of connecting.
+    func fail(_ failure: CachetClientError) {
+        guard self.failure == nil, !isClosed else { return }
+        self.failure = failure
+        if state != .idle { close() }
+    }
+
+    override func channelActive() {
+        connected = true
+        slot.channelActive(self)
+    }
+
+    override func channelRead() {
+        let region = input.readableRegion
+        let maximum = slot.node.maximumFrameLength
+        var offset = 0
+        while true {
+            let frame: CachetFrame
+            do {
+                guard
+                    let found = try CachetReplyDecoder.decodeReply(
+                        in: region,
+                        at: offset,
+                        maximumPayloadLength: maximum
+                    )
+                else { break }
+                try CachetReplyDecoder.validateReplyHeader(found.header)
+                frame = found
+            } catch {
+                fail(
+                    CachetClientError(
+                        code: .protocolViolation,
+                        message: "the node sent bytes that are not a Cachet reply (\(error.message)): is this port a "
+                            + "Cachet node?",
+                        node: slot.node.id,
+                        underlying: error
+                    )
+                )
+                return
+            }
+            offset = frame.end
+            if frame.header.opcode == .none && frame.header.id == 0 && frame.header.status != .ok {
+                // A fatal reply (UNAVAILABLE over the connection limit, or a framing error): the node closes
+                // the connection after it.
+                let text = String(decoding: UnsafeRawBufferPointer(rebasing: region[frame.body]), as: UTF8.self)
+                fail(
+                    CachetClientError(
+                        code: frame.header.status == .unavailable ? .unavailable : .protocolViolation,
+                        message: "the node answered \(frame.header.status) and closed the connection: \(text)",
+                        node: slot.node.id
+                    )
+                )
+                return
+            }
+            guard slot.replyReceived(frame, in: region, on: self) else { return }
+        }
+        input.moveReadIndex(forwardBy: offset)
+        // After a very large reply, give the memory back.
+        input.shrinkIfEmpty(above: 1 << 20, to: 64 << 10)
+    }
+
+    override func channelInactive(error: CachetIOError?) {
+        slot.channelClosed(self, error: error)
+    }
+}
