@@ -328,7 +328,7 @@ package final class CachetStandInLogFile: @unchecked Sendable {
             }
             var bytes: [UInt8] = []
             Self.encode(record, to: &bytes)
-            if let code = Self.write(state.fd, bytes, at: state.end) {
+            if let code = DiskFiles.writeAll(state.fd, bytes, at: state.end) {
                 // Whatever part of the record reached the file is cut off (the next record overwrites it
                 // anyway); the write is refused.
                 _ = ftruncate(state.fd, off_t(state.end))
@@ -367,7 +367,7 @@ package final class CachetStandInLogFile: @unchecked Sendable {
             }
             var bytes: [UInt8] = []
             Self.encode(.clean(owner: owner), to: &bytes)
-            if let code = Self.write(state.fd, bytes, at: state.end) {
+            if let code = DiskFiles.writeAll(state.fd, bytes, at: state.end) {
                 _ = ftruncate(state.fd, off_t(state.end))
                 return failure("cannot be written", code, kept)
             }
@@ -398,15 +398,4 @@ package final class CachetStandInLogFile: @unchecked Sendable {
         )
     }
 
-    /// Writes all of `bytes` at `offset`; the errno on failure.
-    private static func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Int32? {
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return n < 0 ? errno : ENOSPC }
-            done += n
-        }
-        return nil
-    }
 }

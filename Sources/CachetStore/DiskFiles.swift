@@ -112,5 +112,18 @@ enum DiskFiles {
         return names
     }
 
+    /// Writes all of `bytes` at `offset` of an open file (`pwrite`, retried on EINTR and short writes); the
+    /// errno on failure (ENOSPC when the file takes nothing).
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Int32? {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return n < 0 ? errno : ENOSPC }
+            done += n
+        }
+        return nil
+    }
+
     static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
 }

@@ -234,17 +234,6 @@ final class DiskJournal: @unchecked Sendable {
         }
     }
 
-    /// Writes all of `bytes` at `offset`; the errno on failure.
-    private static func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Int32? {
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return n < 0 ? errno : ENOSPC }
-            done += n
-        }
-        return nil
-    }
 
     // MARK: Appending and applying
 
@@ -380,9 +369,9 @@ final class DiskJournal: @unchecked Sendable {
         }
         let next = 1 - state.active
         // Whatever follows the new records in that file belongs to an older epoch and ends the replay.
-        if let failure = Self.write(fds[next], records, at: Self.headerSize)
-            ?? Self.write(fds[next], Self.encodeHeader(epoch: epoch), at: 0)
-            ?? Self.write(fds[state.active], [UInt8](repeating: 0, count: Self.headerSize), at: 0)
+        if let failure = DiskFiles.writeAll(fds[next], records, at: Self.headerSize)
+            ?? DiskFiles.writeAll(fds[next], Self.encodeHeader(epoch: epoch), at: 0)
+            ?? DiskFiles.writeAll(fds[state.active], [UInt8](repeating: 0, count: Self.headerSize), at: 0)
         {
             state.failure = failure
             return
