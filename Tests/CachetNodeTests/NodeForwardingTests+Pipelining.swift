@@ -55,8 +55,10 @@ extension NodeForwardingTests {
         let n1 = try cluster.node("n1").connect()
         let frozenKey = cluster.key(ownedBy: "n2")
         let liveKeys = (0..<20).map { cluster.key(ownedBy: "n3", prefix: "live-\($0)-") }
-        for (index, key) in liveKeys.enumerated() {
-            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: Array("v\(index)".utf8), ttl: 0)).status == .ok)
+        // Values of 8 KiB, so that the replies held behind the frozen forward show in the memory budget.
+        let values = (0..<20).map { index in Array("v\(index)-".utf8) + [UInt8](repeating: UInt8(index), count: 8192) }
+        for (key, value) in zip(liveKeys, values) {
+            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: value, ttl: 0)).status == .ok)
         }
         let forwardsBefore = try cluster.stats("n1")["forwards"] as? Int ?? 0
         let getsBefore = try cluster.stats("n3")["gets"] as? Int ?? 0
@@ -70,39 +72,43 @@ extension NodeForwardingTests {
         }
         let started = Date()
         try n1.send(batch)
-        // A second connection sends the same and goes away while its forwards are in flight: their late
+        // A second connection sends the same, and is reset once its forwards are in flight: their late
         // replies must find nothing to write to (and the node must not fall over).
-        do {
-            let leaving = try cluster.node("n1").connect()
-            try leaving.send(batch)
-            leaving.close()
-        }
+        let leaving = try cluster.node("n1").connect()
+        try leaving.send(batch)
 
-        // The 20 GETs behind the frozen one are forwarded (and served by n3) long before its deadline.
+        // The GETs behind the frozen one are forwarded (and served by n3) long before its deadline, on
+        // both connections, and their replies are held, charged to the connections' memory budget.
         var forwards = 0
         var gets = 0
+        var held = 0
         while Date().timeIntervalSince(started) < timeout / 2 {
             forwards = (try cluster.stats("n1")["forwards"] as? Int ?? 0) - forwardsBefore
             gets = (try cluster.stats("n3")["gets"] as? Int ?? 0) - getsBefore
-            if forwards >= 21 && gets >= 20 { break }
+            held = try cluster.stats("n1")["connection_memory_bytes"] as? Int ?? 0
+            if forwards >= 42 && gets >= 20 && held >= 20 * 8192 { break }
             Thread.sleep(forTimeInterval: 0.05)
         }
         let overlapped = Date().timeIntervalSince(started)
-        #expect(forwards >= 21 && gets >= 20, "after \(overlapped) s: \(forwards) forwards, \(gets) GETs on n3")
+        #expect(forwards >= 42 && gets >= 20, "after \(overlapped) s: \(forwards) forwards, \(gets) GETs on n3")
+        #expect(held >= 20 * 8192, "connection_memory_bytes \(held) with 20 replies of 8 KiB held")
         #expect(overlapped < timeout / 2)
+        var reset = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(leaving.fd, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+        leaving.close()
 
         // The replies still come in request order: the frozen owner's UNAVAILABLE (at its deadline) first.
         let first = try n1.readResponse()
         let waited = Date().timeIntervalSince(started)
         #expect(first.id == 0 && first.status == .unavailable, "\(first)")
         #expect(waited >= timeout * 0.9, "answered after \(waited) s")
-        for (index, _) in liveKeys.enumerated() {
+        for (index, value) in values.enumerated() {
             let reply = try n1.readResponse()
-            #expect(reply.id == UInt32(1 + index) && reply.status == .ok && reply.body == Array("v\(index)".utf8))
+            #expect(reply.id == UInt32(1 + index) && reply.status == .ok && reply.body == value)
         }
         // Still serving, on the same connection and on a new one.
-        #expect(try Self.get(liveKeys[0], from: n1, id: 99).body == Array("v0".utf8))
-        #expect(try Self.get(liveKeys[1], from: try cluster.node("n1").connect()).body == Array("v1".utf8))
+        #expect(try Self.get(liveKeys[0], from: n1, id: 99).body == values[0])
+        #expect(try Self.get(liveKeys[1], from: try cluster.node("n1").connect()).body == values[1])
         #expect(cluster.node("n1").process.isRunning)
     }
 
