@@ -39,9 +39,12 @@ final class Connection: CachetChannel, @unchecked Sendable {
         /// The input must grow, or the next reply be queued, and the connections' memory budget has no
         /// room (``ConnectionMemory``). Not reading. Woken by the loop once memory has been returned.
         case waitingForMemory(MemoryWait)
-        /// A request waits for the disk queue, or for the peer it was forwarded to. Not reading. Woken by the
+        /// A request waits for the disk queue, or for a cluster-wide fan-out. Not reading. Woken by the
         /// operation's completion.
         case waitingForCompletion
+        /// Forwards of this connection's requests are in flight up to their bound, or the replies held
+        /// behind them are (``ForwardPipeline``). Not reading. Woken by a forward's completion.
+        case waitingForForwards
         /// The peer has ended its stream: every whole request was answered; what is queued is sent, then
         /// the connection closes. Waits for the socket to become writable.
         case finishing
@@ -83,6 +86,9 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// UNAVAILABLE and closing does not.
     let counted: Bool
     @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
+    /// The replies held in order while forwards of this connection's requests are in flight; nil while none
+    /// is (replies then go straight to the output).
+    @exclusivity(unchecked) var forwards: ForwardPipeline?
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false
@@ -161,14 +167,15 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// hang-ups), and each phase that waits on its socket is registered for what it waits for: reading
     /// phases for `EPOLLIN`, the others for `EPOLLOUT`. `EPOLLOUT` is asked for whenever output is pending,
     /// and always while waiting for the output to drain, so that even an empty output wakes the connection.
-    /// Only `waitingForMemory` and `waitingForCompletion` wait on something else, and those are woken by
-    /// the loop.
+    /// Only `waitingForMemory`, `waitingForCompletion` and `waitingForForwards` wait on something else, and
+    /// those are woken by the loop.
     static func interest(for phase: Phase, outputPending: Bool) -> UInt32 {
         let write = outputPending ? cachet_EPOLLOUT : 0
         switch phase {
         case .reading, .receivingValue, .closing: return readInterest | write
         case .waitingForOutput: return cachet_EPOLLRDHUP | cachet_EPOLLOUT
-        case .waitingForMemory, .waitingForCompletion, .finishing: return cachet_EPOLLRDHUP | write
+        case .waitingForMemory, .waitingForCompletion, .waitingForForwards, .finishing:
+            return cachet_EPOLLRDHUP | write
         case .closed: return 0
         }
     }
@@ -186,10 +193,30 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts).
     var footprint: Int { max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize }
 
-    /// Everything this connection holds of the budget: its buffers and a large PUT arriving in place.
+    /// Everything this connection holds of the budget: its buffers, a large PUT arriving in place and the
+    /// replies held behind forwards in flight.
     var heldBytes: Int {
-        if case .receivingValue(let put) = phase { return footprint + put.reserved }
-        return footprint
+        let held = footprint + (forwards?.charged ?? 0)
+        if case .receivingValue(let put) = phase { return held + put.reserved }
+        return held
+    }
+
+    /// Brings the budget's charge for ``forwards`` up to date.
+    func chargeForwards() {
+        guard let forwards else { return }
+        let footprint = forwards.footprint
+        if footprint != forwards.charged {
+            memory.charge(footprint - forwards.charged)
+            forwards.charged = footprint
+        }
+    }
+
+    /// Drops ``forwards`` and returns its charge to the budget.
+    func dropForwards() {
+        guard let forwards else { return }
+        memory.charge(-forwards.charged)
+        forwards.charged = 0
+        self.forwards = nil
     }
 
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained

@@ -76,6 +76,8 @@ extension EventLoop {
         // The buffers go with the connection (the last reference is the loop's, or a disk completion's).
         memory.charge(-connection.charged)
         connection.charged = 0
+        // Forwards still in flight find their pipeline gone and write nothing.
+        connection.dropForwards()
         if connection.countedAsWaiting {
             connection.countedAsWaiting = false
             memory.countPaused(-1)

@@ -10,6 +10,7 @@ extension EventLoop {
     func start(_ operation: PendingOperation, for connection: Connection) {
         switch operation {
         case .forward(let request):
+            // `process` starts forwards itself and goes on with the requests behind them.
             startForward(request, for: connection)
             return
         case .fanOut(let request):
@@ -68,14 +69,19 @@ extension EventLoop {
         }
     }
 
-    /// Writes a completed operation's reply, then carries on with the requests behind it.
+    /// Writes a completed operation's reply (held behind the connection's forwards in flight, if any),
+    /// then carries on with the requests behind it.
     func resume(
         _ connection: Connection,
         reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
     ) {
         guard case .waitingForCompletion = connection.phase else { return }
         let now = CachetClock.now()
-        reply(processor, &connection.output, now)
+        if let forwards = connection.forwards {
+            reply(processor, &forwards.pending, now)
+        } else {
+            reply(processor, &connection.output, now)
+        }
         connection.phase = .reading(frameLength: 0)
         process(connection, now: now)
         settle(connection, now: now)

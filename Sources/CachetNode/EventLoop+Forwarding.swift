@@ -1,52 +1,171 @@
 import CachetCluster
+import CachetIO
 import CachetStore
 import CachetWire
 
 /// Forwarding: a request for a key another member owns goes to that member over the loop's peer
 /// connections (``PeerForwarder``); its reply, or UNAVAILABLE, is written back with the client's opcode
-/// and id, and the connection carries on with the requests behind it.
+/// and id. While forwards are in flight the connection goes on answering (and forwarding) the requests
+/// behind them, holding their replies in request order (``ForwardPipeline``).
 extension EventLoop {
-    /// Sends a request on to its owner; the connection waits for the outcome (its completion runs on this
-    /// loop's queue, which the peer connections share).
+    /// Sends a request on to its owner and reserves its reply's place in the connection's
+    /// ``ForwardPipeline`` (made if the connection has none). Called while the connection's input is being
+    /// processed: the caller goes on with the requests behind it (``processHeld(_:now:)``). The completion
+    /// runs on this loop's queue, which the peer connections share, possibly before this returns (an owner
+    /// marked down).
     func startForward(_ request: ForwardRequest, for connection: Connection) {
+        let pipeline: ForwardPipeline
+        if let existing = connection.forwards {
+            pipeline = existing
+        } else {
+            pipeline = ForwardPipeline()
+            connection.forwards = pipeline
+        }
+        let slot = pipeline.reserveForward(releasingTo: &connection.output)
+        pipeline.processing = true
+        defer { pipeline.processing = false }
         guard let forwarder else {
             // Only a node with a router forwards, and every such node has a forwarder.
-            resume(connection) { _, output, _ in
-                appendMessage(
-                    "forwarding is not set up",
-                    status: .serverError,
-                    opcode: request.opcode,
-                    id: request.id,
-                    to: &output
-                )
-            }
+            var reply = CachetByteBuffer(capacity: 256)
+            appendMessage(
+                "forwarding is not set up",
+                status: .serverError,
+                opcode: request.opcode,
+                id: request.id,
+                to: &reply
+            )
+            completeForward(Array(reply.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
             return
         }
         // GETs of one key in the air at once share one request (singleflight); each is answered here.
         let collapsed = forwarder.forward(request) { [self] outcome in
-            resume(connection) { processor, output, _ in
-                switch outcome {
-                case .answered(let status, let body):
-                    body.withUnsafeBytes {
-                        appendReply(opcode: request.opcode, status: status, id: request.id, body: $0, to: &output)
-                    }
-                case .unavailable(let reason, _):
-                    RequestCounters.bump(processor.counters.forwardFailures)
-                    logger.debug(
-                        "forward failed",
-                        metadata: ["cluster.member": "\(request.owner.id)", "error.message": "\(reason)"]
-                    )
-                    appendMessage(
-                        "the key's owner \(request.owner.id) is unavailable: \(reason)",
-                        status: .unavailable,
-                        opcode: request.opcode,
-                        id: request.id,
-                        to: &output
-                    )
-                }
+            guard connection.forwards === pipeline else {
+                // The connection closed meanwhile: nobody waits for this reply.
+                return
             }
+            var reply: CachetByteBuffer
+            switch outcome {
+            case .answered(let status, let body):
+                reply = CachetByteBuffer(capacity: CachetProtocol.frameOverhead + body.count)
+                body.withUnsafeBytes {
+                    appendReply(opcode: request.opcode, status: status, id: request.id, body: $0, to: &reply)
+                }
+            case .unavailable(let reason, _):
+                RequestCounters.bump(processor.counters.forwardFailures)
+                logger.debug(
+                    "forward failed",
+                    metadata: ["cluster.member": "\(request.owner.id)", "error.message": "\(reason)"]
+                )
+                reply = CachetByteBuffer(capacity: 256)
+                appendMessage(
+                    "the key's owner \(request.owner.id) is unavailable: \(reason)",
+                    status: .unavailable,
+                    opcode: request.opcode,
+                    id: request.id,
+                    to: &reply
+                )
+            }
+            completeForward(Array(reply.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
         }
         if collapsed { RequestCounters.bump(processor.counters.forwardsCollapsed) }
+    }
+
+    /// A forward's reply: fills its slot, moves the replies now at the front to the output (and drops the
+    /// pipeline once nothing is in flight), charges what is still held to the budget, then, unless the
+    /// connection is being processed now, sends and carries on with the requests behind (a connection that
+    /// stopped reading for its forwards reads again).
+    private func completeForward(
+        _ reply: [UInt8],
+        slot: CachetReplyOrder<[UInt8]>.Slot,
+        pipeline: ForwardPipeline,
+        connection: Connection
+    ) {
+        // Closed (`connectionClosed` drops the pipeline): nothing is written to a dead connection.
+        guard connection.forwards === pipeline, !connection.isClosed else { return }
+        pipeline.fill(slot, with: reply, releasingTo: &connection.output)
+        if pipeline.isEmpty {
+            connection.dropForwards()
+        } else {
+            connection.chargeForwards()
+        }
+        if pipeline.processing { return }
+        let now = CachetClock.now()
+        if case .waitingForForwards = connection.phase {
+            connection.phase = .reading(frameLength: 0)
+            process(connection, now: now)
+        } else {
+            guard send(connection) else { return }
+        }
+        settle(connection, now: now)
+    }
+
+    /// ``process(_:now:)`` for a connection with forwards in flight: answers the whole frames in the input
+    /// into the pipeline's pending replies (forwarding those that go to another member), until the input
+    /// is used up, a bound is reached (``ForwardPipeline/maximumInFlight``, ``ForwardPipeline/heldLimit``,
+    /// the budget's share for replies, the output limit), or a request must wait for the disk or a
+    /// fan-out (as without forwards: the connection stops until it completes). Leaves the connection in
+    /// the phase the input calls for; sends nothing (``process(_:now:)`` does).
+    /// - Returns: true when the last forward has answered meanwhile (at once: its owner marked down) and
+    ///   the connection is still reading: the caller goes on processing as usual.
+    func processHeld(_ connection: Connection, now: UInt32) -> Bool {
+        processing: while let pipeline = connection.forwards {
+            let replyRoom = memory.replyRoom
+            if pipeline.inFlight >= ForwardPipeline.maximumInFlight || pipeline.heldBytes > ForwardPipeline.heldLimit
+                || replyRoom == 0
+            {
+                connection.phase = .waitingForForwards
+                break
+            }
+            if connection.output.readableBytes > pendingOutputLimit(connection, room: replyRoom) {
+                connection.phase = .waitingForOutput
+                break
+            }
+            let result = processor.process(
+                input: &connection.input,
+                output: &pipeline.pending,
+                outputLimit: min(ForwardPipeline.heldLimit - pipeline.filledBytes, pipeline.pending.capacity + replyRoom)
+                    - 2048,
+                outputCapacityLimit: max(
+                    pipeline.pending.capacity + replyRoom,
+                    pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
+                ),
+                now: now,
+                // Never straight to the socket: earlier replies are still held.
+                directSend: nil
+            )
+            switch result {
+            case .needMoreBytes(let frameLength):
+                if frameLength == 0 { connection.requestsTaken &+= 1 }
+                connection.phase = .reading(frameLength: frameLength)
+                break processing
+            case .outputFull:
+                // The held replies reached their bound: the forwards' answers release them.
+                connection.phase = .waitingForForwards
+                break processing
+            case .memoryFull:
+                connection.phase = .waitingForMemory(.reply)
+                break processing
+            case .closeAfterReply:
+                beginClosing(connection)
+                break processing
+            case .suspended(.forward(let request)):
+                startForward(request, for: connection)
+                connection.chargeForwards()
+            case .suspended(let operation):
+                connection.phase = .waitingForCompletion
+                start(operation, for: connection)
+                break processing
+            case .receivingValue(let direct):
+                connection.phase = .receivingValue(direct)
+                break processing
+            }
+        }
+        guard connection.forwards == nil else {
+            connection.chargeForwards()
+            return false
+        }
+        if case .reading = connection.phase { return true }
+        return false
     }
 }
 

@@ -85,7 +85,7 @@ extension EventLoop {
         switch connection.phase {
         case .reading(let frameLength): return (replies, frameLength > 0)
         case .receivingValue: return (replies, true)
-        case .waitingForOutput, .waitingForMemory(.reply): return (replies, false)
+        case .waitingForOutput, .waitingForMemory(.reply), .waitingForForwards: return (replies, false)
         case .waitingForMemory(.input), .waitingForCompletion, .finishing, .closing, .closed: return (false, false)
         }
     }
@@ -149,11 +149,14 @@ extension EventLoop {
             switch connection.phase {
             case .closing, .closed:
                 return
-            case .waitingForCompletion:
-                // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written).
+            case .waitingForCompletion, .waitingForForwards:
+                // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written),
+                // unless its forwards answer before the graceful close ends.
                 guard servingOver else { return }
             default:
-                let idle = connection.output.readableBytes == 0 && connection.lastReceived < quietSince
+                let idle =
+                    connection.output.readableBytes == 0 && connection.forwards == nil
+                    && connection.lastReceived < quietSince
                 guard idle || servingOver else { return }
             }
             beginClosing(connection, deadline: drainDeadline)

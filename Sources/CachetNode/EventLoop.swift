@@ -242,7 +242,11 @@ final class EventLoop: @unchecked Sendable {
                 if draining { connection.lastReceived = DispatchTime.now() }
                 if direct.isComplete {
                     connection.phase = .reading(frameLength: 0)
-                    processor.completeDirectPut(direct, output: &connection.output, now: now)
+                    if let forwards = connection.forwards {
+                        processor.completeDirectPut(direct, output: &forwards.pending, now: now)
+                    } else {
+                        processor.completeDirectPut(direct, output: &connection.output, now: now)
+                    }
                     connection.requestsTaken &+= 1
                     process(connection, now: now)
                 } else if !peerClosed {
@@ -308,44 +312,57 @@ final class EventLoop: @unchecked Sendable {
     /// more are checked against the budget one by one). So a client that pipelines
     /// small requests and never reads is held to its buffer as it is, not to the output limit.
     @inline(__always)
-    private func pendingOutputLimit(_ connection: Connection, room: Int) -> Int {
+    func pendingOutputLimit(_ connection: Connection, room: Int) -> Int {
         min(outputLimit, connection.output.capacity + room) - 2048
     }
 
     /// Answers the whole frames in the input and tries to send the replies. Called with the connection
-    /// in a reading phase; leaves it in the phase the input calls for.
+    /// in a reading phase; leaves it in the phase the input calls for. A request forwarded to another
+    /// member does not stop it: the replies behind it are held in order (``processHeld(_:now:)``).
     func process(_ connection: Connection, now: UInt32) {
-        let replyRoom = memory.replyRoom
-        let result = processor.process(
-            input: &connection.input,
-            output: &connection.output,
-            outputLimit: pendingOutputLimit(connection, room: replyRoom),
-            // A connection whose replies have all been sent may queue one of ordinary size whatever the
-            // budget says (see `ConnectionMemory`).
-            outputCapacityLimit: max(
-                connection.output.capacity + replyRoom,
-                connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
-            ),
-            now: now,
-            directSend: DirectSend(fd: connection.fd)
-        )
-        switch result {
-        case .needMoreBytes(let frameLength):
-            // Every request it had sent is answered (none is left half-sent): progress, for
-            // `evictStalledConnections`.
-            if frameLength == 0 { connection.requestsTaken &+= 1 }
-            connection.phase = .reading(frameLength: frameLength)
-        case .outputFull:
-            connection.phase = .waitingForOutput
-        case .memoryFull:
-            connection.phase = .waitingForMemory(.reply)
-        case .closeAfterReply:
-            beginClosing(connection)
-        case .suspended(let operation):
-            connection.phase = .waitingForCompletion
-            start(operation, for: connection)
-        case .receivingValue(let direct):
-            connection.phase = .receivingValue(direct)
+        if connection.forwards != nil && !processHeld(connection, now: now) {
+            _ = send(connection)
+            return
+        }
+        while true {
+            let replyRoom = memory.replyRoom
+            let result = processor.process(
+                input: &connection.input,
+                output: &connection.output,
+                outputLimit: pendingOutputLimit(connection, room: replyRoom),
+                // A connection whose replies have all been sent may queue one of ordinary size whatever the
+                // budget says (see `ConnectionMemory`).
+                outputCapacityLimit: max(
+                    connection.output.capacity + replyRoom,
+                    connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
+                ),
+                now: now,
+                directSend: DirectSend(fd: connection.fd)
+            )
+            switch result {
+            case .needMoreBytes(let frameLength):
+                // Every request it had sent is answered (none is left half-sent): progress, for
+                // `evictStalledConnections`.
+                if frameLength == 0 { connection.requestsTaken &+= 1 }
+                connection.phase = .reading(frameLength: frameLength)
+            case .outputFull:
+                connection.phase = .waitingForOutput
+            case .memoryFull:
+                connection.phase = .waitingForMemory(.reply)
+            case .closeAfterReply:
+                beginClosing(connection)
+            case .suspended(.forward(let request)):
+                startForward(request, for: connection)
+                // Answered already (its owner marked down), it leaves no forward in flight: carry on here
+                // (a loop, not a call, so that a long run of such forwards cannot deepen the stack).
+                if processHeld(connection, now: now) { continue }
+            case .suspended(let operation):
+                connection.phase = .waitingForCompletion
+                start(operation, for: connection)
+            case .receivingValue(let direct):
+                connection.phase = .receivingValue(direct)
+            }
+            break
         }
         _ = send(connection)
     }
@@ -366,8 +383,8 @@ final class EventLoop: @unchecked Sendable {
     /// connection waits for:
     /// - a connection waiting for its output to drain whose output has drained answers the requests it
     ///   holds (and so reads again, or waits for something else);
-    /// - a finishing connection whose replies are all sent closes;
-    /// - a closing connection whose replies are all sent shuts down its write side, and closes once the
+    /// - a finishing connection whose replies are all sent (none held behind forwards in flight) closes;
+    /// - a closing connection whose replies are all sent (likewise) shuts down its write side, and closes once the
     ///   peer has ended its stream too.
     /// Then the interest is derived from the phase (``Connection/interest(for:outputPending:)``). A
     /// registration that changes, or is renewed for `rearm`, makes the kernel check the socket again and
@@ -380,10 +397,10 @@ final class EventLoop: @unchecked Sendable {
                 connection.phase = .reading(frameLength: 0)
                 process(connection, now: now)
                 continue
-            case .finishing where connection.output.readableBytes == 0:
+            case .finishing where connection.output.readableBytes == 0 && connection.forwards == nil:
                 close(connection)
                 return
-            case .closing(var closing) where connection.output.readableBytes == 0:
+            case .closing(var closing) where connection.output.readableBytes == 0 && connection.forwards == nil:
                 if !closing.writeShut {
                     _ = Glibc.shutdown(connection.fd, Int32(SHUT_WR))
                     closing.writeShut = true

@@ -16,6 +16,7 @@ struct ConnectionPhaseTests {
             .waitingForMemory(.input(frameLength: 1 << 20)),
             .waitingForMemory(.reply),
             .waitingForCompletion,
+            .waitingForForwards,
             .finishing,
             .closing(Connection.Closing(deadline: 0)),
             .closing(Connection.Closing(deadline: 0, writeShut: true)),
