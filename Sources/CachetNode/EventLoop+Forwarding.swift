@@ -123,7 +123,10 @@ extension EventLoop {
             let result = processor.process(
                 input: &connection.input,
                 output: &pipeline.pending,
-                outputLimit: min(ForwardPipeline.heldLimit - pipeline.filledBytes, pipeline.pending.capacity + replyRoom)
+                outputLimit: min(
+                    ForwardPipeline.heldLimit - pipeline.filledBytes,
+                    pipeline.pending.capacity + replyRoom
+                )
                     - 2048,
                 outputCapacityLimit: max(
                     pipeline.pending.capacity + replyRoom,

@@ -234,7 +234,6 @@ final class DiskJournal: @unchecked Sendable {
         }
     }
 
-
     // MARK: Appending and applying
 
     /// Records that an operation on `digest` (nil: CLEAR) is about to be queued, before it is acknowledged.
