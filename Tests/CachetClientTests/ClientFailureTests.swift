@@ -100,7 +100,7 @@ struct ClientFailureTests {
         let cluster = try await NodeCluster.start(count: 1)
         let pid = cluster.processes[0].process.processIdentifier
         defer { kill(pid, SIGCONT) }
-        let configuration = cluster.configuration(timeout: .seconds(5)) { $0.connectionsPerNode = 1 }
+        let configuration = cluster.configuration(timeout: .seconds(20)) { $0.connectionsPerNode = 1 }
         try await withClient(configuration) { client in
             try await client.put("kept", value: [7])
             freeze(pid)
@@ -134,7 +134,7 @@ struct ClientFailureTests {
         let cluster = try await NodeCluster.start(count: 1)
         let pid = cluster.processes[0].process.processIdentifier
         defer { kill(pid, SIGCONT) }
-        let client = try CachetClient(configuration: cluster.configuration(timeout: .seconds(5)))
+        let client = try CachetClient(configuration: cluster.configuration(timeout: .seconds(20)))
         try await client.put("k", value: [1, 2])
         freeze(pid)
         let inFlight = (0..<5).map { _ in Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") }
