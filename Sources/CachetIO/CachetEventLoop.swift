@@ -49,7 +49,8 @@ public final class CachetEventLoop: @unchecked Sendable {
     private let eventCapacity: Int32 = 256
     private var source: (any DispatchSourceRead)?
     private var started = false
-    private var stopped = false
+    /// Set once by `stop()`; read by the timers too (`CachetEventLoop+Timers.swift`).
+    var stopped = false
     private let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
     // Unchecked exclusivity: read on every event, touched only on `queue`, never held across a call that could
@@ -58,12 +59,12 @@ public final class CachetEventLoop: @unchecked Sendable {
     @exclusivity(unchecked) private var freeSlots: [Int] = []
     @exclusivity(unchecked) private var generation: UInt64 = 0
 
-    // Timers: a binary heap of (deadline, id) and the work of each live timer.
-    private var timerHeap: [(deadline: UInt64, id: UInt64)] = []
-    private var timerWork: [UInt64: () -> Void] = [:]
-    private var nextTimerID: UInt64 = 1
-    private var timerSource: (any DispatchSourceTimer)?
-    private var timerSourceDeadline: UInt64 = .max
+    // Timers (`CachetEventLoop+Timers.swift`): a binary heap of (deadline, id) and the work of each live timer.
+    var timerHeap: [(deadline: UInt64, id: UInt64)] = []
+    var timerWork: [UInt64: () -> Void] = [:]
+    var nextTimerID: UInt64 = 1
+    var timerSource: (any DispatchSourceTimer)?
+    var timerSourceDeadline: UInt64 = .max
 
     /// The wall clock in whole seconds (`CLOCK_REALTIME_COARSE`, as `CachetStore.CachetClock.now()`) when
     /// the batch of events being handled began: handlers that stamp or check expiry times use it instead of
@@ -577,115 +578,5 @@ public final class CachetEventLoop: @unchecked Sendable {
         channel.didClose()
         channel.channelInactive(error: error)
         channel.eventLoop = nil
-    }
-
-    // MARK: - Timers
-
-    /// Runs `work` on the loop's queue once `delay` has passed, unless cancelled first. Called on `queue`.
-    /// - Parameters:
-    ///   - delay: how long from now.
-    ///   - work: what to run.
-    /// - Returns: the timer's identity, for ``cancelTimer(_:)``.
-    @discardableResult
-    public func schedule(after delay: Duration, _ work: @escaping () -> Void) -> CachetTimerID {
-        schedule(at: CachetDeadline(after: delay), work)
-    }
-
-    /// Runs `work` on the loop's queue once `deadline` has passed, unless cancelled first. Called on `queue`.
-    /// - Parameters:
-    ///   - deadline: when.
-    ///   - work: what to run.
-    /// - Returns: the timer's identity, for ``cancelTimer(_:)``.
-    @discardableResult
-    public func schedule(at deadline: CachetDeadline, _ work: @escaping () -> Void) -> CachetTimerID {
-        preconditionInEventLoop()
-        let id = nextTimerID
-        nextTimerID &+= 1
-        guard !stopped else { return CachetTimerID(value: id) }
-        timerWork[id] = work
-        heapPush((deadline.uptimeNanoseconds, id))
-        armTimerSource()
-        return CachetTimerID(value: id)
-    }
-
-    /// Cancels a timer that has not run; does nothing otherwise. Called on `queue`.
-    /// - Parameter timer: what ``schedule(after:_:)`` returned.
-    public func cancelTimer(_ timer: CachetTimerID) {
-        preconditionInEventLoop()
-        timerWork[timer.value] = nil
-        // Cancelled entries stay in the heap and are skipped when due; drop them while they lead it.
-        while let first = timerHeap.first, timerWork[first.id] == nil { _ = heapPop() }
-        if timerHeap.isEmpty { timerWork.removeAll(keepingCapacity: true) }
-    }
-
-    /// The number of timers scheduled and not yet run or cancelled. Read on `queue`.
-    public var timerCount: Int { timerWork.count }
-
-    private func runDueTimers() {
-        guard !timerHeap.isEmpty else { return }
-        let now = CachetDeadline.now()
-        while let first = timerHeap.first, first.deadline <= now {
-            _ = heapPop()
-            if let work = timerWork.removeValue(forKey: first.id) { work() }
-            if stopped { return }
-        }
-        armTimerSource()
-    }
-
-    /// Points the timer source at the earliest deadline.
-    private func armTimerSource() {
-        guard let next = timerHeap.first?.deadline else { return }
-        if timerSource == nil {
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.setEventHandler { [unowned self] in
-                timerSourceDeadline = .max
-                runDueTimers()
-            }
-            timer.activate()
-            timerSource = timer
-        }
-        guard next != timerSourceDeadline else { return }
-        timerSourceDeadline = next
-        let now = CachetDeadline.now()
-        let delay = next > now ? next - now : 0
-        timerSource?.schedule(
-            deadline: .now() + .nanoseconds(Int(clamping: delay)),
-            repeating: .never,
-            leeway: .microseconds(100)
-        )
-    }
-
-    private func heapPush(_ entry: (deadline: UInt64, id: UInt64)) {
-        timerHeap.append(entry)
-        var child = timerHeap.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard timerHeap[child].deadline < timerHeap[parent].deadline else { break }
-            timerHeap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private func heapPop() -> (deadline: UInt64, id: UInt64)? {
-        guard !timerHeap.isEmpty else { return nil }
-        let first = timerHeap[0]
-        let last = timerHeap.removeLast()
-        if !timerHeap.isEmpty {
-            timerHeap[0] = last
-            var parent = 0
-            while true {
-                let left = 2 * parent + 1
-                let right = left + 1
-                var smallest = parent
-                if left < timerHeap.count && timerHeap[left].deadline < timerHeap[smallest].deadline { smallest = left }
-                if right < timerHeap.count && timerHeap[right].deadline < timerHeap[smallest].deadline {
-                    smallest = right
-                }
-                if smallest == parent { break }
-                timerHeap.swapAt(parent, smallest)
-                parent = smallest
-            }
-        }
-        return first
     }
 }

@@ -76,15 +76,7 @@ struct NodePartitionTests {
         func waitForState(of id: String, on node: String, toBe state: String, within seconds: Double) throws
             -> String?
         {
-            let deadline = Date().addingTimeInterval(seconds)
-            var last: String?
-            repeat {
-                let members = try stats(node)["cluster_members"] as? [[String: Any]] ?? []
-                last = members.first { $0["id"] as? String == id }?["state"] as? String
-                if last == state { return last }
-                Thread.sleep(forTimeInterval: 0.05)
-            } while Date() < deadline
-            return last
+            try waitForMemberState(of: id, toBe: state, within: seconds) { try stats(node) }
         }
 
         /// The first keys `k0`, `k1`, ... owned by `owner` whose stand-in (second on the preference list) is

@@ -1,6 +1,7 @@
 import CachetNode
 import CachetTestSupport
 import CachetWire
+import Foundation
 import Logging
 
 #if canImport(Glibc)
@@ -32,3 +33,22 @@ extension Array where Element == UInt8 {
 /// replaces glibc's (no arenas, no `mallopt`) and keeps freed memory in quarantine, so the resident size of
 /// the sanitized node says nothing about its own bounds.
 let underAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
+
+/// Polls a node's STATS (`stats`) until it reports member `id` as `state`, for at most `seconds`; returns
+/// the last state seen (nil when the member was never listed).
+func waitForMemberState(
+    of id: String,
+    toBe state: String,
+    within seconds: Double,
+    stats: () throws -> [String: Any]
+) throws -> String? {
+    let deadline = Date().addingTimeInterval(seconds)
+    var last: String?
+    repeat {
+        let members = try stats()["cluster_members"] as? [[String: Any]] ?? []
+        last = members.first { $0["id"] as? String == id }?["state"] as? String
+        if last == state { return last }
+        Thread.sleep(forTimeInterval: 0.05)
+    } while Date() < deadline
+    return last
+}
