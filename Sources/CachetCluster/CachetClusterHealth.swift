@@ -147,6 +147,24 @@ public struct CachetClusterHealth: Sendable {
         return !others.isEmpty && others.allSatisfy { peers[$0].state != .up }
     }
 
+    /// The members this node reaches: itself and every peer that is up. A suspect peer does not count: its
+    /// last requests timed out, and the last peer not down is held suspect rather than marked down, so a node
+    /// cut off from everyone would otherwise always count it.
+    /// - Complexity: O(n) in the members.
+    public var reachedMembers: Int {
+        1 + peers.indices.count(where: { $0 != localIndex && peers[$0].state == .up })
+    }
+
+    /// The fewest members that are a majority of the membership: members / 2 + 1 (2 of 2 or 3, 3 of 4 or 5).
+    public var majority: Int { membership.members.count / 2 + 1 }
+
+    /// Whether this node reaches fewer than a majority of the members, itself counted
+    /// (``reachedMembers`` < ``majority``): it may be on the small side of a partition while the other side
+    /// has marked it down and stands in for its keys, so the node holds its own keys (`Protocol/CLUSTER.md`,
+    /// "The minority rule"). Never in a cluster of one; in a cluster of two, whenever the one peer is not up.
+    /// - Complexity: O(n) in the members.
+    public var isInMinority: Bool { reachedMembers < majority }
+
     /// The earliest time a probe is due, for the caller's timer; `nil` when no peer is waiting for one.
     /// - Complexity: O(n) in the members.
     public var nextProbeAt: UInt64? {

@@ -38,6 +38,12 @@ public struct CachetNodeConfiguration: Sendable {
     /// have been away (`--hold-period`); nil takes twice the longest probe backoff (5 × `probeInterval`) plus
     /// `forwardTimeout`, 11 s by default; 0 turns the hold off. See `Protocol/CLUSTER.md`, "The owner's hold".
     public var holdPeriod: Double? = nil
+    /// Whether a node of a cluster of more than one goes on serving its own keys while it reaches fewer than
+    /// a majority of the members (`--serve-own-keys-in-minority`). Off by default: such a node holds its
+    /// keys, since it may be cut off while another member stands in for them; on gives up the guarantee that
+    /// no GET returns a value a stand-in replaced, across partitions. See `Protocol/CLUSTER.md`, "The
+    /// minority rule".
+    public var servesOwnKeysInMinority: Bool = false
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10

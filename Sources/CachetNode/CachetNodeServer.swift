@@ -92,8 +92,10 @@ public final class CachetNodeServer: Sendable {
         let holdPeriod =
             configuration.holdPeriod.map { UInt64($0 * 1e9) }
             ?? CachetReturnHold.recommendedHoldPeriod(health: healthConfiguration, forwardTimeout: forwardTimeout)
+        // The hold also carries the minority rule, which needs no hold period.
         let hold: NodeReturnHold? =
-            (configuration.cluster?.membership.members.count ?? 1) > 1 && holdPeriod > 0
+            (configuration.cluster?.membership.members.count ?? 1) > 1
+                && (holdPeriod > 0 || !configuration.servesOwnKeysInMinority)
             ? NodeReturnHold(
                 holdPeriod: holdPeriod,
                 stallThreshold: forwardTimeout,
@@ -101,7 +103,8 @@ public final class CachetNodeServer: Sendable {
                 quietPeriod: CachetReturnHold.recommendedQuietPeriod(
                     forwardTimeout: forwardTimeout,
                     probeInterval: probe
-                )
+                ),
+                holdsInMinority: !configuration.servesOwnKeysInMinority
             ) : nil
         self.hold = hold
         // The stand-in log is kept in the data directory, so that a crash of this node cannot lose what it

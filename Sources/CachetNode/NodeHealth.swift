@@ -29,13 +29,24 @@ final class NodeHealth: Sendable {
         var returnedAt: [String: (at: UInt64, overdue: Bool)] = [:]
         /// Deliveries not finished within the hold period since start.
         var overdue = 0
+        /// Whether this node reaches fewer than a majority of the members, as last computed.
+        var inMinority = false
+        /// How often this node has entered the minority since start.
+        var minorityEntries = 0
+    }
+
+    /// This node entered or left the minority: logged once the lock is released.
+    private struct MinorityChange {
+        var entered: Bool
+        var reached: Int
+        var members: Int
     }
 
     private let membership: CachetNodeMembership
     private let configuration: CachetPeerHealth.Configuration
     private let state = CachetLock(State())
-    /// Told after every outcome whether every peer has failed, and when a peer answers after every peer had
-    /// failed.
+    /// Told after every outcome whether every peer has failed, when a peer answers after every peer had
+    /// failed, and whether this node is in the minority when a peer's state changes.
     private let hold: NodeReturnHold?
     /// How long a returning owner holds: a delivery that takes longer is overdue (logged, counted).
     private let holdPeriod: UInt64
@@ -88,9 +99,11 @@ final class NodeHealth: Sendable {
     /// delivering goes back to standing in.
     func record(_ outcome: ForwardOutcome, from member: CachetClusterMember) {
         let now = DispatchTime.now().uptimeNanoseconds
+        var change: MinorityChange?
         let regained = withState { health, state -> Bool in
             guard let index = health.membership.index(ofID: member.id) else { return false }
             let wasCutOff = health.isCutOff
+            let wasUp = health.state(of: index) == .up
             let transition: CachetPeerHealth.Transition?
             switch outcome {
             case .answered:
@@ -119,9 +132,55 @@ final class NodeHealth: Sendable {
                 if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
             }
             hold?.setCutOff(health.isCutOff)
+            // The minority flag is cached: recounted only when a peer starts or stops being up.
+            if wasUp != (health.state(of: index) == .up) { change = updateMinority(health, &state) }
             return wasCutOff && !health.isCutOff
         }
+        if let change { log(change) }
         if regained == true { hold?.regainedContact() }
+    }
+
+    /// Whether this node reaches fewer than a majority of the members (STATS `in_minority`).
+    var isInMinority: Bool { state.withLock { $0.inMinority } }
+
+    /// How often this node has entered the minority since start (STATS `minority_entries`).
+    var minorityEntries: Int { state.withLock { $0.minorityEntries } }
+
+    /// Recounts the members this node reaches and, when it entered or left the minority, tells the hold
+    /// (under this lock, so that the last word is the latest) and returns the change to log.
+    private func updateMinority(_ health: CachetClusterHealth, _ state: inout State) -> MinorityChange? {
+        let inMinority = health.isInMinority
+        guard inMinority != state.inMinority else { return nil }
+        state.inMinority = inMinority
+        if inMinority { state.minorityEntries += 1 }
+        let reached = health.reachedMembers
+        let members = health.membership.members.count
+        hold?.setInMinority(inMinority, reached: reached, members: members)
+        return MinorityChange(entered: inMinority, reached: reached, members: members)
+    }
+
+    private func log(_ change: MinorityChange) {
+        let metadata: Logger.Metadata = [
+            "cluster.reached": "\(change.reached)", "cluster.members": "\(change.members)",
+        ]
+        if change.entered {
+            if hold?.holdsInMinority != true {
+                logger?.warning(
+                    "this node reaches fewer than a majority of the cluster's members; it goes on serving its own keys (--serve-own-keys-in-minority), which may return values a stand-in replaced",
+                    metadata: metadata
+                )
+            } else {
+                logger?.warning(
+                    "this node reaches fewer than a majority of the cluster's members: it holds its own keys (GETs miss, writes go to a reachable stand-in or are refused) until it reaches a majority again",
+                    metadata: metadata
+                )
+            }
+        } else {
+            logger?.notice(
+                "this node reaches a majority of the cluster's members again; it serves its own keys once its hold ends",
+                metadata: metadata
+            )
+        }
     }
 
     // MARK: - Stand-ins (`Protocol/CLUSTER.md`, "Failover without stale reads")
@@ -159,12 +218,16 @@ final class NodeHealth: Sendable {
     /// node then answers itself, a GET with a miss). While it holds, the node may hold values a stand-in
     /// replaced, and peers that have not seen it return still send its keys to their stand-in: sending its
     /// own there too keeps one place for each key until the stand-ins have told it what they wrote.
-    func standIn(forOwnKey key: UnsafeRawBufferPointer) -> CachetClusterMember? {
+    /// - Parameter upOnly: take only a peer that is up, not one that is suspect: in the minority, where the
+    ///   peers not up are likely out of reach, a forward to one would only wait for its deadline.
+    func standIn(forOwnKey key: UnsafeRawBufferPointer, upOnly: Bool = false) -> CachetClusterMember? {
         let hash = CachetRing.hash(key)
         return withState { health, _ -> CachetClusterMember? in
             let members = health.membership.members
             for member in health.membership.ring.preferenceList(forHash: hash, count: members.count).dropFirst()
-            where member != health.localIndex && health.isRoutable(member) {
+            where member != health.localIndex
+                && (upOnly ? health.state(of: member) == .up : health.isRoutable(member))
+            {
                 return members[member]
             }
             return nil
@@ -313,7 +376,8 @@ final class NodeHealth: Sendable {
         let generation = membership.generation
         let snapshot: (nodeID: String, membership: CachetMembership)? =
             state.withLock { $0.generation == generation } ? nil : membership.snapshot()
-        return state.withLockUnchecked { state -> T? in
+        var change: MinorityChange?
+        let result = state.withLockUnchecked { state -> T? in
             if let snapshot, state.generation != generation {
                 state.health = try? CachetClusterHealth(
                     membership: snapshot.membership,
@@ -321,11 +385,15 @@ final class NodeHealth: Sendable {
                     configuration: configuration
                 )
                 state.generation = generation
+                // Every peer starts over as up: the minority is recounted with the new membership.
+                if let health = state.health { change = updateMinority(health, &state) }
             }
             guard var health = state.health else { return nil }
             state.health = nil
             defer { state.health = health }
             return body(&health, &state)
         }
+        if let change { log(change) }
+        return result
     }
 }

@@ -14,9 +14,15 @@ import Synchronization
 /// invalidation a stand-in delivers while the node holds (a request with the `invalidation` flag) keeps the hold until at least `quietPeriod` after it, within `maximumHold` of the
 /// hold's start: a delivery that outlasts the hold period is waited for rather than overtaken.
 ///
+/// **The minority rule** (`Protocol/CLUSTER.md`, "The minority rule"): while the node reaches fewer than a
+/// majority of the members (``NodeHealth`` sets ``setInMinority(_:reached:members:)`` when a peer's state
+/// changes), it holds too, for as long as that lasts, and its hold starts when it reaches a majority again,
+/// as when contact returns: it cannot tell its own isolation from dead peers, and the other side may have
+/// marked it down and stood in for its keys. `--serve-own-keys-in-minority` turns the rule off.
+///
 /// A timer on a queue of its own ticks every 50 ms; the request path also checks the time since the last
 /// tick, so that requests read right after a stop are judged before the timer has run. Thread-safe: the
-/// request path reads three atomics; changes take the lock.
+/// request path reads four atomics; changes take the lock.
 final class NodeReturnHold: Sendable {
     private let state: CachetLock<CachetReturnHold>
     private let holdUntil: Atomic<UInt64>
@@ -24,6 +30,13 @@ final class NodeReturnHold: Sendable {
     /// Whether every peer has failed, as the node's health last saw it.
     private let cutOff = Atomic<Bool>(false)
     private let stallThreshold: UInt64
+    /// Whether the minority rule is on (off with `--serve-own-keys-in-minority`).
+    let holdsInMinority: Bool
+    /// Whether the node is in the minority now and the rule is on. Cleared (releasing) only after the hold
+    /// that follows has been stored, so that a request that sees it clear sees that hold.
+    private let minority = Atomic<Bool>(false)
+    /// The members reached and in the membership when the node last entered the minority, for messages.
+    private let reach = CachetLock<(reached: Int, members: Int)>((reached: 0, members: 0))
     private let timer = CachetLock<(any DispatchSourceTimer)?>(nil)
     /// Invalidations that made a hold last longer (STATS `hold_extensions`).
     let extensions = Atomic<Int>(0)
@@ -36,12 +49,15 @@ final class NodeReturnHold: Sendable {
     ///   - holdingAtStart: whether the node starts with entries from before (its disk tier's).
     ///   - quietPeriod: nanoseconds a hold lasts at least after an invalidation received while holding.
     ///   - maximumHold: nanoseconds a hold lasts at most with its extensions; nil: 4 × `holdPeriod`.
+    ///   - holdsInMinority: whether the node holds its own keys while it reaches fewer than a majority
+    ///     (false: `--serve-own-keys-in-minority`).
     init(
         holdPeriod: UInt64,
         stallThreshold: UInt64,
         holdingAtStart: Bool,
         quietPeriod: UInt64 = 0,
-        maximumHold: UInt64? = nil
+        maximumHold: UInt64? = nil,
+        holdsInMinority: Bool = true
     ) {
         let now = DispatchTime.now().uptimeNanoseconds
         let hold = CachetReturnHold(
@@ -56,6 +72,7 @@ final class NodeReturnHold: Sendable {
         holdUntil = Atomic(hold.holdUntil)
         lastTick = Atomic(now)
         self.stallThreshold = stallThreshold
+        self.holdsInMinority = holdsInMinority
     }
 
     /// Starts the ticks.
@@ -75,8 +92,18 @@ final class NodeReturnHold: Sendable {
         }
     }
 
-    /// Whether a GET of a key this node owns must miss now.
+    /// Whether a GET of a key this node owns must miss now: in the minority, or after it may have been away.
     func isHolding() -> Bool {
+        isInMinority || isHoldingAfterAbsence()
+    }
+
+    /// Whether the node holds its own keys because it reaches fewer than a majority of the members (always
+    /// false with the rule off). One atomic load.
+    var isInMinority: Bool { minority.load(ordering: .acquiring) }
+
+    /// Whether the node holds after it may have been away (a start, a stall, regained contact), whatever
+    /// the minority rule says.
+    func isHoldingAfterAbsence() -> Bool {
         let now = DispatchTime.now().uptimeNanoseconds
         if now &- lastTick.load(ordering: .relaxed) > stallThreshold { return tick() }
         return now < holdUntil.load(ordering: .relaxed)
@@ -104,6 +131,33 @@ final class NodeReturnHold: Sendable {
             hold.regainedContact(now: now)
             holdUntil.store(hold.holdUntil, ordering: .relaxed)
         }
+    }
+
+    /// Records whether the node reaches fewer than a majority of the members now (``NodeHealth``, when a
+    /// peer's state changes, under its lock so that the last word is the latest). Leaving the minority
+    /// starts a hold (as regained contact does) before the flag is cleared, so that no request sees neither.
+    /// Nothing changes with the rule off.
+    /// - Parameters:
+    ///   - value: whether the node is in the minority.
+    ///   - reached: the members it reaches, itself counted.
+    ///   - members: the members of the cluster.
+    func setInMinority(_ value: Bool, reached: Int, members: Int) {
+        guard holdsInMinority else { return }
+        if value {
+            reach.withLock { $0 = (reached: reached, members: members) }
+            minority.store(true, ordering: .releasing)
+        } else if minority.load(ordering: .relaxed) {
+            regainedContact()
+            minority.store(false, ordering: .releasing)
+        }
+    }
+
+    /// Why a write of one of this node's keys is refused while it is in the minority, for the reply.
+    var minorityRefusal: String {
+        let reach = reach.withLock { $0 }
+        return "this node reaches \(reach.reached) of the cluster's \(reach.members) members, fewer than a majority, "
+            + "so it does not take writes of its own keys (it may be cut off while another member stands in for "
+            + "it); send the request through another member, or retry once it reaches a majority again"
     }
 
     /// Records whether every peer has failed now (``NodeHealth``, after each outcome, under its lock so that

@@ -104,6 +104,9 @@ final class NodeStatistics: Sendable {
         let hold = self.hold.withLock { $0 }
         fields.append(("holding", hold?.isHolding() == true ? "true" : "false"))
         fields.append(("hold_extensions", "\(hold?.extensions.load(ordering: .relaxed) ?? 0)"))
+        fields.append(("in_minority", health?.isInMinority == true ? "true" : "false"))
+        fields.append(("minority_entries", "\(health?.minorityEntries ?? 0)"))
+        fields.append(("minority_misses", "\(requests.minorityMisses)"))
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 

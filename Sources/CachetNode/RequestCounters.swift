@@ -19,6 +19,9 @@ final class RequestCounters: Sendable {
     let forwardFailures = Atomic<Int>(0)
     /// Requests marked `forwarded` for a key this node does not own (served here all the same).
     let routingDisagreements = Atomic<Int>(0)
+    /// Requests for this node's own keys answered here with a miss (GET) or refused (PUT, DEL) because it
+    /// was in the minority (not those sent on to a stand-in, which are in ``forwards``).
+    let minorityMisses = Atomic<Int>(0)
 
     @inline(__always)
     static func bump(_ counter: borrowing Atomic<Int>) {
@@ -39,6 +42,7 @@ struct RequestCounts {
     var forwardsCollapsed = 0
     var forwardFailures = 0
     var routingDisagreements = 0
+    var minorityMisses = 0
 
     mutating func add(_ counters: RequestCounters) {
         gets += counters.gets.load(ordering: .relaxed)
@@ -52,5 +56,6 @@ struct RequestCounts {
         forwardsCollapsed += counters.forwardsCollapsed.load(ordering: .relaxed)
         forwardFailures += counters.forwardFailures.load(ordering: .relaxed)
         routingDisagreements += counters.routingDisagreements.load(ordering: .relaxed)
+        minorityMisses += counters.minorityMisses.load(ordering: .relaxed)
     }
 }

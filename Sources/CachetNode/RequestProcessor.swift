@@ -263,7 +263,8 @@ struct RequestProcessor {
 
     /// Where a request for a key goes on a node of a cluster (`Protocol/CLUSTER.md`, "Forwarding" and
     /// "Failover without stale reads"):
-    /// - this node's key: served here, but a GET misses while the node holds (it may have been away);
+    /// - this node's key: served here, but a GET misses while the node holds (it may have been away, or it
+    ///   reaches fewer than a majority of the members);
     /// - another member's key, without `forwarded`: to the owner, or to the stand-in when the owner is
     ///   down; or served here when this node is the stand-in (or still owes the owner invalidations);
     /// - another member's key with `forwarded` (one hop at most): served here, counted as a routing
@@ -291,14 +292,31 @@ struct RequestProcessor {
             // stand-in, which does not see this node back yet, may go on serving an older value it holds),
             // but for the stand-ins' invalidations, which are what the hold waits for. A peer's request
             // reaching this node while it sees every peer failed starts the hold (a partition healed).
+            // In the minority (fewer than a majority of the members reached: the minority rule), it holds
+            // as well, and sends a client's request only to a stand-in that is up.
             guard let hold = cluster.hold else { return .here }
             if forwarded { hold.peerRequestArrived() }
-            guard hold.isHolding() else { return .here }
-            if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes) {
+            let minority = hold.isInMinority
+            guard minority || hold.isHoldingAfterAbsence() else { return .here }
+            if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
                 return .pending(forward(frame, in: buffer, to: standIn))
             }
-            if header.opcode == .get { return miss(header.id, output: &output) }
+            if header.opcode == .get {
+                if minority { RequestCounters.bump(counters.minorityMisses) }
+                return miss(header.id, output: &output)
+            }
             if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
+            if minority {
+                RequestCounters.bump(counters.minorityMisses)
+                appendMessage(
+                    hold.minorityRefusal,
+                    status: .unavailable,
+                    opcode: header.opcode,
+                    id: header.id,
+                    to: &output
+                )
+                return .answered
+            }
             appendMessage(
                 "this node is back from an absence and does not take writes of its keys from peers yet; "
                     + "try again shortly",

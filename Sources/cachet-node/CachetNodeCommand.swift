@@ -91,6 +91,16 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var holdPeriod: Double?
 
+    @Flag(
+        help: """
+            Keep serving this node's own keys while it reaches fewer than a majority of the cluster's members. \
+            By default such a node holds them (GETs miss, writes go to a reachable stand-in or are refused): it \
+            may be cut off while another member stands in for them. This flag trades that guarantee (no GET \
+            returns a value a stand-in replaced) for availability.
+            """
+    )
+    var serveOwnKeysInMinority = false
+
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
@@ -155,6 +165,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.forwardTimeout = forwardTimeout
             configuration.probeInterval = probeInterval
             configuration.holdPeriod = holdPeriod
+            configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             if let connectionMemory {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }

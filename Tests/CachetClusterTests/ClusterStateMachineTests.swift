@@ -211,6 +211,37 @@ struct ClusterStateMachineTests {
         #expect(!alone.isCutOff && alone.route(hash: 42).target == 0)
     }
 
+    /// The minority rule's count: itself and every peer that is up, against members / 2 + 1. A suspect peer
+    /// does not count (the last peer not down is held suspect, never marked down).
+    @Test(arguments: [1, 2, 3, 4, 5])
+    func aNodeIsInTheMinorityWhileItReachesFewerThanAMajority(members: Int) throws {
+        var random = SplitMix64(state: UInt64(members))
+        var health = try CachetClusterHealth(membership: try Self.membership(members), localID: "n0")
+        let majority = members / 2 + 1
+        #expect(health.majority == majority)
+        #expect(health.reachedMembers == members && !health.isInMinority, "every peer starts up")
+        // Peers fail one by one, by timeouts (suspect first) or refusals (down; the last one held suspect).
+        for peer in 1..<max(members, 1) {
+            if peer % 2 == 1 {
+                _ = health.timedOut(peer, now: UInt64(peer), using: &random)
+                #expect(health.state(of: peer) == .suspect)
+            } else {
+                _ = health.refused(peer, now: UInt64(peer), using: &random)
+            }
+            let reached = members - peer
+            #expect(health.reachedMembers == reached, "\(peer) of \(members - 1) peers failed")
+            #expect(health.isInMinority == (reached < majority), "\(reached) of \(members) reached")
+        }
+        // Alone: in the minority unless it is a cluster of one.
+        #expect(health.reachedMembers == 1 && health.isInMinority == (members > 1))
+        // Peers answer again, one by one, until a majority is reached.
+        for peer in 1..<max(members, 1) {
+            _ = health.replied(peer, now: 100)
+            #expect(health.isInMinority == (1 + peer < majority))
+        }
+        #expect(!health.isInMinority)
+    }
+
     @Test func anUnknownLocalIDIsRefused() throws {
         #expect(throws: CachetClusterError.self) {
             _ = try CachetClusterHealth(membership: try Self.membership(3), localID: "n9")

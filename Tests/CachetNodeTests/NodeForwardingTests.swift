@@ -174,11 +174,29 @@ struct NodeForwardingTests {
         #expect(stats["forwards"] as? Int == 0)
     }
 
+    /// n3 killed, then n2 frozen: n1 answers their keys UNAVAILABLE quickly (a refusal at once, a freeze at
+    /// the forward deadline). n1 then reaches only itself, one of three members: by the minority rule it
+    /// misses its own key at once (never waiting on a peer) and refuses its writes, until n2 answers again
+    /// and its hold has passed.
     @Test func anOwnerThatIsGoneOrFrozenIsAnsweredUnavailableQuickly() throws {
-        // A short hold: once thawed, n2 misses its own keys for that long (it may have been away).
+        try goneOrFrozen(servingOwnKeysInMinority: false)
+    }
+
+    /// The same with `--serve-own-keys-in-minority`: n1, alone, goes on serving its own key (and reports
+    /// that it is in the minority).
+    @Test func withTheOptOutANodeInTheMinorityServesItsOwnKeys() throws {
+        try goneOrFrozen(servingOwnKeysInMinority: true)
+    }
+
+    func goneOrFrozen(servingOwnKeysInMinority optOut: Bool) throws {
+        // A short hold: once thawed, n2 misses its own keys for that long (it may have been away), and n1
+        // its own once it reaches a majority again.
         // A deadline long enough that a loaded machine does not trip it before the freeze (a peer that times
         // out three times is marked down, and its keys would go to a stand-in).
-        let cluster = try Cluster(extraArguments: ["--forward-timeout", "1", "--hold-period", "0.5"])
+        let cluster = try Cluster(
+            extraArguments: ["--forward-timeout", "1", "--hold-period", "0.5"]
+                + (optOut ? ["--serve-own-keys-in-minority"] : [])
+        )
         for id in ["n2", "n3"] {
             #expect(try cluster.waitForState(of: id, on: "n1", toBe: "up", within: 5) == "up")
         }
@@ -200,6 +218,9 @@ struct NodeForwardingTests {
             "\(String(decoding: gone.body, as: UTF8.self))"
         )
         #expect(Date().timeIntervalSince(started) < 1)
+        // n1 still reaches n2: two of three, a majority; its own key is served.
+        #expect(try Self.get(liveKey, from: n1).body == [1])
+        #expect(try cluster.stats("n1")["in_minority"] as? Bool == false)
 
         // Frozen: nothing answers, so the deadline (1 s) does.
         kill(cluster.node("n2").process.processIdentifier, SIGSTOP)
@@ -209,18 +230,54 @@ struct NodeForwardingTests {
         let waited = Date().timeIntervalSince(started)
         #expect(frozen.status == .unavailable)
         #expect(waited >= 0.9 && waited < 3, "answered after \(waited) s")
-        // Keys of the members that answer are not held up.
-        #expect(try Self.get(liveKey, from: n1).body == [1])
-        let stats = try cluster.stats("n1")
+
+        // n2 timed out (suspect) and n3 is down: n1 reaches one member of three, the minority.
+        var stats = try cluster.stats("n1")
+        #expect(stats["in_minority"] as? Bool == true, "\(stats)")
+        let entries = stats["minority_entries"] as? Int ?? 0
+        #expect(entries >= 1, "\(stats)")
+        started = Date()
+        let own = try Self.get(liveKey, from: n1)
+        let ownWaited = Date().timeIntervalSince(started)
+        let write = try n1.roundTrip(.put(key: Array(liveKey.utf8), value: [2], ttl: 0))
+        let writeWaited = Date().timeIntervalSince(started) - ownWaited
+        if optOut {
+            // Keys of n1 are not held up.
+            #expect(own.status == .ok && own.body == [1], "\(own)")
+            #expect(write.status == .ok)
+            #expect(try Self.get(liveKey, from: n1).body == [2])
+        } else {
+            // A miss at once: no peer is up to stand in, and none is waited for.
+            #expect(own.status == .notFound, "\(own)")
+            #expect(write.status == .unavailable)
+            let message = String(decoding: write.body, as: UTF8.self)
+            #expect(message.contains("majority") && message.contains("1 of the cluster's 3"), "\(message)")
+        }
+        #expect(ownWaited < 0.5 && writeWaited < 0.5, "answered after \(ownWaited) s and \(writeWaited) s")
+        stats = try cluster.stats("n1")
         #expect(stats["forward_failures"] as? Int == 2, "\(stats)")
+        #expect(stats["minority_misses"] as? Int == (optOut ? 0 : 2), "\(stats)")
+        #expect(stats["holding"] as? Bool == !optOut, "\(stats)")
 
         // Thawed, the frozen owner answers again; the late reply to the expired forward is dropped.
         kill(cluster.node("n2").process.processIdentifier, SIGCONT)
-        let deadline = Date().addingTimeInterval(5)
+        var deadline = Date().addingTimeInterval(5)
         var back = try Self.get(frozenKey, from: n1)
         while back.status != .ok && Date() < deadline { back = try Self.get(frozenKey, from: n1) }
         #expect(back.status == .ok && back.body == [1])
+        // n1 reaches a majority again and, after its hold, serves its own key.
+        let expected: [UInt8] = optOut ? [2] : [1]
+        deadline = Date().addingTimeInterval(5)
+        var ownBack = try Self.get(liveKey, from: n1)
+        while ownBack.body != expected && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+            ownBack = try Self.get(liveKey, from: n1)
+        }
+        #expect(ownBack.status == .ok && ownBack.body == expected, "\(ownBack)")
+        stats = try cluster.stats("n1")
+        #expect(stats["in_minority"] as? Bool == false && stats["minority_entries"] as? Int == entries, "\(stats)")
     }
+
     @Test func clusterWideStatsAndClearAskEveryMemberAndReportTheDeadOnes() throws {
         let cluster = try Cluster(extraArguments: ["--forward-timeout", "0.5"])
         let n2 = try cluster.node("n2").connect()
