@@ -10,7 +10,9 @@ import Logging
 /// down is answered UNAVAILABLE at once, not tried), by the cluster-wide fan-out (a member marked down is
 /// reported, not asked) and by STATS (each member's `state`). The rules are `CachetClusterHealth`'s:
 /// refused → down at once, timeouts → suspect then down, probes with backoff and jitter, flap damping, and
-/// never every peer down. A membership change (SIGHUP) starts every peer over as up.
+/// never every peer down. A membership change (SIGHUP) starts every peer over as up. It also keeps whether
+/// this node reaches fewer than a majority of the members (the minority rule), recounted only when a peer
+/// starts or stops being up, and tells the hold (``NodeReturnHold``), which the request path reads.
 ///
 /// Thread-safe: one lock around the state; taken once per forward outcome and per routing decision of a
 /// forward, never on a request this node serves itself.
