@@ -50,6 +50,36 @@ struct NodeForwardingTests {
                 self.ports[id] = ports[index]
                 try start(id)
             }
+            // A node that probed its peers before they listened took itself for cut off (in the minority):
+            // it holds its keys until it reaches them, then for its hold period. Tests start from a cluster
+            // that serves.
+            let settled = try waitUntilServing(within: 15)
+            #expect(settled == nil, "the cluster did not settle after its start: \(settled ?? "")")
+        }
+
+        /// Polls every node's STATS until each sees every peer up and neither is in the minority nor holds,
+        /// for at most `seconds`; nil once it does, else what the last STATS showed that was not.
+        func waitUntilServing(within seconds: Double) throws -> String? {
+            let deadline = Date().addingTimeInterval(seconds)
+            var unsettled: String?
+            repeat {
+                unsettled = nil
+                for id in nodes.keys.sorted() {
+                    let stats = try stats(id)
+                    let members = stats["cluster_members"] as? [[String: Any]] ?? []
+                    let states = members.compactMap { $0["state"] as? String }
+                    if stats["in_minority"] as? Bool != false || stats["holding"] as? Bool != false
+                        || states.contains(where: { $0 != "up" && $0 != "self" })
+                    {
+                        unsettled = "\(id): states \(states), in_minority \(stats["in_minority"] ?? "-"), "
+                            + "holding \(stats["holding"] ?? "-")"
+                        break
+                    }
+                }
+                if unsettled == nil { return nil }
+                Thread.sleep(forTimeInterval: 0.05)
+            } while Date() < deadline
+            return unsettled
         }
 
         /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).
