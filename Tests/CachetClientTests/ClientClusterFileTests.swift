@@ -54,8 +54,9 @@ struct ClientClusterFileTests {
                     if stats["in_minority"] as? Bool != false || stats["holding"] as? Bool != false
                         || states.contains(where: { $0 != "up" && $0 != "self" })
                     {
-                        unsettled = "\(id): states \(states), in_minority \(stats["in_minority"] ?? "-"), "
-                            + "holding \(stats["holding"] ?? "-")"
+                        let minority = stats["in_minority"] ?? "-"
+                        let holding = stats["holding"] ?? "-"
+                        unsettled = "\(id): states \(states), in_minority \(minority), holding \(holding)"
                         break
                     }
                 }
