@@ -144,7 +144,11 @@ let package = Package(
         ),
 
         // Tests: one target per module, shared helpers in a support target.
-        .target(name: "CachetTestSupport", dependencies: ["CachetWire", "CachetIO"], swiftSettings: swiftSettings),
+        .target(
+            name: "CachetTestSupport",
+            dependencies: ["CachetLocking", "CachetWire", "CachetIO"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "CachetLockingTests",
             dependencies: ["CachetLocking"],

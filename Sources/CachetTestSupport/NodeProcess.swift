@@ -33,7 +33,16 @@ public struct NodeProcessError: Error, CustomStringConvertible {
 }
 
 /// A real `cachet-node` process on 127.0.0.1 with an ephemeral port, killed when released.
-public final class NodeProcess {
+///
+/// Waiting conventions (see also ``DedicatedThreadsTrait``): a test running on the task pool (an `async`
+/// test without the `.dedicatedThreads` trait) starts nodes with ``start(arguments:timeout:launcher:)`` and
+/// stops them with ``terminate(signal:timeout:)``, which wait with `Task.sleep` and hold no thread; the
+/// synchronous ``init(arguments:timeout:launcher:)`` and ``stop(signal:timeout:)`` block the calling
+/// thread for as long as the node takes (up to their timeouts), so they belong in tests that run on
+/// dedicated threads. Releasing the object (SIGKILL, then reaping) blocks for milliseconds only.
+///
+/// `Sendable`: every stored property is immutable, and the process is only signalled and reaped.
+public final class NodeProcess: Sendable {
     /// The child process.
     public let process: Process
     /// The port it listens on.
@@ -42,71 +51,146 @@ public final class NodeProcess {
     public let logPath: String
     private let logDirectory: TemporaryDirectory
 
-    /// Starts `cachet-node --port 0` with extra arguments and waits for its listening line.
+    /// Starts `cachet-node --port 0` with extra arguments and waits for its listening line, blocking the
+    /// calling thread (use ``start(arguments:timeout:launcher:)`` from a test on the task pool).
     ///
     /// Unless the arguments name a `--data-dir`, the node keeps its disk tier in a temporary directory
     /// removed with the process object.
     /// - Parameters:
     ///   - arguments: extra command-line arguments.
     ///   - timeout: seconds to wait for the listening line.
-    /// - Throws: ``NodeProcessError`` when it exits or stays silent.
     ///   - launcher: a command that runs the node, such as `["/usr/bin/prlimit", "--nofile=64"]`; empty
     ///     runs it directly.
-    public init(arguments: [String] = [], timeout: Double = 20, launcher: [String] = []) throws {
-        logDirectory = TemporaryDirectory(prefix: "cachet-node-log")
-        logPath = logDirectory.appending("node.log")
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        process = Process()
-        var arguments = arguments
-        if !arguments.contains("--data-dir") {
-            arguments += ["--data-dir", logDirectory.appending("data")]
+    /// - Throws: ``NodeProcessError`` when it exits or stays silent.
+    public convenience init(arguments: [String] = [], timeout: Double = 20, launcher: [String] = []) throws {
+        let launch = try Launch(arguments: arguments, launcher: launcher)
+        let line = NodeProcess.readLine(from: launch.output, timeout: timeout)
+        try self.init(launch, line: line)
+    }
+
+    /// Starts `cachet-node --port 0` with extra arguments and waits for its listening line without
+    /// holding a thread (it polls the node's output between `Task.sleep`s).
+    ///
+    /// Unless the arguments name a `--data-dir`, the node keeps its disk tier in a temporary directory
+    /// removed with the process object.
+    /// - Parameters:
+    ///   - arguments: extra command-line arguments.
+    ///   - timeout: seconds to wait for the listening line.
+    ///   - launcher: a command that runs the node, such as `["/usr/bin/prlimit", "--nofile=64"]`; empty
+    ///     runs it directly.
+    /// - Returns: the running node.
+    /// - Throws: ``NodeProcessError`` when it exits or stays silent, `CancellationError` when the task is
+    ///   cancelled while waiting (the node is killed).
+    public static func start(
+        arguments: [String] = [],
+        timeout: Double = 20,
+        launcher: [String] = []
+    ) async throws -> NodeProcess {
+        let launch = try Launch(arguments: arguments, launcher: launcher)
+        let line = try await NodeProcess.readLine(from: launch.output, timeout: timeout)
+        return try NodeProcess(launch, line: line)
+    }
+
+    /// A launched process whose port is not known yet.
+    private struct Launch {
+        let process: Process
+        let logPath: String
+        let logDirectory: TemporaryDirectory
+        /// The read end of the node's standard output, where it prints its listening line.
+        let output: FileHandle
+
+        init(arguments: [String], launcher: [String]) throws {
+            logDirectory = TemporaryDirectory(prefix: "cachet-node-log")
+            logPath = logDirectory.appending("node.log")
+            _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+            process = Process()
+            var arguments = arguments
+            if !arguments.contains("--data-dir") {
+                arguments += ["--data-dir", logDirectory.appending("data")]
+            }
+            let node = BuiltProducts.path(of: "cachet-node")
+            let nodeArguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
+            if let program = launcher.first {
+                process.executableURL = URL(fileURLWithPath: program)
+                process.arguments = Array(launcher.dropFirst()) + [node] + nodeArguments
+            } else {
+                process.executableURL = URL(fileURLWithPath: node)
+                process.arguments = nodeArguments
+            }
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            process.standardError = FileHandle(forWritingAtPath: logPath)
+            process.standardInput = FileHandle.nullDevice
+            output = pipe.fileHandleForReading
+            try process.run()
         }
-        let node = BuiltProducts.path(of: "cachet-node")
-        let nodeArguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
-        if let program = launcher.first {
-            process.executableURL = URL(fileURLWithPath: program)
-            process.arguments = Array(launcher.dropFirst()) + [node] + nodeArguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: node)
-            process.arguments = nodeArguments
-        }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: logPath)
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let line = NodeProcess.readLine(from: output.fileHandleForReading.fileDescriptor, timeout: timeout)
+    }
+
+    /// Takes over a launched process once its listening line is read (or fails, killing it).
+    private init(_ launch: Launch, line: String?) throws {
         guard let line, let range = line.range(of: "cachet-node listening on "),
             let port = Int(line[range.upperBound...].split(separator: ":").last ?? "")
         else {
-            process.terminate()
-            process.waitUntilExit()
-            let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            // SIGKILL, not SIGTERM: reaping is then a matter of milliseconds, on any thread.
+            kill(launch.process.processIdentifier, SIGKILL)
+            launch.process.waitUntilExit()
+            let log = (try? String(contentsOfFile: launch.logPath, encoding: .utf8)) ?? ""
             throw NodeProcessError(
                 description: "cachet-node did not report a port (got \(line ?? "nothing")); log:\n\(log)"
             )
         }
+        process = launch.process
+        logPath = launch.logPath
+        logDirectory = launch.logDirectory
         self.port = port
     }
 
-    /// Reads one line from a pipe, giving up after `timeout` seconds.
-    private static func readLine(from fd: Int32, timeout: Double) -> String? {
-        var bytes: [UInt8] = []
+    /// Reads one line from a pipe, blocking for at most `timeout` seconds.
+    private static func readLine(from output: FileHandle, timeout: Double) -> String? {
+        var reader = LineReader(fd: output.fileDescriptor)
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&pfd, 1, 100)
-            if ready <= 0 { continue }
-            var byte: UInt8 = 0
-            let n = read(fd, &byte, 1)
-            if n <= 0 { return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self) }
-            if byte == UInt8(ascii: "\n") { return String(decoding: bytes, as: UTF8.self) }
-            bytes.append(byte)
+            if let result = reader.step(waitingMilliseconds: 100) { return result }
         }
         return nil
     }
 
-    /// Sends a signal and waits for the process to exit.
+    /// Reads one line from a pipe within `timeout` seconds, sleeping (not blocking) while it is empty.
+    private static func readLine(from output: FileHandle, timeout: Double) async throws -> String? {
+        var reader = LineReader(fd: output.fileDescriptor)
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        while ContinuousClock.now < deadline {
+            if let result = reader.step(waitingMilliseconds: 0) { return result }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return nil
+    }
+
+    /// Reads a line byte by byte; ``step(waitingMilliseconds:)`` returns nil while the line is incomplete.
+    private struct LineReader {
+        let fd: Int32
+        var bytes: [UInt8] = []
+
+        init(fd: Int32) { self.fd = fd }
+
+        /// Waits at most `milliseconds` for input and reads what is there. Returns `.some(line)` when the
+        /// line is complete, `.some(nil)` when the pipe ended first, nil to go on.
+        mutating func step(waitingMilliseconds milliseconds: Int32) -> String?? {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            while poll(&pfd, 1, milliseconds) > 0 {
+                var byte: UInt8 = 0
+                let n = read(fd, &byte, 1)
+                if n <= 0 { return .some(bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)) }
+                if byte == UInt8(ascii: "\n") { return .some(String(decoding: bytes, as: UTF8.self)) }
+                bytes.append(byte)
+                pfd.revents = 0
+            }
+            return nil
+        }
+    }
+
+    /// Sends a signal and waits for the process to exit, blocking the calling thread (use
+    /// ``terminate(signal:timeout:)`` from a test on the task pool).
     /// - Parameters:
     ///   - signal: the signal, SIGTERM by default.
     ///   - timeout: seconds to wait before killing it.
@@ -117,6 +201,29 @@ public final class NodeProcess {
         kill(process.processIdentifier, signal)
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { usleep(10_000) }
+        return reap()
+    }
+
+    /// Sends a signal and waits for the process to exit without holding a thread (it checks between
+    /// `Task.sleep`s).
+    /// - Parameters:
+    ///   - signal: the signal, SIGTERM by default.
+    ///   - timeout: seconds to wait before killing it.
+    /// - Returns: the exit status, or nil when it had to be killed (also when the task was cancelled
+    ///   while waiting).
+    @discardableResult
+    public func terminate(signal: Int32 = SIGTERM, timeout: Double = 15) async -> Int32? {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(process.processIdentifier, signal)
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        while process.isRunning && ContinuousClock.now < deadline {
+            do { try await Task.sleep(for: .milliseconds(10)) } catch { break }
+        }
+        return reap()
+    }
+
+    /// Kills the process if it still runs, then reaps it: milliseconds either way.
+    private func reap() -> Int32? {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()

@@ -89,7 +89,7 @@ func prefilledRun(ports: [Int], connections: Int, keys: Int, requests: Int) -> B
     return configuration
 }
 
-@Suite("cachet-bench end to end", .serialized)
+@Suite("cachet-bench end to end", .serialized, .dedicatedThreads)
 struct BenchEndToEndTests {
     @Test func loadsARealNodeAndVerifiesEveryReply() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])

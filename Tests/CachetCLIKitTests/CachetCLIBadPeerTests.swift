@@ -1,5 +1,6 @@
 import CachetCLIKit
 import CachetIO
+import CachetTestSupport
 import Dispatch
 import Foundation
 import Testing
@@ -40,7 +41,7 @@ final class FakePeer: @unchecked Sendable {
 
 func lengthPrefix(_ length: UInt32) -> [UInt8] { withUnsafeBytes(of: length.bigEndian) { Array($0) } }
 
-@Suite("cachet-cli: bad addresses and bad peers")
+@Suite("cachet-cli: bad addresses and bad peers", .dedicatedThreads)
 struct CachetCLIBadPeerTests {
     @Test(arguments: [
         ("127.0.0.1", 99999), ("127.0.0.1", 0), ("127.0.0.1", -1), ("not a host", 7420), ("999.1.1.1", 7420),

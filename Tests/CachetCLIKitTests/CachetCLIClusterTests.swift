@@ -7,7 +7,7 @@ import Testing
 /// `--cluster stats` and `--cluster clear`. No node fans out yet, so the aggregate replies are built with
 /// the codec (`CachetClusterClearReply`, `CachetClusterStatsReply`) and the formatting is checked on
 /// them; against a real node the flag is sent and the node's single-node answer is labelled as such.
-@Suite("cachet-cli --cluster")
+@Suite("cachet-cli --cluster", .dedicatedThreads)
 struct CachetCLIClusterTests {
     static let statsN1 = #"{"items":3,"memory_bytes":300,"gets":7,"hits":5,"version":"0.1.0"}"#
 

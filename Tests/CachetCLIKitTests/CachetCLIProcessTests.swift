@@ -26,7 +26,7 @@ func runCLI(_ arguments: [String], input: String = "") throws -> (output: String
     return (String(decoding: output, as: UTF8.self), process.terminationStatus)
 }
 
-@Suite("cachet-cli against a real node")
+@Suite("cachet-cli against a real node", .dedicatedThreads)
 struct CachetCLIProcessTests {
     @Test func pipedCommandsPrintOneAnswerPerLine() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])

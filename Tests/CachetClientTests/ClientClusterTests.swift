@@ -184,7 +184,7 @@ struct ClientClusterTests {
                 try await Task.sleep(for: .milliseconds(10))
             }
             #expect(try await client.get(keys[0]) == [9])
-            freeze(frozen)
+            await freeze(frozen)
             var timeouts = 0
             for key in keys.prefix(3) {
                 let (_, took, stall) = await measureWithStalls {

@@ -95,15 +95,20 @@ struct ClientFailureTests {
         }
     }
 
-    @Test("cancelling one request fails it at once; another on the same connection still gets its reply")
+    // On dedicated threads: the test's own steps (the sleeps, the cancel, SIGCONT) must not wait for a pool
+    // thread while the frozen node's requests run against their timeout.
+    @Test(
+        "cancelling one request fails it at once; another on the same connection still gets its reply",
+        .dedicatedThreads
+    )
     func cancellation() async throws {
         let cluster = try await NodeCluster.start(count: 1)
         let pid = cluster.processes[0].process.processIdentifier
         defer { kill(pid, SIGCONT) }
-        let configuration = cluster.configuration(timeout: .seconds(20)) { $0.connectionsPerNode = 1 }
+        let configuration = cluster.configuration(timeout: .seconds(5)) { $0.connectionsPerNode = 1 }
         try await withClient(configuration) { client in
             try await client.put("kept", value: [7])
-            freeze(pid)
+            await freeze(pid)
             let cancelled = Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("kept") }
             let kept = Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("kept") }
             try await Task.sleep(for: .milliseconds(100))
@@ -129,14 +134,14 @@ struct ClientFailureTests {
         }
     }
 
-    @Test("shutdown with requests in flight: they are answered, later calls fail with shutdown")
+    @Test("shutdown with requests in flight: they are answered, later calls fail with shutdown", .dedicatedThreads)
     func shutdownInFlight() async throws {
         let cluster = try await NodeCluster.start(count: 1)
         let pid = cluster.processes[0].process.processIdentifier
         defer { kill(pid, SIGCONT) }
-        let client = try CachetClient(configuration: cluster.configuration(timeout: .seconds(20)))
+        let client = try CachetClient(configuration: cluster.configuration(timeout: .seconds(5)))
         try await client.put("k", value: [1, 2])
-        freeze(pid)
+        await freeze(pid)
         let inFlight = (0..<5).map { _ in Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") }
         }
         try await Task.sleep(for: .milliseconds(100))

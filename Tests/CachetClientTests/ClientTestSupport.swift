@@ -12,22 +12,17 @@ final class NodeCluster: @unchecked Sendable {
     // Immutable after init; the processes are only signalled.
     let processes: [NodeProcess]
 
-    init(count: Int, arguments: [String] = ["--memory-limit", "64MiB", "--disk-limit", "0"]) throws {
-        var processes: [NodeProcess] = []
-        for _ in 0..<count { processes.append(try NodeProcess(arguments: arguments)) }
-        self.processes = processes
-    }
+    private init(processes: [NodeProcess]) { self.processes = processes }
 
-    /// Starts `count` nodes on a thread of its own, so that waiting for them does not hold a thread of
-    /// the tasks' cooperative pool (which other tests' timing depends on).
-    static func start(count: Int) async throws -> NodeCluster {
-        let result = await withCheckedContinuation {
-            (continuation: CheckedContinuation<Result<NodeCluster, any Error>, Never>) in
-            Thread.detachNewThread {
-                continuation.resume(returning: Result { try NodeCluster(count: count) })
-            }
-        }
-        return try result.get()
+    /// Starts `count` nodes, waiting for them with `Task.sleep` so that no thread of the task pool (which
+    /// other tests' timing depends on) is held meanwhile.
+    static func start(
+        count: Int,
+        arguments: [String] = ["--memory-limit", "64MiB", "--disk-limit", "0"]
+    ) async throws -> NodeCluster {
+        var processes: [NodeProcess] = []
+        for _ in 0..<count { processes.append(try await NodeProcess.start(arguments: arguments)) }
+        return NodeCluster(processes: processes)
     }
 
     /// The client's view of node `i`.
@@ -114,34 +109,27 @@ func expectFailure<R>(
     }
 }
 
-/// Runs `body` and returns its result, the time it took, and how long the task pool was stalled meanwhile
-/// (how late the 2 ms sleeps of a sibling task woke up, beyond 1 ms of ordinary slack each, added up). Other tests in the same process
-/// may block every thread of the pool for a while; a deadline check adds the stall to its bound, so that
-/// it still catches a client that is late by itself but not one that could not run at all.
+/// Runs `body` and returns its result, the time it took, and how long the task pool was unavailable
+/// meanwhile: every wait of a ``PoolStallMonitor`` probe (an empty task enqueued every 2 ms from a thread
+/// outside the pool) beyond 1 ms, added up. Blocking tests run on dedicated threads
+/// (`.dedicatedThreads`), but CPU-bound tests may still occupy every pool thread for a moment; a deadline
+/// check adds the stall to its bound, so that it still catches a client that is late by itself but not
+/// one that could not run at all. Every stall is added, not just the worst: what is measured may need the
+/// pool several times (the cancellation handler, then the cancelled task).
 func measureWithStalls<R>(_ body: () async throws -> R) async rethrows -> (R, Duration, stall: Duration) {
-    let created = ContinuousClock.now
-    let watch = Task { () -> Duration in
-        // A pool blocked from the start keeps this task from running at all: that wait counts too. Every
-        // later stall is added, not just the worst: what is measured may need the pool several times (the
-        // cancellation handler, then the cancelled task), and each of those waits can meet its own stall.
-        var stalled = ContinuousClock.now - created
-        while !Task.isCancelled {
-            let before = ContinuousClock.now
-            try? await Task.sleep(for: .milliseconds(2))
-            stalled += max(.zero, ContinuousClock.now - before - .milliseconds(3))
-        }
-        return stalled
-    }
+    let monitor = PoolStallMonitor(interval: .milliseconds(2))
+    monitor.start()
+    defer { _ = monitor.stop() }
     let start = ContinuousClock.now
     let result = try await body()
     let took = ContinuousClock.now - start
-    watch.cancel()
-    return (result, took, await watch.value)
+    return (result, took, monitor.stop().total)
 }
 
 /// Stops process `pid` with SIGSTOP and waits (at most 5 s) until every one of its threads is stopped:
-/// the signal reaches threads asynchronously, and a thread still running could answer a request.
-func freeze(_ pid: Int32) {
+/// the signal reaches threads asynchronously, and a thread still running could answer a request. Checks
+/// every millisecond between `Task.sleep`s, holding no pool thread.
+func freeze(_ pid: Int32) async {
     kill(pid, SIGSTOP)
     let deadline = ContinuousClock.now + .seconds(5)
     while ContinuousClock.now < deadline {
@@ -153,6 +141,6 @@ func freeze(_ pid: Int32) {
             return stat[stat.index(close, offsetBy: 2)] == "T"
         }
         if !threads.isEmpty && stopped { return }
-        usleep(1000)
+        try? await Task.sleep(for: .milliseconds(1))
     }
 }

@@ -10,7 +10,7 @@ import Glibc
 
 /// The files of `deploy/` that cannot run here (systemd, container, Kubernetes) parse and agree with the
 /// node's flags; the local cluster script runs for real.
-@Suite("Deploy files")
+@Suite("Deploy files", .dedicatedThreads)
 struct DeployTests {
     @Test func theNodesHelpListsTheFlagsTheDeployFilesNeed() {
         for flag in ["--cluster", "--node-id", "--host", "--port", "--data-dir", "--memory-limit", "--disk-limit"] {

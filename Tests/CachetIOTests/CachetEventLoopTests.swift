@@ -1,5 +1,6 @@
 import CachetIO
 import CachetLocking
+import CachetTestSupport
 import Dispatch
 import Foundation
 import Testing
@@ -145,7 +146,7 @@ func waitUntil(
     return loop.executeAndWait(condition)
 }
 
-@Suite(.serialized) struct CachetEventLoopTests {
+@Suite(.serialized, .dedicatedThreads) struct CachetEventLoopTests {
     @Test func outboundChannelEchoesThroughALocalListener() throws {
         let serverLoop = try CachetEventLoop(label: "test.server")
         let clientLoop = try CachetEventLoop(label: "test.client", lingerMilliseconds: 1)

@@ -1,5 +1,6 @@
 import CachetIO
 import CachetLocking
+import CachetTestSupport
 import Dispatch
 import Foundation
 import Testing
@@ -56,7 +57,7 @@ func readBytes(_ fd: Int32, count: Int, timeout: Duration) -> (bytes: [UInt8], e
     return (bytes, false)
 }
 
-@Suite(.serialized) struct CachetSharedChannelTests {
+@Suite(.serialized, .dedicatedThreads) struct CachetSharedChannelTests {
     @Test func writesFromManyThreadsArriveWholeAndInOrderIncludingThoseBeforeTheConnect() throws {
         let serverLoop = try CachetEventLoop(label: "test.shared.server")
         let clientLoop = try CachetEventLoop(label: "test.shared.client", lingerMilliseconds: 1)

@@ -1,4 +1,5 @@
 import CachetIO
+import CachetTestSupport
 import Foundation
 import Testing
 
@@ -28,7 +29,7 @@ func unansweringListener() throws -> (listener: Int32, port: Int, held: [Int32])
     throw CachetIOError(code: .connectionFailed, message: "the backlog never filled")
 }
 
-@Suite struct CachetSocketTests {
+@Suite(.dedicatedThreads) struct CachetSocketTests {
     @Test func listenReportsTheBoundPortAndAcceptsConnections() throws {
         let (listener, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
         defer { CachetSocket.close(listener) }

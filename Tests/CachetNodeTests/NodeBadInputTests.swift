@@ -15,7 +15,7 @@ func rawFrame(version: UInt8 = 1, opcode: UInt8, flags: UInt16 = 0, id: UInt32, 
     return bytes + body
 }
 
-@Suite("Node: bad input gets a clear status and breaks nothing else")
+@Suite("Node: bad input gets a clear status and breaks nothing else", .dedicatedThreads)
 struct NodeBadInputTests {
     struct StaysOpen: CustomTestStringConvertible, Sendable {
         var name: String

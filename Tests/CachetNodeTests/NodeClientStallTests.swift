@@ -10,7 +10,7 @@ import Glibc
 /// Clients that hold the connection memory budget without progress (replies never read) while others wait
 /// for it are closed after `--client-stall-timeout`, so a well-behaved client's large replies do not wait
 /// for them forever; a client that reads, however slowly, is never closed for it.
-@Suite("Node: stalled clients holding connection memory are closed")
+@Suite("Node: stalled clients holding connection memory are closed", .dedicatedThreads)
 struct NodeClientStallTests {
     static let largeValue = [UInt8](repeating: 0x4C, count: 1 << 20)
     static let neverReaders = 40

@@ -11,7 +11,7 @@ import Glibc
 #endif
 
 /// `--cluster FILE --node-id ID`, the cluster of one, SIGHUP and STATS, on real node processes.
-@Suite("Node: cluster membership")
+@Suite("Node: cluster membership", .dedicatedThreads)
 struct NodeClusterTests {
     /// Writes `text` to `path` the way a careful operator (or a ConfigMap) does: a new file renamed over the old.
     static func write(_ text: String, to path: String) throws {

@@ -11,7 +11,7 @@ import Glibc
 /// All memory the node holds for connections has one budget (`--connection-memory`): hundreds of hostile
 /// connections of each kind in issue 12, section 2, must keep the node's resident memory under the
 /// documented bound while a well-behaved client keeps being answered promptly.
-@Suite("Node: connection memory is bounded")
+@Suite("Node: connection memory is bounded", .dedicatedThreads)
 struct NodeConnectionMemoryTests {
     static let perClass = 200
     static let maxFrame = 2 << 20

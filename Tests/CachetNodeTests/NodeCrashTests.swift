@@ -115,7 +115,7 @@ private func directories(under root: String) -> [String] {
     return found
 }
 
-@Suite("Node: acknowledged writes survive kill -9 and failing disks")
+@Suite("Node: acknowledged writes survive kill -9 and failing disks", .dedicatedThreads)
 struct NodeCrashTests {
     /// A small memory tier, so that most keys are read back from disk, and the disk tier on.
     static func arguments(_ data: TemporaryDirectory) -> [String] {

@@ -4,7 +4,7 @@ import Testing
 
 /// Requests sent in one write, so that the node handles them before its disk queue can apply the writes
 /// among them: the answers must be the same as if every write had already reached the disk.
-@Suite("Node with a disk tier: answers while writes are queued")
+@Suite("Node with a disk tier: answers while writes are queued", .dedicatedThreads)
 struct NodeDiskOrderingTests {
     private static func pipeline(_ client: TestSocket, _ commands: [CachetCommand]) throws -> [CachetResponse] {
         var bytes: [UInt8] = []

@@ -29,7 +29,7 @@ func value(for key: Int, version: Int, size: Int = 300) -> [UInt8] {
         + [UInt8](repeating: UInt8(truncatingIfNeeded: key &+ version), count: size)
 }
 
-@Suite("Node with a disk tier")
+@Suite("Node with a disk tier", .dedicatedThreads)
 struct NodeDiskTests {
     @Test func contentsSurviveARestart() throws {
         let data = TemporaryDirectory(prefix: "cachet-node-data")
@@ -317,7 +317,7 @@ struct NodeDiskTests {
     }
 }
 
-@Suite("Node: a full disk queue makes PUTs wait")
+@Suite("Node: a full disk queue makes PUTs wait", .dedicatedThreads)
 struct NodeDiskQueueTests {
     @Test func pipelinedPutsWaitForRoomAndNoneIsLost() throws {
         let directory = TemporaryDirectory(prefix: "cachet-disk")

@@ -10,7 +10,7 @@ import Glibc
 
 /// Failover without stale reads (`Protocol/CLUSTER.md`): put v1 (owner A), A becomes unreachable, put v2
 /// through another node, A returns — no GET through any node, nor from A itself, ever returns v1.
-@Suite("Node: failover to a stand-in never serves an older value")
+@Suite("Node: failover to a stand-in never serves an older value", .dedicatedThreads)
 struct NodeFailoverTests {
     typealias Cluster = NodeForwardingTests.Cluster
 

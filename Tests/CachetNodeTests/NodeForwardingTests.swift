@@ -12,7 +12,7 @@ import Glibc
 /// Forwarding between real node processes (`Protocol/CLUSTER.md`, "Forwarding"): a node that gets a key
 /// another member owns sends it there and relays the answer, so any node serves any key; a forwarded
 /// request is never forwarded again; an owner that is gone or frozen is answered UNAVAILABLE quickly.
-@Suite("Node: forwarding to the key's owner")
+@Suite("Node: forwarding to the key's owner", .dedicatedThreads)
 struct NodeForwardingTests {
     /// Three nodes of one cluster file on free ports, n1 to n3.
     final class Cluster {

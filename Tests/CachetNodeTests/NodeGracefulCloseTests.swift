@@ -11,7 +11,7 @@ import Glibc
 /// A connection the node closes (a fatal frame) must still deliver every reply queued before it, then
 /// the fatal reply, then end with FIN: closing a socket with unread input makes the kernel send RST,
 /// which discards replies the client has not read yet (issue 12, section 3).
-@Suite("Node: graceful close after a fatal frame")
+@Suite("Node: graceful close after a fatal frame", .dedicatedThreads)
 struct NodeGracefulCloseTests {
     @Test(arguments: 0..<3)
     func repliesBeforeAFatalFrameAllArriveThenTheFatalReplyThenEndOfStream(trial: Int) throws {

@@ -11,7 +11,7 @@ import Glibc
 /// A connection whose output fills and then drains within one call used to be left registered for no
 /// event at all: its remaining requests were never answered and, after the client closed, the node kept
 /// the connection and its descriptor (issue 12, section 1).
-@Suite("Node: no connection is left waiting for nothing")
+@Suite("Node: no connection is left waiting for nothing", .dedicatedThreads)
 struct NodeHungConnectionTests {
     @Test(arguments: 0..<6)
     func smallThenLargeGetsInOneWriteAreAllAnsweredAndTheConnectionIsReleased(trial: Int) throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// Large PUTs are read straight into their entries (no disk tier): the bytes that arrive, in whatever
 /// pieces, must make exactly the value sent, and a PUT cut off half-way must leave no trace.
-@Suite("Node: large values received in place")
+@Suite("Node: large values received in place", .dedicatedThreads)
 struct NodeLargeValueTests {
     func pattern(_ count: Int, seed: UInt8) -> [UInt8] {
         (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }

@@ -9,7 +9,7 @@ import Testing
 
 /// While an I/O queue lingers in `epoll_wait` on its own thread, work queued for it from elsewhere (a new
 /// connection, a disk completion, shutdown) must still run at once: the loop's eventfd wakes it.
-@Suite("Node: an I/O queue that lingers still takes new work")
+@Suite("Node: an I/O queue that lingers still takes new work", .dedicatedThreads)
 struct NodeLingerTests {
     /// Keeps one connection busy so that the loop never goes quiet long enough to stop lingering.
     private final class BusyClient: @unchecked Sendable {

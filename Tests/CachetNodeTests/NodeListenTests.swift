@@ -14,7 +14,7 @@ private let hasIPv6Loopback: Bool = {
     return true
 }()
 
-@Suite("Node: where it listens")
+@Suite("Node: where it listens", .dedicatedThreads)
 struct NodeListenTests {
     @Test(.enabled(if: hasIPv6Loopback, "this machine has no IPv6 loopback"))
     func aNodeOnTheIPv6LoopbackAnswers() throws {

@@ -5,7 +5,7 @@ import Dispatch
 import Foundation
 import Testing
 
-@Suite("Node: pipelining and concurrency")
+@Suite("Node: pipelining and concurrency", .dedicatedThreads)
 struct NodeLoadTests {
     @Test func tenThousandPipelinedRequestsInOneWrite() throws {
         try withNode { _, port in

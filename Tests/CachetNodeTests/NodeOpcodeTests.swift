@@ -4,7 +4,7 @@ import CachetWire
 import Foundation
 import Testing
 
-@Suite("Node: every opcode over TCP")
+@Suite("Node: every opcode over TCP", .dedicatedThreads)
 struct NodeOpcodeTests {
     @Test func putGetDeleteRoundTrip() throws {
         try withNode { _, port in

@@ -22,7 +22,7 @@ import Glibc
 /// port down cuts it off too, also with timeouts, but n1 would see its own link lose its carrier.)
 /// Needs root and iproute2's `ip`; skipped where namespaces cannot be made (a container without
 /// CAP_SYS_ADMIN).
-@Suite("Node: a network partition never brings back an older value", .serialized)
+@Suite("Node: a network partition never brings back an older value", .serialized, .dedicatedThreads)
 struct NodePartitionTests {
     /// Probes every 0.1 s (down peers: 25 ms doubling to 0.5 s), forwards time out after 0.3 s, as in
     /// `NodeFailoverTests`: the hold is 2 × 0.5 + 0.3 = 1.3 s.

@@ -18,7 +18,7 @@ func residentBytes(of pid: Int32) -> Int {
     return 0
 }
 
-@Suite("Node: a real cachet-node process")
+@Suite("Node: a real cachet-node process", .dedicatedThreads)
 struct NodeProcessTests {
     @Test func sigtermAnswersWhatWasSentAndExitsZero() throws {
         let node = try NodeProcess()

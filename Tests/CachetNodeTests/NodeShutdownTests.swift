@@ -13,7 +13,7 @@ import Glibc
 /// SIGTERM ends a node within `--shutdown-timeout` even while clients keep pipelining requests or never
 /// read their replies; each connection ends with FIN after its last reply, and no acknowledged PUT is
 /// lost (issue 12, section 5).
-@Suite("Node: bounded, graceful shutdown")
+@Suite("Node: bounded, graceful shutdown", .dedicatedThreads)
 struct NodeShutdownTests {
     @Test func sigtermUnderContinuousWritersAndNonReadersIsBoundedGracefulAndLosesNoAcknowledgedPut() throws {
         let data = TemporaryDirectory(prefix: "cachet-shutdown")

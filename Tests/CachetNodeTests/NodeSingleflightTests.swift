@@ -11,7 +11,7 @@ import Glibc
 /// node forwards while an earlier one is in the air share that request's reply, and a forwarded write
 /// detaches the flight. The owner is stopped (SIGSTOP) so that the flight stays in the air until the test
 /// resumes it, well within the forward deadline.
-@Suite("Node: concurrent forwarded GETs of one key share one request")
+@Suite("Node: concurrent forwarded GETs of one key share one request", .dedicatedThreads)
 struct NodeSingleflightTests {
     typealias Cluster = NodeForwardingTests.Cluster
 

@@ -2,7 +2,7 @@ import CachetNode
 import CachetTestSupport
 import Testing
 
-@Suite("Node: Protocol/vectors replayed byte for byte")
+@Suite("Node: Protocol/vectors replayed byte for byte", .dedicatedThreads)
 struct NodeVectorReplayTests {
     static let vectors = ProtocolVector.loadAll()
 

@@ -43,7 +43,7 @@ private func makeReadOnly(_ path: String) -> (() -> Void)? {
     return { _ = chattr("-i") }
 }
 
-@Suite("Disk journal")
+@Suite("Disk journal", .dedicatedThreads)
 struct CachetDiskJournalTests {
     @Test func aJournaledWriteOrDeleteTheQueueNeverAppliedIsAMissAfterACrash() throws {
         let directory = TemporaryDirectory()

@@ -51,7 +51,7 @@ final class CapturedLog: Sendable {
     }
 }
 
-@Suite("Disk tier edges")
+@Suite("Disk tier edges", .dedicatedThreads)
 struct CachetDiskStoreEdgeTests {
     @Test(arguments: [0, 4097, 70_000])
     func aKeyTheFormatCannotHoldIsRefusedAndTheOlderCopyGoes(length: Int) throws {
@@ -211,7 +211,7 @@ struct CachetDiskStoreEdgeTests {
     }
 }
 
-@Suite("Disk tier expiry sweep")
+@Suite("Disk tier expiry sweep", .dedicatedThreads)
 struct CachetDiskSweepTests {
     @Test func sweepsDeleteExpiredEntriesABudgetAtATime() throws {
         let directory = TemporaryDirectory()

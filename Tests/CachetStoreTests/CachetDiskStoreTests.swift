@@ -395,7 +395,7 @@ struct CachetDiskStoreTests {
     }
 }
 
-@Suite("Disk worker")
+@Suite("Disk worker", .dedicatedThreads)
 struct CachetDiskWorkerTests {
     @Test func operationsRunInSubmissionOrder() async throws {
         let directory = TemporaryDirectory()

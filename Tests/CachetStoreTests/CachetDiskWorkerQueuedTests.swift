@@ -5,7 +5,7 @@ import Testing
 @testable import CachetStore
 
 /// ``CachetDiskWorker/mayHold(key:now:)`` while operations wait on a disk queue held by a slow read.
-@Suite("Disk worker: keys with operations queued")
+@Suite("Disk worker: keys with operations queued", .dedicatedThreads)
 struct CachetDiskWorkerQueuedTests {
     /// Holds the worker's queue until the returned semaphore is signalled (or 10 s pass).
     private static func holdQueue(_ worker: CachetDiskWorker) -> DispatchSemaphore {
