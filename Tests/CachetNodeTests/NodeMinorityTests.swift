@@ -14,7 +14,7 @@ import Glibc
 /// once it reaches a majority again it serves them after its hold. The partition it is made for is in
 /// `NodePartitionTests`; a peer frozen while another is gone, with and without the opt-out, in
 /// `NodeForwardingTests`.
-@Suite("Node: the minority rule")
+@Suite("Node: the minority rule", .dedicatedThreads)
 struct NodeMinorityTests {
     /// Polls `node`'s STATS until `in_minority` is `value`, for at most `seconds`; whether it was.
     static func waitForMinority(_ value: Bool, on node: NodeProcess, within seconds: Double) throws -> Bool {
