@@ -58,10 +58,9 @@ public final class CachetEventLoop: @unchecked Sendable {
     //
     // The channel table holds one retain per registered channel, taken by `adopt` and given back by
     // `release`, so that an event reaches its channel without a retain and release of its own (about 40
-    // instructions, a tenth of a small GET's dispatch; Benchmarks/callgrind.sh). The table's retain is
-    // what keeps a channel alive while the loop calls it: a channel closed while events are being
-    // dispatched (by its own handler, or by another's) keeps that retain in `releasedInBatch` until the
-    // batch is over.
+    // instructions per event, BENCHMARKS.md). The table's retain is what keeps a channel alive while the
+    // loop calls it: a channel closed while events are being dispatched (by its own handler, or by
+    // another's) keeps that retain in `releasedInBatch` until the batch is over.
     @exclusivity(unchecked) private var channels: [Unmanaged<CachetChannel>?] = []
     @exclusivity(unchecked) private var freeSlots: [Int] = []
     @exclusivity(unchecked) private var generation: UInt64 = 0
@@ -601,7 +600,9 @@ public final class CachetEventLoop: @unchecked Sendable {
         channel.closeDescriptor(channel.fd)
         channel._fd = -1
         let slot = Int(channel.token & 0xffff_ffff)
-        if slot < channels.count, let entry = channels[slot], entry.toOpaque() == Unmanaged.passUnretained(channel).toOpaque() {
+        if slot < channels.count, let entry = channels[slot],
+            entry.toOpaque() == Unmanaged.passUnretained(channel).toOpaque()
+        {
             channels[slot] = nil
             freeSlots.append(slot)
             // The caller holds the channel (it was given it), unless the loop is calling it from the table.
