@@ -221,14 +221,14 @@ final class Connection: CachetChannel, @unchecked Sendable {
 
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
     /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
-    /// date.
+    /// date. `tight` is evaluated only when there is something to trim.
     @inline(__always)
-    func trimBuffers(tight: Bool) {
+    func trimBuffers(tight: @autoclosure () -> Bool) {
         // The common case: initial buffers, nothing charged.
         if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize {
             return
         }
-        trimLargeBuffers(tight: tight)
+        trimLargeBuffers(tight: tight())
     }
 
     private func trimLargeBuffers(tight: Bool) {
