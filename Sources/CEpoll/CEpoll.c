@@ -61,10 +61,6 @@ struct epoll_event *cachet_epoll_events_create(int capacity) {
 
 void cachet_epoll_events_free(struct epoll_event *events) { free(events); }
 
-uint32_t cachet_epoll_event_mask(const struct epoll_event *events, int index) { return events[index].events; }
-
-uint64_t cachet_epoll_event_token(const struct epoll_event *events, int index) { return events[index].data.u64; }
-
 int cachet_accept_nonblocking(int fd) { return accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC); }
 
 long cachet_send(int fd, const void *buffer, unsigned long length) {

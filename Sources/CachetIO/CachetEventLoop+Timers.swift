@@ -44,8 +44,14 @@ extension CachetEventLoop {
     /// The number of timers scheduled and not yet run or cancelled. Read on `queue`.
     public var timerCount: Int { timerWork.count }
 
+    /// Runs the timers that are due; called after every batch of events, so the common case (no timer at
+    /// all) is an inline check.
+    @inline(__always)
     func runDueTimers() {
-        guard !timerHeap.isEmpty else { return }
+        if !timerHeap.isEmpty { runDueTimersNow() }
+    }
+
+    private func runDueTimersNow() {
         let now = CachetDeadline.now()
         while let first = timerHeap.first, first.deadline <= now {
             _ = heapPop()

@@ -25,7 +25,8 @@ public struct CachetTimerID: Hashable, Sendable {
 /// eventfd in the set, so a lingering handler returns at once and queued work runs.
 ///
 /// Timers (``schedule(after:_:)``) are kept in a heap; one `DispatchSourceTimer` is set to the earliest,
-/// and a lingering handler waits no longer than it.
+/// and a lingering handler waits no longer than it (`CachetEventLoop+Timers.swift`). Outbound connects are in
+/// `CachetEventLoop+Connect.swift`, the standard serving of a channel's I/O in `CachetEventLoop+Serving.swift`.
 ///
 /// Threading: ``register(_:fd:)``, ``connect(_:to:timeout:)``, ``schedule(after:_:)``, the channel
 /// operations and the handler calls happen on ``queue``; from elsewhere, go through ``execute(_:)``.
@@ -42,9 +43,6 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// How long the handler waits in `epoll_wait` for more events after a batch; 0 returns at once. Set on
     /// `queue` (a server winding down turns it off, so that its queue is free for the drain's work).
     @exclusivity(unchecked) public var lingerMilliseconds: Int32
-    /// Reads of one channel per event before the loop moves on to the others.
-    private static let readsPerEvent = 8
-    private static let minimumReadRoom = 4096
     private let events: UnsafeMutablePointer<epoll_event>
     private let eventCapacity: Int32 = 256
     private var source: (any DispatchSourceRead)?
@@ -55,13 +53,26 @@ public final class CachetEventLoop: @unchecked Sendable {
 
     // Unchecked exclusivity: read on every event, touched only on `queue`, never held across a call that could
     // reach the same property.
-    @exclusivity(unchecked) private var channels: [CachetChannel?] = []
+    //
+    // The channel table holds one retain per registered channel, taken by `adopt` and given back by
+    // `release`, so that an event reaches its channel without a retain and release of its own (about 40
+    // instructions per event, BENCHMARKS.md). The table's retain is what keeps a channel alive while the
+    // loop calls it: a channel closed while events are being dispatched (by its own handler, or by
+    // another's) keeps that retain in `releasedInBatch` until the batch is over.
+    @exclusivity(unchecked) private var channels: [Unmanaged<CachetChannel>?] = []
     @exclusivity(unchecked) private var freeSlots: [Int] = []
     @exclusivity(unchecked) private var generation: UInt64 = 0
+    /// How many batches are being dispatched (`handleReadyEvents` may run inside a handler's call).
+    @exclusivity(unchecked) private var dispatchDepth = 0
+    /// The table's retains of channels released while a batch was dispatched.
+    @exclusivity(unchecked) private var releasedInBatch: [Unmanaged<CachetChannel>] = []
 
     // Timers (`CachetEventLoop+Timers.swift`): a binary heap of (deadline, id) and the work of each live timer.
-    var timerHeap: [(deadline: UInt64, id: UInt64)] = []
-    var timerWork: [UInt64: () -> Void] = [:]
+    // Unchecked exclusivity for the same reason as the channels: the heap is looked at after every batch,
+    // on `queue` only, and no access is held across a call that could reach it (timers run after their
+    // entry has been popped).
+    @exclusivity(unchecked) var timerHeap: [(deadline: UInt64, id: UInt64)] = []
+    @exclusivity(unchecked) var timerWork: [UInt64: () -> Void] = [:]
     var nextTimerID: UInt64 = 1
     var timerSource: (any DispatchSourceTimer)?
     var timerSourceDeadline: UInt64 = .max
@@ -85,7 +96,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         preconditionInEventLoop()
         var slot = 0
         while slot < channels.count {
-            if let channel = channels[slot] { body(channel) }
+            if let channel = channels[slot]?.takeUnretainedValue() { body(channel) }
             slot += 1
         }
     }
@@ -133,6 +144,8 @@ public final class CachetEventLoop: @unchecked Sendable {
 
     deinit {
         cachet_epoll_events_free(events)
+        // A registered channel holds its loop (`eventLoop`), so none is left here; given back all the same.
+        for case let channel? in channels { channel.release() }
         // Reached only for a loop never started (a started one is kept alive by its source until stop()).
         timerSource?.cancel()
         // The eventfd lives as long as the loop: execute() after stop() (work queued by a stopped loop's
@@ -193,7 +206,12 @@ public final class CachetEventLoop: @unchecked Sendable {
             guard !stopped else { return }
             stopped = true
             let error = CachetIOError(code: .loopStopped, message: "the event loop was stopped")
-            for case let channel? in channels { close(channel, error: error) }
+            // By slot, not over a copy of the table: closing one channel may close (and release) another.
+            var slot = 0
+            while slot < channels.count {
+                if let channel = channels[slot]?.takeUnretainedValue() { close(channel, error: error) }
+                slot += 1
+            }
             timerHeap.removeAll()
             timerWork.removeAll()
             timerSource?.cancel()
@@ -222,93 +240,8 @@ public final class CachetEventLoop: @unchecked Sendable {
         if channel.state == .active { flush(channel) }
     }
 
-    /// Connects a channel to the first of `addresses` that answers within `timeout` (all together), without
-    /// blocking the loop. The channel gets ``CachetChannel/channelActive()`` once connected, or
-    /// ``CachetChannel/channelInactive(error:)`` with `connectionRefused`, `timedOut` or `connectionFailed`
-    /// (always later, never from inside this call). Output written before is sent once connected.
-    /// Called on `queue`.
-    /// - Parameters:
-    ///   - channel: a channel not hosted yet.
-    ///   - addresses: resolved addresses, tried in order.
-    ///   - timeout: the time allowed.
-    public func connect(_ channel: CachetChannel, to addresses: [CachetSocketAddress], timeout: Duration) {
-        preconditionInEventLoop()
-        precondition(channel.state == .idle, "a channel can be connected once")
-        channel.eventLoop = self
-        channel._state = .connecting
-        channel.pendingAddresses = addresses
-        channel.remoteAddress = channel.remoteAddress ?? addresses.first?.description
-        channel.connectTimer = schedule(after: timeout) { [unowned self] in
-            channel.connectTimer = nil
-            let name = channel.remoteAddress ?? "the server"
-            close(
-                channel,
-                error: CachetIOError(
-                    code: .timedOut,
-                    message: "cannot connect to \(name): no answer within \(timeout) (is the host up?)",
-                    systemError: ETIMEDOUT
-                )
-            )
-        }
-        if stopped {
-            fail(channel, CachetIOError(code: .loopStopped, message: "the event loop was stopped"))
-            return
-        }
-        attemptConnect(channel)
-    }
-
-    /// Resolves `address` on the calling thread (names through getaddrinfo, which may block: resolve
-    /// beforehand with ``CachetAddress/resolve()`` where that matters), then connects as
-    /// ``connect(_:to:timeout:)-(_,[CachetSocketAddress],_)``. Called on `queue`.
-    /// - Parameters:
-    ///   - channel: a channel not hosted yet.
-    ///   - address: where to connect.
-    ///   - timeout: the time allowed for connecting.
-    public func connect(_ channel: CachetChannel, to address: CachetAddress, timeout: Duration) {
-        preconditionInEventLoop()
-        let resolved: [CachetSocketAddress]
-        do {
-            try address.validate()
-            resolved = try address.resolve()
-        } catch {
-            channel.eventLoop = self
-            channel._state = .connecting
-            fail(channel, error)
-            return
-        }
-        channel.remoteAddress = address.description
-        connect(channel, to: resolved, timeout: timeout)
-    }
-
-    /// Tries the next address; fails the channel (later) when none is left.
-    private func attemptConnect(_ channel: CachetChannel) {
-        while !channel.pendingAddresses.isEmpty {
-            let next = channel.pendingAddresses.removeFirst()
-            do {
-                let (fd, _) = try CachetSocket.startConnect(to: next)
-                // Connected or not, epoll reports the outcome: a connected socket is writable at once.
-                if adopt(channel, fd: fd, state: .connecting) { return }
-                return
-            } catch {
-                channel.lastConnectError = error
-            }
-        }
-        let name = channel.remoteAddress ?? "the server"
-        fail(
-            channel,
-            channel.lastConnectError
-                ?? CachetIOError(code: .connectionFailed, message: "cannot connect to \(name): no address to try")
-        )
-    }
-
-    /// Closes `channel` with `error` on a later turn of the queue, so that the caller never sees a
-    /// handler run from inside its own call.
-    private func fail(_ channel: CachetChannel, _ error: CachetIOError) {
-        execute { [self] in close(channel, error: error) }
-    }
-
     /// Puts a channel with a socket into the epoll set. Returns false (and closes) when epoll refuses it.
-    private func adopt(_ channel: CachetChannel, fd: Int32, state: CachetChannel.State) -> Bool {
+    func adopt(_ channel: CachetChannel, fd: Int32, state: CachetChannel.State) -> Bool {
         let slot: Int
         if let free = freeSlots.popLast() {
             slot = free
@@ -321,7 +254,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         channel._fd = fd
         channel.eventLoop = self
         channel._state = state
-        channels[slot] = channel
+        channels[slot] = Unmanaged.passRetained(channel)
         channel.interest = channel.desiredInterest
         if stopped || cachet_epoll_add(epollFD, fd, channel.interest | cachet_EPOLLET, channel.token) != 0 {
             let error =
@@ -352,6 +285,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             }
             _batchSeconds = Self.coarseSeconds()
             var woken = false
+            dispatchDepth += 1
             for i in 0..<count {
                 let token = cachet_epoll_event_token(events, i)
                 if token == Self.wakeToken {
@@ -359,10 +293,9 @@ public final class CachetEventLoop: @unchecked Sendable {
                     woken = true
                     continue
                 }
-                let slot = Int(token & 0xffff_ffff)
-                guard slot < channels.count, let channel = channels[slot], channel.token == token else { continue }
-                handle(channel, mask: cachet_epoll_event_mask(events, i))
+                dispatch(token: token, mask: cachet_epoll_event_mask(events, i))
             }
+            endDispatch()
             runDueTimers()
             // Work waits on `queue`: return so that it runs; the source fires again for what is still ready.
             if woken || stopped { return }
@@ -396,137 +329,46 @@ public final class CachetEventLoop: @unchecked Sendable {
             if count < 0 && errno == EINTR { continue }
             guard count > 0 else { return }
             _batchSeconds = Self.coarseSeconds()
+            dispatchDepth += 1
             for i in 0..<count {
                 let token = cachet_epoll_event_token(events, i)
                 // The eventfd stays signalled (level-triggered): the handler sees it and returns for the work.
                 if token == Self.wakeToken { continue }
-                let slot = Int(token & 0xffff_ffff)
-                guard slot < channels.count, let channel = channels[slot], channel.token == token else { continue }
-                handle(channel, mask: cachet_epoll_event_mask(events, i))
+                dispatch(token: token, mask: cachet_epoll_event_mask(events, i))
             }
+            endDispatch()
             if count < eventCapacity { return }
         }
     }
 
+    /// Hands one event to its channel, if the channel is still the one the token was issued to. The
+    /// table's retain keeps the channel alive during the call (see `channels`).
     @inline(__always)
-    private func handle(_ channel: CachetChannel, mask: UInt32) {
-        if channel.state == .connecting {
-            finishConnect(channel, mask: mask)
-            return
-        }
-        channel.handleEvents(CachetChannel.Events(rawValue: mask))
-    }
-
-    /// The standard handling of an active channel's events (``CachetChannel/handleEvents(_:)``'s default):
-    /// send pending output on `EPOLLOUT`, read into the input on `EPOLLIN` and hand each read to
-    /// ``CachetChannel/channelRead()``, close on an error or the end of the stream, then bring the
-    /// registration up to date.
-    func serve(_ channel: CachetChannel, mask: UInt32) {
-        if mask & cachet_EPOLLERR != 0 {
-            let code = CachetSocket.pendingError(channel.fd)
-            close(channel, error: closedError(channel, code: code))
-            return
-        }
-        if mask & cachet_EPOLLOUT != 0 && channel.output.readableBytes > 0 {
-            guard send(channel) else { return }
-            if channel.output.readableBytes == 0 { channel.channelWritable() }
-            guard channel.state == .active else { return }
-        }
-        let rearm: Bool
-        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 && channel.wantsToRead {
-            guard let capped = receive(channel, peerClosed: mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0)
-            else { return }
-            rearm = capped
-        } else {
-            rearm = false
-        }
-        settle(channel, rearm: rearm)
-    }
-
-    private func finishConnect(_ channel: CachetChannel, mask: UInt32) {
-        let code = CachetSocket.pendingError(channel.fd)
-        if code == 0 && mask & (cachet_EPOLLOUT) != 0 {
-            if let timer = channel.connectTimer {
-                cancelTimer(timer)
-                channel.connectTimer = nil
+    private func dispatch(token: UInt64, mask: UInt32) {
+        let slot = Int(token & 0xffff_ffff)
+        guard slot < channels.count, let entry = channels[slot] else { return }
+        entry._withUnsafeGuaranteedRef { channel in
+            guard channel.token == token else { return }
+            if channel.state == .connecting {
+                finishConnect(channel, mask: mask)
+                return
             }
-            channel.pendingAddresses = []
-            channel.lastConnectError = nil
-            channel._state = .active
-            // Renewed even if unchanged: bytes the server sent at once arrived with this event's edge.
-            settle(channel, rearm: true)
-            channel.didBecomeActive()
-            channel.channelActive()
-            if channel.state == .active { flush(channel) }
-            return
+            channel.handleEvents(CachetChannel.Events(rawValue: mask))
         }
-        guard code != 0 || mask & (cachet_EPOLLERR | cachet_EPOLLHUP) != 0 else { return }
-        // This address failed: drop its socket and try the next one, if any.
-        let name = channel.remoteAddress ?? "the server"
-        channel.lastConnectError = CachetIOError.connectFailure(code == 0 ? ECONNREFUSED : code, address: name)
-        release(channel)
-        channel._state = .connecting
-        attemptConnect(channel)
     }
 
-    /// Reads until drained (or the per-event cap) and hands each read to the channel. Returns nil when the
-    /// channel was closed, true when the cap stopped it (the registration must be renewed), false otherwise.
-    private func receive(_ channel: CachetChannel, peerClosed: Bool) -> Bool? {
-        var reads = 0
-        while reads < Self.readsPerEvent {
-            reads += 1
-            channel.input.reserveWritable(Self.minimumReadRoom)
-            let room = channel.input.writableBytes
-            switch CachetSocket.read(channel.fd, into: channel.input.writePointer, count: room) {
-            case .bytes(let count):
-                channel.input.moveWriteIndex(forwardBy: count)
-                channel.channelRead()
-                guard channel.state == .active else { return nil }
-                if !channel.wantsToRead { return false }
-                if count < room && !peerClosed { return false }
-            case .wouldBlock:
-                return false
-            case .endOfStream:
-                let name = channel.remoteAddress ?? "the peer"
-                close(channel, error: CachetIOError(code: .connectionClosed, message: "\(name) closed the connection"))
-                return nil
-            case .failed(let code):
-                close(channel, error: closedError(channel, code: code))
-                return nil
-            }
-        }
-        return true
+    /// Ends a batch's dispatch: gives back the retains of the channels closed during it.
+    @inline(__always)
+    private func endDispatch() {
+        dispatchDepth -= 1
+        if dispatchDepth == 0 && !releasedInBatch.isEmpty { releaseClosedInBatch() }
     }
 
-    private func closedError(_ channel: CachetChannel, code: Int32) -> CachetIOError {
-        let name = channel.remoteAddress ?? "the peer"
-        return CachetIOError(
-            code: .connectionClosed,
-            message: "the connection to \(name) broke: \(CachetIOError.describe(code == 0 ? ECONNRESET : code))",
-            systemError: code
-        )
-    }
-
-    /// Sends pending output; returns false if the channel was closed.
-    private func send(_ channel: CachetChannel) -> Bool {
-        while channel.output.readableBytes > 0 {
-            switch CachetSocket.send(channel.fd, channel.output.readableRegion) {
-            case .bytes(let count):
-                channel.output.moveReadIndex(forwardBy: count)
-            case .wouldBlock, .endOfStream:
-                return true
-            case .failed(let code):
-                close(channel, error: closedError(channel, code: code))
-                return false
-            }
-        }
-        return true
-    }
-
-    /// Sends what the socket takes and updates the registration. Called by ``CachetChannel/flush()``.
-    func flush(_ channel: CachetChannel) {
-        guard send(channel) else { return }
-        settle(channel)
+    private func releaseClosedInBatch() {
+        // Taken out first: a deinit could close or release other channels.
+        var released: [Unmanaged<CachetChannel>] = []
+        swap(&released, &releasedInBatch)
+        for channel in released { channel.release() }
     }
 
     /// Brings a channel's epoll registration up to date with its ``CachetChannel/activeEvents`` (what
@@ -553,15 +395,19 @@ public final class CachetEventLoop: @unchecked Sendable {
     }
 
     /// Takes a channel's socket out of the set and closes it; the slot is freed.
-    private func release(_ channel: CachetChannel) {
+    func release(_ channel: CachetChannel) {
         guard channel.fd >= 0 else { return }
         _ = cachet_epoll_remove(epollFD, channel.fd)
         channel.closeDescriptor(channel.fd)
         channel._fd = -1
         let slot = Int(channel.token & 0xffff_ffff)
-        if slot < channels.count, channels[slot] === channel {
+        if slot < channels.count, let entry = channels[slot],
+            entry.toOpaque() == Unmanaged.passUnretained(channel).toOpaque()
+        {
             channels[slot] = nil
             freeSlots.append(slot)
+            // The caller holds the channel (it was given it), unless the loop is calling it from the table.
+            if dispatchDepth > 0 { releasedInBatch.append(entry) } else { entry.release() }
         }
     }
 

@@ -76,11 +76,13 @@ final class Connection: CachetChannel, @unchecked Sendable {
         var discarded = 0
     }
 
-    /// The loop whose connection this is; nil only for a connection made without one (tests of its
-    /// buffers). Unretained: a node's loops live as long as the node, longer than any connection they host,
-    /// and this is used on every event, where a retain and release of the loop cost more than the rest of
-    /// the event's dispatch (Benchmarks/callgrind.sh).
-    private let owner: Unmanaged<EventLoop>?
+    /// The loop whose connection this is. Used on every event, where a retain and release of the loop
+    /// cost more than the rest of the event's dispatch (Benchmarks/callgrind.sh), so it is a strong,
+    /// non-optional `let`: the compiler reads it without a retain while the connection is being called,
+    /// and inlines the loop's handler into ``handleEvents(_:)`` (an `Optional`, or an `Unmanaged` used
+    /// through a closure, each cost a retain or a call per event). The loop holds its connections only
+    /// while they are registered, so the two do not keep each other alive.
+    private let owner: EventLoop
     let memory: ConnectionMemory
     /// Whether the connection counts as open (STATS `connections_current`); a connection answered
     /// UNAVAILABLE and closing does not.
@@ -134,8 +136,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     ///   - owner: the loop that hosts it.
     ///   - memory: the budget its buffers are charged to.
     ///   - counted: whether it counts as open (STATS `connections_current`).
-    init(owner: EventLoop?, memory: ConnectionMemory, counted: Bool = true) {
-        self.owner = owner.map { Unmanaged.passUnretained($0) }
+    init(owner: EventLoop, memory: ConnectionMemory, counted: Bool = true) {
+        self.owner = owner
         self.memory = memory
         self.counted = counted
         super.init(inputCapacity: Self.initialBufferSize, outputCapacity: Self.initialBufferSize)
@@ -144,9 +146,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     // MARK: - Channel handlers (on the loop's queue)
 
     override func handleEvents(_ events: Events) {
-        owner.unsafelyUnwrapped._withUnsafeGuaranteedRef {
-            $0.handle(self, mask: events.rawValue, now: $0.loop.batchSeconds)
-        }
+        owner.handle(self, mask: events.rawValue, now: owner.loop.batchSeconds)
     }
 
     override var activeEvents: Events {
@@ -154,7 +154,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     override func channelInactive(error: CachetIOError?) {
-        owner?.takeUnretainedValue().connectionClosed(self)
+        owner.connectionClosed(self)
     }
 
     /// Readable, or the peer has closed its side: `EPOLLRDHUP` tells a short read that left the end of
@@ -221,14 +221,14 @@ final class Connection: CachetChannel, @unchecked Sendable {
 
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
     /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
-    /// date.
+    /// date. `tight` is evaluated only when there is something to trim.
     @inline(__always)
-    func trimBuffers(tight: Bool) {
+    func trimBuffers(tight: @autoclosure () -> Bool) {
         // The common case: initial buffers, nothing charged.
         if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize {
             return
         }
-        trimLargeBuffers(tight: tight)
+        trimLargeBuffers(tight: tight())
     }
 
     private func trimLargeBuffers(tight: Bool) {

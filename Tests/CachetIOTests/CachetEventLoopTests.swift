@@ -98,6 +98,27 @@ final class PingPongChannel: CachetChannel, @unchecked Sendable {
     override func channelInactive(error: CachetIOError?) { failure = error }
 }
 
+/// Closes itself as soon as bytes arrive, then goes on using itself before returning; logs that and its
+/// deinit to `log`, which outlives it.
+final class SelfClosingChannel: CachetChannel, @unchecked Sendable {
+    let log: CachetLock<[String]>
+
+    init(log: CachetLock<[String]>) {
+        self.log = log
+        super.init()
+    }
+
+    deinit { log.withLock { $0.append("deinit") } }
+
+    override func channelRead() {
+        close()
+        log.withLock { $0.append("closed") }
+        // Still this channel's own memory: the loop must not have let go of it yet.
+        input.moveReadIndex(forwardBy: input.readableBytes)
+        log.withLock { $0.append(isClosed ? "returning" : "not closed") }
+    }
+}
+
 /// Accepts connections on a loop and registers each as an `EchoChannel`.
 final class EchoServer: @unchecked Sendable {
     let port: Int
@@ -380,6 +401,43 @@ func waitUntil(
         }
         // The work queued before still runs (the wake-up was left for the handler).
         #expect(waitUntil(loop) { ran.withLock { $0 } })
+    }
+
+    /// The loop reaches a channel through its table without a retain per event: a channel that closes
+    /// itself from its handler must stay alive until the handler has returned, and be freed afterwards
+    /// (the table's retain is given back once the batch is over).
+    @Test func aChannelClosedByItsOwnHandlerLivesUntilTheHandlerReturnsAndIsThenFreed() throws {
+        let (listener, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        defer { CachetSocket.close(listener) }
+        let loop = try CachetEventLoop(label: "test.selfclose")
+        loop.start()
+        defer { loop.stop() }
+        let log = CachetLock<[String]>([])
+        weak var weakChannel: SelfClosingChannel?
+        do {
+            // Only the loop holds the channel once this scope ends.
+            let channel = SelfClosingChannel(log: log)
+            weakChannel = channel
+            loop.execute {
+                loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2))
+            }
+        }
+        let deadline = CachetDeadline(after: .seconds(2))
+        var accepted: Int32?
+        while accepted == nil && !deadline.hasPassed {
+            accepted = try CachetSocket.accept(listener)
+            if accepted == nil { usleep(1000) }
+        }
+        let server = try #require(accepted)
+        defer { CachetSocket.close(server) }
+        #expect(waitUntil(loop) { weakChannel?.isActive == true })
+        _ = [UInt8]("x".utf8).withUnsafeBytes { CachetSocket.send(server, $0) }
+        #expect(waitUntil(loop) { log.withLock { $0.contains("deinit") } })
+        #expect(log.withLock { $0 } == ["closed", "returning", "deinit"])
+        loop.executeAndWait {
+            #expect(weakChannel == nil)
+            #expect(loop.channelCount == 0)
+        }
     }
 
     @Test func timersRunInDeadlineOrderAndCancelledOnesDoNot() throws {

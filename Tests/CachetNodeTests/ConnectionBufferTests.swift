@@ -1,3 +1,5 @@
+import CachetStore
+import Logging
 import Testing
 
 @testable import CachetNode
@@ -6,6 +8,29 @@ import Testing
 /// read would write them.
 @Suite("Connection: input buffers grow by what is needed and shrink back")
 struct ConnectionBufferTests {
+    /// A connection of a loop that is never started (so never registered: its buffers alone are used).
+    func makeConnection(memory: ConnectionMemory) throws -> Connection {
+        let store = CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: 8 << 20))
+        let processor = RequestProcessor(
+            store: store,
+            disk: nil,
+            counters: RequestCounters(),
+            maximumPayloadLength: 1 << 20,
+            statistics: { "{}" },
+            connectionMemory: memory
+        )
+        let loop = try EventLoop(
+            index: 0,
+            processor: processor,
+            outputLimit: 4 << 20,
+            memory: memory,
+            lingerMilliseconds: 0,
+            logger: Logger(label: "cachet.test"),
+            onClose: {}
+        )
+        return Connection(owner: loop, memory: memory)
+    }
+
     /// Writes `count` bytes into the input the way a read does, after asking for room.
     func arrive(_ connection: Connection, _ count: Int, frameLength: Int) -> Bool {
         var left = count
@@ -18,9 +43,9 @@ struct ConnectionBufferTests {
         return true
     }
 
-    @Test func oneByteDripsDoNotGrowTheBufferAheadOfTheBytes() {
+    @Test func oneByteDripsDoNotGrowTheBufferAheadOfTheBytes() throws {
         let memory = ConnectionMemory(limit: 8 << 20)
-        let connection = Connection(owner: nil, memory: memory)
+        let connection = try makeConnection(memory: memory)
         let frameLength = 2 << 20
         for _ in 0..<20_000 { #expect(arrive(connection, 1, frameLength: frameLength)) }
         // 20,000 bytes held in a buffer that grew in steps no larger than itself (the old code doubled
@@ -33,18 +58,18 @@ struct ConnectionBufferTests {
         #expect(connection.charged == memory.current)
     }
 
-    @Test func aClaimedFrameBeyondTheBudgetWaitsWithoutAllocating() {
+    @Test func aClaimedFrameBeyondTheBudgetWaitsWithoutAllocating() throws {
         let memory = ConnectionMemory(limit: 1 << 20)
-        let connection = Connection(owner: nil, memory: memory)
+        let connection = try makeConnection(memory: memory)
         let frameLength = 16 << 20
         #expect(!arrive(connection, 100_000, frameLength: frameLength))
         #expect(connection.input.capacity == Connection.initialBufferSize)
         #expect(memory.current == 0)
     }
 
-    @Test func theBufferShrinksBackOnceTheLargeFrameHasPassed() {
+    @Test func theBufferShrinksBackOnceTheLargeFrameHasPassed() throws {
         let memory = ConnectionMemory(limit: 8 << 20)
-        let connection = Connection(owner: nil, memory: memory)
+        let connection = try makeConnection(memory: memory)
         let frameLength = 3 << 20
         #expect(arrive(connection, frameLength, frameLength: frameLength))
         #expect(connection.input.capacity >= frameLength)

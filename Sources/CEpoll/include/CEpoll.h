@@ -38,9 +38,14 @@ void cachet_set_timer_slack_ns(unsigned long slack_ns);
 struct epoll_event *cachet_epoll_events_create(int capacity);
 void cachet_epoll_events_free(struct epoll_event *events);
 
-/// Reads one event of the array.
-uint32_t cachet_epoll_event_mask(const struct epoll_event *events, int index);
-uint64_t cachet_epoll_event_token(const struct epoll_event *events, int index);
+/// Reads one event of the array. Inline: called twice per event on the loop's hot path, where a call each
+/// cost about a tenth of the dispatch (Benchmarks/callgrind.sh).
+static inline uint32_t cachet_epoll_event_mask(const struct epoll_event *events, int index) {
+    return events[index].events;
+}
+static inline uint64_t cachet_epoll_event_token(const struct epoll_event *events, int index) {
+    return events[index].data.u64;
+}
 
 /// An eventfd (non-blocking, close-on-exec) for waking a thread blocked in epoll_wait. Returns -1 and sets
 /// errno on failure.
