@@ -205,6 +205,9 @@ struct NodeFailoverTests {
         #expect(
             try cluster.node("n3").connect().roundTrip(.put(key: Array(n3Key.utf8), value: [3], ttl: 0)).status == .ok
         )
+        let n1Key = cluster.key(ownedBy: "n1")
+        let n1 = try cluster.node("n1").connect()
+        #expect(try n1.roundTrip(.put(key: Array(n1Key.utf8), value: [1], ttl: 0)).status == .ok)
         _ = cluster.node("n2").stop(signal: SIGKILL)
         let file = cluster.directory.appending("data-n2/standin-log")
         unlink(file)
@@ -221,6 +224,25 @@ struct NodeFailoverTests {
             Thread.sleep(forTimeInterval: 0.05)
         } while Date() < deadline
         #expect(status == .notFound, "n3 cleared")
+        // And n2 has n1's answer to its CLEAR. Until then the CLEAR it still owes n1 covers any write of
+        // n1's keys: such a write adds nothing to the file and is taken, not refused. n2 sends GETs of n1's
+        // keys to n1 only once it owes n1 nothing (until then they miss), so a GET through n2 that returns
+        // what n1 holds shows it. n1's key is written again after the CLEAR removed it (a CLEAR whose answer
+        // came late is sent again).
+        let delivered = Date().addingTimeInterval(10)
+        var (n1Cleared, servedThroughN2) = (false, false)
+        repeat {
+            let reply = try NodeForwardingTests.get(n1Key, from: try cluster.node("n2").connect())
+            servedThroughN2 = reply.status == .ok && reply.body == [1]
+            if servedThroughN2 { break }
+            if try NodeForwardingTests.get(n1Key, from: n1, flags: .forwarded).status == .notFound {
+                n1Cleared = true
+                #expect(try n1.roundTrip(.put(key: Array(n1Key.utf8), value: [1], ttl: 0)).status == .ok)
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        } while Date() < delivered
+        #expect(n1Cleared, "n1 cleared")
+        #expect(servedThroughN2, "n2 sends n1's keys to n1: it owes n1 nothing")
 
         _ = cluster.node("n1").stop(signal: SIGKILL)
         try Self.waitForDown("n1", cluster: cluster)

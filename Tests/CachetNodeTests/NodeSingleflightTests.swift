@@ -43,19 +43,31 @@ struct NodeSingleflightTests {
         )
         let clients = try (0..<50).map { _ in try cluster.node("n2").connect() }
         let getsBefore = try cluster.stats("n1")["gets"] as? Int ?? -1
-        let forwardsBefore = try cluster.stats("n2")["forwards"] as? Int ?? -1
+        let before = try cluster.stats("n2")
+        let forwardsBefore = before["forwards"] as? Int ?? -1
+        let collapsedBefore = before["forwards_collapsed"] as? Int ?? -1
 
         let owner = cluster.node("n1").process.processIdentifier
-        kill(owner, SIGSTOP)
         defer { kill(owner, SIGCONT) }
+        // Stopped for good before the first GET: a thread of n1 still running would answer a flight, and
+        // the GETs behind it would start another.
+        #expect(freeze(owner), "n1 stopped")
         let stopped = Date()
         for (index, client) in clients.enumerated() {
             try client.send(CachetCommand.get(key: Array(key.utf8)).encoded(id: UInt32(1000 + index)))
         }
-        // Every GET routed (and so forwarded or joined) before the owner resumes.
-        let forwards = try Self.waitFor("forwards", of: "n2", toReach: forwardsBefore + 50, in: cluster, within: 3)
-        #expect(forwards == forwardsBefore + 50)
-        Thread.sleep(forTimeInterval: 0.1)
+        // Every GET has joined its flight before the owner resumes: n2 deals connections to its I/O queues
+        // round robin, so each queue got clients; the first GET on each sent the one request of that
+        // queue's flight, and every other GET joined it.
+        let collapsed = try Self.waitFor(
+            "forwards_collapsed",
+            of: "n2",
+            toReach: collapsedBefore + 50 - queues,
+            in: cluster,
+            within: 3
+        )
+        #expect(collapsed == collapsedBefore + 50 - queues)
+        #expect(try cluster.stats("n2")["forwards"] as? Int == forwardsBefore + 50)
         #expect(Date().timeIntervalSince(stopped) < 4, "resumed within the forward deadline")
         kill(owner, SIGCONT)
 
@@ -64,12 +76,11 @@ struct NodeSingleflightTests {
             #expect(reply.status == .ok && reply.body == value, "client \(index): \(reply)")
             #expect(reply.id == UInt32(1000 + index) && reply.opcode == .get, "client \(index): \(reply)")
         }
-        // One request per I/O queue of n2 that got a client (connections are spread over the queues); every
-        // other GET shared it.
+        // One request per I/O queue of n2; every other GET shared it.
         let upstream = (try cluster.stats("n1")["gets"] as? Int ?? -1) - getsBefore
         let stats = try cluster.stats("n2")
-        #expect(upstream >= 1 && upstream <= queues, "the owner served \(upstream) GETs")
-        #expect(stats["forwards_collapsed"] as? Int == 50 - upstream, "\(stats)")
+        #expect(upstream == queues, "the owner served \(upstream) GETs")
+        #expect(stats["forwards_collapsed"] as? Int == collapsedBefore + 50 - upstream, "\(stats)")
         #expect(stats["forward_failures"] as? Int == 0)
     }
 
@@ -84,8 +95,8 @@ struct NodeSingleflightTests {
         let forwardsBefore = try cluster.stats("n2")["forwards"] as? Int ?? -1
 
         let owner = cluster.node("n1").process.processIdentifier
-        kill(owner, SIGSTOP)
         defer { kill(owner, SIGCONT) }
+        #expect(freeze(owner), "n1 stopped")
         // A GET in the air, then a PUT of v2, then two GETs: those start a flight of their own (and share it).
         let requests: [[UInt8]] = [
             CachetCommand.get(key: key).encoded(id: 1),
