@@ -29,6 +29,8 @@ public final class CachetClient: Sendable {
     let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
     private let requestTimeoutNanoseconds: UInt64
+    /// How a call that is the only one in flight waits for its reply.
+    let loneCallerSpin = LoneCallerSpin()
 
     /// Creates a client. Nothing is connected yet: the first request to each node opens its connection.
     /// - Parameters:
@@ -258,6 +260,10 @@ public final class CachetClient: Sendable {
     }
 
     /// Issues one request on `node` and waits for its outcome; cancellation fails only this request.
+    ///
+    /// A call that is the client's only one in flight spins for its reply for a short while before it
+    /// suspends (``LoneCallerSpin``): a reply that comes meanwhile resumes the continuation before the task
+    /// suspends, so the task goes on on its own thread, without the event loop enqueueing it.
     @inline(__always)
     func send(
         on node: NodeClient,
@@ -266,9 +272,16 @@ public final class CachetClient: Sendable {
     ) async -> ClientOutcome {
         let slot = node.pickSlot()
         let id = slot.reserveID()
+        let spin = loneCallerSpin
+        let (lone, budget) = spin.begin()
+        let began = lone ? monotonicNanoseconds() : 0
+        defer { spin.end(lone: lone, began: began) }
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
                 issue(slot, id, .caller(continuation), deadline)
+                // Resuming a continuation before its closure returns is allowed: the task then goes on
+                // without suspending.
+                if budget > 0 { LoneCallerSpin.spin(budget: budget) { slot.wasResumed(id: id) } }
             }
         } onCancel: {
             slot.abandon(id: id)

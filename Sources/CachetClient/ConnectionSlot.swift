@@ -57,6 +57,9 @@ final class ConnectionSlot: @unchecked Sendable {
     let index: Int
     private let state = CachetLock(State())
     private let nextID = Atomic<UInt32>(1)
+    /// The id of the request whose caller was resumed last with its reply or its cancellation: what a
+    /// spinning lone caller watches (``LoneCallerSpin``). Stored after the resume.
+    private let resumedID = Atomic<UInt32>(0)
 
     init(node: NodeClient, transport: ClientTransport, index: Int) {
         self.node = node
@@ -67,6 +70,11 @@ final class ConnectionSlot: @unchecked Sendable {
     /// A fresh request id.
     @inline(__always)
     func reserveID() -> UInt32 { nextID.wrappingAdd(1, ordering: .relaxed).oldValue }
+
+    /// Whether the caller of request `id` has been resumed with its reply or its cancellation (a failure
+    /// of another kind is not reported here: a spinning caller then waits out its spin).
+    @inline(__always)
+    func wasResumed(id: UInt32) -> Bool { resumedID.load(ordering: .acquiring) == id }
 
     /// Requests waited for on this slot.
     var waiting: Int { state.withLock { $0.machine.waiting } }
@@ -166,10 +174,12 @@ final class ConnectionSlot: @unchecked Sendable {
     /// The caller of request `id` gave up: fail it now; its reply is dropped when it comes.
     func abandon(id: UInt32) {
         let waiter = state.withLock { $0.machine.abandon(id: id) }
-        waiter?.resume(
+        guard let waiter else { return }
+        waiter.resume(
             .failure(CachetClientError(code: .cancelled, message: "the calling task was cancelled")),
             node: node
         )
+        resumedID.store(id, ordering: .releasing)
     }
 
     // MARK: Connecting
@@ -241,6 +251,7 @@ final class ConnectionSlot: @unchecked Sendable {
             node.replied()
             let body = frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
             waiter.resume(.reply(frame.header.status, body), node: node)
+            resumedID.store(frame.header.id, ordering: .releasing)
             return true
         case .discard?:
             node.replied()

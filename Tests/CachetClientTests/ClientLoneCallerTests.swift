@@ -1,0 +1,161 @@
+import CachetLocking
+import CachetTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+@testable import CachetClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A call that is the client's only one spins briefly for its reply (`LoneCallerSpin`): when it may, for
+/// how long, and that answers, cancellations and timeouts reach it as before.
+@Suite("CachetClient lone callers")
+struct ClientLoneCallerTests {
+    @Test("a lone call may spin, an overlapping one may not; slow lone calls turn spinning off, fast ones on")
+    func budget() {
+        let spin = LoneCallerSpin()
+        let first = spin.begin()
+        #expect(first.lone)
+        #expect(first.budget > 0 && first.budget <= LoneCallerSpin.maximumBudget)
+        let second = spin.begin()
+        #expect(!second.lone && second.budget == 0)
+        spin.end(lone: second.lone, began: 0)
+        spin.end(lone: first.lone, began: monotonicNanoseconds())
+        // Lone calls answered after 1 ms: the average climbs past the limit, and lone calls stop spinning.
+        for _ in 0..<40 {
+            let call = spin.begin()
+            #expect(call.lone)
+            spin.end(lone: call.lone, began: monotonicNanoseconds() - 1_000_000)
+        }
+        #expect(spin.average > LoneCallerSpin.spinningAverageLimit)
+        let slow = spin.begin()
+        #expect(slow.lone && slow.budget == 0)
+        spin.end(lone: slow.lone, began: monotonicNanoseconds() - 1_000_000)
+        // Answered at once again: spinning comes back, with the smallest budget.
+        for _ in 0..<80 {
+            let call = spin.begin()
+            spin.end(lone: call.lone, began: monotonicNanoseconds())
+        }
+        let fast = spin.begin()
+        #expect(fast.lone && fast.budget > 0 && fast.budget < 2 * LoneCallerSpin.budgetSlack)
+        spin.end(lone: fast.lone, began: monotonicNanoseconds())
+    }
+
+    @Test("a spin ends as soon as its call is answered, and at its budget otherwise")
+    func spinEnds() {
+        final class Flag: Sendable {
+            let value = Atomic<Bool>(false)
+        }
+        let answered = Flag()
+        let began = ContinuousClock.now
+        Thread.detachNewThread {
+            usleep(20_000)
+            answered.value.store(true, ordering: .releasing)
+        }
+        // A budget of 10 s: only the answer ends it.
+        LoneCallerSpin.spin(budget: 10_000_000_000) { answered.value.load(ordering: .acquiring) }
+        let took = ContinuousClock.now - began
+        let wasAnswered = answered.value.load(ordering: .acquiring)
+        #expect(wasAnswered)
+        #expect(took < .seconds(5))
+        let unanswered = ContinuousClock.now
+        LoneCallerSpin.spin(budget: 2_000_000) { false }
+        let spun = ContinuousClock.now - unanswered
+        #expect(spun >= .milliseconds(2) && spun < .seconds(5))
+    }
+
+    @Test("sequential calls of one task get their own replies (values checked), batches beside them too")
+    func sequentialValues() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            for index in 0..<300 {
+                let key = "lone:\(index)"
+                let value = (0..<(index % 50 + 1)).map { UInt8(truncatingIfNeeded: $0 &+ index) }
+                try await client.put(key, value: value)
+                #expect(try await client.get(key) == value)
+                if index % 100 == 0 {
+                    let got = try await client.get(["lone:0", key])
+                    #expect(got.count == 2 && got[0] != nil && got[1] == value)
+                }
+            }
+            #expect(try await client.delete("lone:7"))
+            #expect(try await client.get("lone:7") == nil)
+        }
+    }
+
+    @Test("a cancelled request is reported to a spinning caller as resumed")
+    func cancellationEndsSpin() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        let pid = cluster.processes[0].process.processIdentifier
+        defer { kill(pid, SIGCONT) }
+        let configuration = cluster.configuration(timeout: .seconds(20)) { $0.connectionsPerNode = 1 }
+        try await withClient(configuration) { client in
+            try await client.put("k", value: [1])
+            freeze(pid)
+            let node = client.nodes[0]
+            let issued = CachetLock<(ConnectionSlot, UInt32)?>(nil)
+            let call = Task {
+                await client.send(on: node, deadline: monotonicNanoseconds() + 20_000_000_000) {
+                    slot, id, waiter, deadline in
+                    issued.withLock { $0 = (slot, id) }
+                    slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
+                }
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while issued.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            guard let (slot, id) = issued.withLock({ $0 }) else {
+                Issue.record("the request was never issued")
+                return
+            }
+            #expect(!slot.wasResumed(id: id))
+            call.cancel()
+            guard case .failure(let error) = await call.value else {
+                Issue.record("a cancelled request was answered")
+                return
+            }
+            #expect(error.code == .cancelled)
+            #expect(slot.wasResumed(id: id))
+            kill(pid, SIGCONT)
+            #expect(try await client.get("k") == [1])
+        }
+    }
+
+    @Test("a lone call to a frozen node times out at its timeout; a lone call cancelled fails at once")
+    func loneTimeoutAndCancellation() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        let pid = cluster.processes[0].process.processIdentifier
+        defer { kill(pid, SIGCONT) }
+        let configuration = cluster.configuration(timeout: .seconds(1)) {
+            $0.connectionsPerNode = 1
+            $0.timeoutsBeforeDown = 100
+        }
+        try await withClient(configuration) { client in
+            try await client.put("k", value: [1])
+            freeze(pid)
+            let (_, took, stall) = await measureWithStalls {
+                await expectFailure(.timeout) { () throws(CachetClientError) in _ = try await client.get("k") }
+            }
+            #expect(took >= .milliseconds(900))
+            #expect(took < .seconds(2) + stall)
+            let call = Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") }
+            try await Task.sleep(for: .milliseconds(100))
+            let (result, cancelTook, cancelStall) = await measureWithStalls {
+                call.cancel()
+                return await call.result
+            }
+            #expect(cancelTook < .milliseconds(200) + cancelStall)
+            guard case .failure(let error) = result else {
+                Issue.record("a cancelled request succeeded")
+                return
+            }
+            #expect((error as? CachetClientError)?.code == .cancelled, "\(error)")
+            kill(pid, SIGCONT)
+            #expect(try await client.get("k") == [1])
+        }
+    }
+}
