@@ -30,7 +30,7 @@ public final class CachetClient: Sendable {
     private let isShutDown = Atomic<Bool>(false)
     private let requestTimeoutNanoseconds: UInt64
     /// How a call that is the only one in flight waits for its reply.
-    let loneCallerSpin = LoneCallerSpin()
+    let loneCallerSpin: LoneCallerSpin
 
     /// Creates a client. Nothing is connected yet: the first request to each node opens its connection.
     /// - Parameters:
@@ -71,6 +71,7 @@ public final class CachetClient: Sendable {
         slots = nodes.flatMap(\.slots)
         transport.install(nodes: nodes)
         requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
+        loneCallerSpin = LoneCallerSpin(maximumSpin: configuration.maximumSpin)
     }
 
     deinit {
@@ -263,7 +264,9 @@ public final class CachetClient: Sendable {
     ///
     /// A call that is the client's only one in flight spins for its reply for a short while before it
     /// suspends (``LoneCallerSpin``): a reply that comes meanwhile resumes the continuation before the task
-    /// suspends, so the task goes on on its own thread, without the event loop enqueueing it.
+    /// suspends, so the task goes on on its own thread, without the event loop enqueueing it. Once
+    /// resumed, every call hands over the replies the loop queued for its slot's other callers
+    /// (``ResumeRelay``).
     @inline(__always)
     func send(
         on node: NodeClient,
@@ -276,7 +279,7 @@ public final class CachetClient: Sendable {
         let (lone, budget) = spin.begin()
         let began = lone ? monotonicNanoseconds() : 0
         defer { spin.end(lone: lone, began: began) }
-        return await withTaskCancellationHandler {
+        let outcome = await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
                 issue(slot, id, .caller(continuation), deadline)
                 // Resuming a continuation before its closure returns is allowed: the task then goes on
@@ -286,6 +289,9 @@ public final class CachetClient: Sendable {
         } onCancel: {
             slot.abandon(id: id)
         }
+        // Replies the loop queued for other callers while this one was on its way (``ResumeRelay``).
+        slot.relayResumes()
+        return outcome
     }
 
     func unavailableError(key: some Collection<UInt8>) -> CachetClientError {

@@ -17,10 +17,11 @@ import Glibc
 ///
 /// When: spinning pays only when the reply comes soon and nobody else needs the core. So a call spins only
 /// when no other call of the client (single keys, batches, per-node commands) is in flight as it begins,
-/// and only while the recent lone calls were answered within ``spinningAverageLimit`` on average; it spins
-/// for at most twice that average (plus ``budgetSlack``), never longer than ``maximumBudget``, and then
-/// suspends as any other call. A client whose node is far (a network round trip above the limit) or slow
-/// never spins; a busy client (many tasks) never spins either, since its calls overlap.
+/// and only while the recent lone calls were answered within ``spinningAverageLimit`` (half of
+/// `Configuration.maximumSpin`) on average; it spins for at most twice that average (plus
+/// ``budgetSlack``), never longer than ``maximumBudget`` (`maximumSpin`), and then suspends as any other
+/// call. A client whose node is far (a network round trip above the limit) or slow never spins; a busy
+/// client (many tasks) never spins either, since its calls overlap.
 ///
 /// Nothing but the waiting changes: the request, its timeout and its cancellation are the slot's as
 /// before, and the spin ends early when the call is answered, cancelled or failed.
@@ -30,16 +31,21 @@ final class LoneCallerSpin: Sendable {
     /// Calls in flight: single keys, batches and per-node commands.
     private let inFlight = Atomic<Int>(0)
     /// The moving average (weight 1/8) of the latency of calls that began alone, in nanoseconds.
-    private let averageNanoseconds = Atomic<Int>(Int(LoneCallerSpin.spinningAverageLimit / 2))
-
-    /// Lone calls spin only while their average latency is at most this (150 µs).
-    static let spinningAverageLimit: UInt64 = 150_000
+    private let averageNanoseconds: Atomic<Int>
+    /// Lone calls spin only while their average latency is at most this (half of ``maximumBudget``).
+    let spinningAverageLimit: UInt64
+    /// The longest spin, in nanoseconds; 0 never spins.
+    let maximumBudget: UInt64
     /// Added to twice the average (20 µs).
     static let budgetSlack: UInt64 = 20_000
-    /// The longest spin (300 µs).
-    static let maximumBudget: UInt64 = 300_000
 
-    init() {}
+    /// Creates the state of one client.
+    /// - Parameter maximumSpin: the longest spin (`Configuration.maximumSpin`); zero never spins.
+    init(maximumSpin: Duration) {
+        maximumBudget = maximumSpin.nanoseconds
+        spinningAverageLimit = maximumBudget / 2
+        averageNanoseconds = Atomic(Int(maximumBudget / 4))
+    }
 
     /// A call begins.
     /// - Returns: whether it is the only one in flight (then it reports its latency to ``end(lone:began:)``),
@@ -48,8 +54,8 @@ final class LoneCallerSpin: Sendable {
     func begin() -> (lone: Bool, budget: UInt64) {
         guard inFlight.wrappingAdd(1, ordering: .relaxed).oldValue == 0 else { return (false, 0) }
         let average = UInt64(max(0, averageNanoseconds.load(ordering: .relaxed)))
-        guard average <= Self.spinningAverageLimit else { return (true, 0) }
-        return (true, min(Self.maximumBudget, 2 * average + Self.budgetSlack))
+        guard maximumBudget > 0, average <= spinningAverageLimit else { return (true, 0) }
+        return (true, min(maximumBudget, 2 * average + Self.budgetSlack))
     }
 
     /// A call that began with ``begin()`` ended.
