@@ -106,6 +106,11 @@ extension CachetClient {
 
     /// Issues one request per key (GET, or PUT when `values` is given), grouped by node, and waits for all.
     private func batch(keys: [[UInt8]], values: [[UInt8]]?, ttl: UInt32) async -> [ClientOutcome] {
+        // Counted as a call in flight, so that a single-key call beside it does not spin for its reply.
+        await loneCallerSpin.counting { await batchUncounted(keys: keys, values: values, ttl: ttl) }
+    }
+
+    private func batchUncounted(keys: [[UInt8]], values: [[UInt8]]?, ttl: UInt32) async -> [ClientOutcome] {
         guard !keys.isEmpty else { return [] }
         guard !isShutDownNow else { return keys.map { _ in .failure(nodes[0].shutdownError()) } }
         let deadline = monotonicNanoseconds() &+ configuration.requestTimeout.nanoseconds

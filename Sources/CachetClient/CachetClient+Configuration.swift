@@ -55,6 +55,14 @@ extension CachetClient {
         /// thread hand-off per reply. Rounded up to whole milliseconds (the loop's unit); at most 2 ms.
         /// Zero turns it off.
         public var eventLoopLinger: Duration = .microseconds(500)
+        /// How long a call that is the client's only one in flight may spin (on its own thread, yielding the
+        /// core at every turn) for its reply before it suspends. A reply that comes meanwhile goes on the
+        /// calling thread at once, with no thread hand-off and no allocation for the wake-up; the price is
+        /// that thread's time while it spins, which other tasks could have used. A call spins only while
+        /// such calls were answered within half of this on average, and for at most twice that average, so a
+        /// far or slow node, or a client with many calls at once, never spins. At most 1 ms; zero turns
+        /// spinning off.
+        public var maximumSpin: Duration = .microseconds(300)
         /// The largest reply payload accepted from a node; larger is a protocol violation. The default is
         /// the protocol's default `--max-frame`.
         public var maximumFrameLength: Int = 64 << 20
@@ -98,6 +106,9 @@ extension CachetClient {
             }
             guard eventLoopLinger >= .zero && eventLoopLinger <= .milliseconds(2) else {
                 throw fail("eventLoopLinger \(eventLoopLinger) must be between zero and 2 ms")
+            }
+            guard maximumSpin >= .zero && maximumSpin <= .milliseconds(1) else {
+                throw fail("maximumSpin \(maximumSpin) must be between zero and 1 ms")
             }
             guard timeoutsBeforeDown >= 1 else { throw fail("timeoutsBeforeDown must be at least 1") }
             guard maximumFrameLength >= 1 << 16 && maximumFrameLength <= Int(UInt32.max) else {

@@ -29,6 +29,8 @@ public final class CachetClient: Sendable {
     let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
     private let requestTimeoutNanoseconds: UInt64
+    /// How a call that is the only one in flight waits for its reply.
+    let loneCallerSpin: LoneCallerSpin
 
     /// Creates a client. Nothing is connected yet: the first request to each node opens its connection.
     /// - Parameters:
@@ -69,6 +71,7 @@ public final class CachetClient: Sendable {
         slots = nodes.flatMap(\.slots)
         transport.install(nodes: nodes)
         requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
+        loneCallerSpin = LoneCallerSpin(maximumSpin: configuration.maximumSpin)
     }
 
     deinit {
@@ -258,6 +261,12 @@ public final class CachetClient: Sendable {
     }
 
     /// Issues one request on `node` and waits for its outcome; cancellation fails only this request.
+    ///
+    /// A call that is the client's only one in flight spins for its reply for a short while before it
+    /// suspends (``LoneCallerSpin``): a reply that comes meanwhile resumes the continuation before the task
+    /// suspends, so the task goes on on its own thread, without the event loop enqueueing it. Once
+    /// resumed, every call hands over the replies the loop queued for its slot's other callers
+    /// (``ResumeRelay``).
     @inline(__always)
     func send(
         on node: NodeClient,
@@ -266,13 +275,23 @@ public final class CachetClient: Sendable {
     ) async -> ClientOutcome {
         let slot = node.pickSlot()
         let id = slot.reserveID()
-        return await withTaskCancellationHandler {
+        let spin = loneCallerSpin
+        let (lone, budget) = spin.begin()
+        let began = lone ? monotonicNanoseconds() : 0
+        defer { spin.end(lone: lone, began: began) }
+        let outcome = await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
                 issue(slot, id, .caller(continuation), deadline)
+                // Resuming a continuation before its closure returns is allowed: the task then goes on
+                // without suspending.
+                if budget > 0 { LoneCallerSpin.spin(budget: budget) { slot.wasResumed(id: id) } }
             }
         } onCancel: {
             slot.abandon(id: id)
         }
+        // Replies the loop queued for other callers while this one was on its way (``ResumeRelay``).
+        slot.relayResumes()
+        return outcome
     }
 
     func unavailableError(key: some Collection<UInt8>) -> CachetClientError {

@@ -50,6 +50,8 @@ final class ConnectionSlot: @unchecked Sendable {
         var machine = ConnectionStateMachine<ClientWaiter>()
         /// The socket: connecting or connected; nil while the machine is idle (or shut down and closed).
         var channel: ClientChannel?
+        /// Replies handed to their callers by other callers (``relayResumes()``).
+        var relay = ResumeRelay<UnsafeContinuation<ClientOutcome, Never>>()
     }
 
     unowned let node: NodeClient
@@ -57,6 +59,9 @@ final class ConnectionSlot: @unchecked Sendable {
     let index: Int
     private let state = CachetLock(State())
     private let nextID = Atomic<UInt32>(1)
+    /// The id of the request whose caller was resumed last with its reply or its cancellation: what a
+    /// spinning lone caller watches (``LoneCallerSpin``). Stored after the resume.
+    private let resumedID = Atomic<UInt32>(0)
 
     init(node: NodeClient, transport: ClientTransport, index: Int) {
         self.node = node
@@ -68,12 +73,20 @@ final class ConnectionSlot: @unchecked Sendable {
     @inline(__always)
     func reserveID() -> UInt32 { nextID.wrappingAdd(1, ordering: .relaxed).oldValue }
 
+    /// Whether the caller of request `id` has been resumed with its reply or its cancellation (a failure
+    /// of another kind is not reported here: a spinning caller then waits out its spin).
+    @inline(__always)
+    func wasResumed(id: UInt32) -> Bool { resumedID.load(ordering: .acquiring) == id }
+
     /// Requests waited for on this slot.
     var waiting: Int { state.withLock { $0.machine.waiting } }
 
     /// Whether the tick must run for this slot: requests waited for, a connect in progress, or a drain.
     var needsTimer: Bool {
-        state.withLock { $0.machine.waiting > 0 || $0.machine.state == .connecting || $0.machine.state == .draining }
+        state.withLock {
+            $0.machine.waiting > 0 || $0.machine.state == .connecting || $0.machine.state == .draining
+                || $0.relay.count > 0
+        }
     }
 
     private enum Next {
@@ -166,10 +179,12 @@ final class ConnectionSlot: @unchecked Sendable {
     /// The caller of request `id` gave up: fail it now; its reply is dropped when it comes.
     func abandon(id: UInt32) {
         let waiter = state.withLock { $0.machine.abandon(id: id) }
-        waiter?.resume(
+        guard let waiter else { return }
+        waiter.resume(
             .failure(CachetClientError(code: .cancelled, message: "the calling task was cancelled")),
             node: node
         )
+        resumedID.store(id, ordering: .releasing)
     }
 
     // MARK: Connecting
@@ -228,21 +243,36 @@ final class ConnectionSlot: @unchecked Sendable {
     /// A reply was decoded: hands it to its caller. Returns false when the channel is no longer usable
     /// (a reply to no request in flight: the channel is closed), or no longer the slot's.
     func replyReceived(_ frame: CachetFrame, in region: UnsafeRawBufferPointer, on channel: ClientChannel) -> Bool {
-        let action = state.withLock { state -> ConnectionStateMachine<ClientWaiter>.ReplyAction? in
+        let id = frame.header.id
+        // Copied before the lock, so that a caller's outcome can be queued in the relay under it. (A reply
+        // whose caller gave up, the only one that is not handed over, is rare.)
+        let outcome = ClientOutcome.reply(
+            frame.header.status,
+            frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
+        )
+        let action = state.withLock { state -> ReplyStep? in
             guard state.channel === channel else { return nil }
-            let action = state.machine.replyReceived(id: frame.header.id)
-            if case .protocolViolation = action { state.channel = nil }
-            return action
+            switch state.machine.replyReceived(id: id) {
+            case .deliver(.caller(let continuation)):
+                return state.relay.deliver(continuation, outcome, id: id) ? .resume(.caller(continuation)) : .relayed
+            case .deliver(let waiter):
+                return .resume(waiter)
+            case .discard:
+                return .discard
+            case .protocolViolation(let waiters):
+                state.channel = nil
+                return .protocolViolation(waiters)
+            }
         }
         switch action {
         case nil:
             return false
-        case .deliver(let waiter)?:
+        case .resume(let waiter)?:
             node.replied()
-            let body = frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
-            waiter.resume(.reply(frame.header.status, body), node: node)
+            waiter.resume(outcome, node: node)
+            resumedID.store(id, ordering: .releasing)
             return true
-        case .discard?:
+        case .relayed?, .discard?:
             node.replied()
             return true
         case .protocolViolation(let waiters)?:
@@ -255,6 +285,30 @@ final class ConnectionSlot: @unchecked Sendable {
             fail(waiters, with: failure)
             channel.fail(failure)
             return false
+        }
+    }
+
+    /// What the loop does with a reply, decided under the lock.
+    private enum ReplyStep {
+        /// Resume this waiter (a caller, with the relay now armed; a batch; the probe).
+        case resume(ClientWaiter)
+        /// The caller's reply was queued in the relay: a caller resumes it.
+        case relayed
+        /// The request was abandoned: drop the reply.
+        case discard
+        /// The reply matches no request in flight: fail these waiters and close the channel.
+        case protocolViolation([ClientWaiter])
+    }
+
+    /// Resumes the callers whose replies the loop queued in the relay (see ``ResumeRelay``), at most
+    /// ``ResumeRelay/drainLimit`` of them; disarms the relay when none is left. Every caller calls it once
+    /// resumed, on its own thread.
+    @inline(__always)
+    func relayResumes() {
+        for _ in 0..<ResumeRelay<UnsafeContinuation<ClientOutcome, Never>>.drainLimit {
+            guard let entry = state.withLock({ $0.relay.next() }) else { return }
+            entry.continuation.resume(returning: entry.outcome)
+            resumedID.store(entry.id, ordering: .releasing)
         }
     }
 
@@ -322,11 +376,19 @@ final class ConnectionSlot: @unchecked Sendable {
     /// Times out requests past their deadlines (on the loop); returns the number of requests that timed
     /// out. A shut-down slot whose last request is answered closes its channel.
     func expire(now: UInt64) -> Int {
-        let (waiters, finished) = state.withLock { state -> ([ClientWaiter], ClientChannel?) in
+        let (waiters, finished, stale) = state.withLock { state -> ([ClientWaiter], ClientChannel?, Bool) in
             let waiters = state.machine.expire(now: now)
-            guard state.machine.state == .shutdown, let channel = state.channel else { return (waiters, nil) }
+            let stale = state.relay.takeStale()
+            guard state.machine.state == .shutdown, let channel = state.channel else { return (waiters, nil, stale) }
             state.channel = nil
-            return (waiters, channel)
+            return (waiters, channel, stale)
+        }
+        if stale {
+            // Replies queued for callers since the previous tick and not handed over: hand them over here.
+            while let entry = state.withLock({ $0.relay.next() }) {
+                entry.continuation.resume(returning: entry.outcome)
+                resumedID.store(entry.id, ordering: .releasing)
+            }
         }
         if !waiters.isEmpty {
             // Count the timeouts before resuming the callers, so that a caller sees the node's health

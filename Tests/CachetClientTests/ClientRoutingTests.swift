@@ -108,6 +108,9 @@ struct ClientRoutingTests {
         #expect(refused { $0.requestTimeout = .zero }?.contains("requestTimeout") == true)
         #expect(refused { $0.connectionsPerNode = 0 }?.contains("connectionsPerNode") == true)
         #expect(refused { $0.virtualNodesPerMember = 0 }?.contains("virtualNodesPerMember") == true)
+        #expect(refused { $0.maximumSpin = .milliseconds(2) }?.contains("maximumSpin") == true)
+        #expect(refused { $0.maximumSpin = .microseconds(-1) }?.contains("maximumSpin") == true)
+        #expect(refused { $0.maximumSpin = .zero } == nil)
         #expect(refused { _ in } == nil)
     }
 
