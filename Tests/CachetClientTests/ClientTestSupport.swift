@@ -126,21 +126,3 @@ func measureWithStalls<R>(_ body: () async throws -> R) async rethrows -> (R, Du
     return (result, took, monitor.stop().total)
 }
 
-/// Stops process `pid` with SIGSTOP and waits (at most 5 s) until every one of its threads is stopped:
-/// the signal reaches threads asynchronously, and a thread still running could answer a request. Checks
-/// every millisecond between `Task.sleep`s, holding no pool thread.
-func freeze(_ pid: Int32) async {
-    kill(pid, SIGSTOP)
-    let deadline = ContinuousClock.now + .seconds(5)
-    while ContinuousClock.now < deadline {
-        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        let stopped = threads.allSatisfy { thread in
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8),
-                let close = stat.lastIndex(of: ")")
-            else { return false }
-            return stat[stat.index(close, offsetBy: 2)] == "T"
-        }
-        if !threads.isEmpty && stopped { return }
-        try? await Task.sleep(for: .milliseconds(1))
-    }
-}

@@ -63,7 +63,7 @@ extension NodeForwardingTests {
         let forwardsBefore = try cluster.stats("n1")["forwards"] as? Int ?? 0
         let getsBefore = try cluster.stats("n3")["gets"] as? Int ?? 0
 
-        kill(cluster.node("n2").process.processIdentifier, SIGSTOP)
+        #expect(freeze(cluster.node("n2").process.processIdentifier), "n2 stopped")
         defer { kill(cluster.node("n2").process.processIdentifier, SIGCONT) }
         var batch: [UInt8] = []
         CachetCommand.get(key: Array(frozenKey.utf8)).encode(id: 0, to: &batch)
@@ -121,7 +121,7 @@ extension NodeForwardingTests {
         let n1 = try cluster.node("n1").connect()
         let keys = (0..<200).map { cluster.key(ownedBy: "n2", prefix: "bound-\($0)-") }
         let forwardsBefore = try cluster.stats("n1")["forwards"] as? Int ?? 0
-        kill(cluster.node("n2").process.processIdentifier, SIGSTOP)
+        #expect(freeze(cluster.node("n2").process.processIdentifier), "n2 stopped")
         defer { kill(cluster.node("n2").process.processIdentifier, SIGCONT) }
         var batch: [UInt8] = []
         for (index, key) in keys.enumerated() {

@@ -254,7 +254,7 @@ struct NodeForwardingTests {
         #expect(try cluster.stats("n1")["in_minority"] as? Bool == false)
 
         // Frozen: nothing answers, so the deadline (1 s) does.
-        kill(cluster.node("n2").process.processIdentifier, SIGSTOP)
+        #expect(freeze(cluster.node("n2").process.processIdentifier), "n2 stopped")
         defer { kill(cluster.node("n2").process.processIdentifier, SIGCONT) }
         started = Date()
         let frozen = try Self.get(frozenKey, from: n1)

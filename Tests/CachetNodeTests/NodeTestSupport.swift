@@ -53,26 +53,3 @@ func waitForMemberState(
     return last
 }
 
-/// Stops process `pid` with SIGSTOP and waits, for at most `seconds`, until every one of its threads is
-/// stopped. `kill` returns before that: the kernel hands the signal to one thread, which stops the others
-/// only once it runs; on a loaded machine the rest of the process (an I/O loop answering requests) runs on
-/// meanwhile, for tens of milliseconds.
-/// - Returns: whether every thread was seen stopped.
-func freeze(_ pid: Int32, within seconds: Double = 5) -> Bool {
-    kill(pid, SIGSTOP)
-    let deadline = Date().addingTimeInterval(seconds)
-    repeat {
-        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        let stopped = threads.allSatisfy { thread in
-            // The state follows the command name, which is in parentheses and may hold any character.
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8),
-                let close = stat.lastIndex(of: ")"),
-                let state = stat[close...].dropFirst(2).first
-            else { return false }
-            return state == "T"
-        }
-        if !threads.isEmpty && stopped { return true }
-        usleep(1000)
-    } while Date() < deadline
-    return false
-}
