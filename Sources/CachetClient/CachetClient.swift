@@ -264,9 +264,7 @@ public final class CachetClient: Sendable {
     ///
     /// A call that is the client's only one in flight spins for its reply for a short while before it
     /// suspends (``LoneCallerSpin``): a reply that comes meanwhile resumes the continuation before the task
-    /// suspends, so the task goes on on its own thread, without the event loop enqueueing it. Once
-    /// resumed, every call hands over the replies the loop queued for its slot's other callers
-    /// (``ResumeRelay``).
+    /// suspends, so the task goes on on its own thread, without the event loop enqueueing it.
     @inline(__always)
     func send(
         on node: NodeClient,
@@ -279,7 +277,7 @@ public final class CachetClient: Sendable {
         let (lone, budget) = spin.begin()
         let began = lone ? monotonicNanoseconds() : 0
         defer { spin.end(lone: lone, began: began) }
-        let outcome = await withTaskCancellationHandler {
+        return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
                 issue(slot, id, .caller(continuation), deadline)
                 // Resuming a continuation before its closure returns is allowed: the task then goes on
@@ -289,9 +287,6 @@ public final class CachetClient: Sendable {
         } onCancel: {
             slot.abandon(id: id)
         }
-        // Replies the loop queued for other callers while this one was on its way (``ResumeRelay``).
-        slot.relayResumes()
-        return outcome
     }
 
     func unavailableError(key: some Collection<UInt8>) -> CachetClientError {

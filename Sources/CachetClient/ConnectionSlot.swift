@@ -50,8 +50,6 @@ final class ConnectionSlot: @unchecked Sendable {
         var machine = ConnectionStateMachine<ClientWaiter>()
         /// The socket: connecting or connected; nil while the machine is idle (or shut down and closed).
         var channel: ClientChannel?
-        /// Replies handed to their callers by other callers (``relayResumes()``).
-        var relay = ResumeRelay<UnsafeContinuation<ClientOutcome, Never>>()
     }
 
     unowned let node: NodeClient
@@ -83,10 +81,7 @@ final class ConnectionSlot: @unchecked Sendable {
 
     /// Whether the tick must run for this slot: requests waited for, a connect in progress, or a drain.
     var needsTimer: Bool {
-        state.withLock {
-            $0.machine.waiting > 0 || $0.machine.state == .connecting || $0.machine.state == .draining
-                || $0.relay.count > 0
-        }
+        state.withLock { $0.machine.waiting > 0 || $0.machine.state == .connecting || $0.machine.state == .draining }
     }
 
     private enum Next {
@@ -243,36 +238,22 @@ final class ConnectionSlot: @unchecked Sendable {
     /// A reply was decoded: hands it to its caller. Returns false when the channel is no longer usable
     /// (a reply to no request in flight: the channel is closed), or no longer the slot's.
     func replyReceived(_ frame: CachetFrame, in region: UnsafeRawBufferPointer, on channel: ClientChannel) -> Bool {
-        let id = frame.header.id
-        // Copied before the lock, so that a caller's outcome can be queued in the relay under it. (A reply
-        // whose caller gave up, the only one that is not handed over, is rare.)
-        let outcome = ClientOutcome.reply(
-            frame.header.status,
-            frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
-        )
-        let action = state.withLock { state -> ReplyStep? in
+        let action = state.withLock { state -> ConnectionStateMachine<ClientWaiter>.ReplyAction? in
             guard state.channel === channel else { return nil }
-            switch state.machine.replyReceived(id: id) {
-            case .deliver(.caller(let continuation)):
-                return state.relay.deliver(continuation, outcome, id: id) ? .resume(.caller(continuation)) : .relayed
-            case .deliver(let waiter):
-                return .resume(waiter)
-            case .discard:
-                return .discard
-            case .protocolViolation(let waiters):
-                state.channel = nil
-                return .protocolViolation(waiters)
-            }
+            let action = state.machine.replyReceived(id: frame.header.id)
+            if case .protocolViolation = action { state.channel = nil }
+            return action
         }
         switch action {
         case nil:
             return false
-        case .resume(let waiter)?:
+        case .deliver(let waiter)?:
             node.replied()
-            waiter.resume(outcome, node: node)
-            resumedID.store(id, ordering: .releasing)
+            let body = frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
+            waiter.resume(.reply(frame.header.status, body), node: node)
+            resumedID.store(frame.header.id, ordering: .releasing)
             return true
-        case .relayed?, .discard?:
+        case .discard?:
             node.replied()
             return true
         case .protocolViolation(let waiters)?:
@@ -285,30 +266,6 @@ final class ConnectionSlot: @unchecked Sendable {
             fail(waiters, with: failure)
             channel.fail(failure)
             return false
-        }
-    }
-
-    /// What the loop does with a reply, decided under the lock.
-    private enum ReplyStep {
-        /// Resume this waiter (a caller, with the relay now armed; a batch; the probe).
-        case resume(ClientWaiter)
-        /// The caller's reply was queued in the relay: a caller resumes it.
-        case relayed
-        /// The request was abandoned: drop the reply.
-        case discard
-        /// The reply matches no request in flight: fail these waiters and close the channel.
-        case protocolViolation([ClientWaiter])
-    }
-
-    /// Resumes the callers whose replies the loop queued in the relay (see ``ResumeRelay``), at most
-    /// ``ResumeRelay/drainLimit`` of them; disarms the relay when none is left. Every caller calls it once
-    /// resumed, on its own thread.
-    @inline(__always)
-    func relayResumes() {
-        for _ in 0..<ResumeRelay<UnsafeContinuation<ClientOutcome, Never>>.drainLimit {
-            guard let entry = state.withLock({ $0.relay.next() }) else { return }
-            entry.continuation.resume(returning: entry.outcome)
-            resumedID.store(entry.id, ordering: .releasing)
         }
     }
 
@@ -376,19 +333,11 @@ final class ConnectionSlot: @unchecked Sendable {
     /// Times out requests past their deadlines (on the loop); returns the number of requests that timed
     /// out. A shut-down slot whose last request is answered closes its channel.
     func expire(now: UInt64) -> Int {
-        let (waiters, finished, stale) = state.withLock { state -> ([ClientWaiter], ClientChannel?, Bool) in
+        let (waiters, finished) = state.withLock { state -> ([ClientWaiter], ClientChannel?) in
             let waiters = state.machine.expire(now: now)
-            let stale = state.relay.takeStale()
-            guard state.machine.state == .shutdown, let channel = state.channel else { return (waiters, nil, stale) }
+            guard state.machine.state == .shutdown, let channel = state.channel else { return (waiters, nil) }
             state.channel = nil
-            return (waiters, channel, stale)
-        }
-        if stale {
-            // Replies queued for callers since the previous tick and not handed over: hand them over here.
-            while let entry = state.withLock({ $0.relay.next() }) {
-                entry.continuation.resume(returning: entry.outcome)
-                resumedID.store(entry.id, ordering: .releasing)
-            }
+            return (waiters, channel)
         }
         if !waiters.isEmpty {
             // Count the timeouts before resuming the callers, so that a caller sees the node's health

@@ -11,9 +11,8 @@ import Glibc
 #endif
 
 /// A call that is the client's only one spins briefly for its reply (`LoneCallerSpin`): when it may, for
-/// how long, and that answers, cancellations and timeouts reach it as before. Replies read together are
-/// handed to their callers by the first of them (`ResumeRelay`): none is lost.
-@Suite("CachetClient lone callers and the resume relay")
+/// how long, and that answers, cancellations and timeouts reach it as before, alone and among many calls.
+@Suite("CachetClient lone callers")
 struct ClientLoneCallerTests {
     @Test("a lone call may spin, an overlapping one may not; slow lone calls turn spinning off, fast ones on")
     func budget() {
@@ -100,7 +99,7 @@ struct ClientLoneCallerTests {
         let configuration = cluster.configuration(timeout: .seconds(20)) { $0.connectionsPerNode = 1 }
         try await withClient(configuration) { client in
             try await client.put("k", value: [1])
-            freeze(pid)
+            await freeze(pid)
             let node = client.nodes[0]
             let issued = CachetLock<(ConnectionSlot, UInt32)?>(nil)
             let call = Task {
@@ -142,7 +141,7 @@ struct ClientLoneCallerTests {
         }
         try await withClient(configuration) { client in
             try await client.put("k", value: [1])
-            freeze(pid)
+            await freeze(pid)
             let (_, took, stall) = await measureWithStalls {
                 await expectFailure(.timeout) { () throws(CachetClientError) in _ = try await client.get("k") }
             }
@@ -165,71 +164,14 @@ struct ClientLoneCallerTests {
         }
     }
 
-    @Test("the relay: the first reply is the loop's to resume and arms it; later ones queue in order until a drain empties it")
-    func relayOrder() {
-        var relay = ResumeRelay<String>()
-        let outcomes = (0..<40).map { ClientOutcome.reply(.ok, [UInt8(truncatingIfNeeded: $0)]) }
-        func body(_ entry: ResumeRelay<String>.Entry?) -> [UInt8]? {
-            if case .reply(_, let bytes)? = entry?.outcome { return bytes }
-            return nil
-        }
-        let continuation = "caller"
-        let first = relay.deliver(continuation, outcomes[0], id: 0)
-        #expect(first)
-        #expect(relay.isArmed)
-        // Queued across a growth and a wrap-around.
-        for round in 0..<3 {
-            for index in 1..<25 {
-                let direct = relay.deliver(continuation, outcomes[index], id: UInt32(index))
-                #expect(!direct)
-            }
-            #expect(relay.count == 24)
-            for index in 1..<25 {
-                let entry = relay.next()
-                #expect(entry?.id == UInt32(index) && body(entry) == [UInt8(index)], "round \(round)")
-                #expect(relay.isArmed)
-            }
-            // Empty: the drain that finds it so disarms it; the next reply is the loop's again.
-            let last = relay.next()
-            #expect(last == nil)
-            #expect(!relay.isArmed)
-            let again = relay.deliver(continuation, outcomes[0], id: 0)
-            #expect(again)
-        }
-    }
-
-    @Test("the relay: entries that waited a whole tick with no drain are the tick's to hand over")
-    func relayStale() {
-        var relay = ResumeRelay<String>()
-        let outcome = ClientOutcome.reply(.ok, [])
-        var stale = relay.takeStale()
-        #expect(!stale)
-        _ = relay.deliver("first", outcome, id: 1)
-        _ = relay.deliver("queued", outcome, id: 2)
-        _ = relay.deliver("queued", outcome, id: 3)
-        // The first tick only notes the drains so far; one drain before the next keeps them the callers'.
-        stale = relay.takeStale()
-        #expect(!stale)
-        #expect(relay.next()?.id == 2)
-        stale = relay.takeStale()
-        #expect(!stale)
-        // No drain since: stale.
-        stale = relay.takeStale()
-        #expect(stale)
-        #expect(relay.next()?.id == 3)
-        #expect(relay.next() == nil && !relay.isArmed)
-        stale = relay.takeStale()
-        #expect(!stale)
-    }
-
     @Test("64 tasks on one connection, some cancelled at random: every call ends, every value is right")
-    func relayUnderLoad() async throws {
+    func manyTasksWithCancellations() async throws {
         let cluster = try await NodeCluster.start(count: 1)
         let configuration = cluster.configuration(timeout: .seconds(20)) { $0.connectionsPerNode = 1 }
         let client = try CachetClient(configuration: configuration)
         // Run apart, so that a call that never ends (a lost reply) fails the test instead of hanging it.
         let run = Task { () -> (calls: Int, wrong: Int) in
-            for key in 0..<64 { try? await client.put("relay:\(key)", value: Array("value \(key)".utf8)) }
+            for key in 0..<64 { try? await client.put("many:\(key)", value: Array("value \(key)".utf8)) }
             let stop = ContinuousClock.now + .milliseconds(1500)
             return await withTaskGroup(of: (Int, Int).self) { group in
                 for task in 0..<64 {
@@ -241,14 +183,14 @@ struct ClientLoneCallerTests {
                             let expected = Array("value \(key)".utf8)
                             if calls % 97 == task % 97 {
                                 // Cancelled while in flight (or before): fails with cancelled, or was answered.
-                                let call = Task { try await client.get("relay:\(key)") }
+                                let call = Task { try await client.get("many:\(key)") }
                                 call.cancel()
                                 switch await call.result {
                                 case .success(let value): if value != expected { wrong += 1 }
                                 case .failure(let error):
                                     if (error as? CachetClientError)?.code != .cancelled { wrong += 1 }
                                 }
-                            } else if (try? await client.get("relay:\(key)")) != expected {
+                            } else if (try? await client.get("many:\(key)")) != expected {
                                 wrong += 1
                             }
                             calls += 1
