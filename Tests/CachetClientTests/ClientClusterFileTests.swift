@@ -47,16 +47,8 @@ struct ClientClusterFileTests {
             repeat {
                 unsettled = nil
                 for id in ["n1", "n2", "n3"] {
-                    let stats = try stats(id)
-                    let states = (stats["cluster_members"] as? [[String: Any]] ?? []).compactMap {
-                        $0["state"] as? String
-                    }
-                    if stats["in_minority"] as? Bool != false || stats["holding"] as? Bool != false
-                        || states.contains(where: { $0 != "up" && $0 != "self" })
-                    {
-                        let minority = stats["in_minority"] ?? "-"
-                        let holding = stats["holding"] ?? "-"
-                        unsettled = "\(id): states \(states), in_minority \(minority), holding \(holding)"
+                    if let reason = unsettledReason(ofStats: try stats(id)) {
+                        unsettled = "\(id): \(reason)"
                         break
                     }
                 }

@@ -317,13 +317,7 @@ func waitUntil(
         let channel = RecordingChannel()
         loop.execute { loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2)) }
         #expect(waitUntil(loop) { channel.events == ["active"] })
-        let deadline = CachetDeadline(after: .seconds(2))
-        var accepted: Int32?
-        while accepted == nil && !deadline.hasPassed {
-            accepted = try CachetSocket.accept(listener)
-            if accepted == nil { usleep(1000) }
-        }
-        let server = try #require(accepted)
+        let server = try #require(try acceptOne(listener))
         _ = [UInt8]("bye".utf8).withUnsafeBytes { CachetSocket.send(server, $0) }
         CachetSocket.close(server)
         #expect(waitUntil(loop) { channel.events == ["active", "inactive"] })
@@ -341,13 +335,7 @@ func waitUntil(
         defer { loop.stop() }
         let channel = PausingChannel()
         loop.execute { loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2)) }
-        let deadline = CachetDeadline(after: .seconds(2))
-        var accepted: Int32?
-        while accepted == nil && !deadline.hasPassed {
-            accepted = try CachetSocket.accept(listener)
-            if accepted == nil { usleep(1000) }
-        }
-        let server = try #require(accepted)
+        let server = try #require(try acceptOne(listener))
         defer { CachetSocket.close(server) }
         _ = [UInt8](repeating: 1, count: 100).withUnsafeBytes { CachetSocket.send(server, $0) }
         #expect(waitUntil(loop) { channel.isReadingPaused && !channel.received.isEmpty })
@@ -380,13 +368,7 @@ func waitUntil(
         defer { loop.stop() }
         let channel = RecordingChannel()
         loop.execute { loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2)) }
-        let deadline = CachetDeadline(after: .seconds(2))
-        var accepted: Int32?
-        while accepted == nil && !deadline.hasPassed {
-            accepted = try CachetSocket.accept(listener)
-            if accepted == nil { usleep(1000) }
-        }
-        let server = try #require(accepted)
+        let server = try #require(try acceptOne(listener))
         defer { CachetSocket.close(server) }
         #expect(waitUntil(loop) { channel.isActive })
         let ran = CachetLock(false)
@@ -422,13 +404,7 @@ func waitUntil(
                 loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: port), timeout: .seconds(2))
             }
         }
-        let deadline = CachetDeadline(after: .seconds(2))
-        var accepted: Int32?
-        while accepted == nil && !deadline.hasPassed {
-            accepted = try CachetSocket.accept(listener)
-            if accepted == nil { usleep(1000) }
-        }
-        let server = try #require(accepted)
+        let server = try #require(try acceptOne(listener))
         defer { CachetSocket.close(server) }
         #expect(waitUntil(loop) { weakChannel?.isActive == true })
         _ = [UInt8]("x".utf8).withUnsafeBytes { CachetSocket.send(server, $0) }

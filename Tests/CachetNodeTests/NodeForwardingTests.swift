@@ -65,15 +65,8 @@ struct NodeForwardingTests {
             repeat {
                 unsettled = nil
                 for id in nodes.keys.sorted() {
-                    let stats = try stats(id)
-                    let members = stats["cluster_members"] as? [[String: Any]] ?? []
-                    let states = members.compactMap { $0["state"] as? String }
-                    if stats["in_minority"] as? Bool != false || stats["holding"] as? Bool != false
-                        || states.contains(where: { $0 != "up" && $0 != "self" })
-                    {
-                        let minority = stats["in_minority"] ?? "-"
-                        let holding = stats["holding"] ?? "-"
-                        unsettled = "\(id): states \(states), in_minority \(minority), holding \(holding)"
+                    if let reason = unsettledReason(ofStats: try stats(id)) {
+                        unsettled = "\(id): \(reason)"
                         break
                     }
                 }
