@@ -104,7 +104,10 @@ struct ClientLoneCallerTests {
             let issued = CachetLock<(ConnectionSlot, UInt32)?>(nil)
             let call = Task {
                 await client.send(on: node, deadline: monotonicNanoseconds() + 20_000_000_000) {
-                    slot, id, waiter, deadline in
+                    slot,
+                    id,
+                    waiter,
+                    deadline in
                     issued.withLock { $0 = (slot, id) }
                     slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
                 }

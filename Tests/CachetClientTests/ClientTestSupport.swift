@@ -125,4 +125,3 @@ func measureWithStalls<R>(_ body: () async throws -> R) async rethrows -> (R, Du
     let took = ContinuousClock.now - start
     return (result, took, monitor.stop().total)
 }
-

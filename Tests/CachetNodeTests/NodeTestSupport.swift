@@ -52,4 +52,3 @@ func waitForMemberState(
     } while Date() < deadline
     return last
 }
-
