@@ -109,8 +109,12 @@ struct ClientFailureTests {
         try await withClient(configuration) { client in
             try await client.put("kept", value: [7])
             await freeze(pid)
-            let cancelled = Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("kept") }
-            let kept = Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("kept") }
+            let cancelled = Task(executorPreference: DedicatedThreadExecutor()) {
+                () throws(CachetClientError) -> [UInt8]? in try await client.get("kept")
+            }
+            let kept = Task(executorPreference: DedicatedThreadExecutor()) {
+                () throws(CachetClientError) -> [UInt8]? in try await client.get("kept")
+            }
             try await Task.sleep(for: .milliseconds(100))
             let (result, took, stall) = await measureWithStalls {
                 cancelled.cancel()
@@ -142,10 +146,15 @@ struct ClientFailureTests {
         let client = try CachetClient(configuration: cluster.configuration(timeout: .seconds(5)))
         try await client.put("k", value: [1, 2])
         await freeze(pid)
-        let inFlight = (0..<5).map { _ in Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") }
+        // Unstructured tasks go to the task pool unless told otherwise, and the pool may be busy with other
+        // tests for longer than the 100 ms this test gives each step: these run on threads of their own.
+        let inFlight = (0..<5).map { _ in
+            Task(executorPreference: DedicatedThreadExecutor()) { () throws(CachetClientError) -> [UInt8]? in
+                try await client.get("k")
+            }
         }
         try await Task.sleep(for: .milliseconds(100))
-        let shutdown = Task { await client.shutdown() }
+        let shutdown = Task(executorPreference: DedicatedThreadExecutor()) { await client.shutdown() }
         try await Task.sleep(for: .milliseconds(100))
         await expectFailure(.shutdown) { () throws(CachetClientError) in _ = try await client.get("k") }
         kill(pid, SIGCONT)
