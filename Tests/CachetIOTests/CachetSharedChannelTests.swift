@@ -125,7 +125,7 @@ func readBytes(_ fd: Int32, count: Int, timeout: Duration) -> (bytes: [UInt8], e
         // Far more than the socket buffers of both ends hold while the peer reads nothing. The peer starts
         // reading after a second, on a thread of its own (so that a sender that waited for the socket would
         // still finish, and the test with it).
-        let payload = (0..<(16 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ $0 >> 16) }
+        let payload = PatternBytes.make(count: 16 << 20, step: 131, stampingEvery: 65_536)
         let tail = Array("tail".utf8)
         let total = payload.count + tail.count
         let readerStarted = CachetLock(false)
@@ -148,7 +148,7 @@ func readBytes(_ fd: Int32, count: Int, timeout: Duration) -> (bytes: [UInt8], e
         #expect(!ended)
         #expect(bytes.count == total)
         // Compared outside #expect, which would describe two 16 MiB arrays on a failure.
-        let intact = bytes == payload + tail
+        let intact = PatternBytes.equal(bytes, payload + tail)
         #expect(intact)
         loop.executeAndWait {
             #expect(channel.events == ["active"])

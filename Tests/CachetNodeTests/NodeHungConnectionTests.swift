@@ -17,7 +17,7 @@ struct NodeHungConnectionTests {
     func smallThenLargeGetsInOneWriteAreAllAnsweredAndTheConnectionIsReleased(trial: Int) throws {
         try withNode { server, port in
             let small = [UInt8](repeating: 0x61, count: 5_000)
-            let large = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ trial) }
+            let large = PatternBytes.make(count: 1 << 20, seed: trial)
             let writer = try TestSocket(port: port)
             #expect(try writer.roundTrip(.put(key: Array("small".utf8), value: small, ttl: 0)).status == .ok)
             #expect(try writer.roundTrip(.put(key: Array("large".utf8), value: large, ttl: 0)).status == .ok)

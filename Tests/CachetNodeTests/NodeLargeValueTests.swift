@@ -9,7 +9,7 @@ import Testing
 @Suite("Node: large values received in place", .dedicatedThreads)
 struct NodeLargeValueTests {
     func pattern(_ count: Int, seed: UInt8) -> [UInt8] {
-        (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) }
+        PatternBytes.make(count: count, step: 31, seed: Int(seed))
     }
 
     @Test func aLargePutSentInPiecesWithARequestBehindItIsStoredExactly() throws {
