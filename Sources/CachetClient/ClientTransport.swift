@@ -18,8 +18,9 @@ import Synchronization
 ///
 /// Nothing starts in `init`: the loop starts with the first request, and ``close()`` stops it.
 ///
-/// `@unchecked Sendable`: `nodes` and `tickWork` are set once by ``install(nodes:)`` before any request;
-/// `idleTicks` is touched on the loop's queue only; the flags are atomics.
+/// `@unchecked Sendable`: `nodes` and `tickWork` are set by ``install(nodes:)`` before any request and
+/// cleared by ``close()`` on the loop's queue, where they are read; `idleTicks` is touched on the loop's
+/// queue only; the flags are atomics.
 final class ClientTransport: @unchecked Sendable {
     let loop: CachetEventLoop
     private let tickInterval: Duration
@@ -122,8 +123,14 @@ final class ClientTransport: @unchecked Sendable {
     /// Then, unless called on the loop's queue, waits for the work queued before and by the stop (the
     /// report of a channel whose connect was still queued), so that it runs while the nodes and slots it
     /// reports to are alive.
+    ///
+    /// It also lets go of the tick's closure and of the nodes: the closure holds the transport, and the
+    /// transport would otherwise outlive its client with the nodes, their slots and the loop.
     func close() {
         if !closed.exchange(true, ordering: .relaxed) { loop.stop() }
-        loop.executeAndWait {}
+        loop.executeAndWait {
+            tickWork = nil
+            nodes = []
+        }
     }
 }
