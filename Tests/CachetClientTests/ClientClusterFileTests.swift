@@ -42,18 +42,7 @@ struct ClientClusterFileTests {
             // A node that probed its peers before they listened took itself for cut off (in the minority):
             // it holds its keys until it reaches them, then for its hold period. Tests start from a cluster
             // that serves.
-            let deadline = Date().addingTimeInterval(15)
-            var unsettled: String?
-            repeat {
-                unsettled = nil
-                for id in ["n1", "n2", "n3"] {
-                    if let reason = unsettledReason(ofStats: try stats(id)) {
-                        unsettled = "\(id): \(reason)"
-                        break
-                    }
-                }
-                if unsettled != nil { Thread.sleep(forTimeInterval: 0.05) }
-            } while unsettled != nil && Date() < deadline
+            let unsettled = try waitUntilSettled(["n1", "n2", "n3"], within: 15) { try stats($0) }
             #expect(unsettled == nil, "the cluster did not settle after its start: \(unsettled ?? "")")
         }
 

@@ -60,20 +60,7 @@ struct NodeForwardingTests {
         /// Polls every node's STATS until each sees every peer up and neither is in the minority nor holds,
         /// for at most `seconds`; nil once it does, else what the last STATS showed that was not.
         func waitUntilServing(within seconds: Double) throws -> String? {
-            let deadline = Date().addingTimeInterval(seconds)
-            var unsettled: String?
-            repeat {
-                unsettled = nil
-                for id in nodes.keys.sorted() {
-                    if let reason = unsettledReason(ofStats: try stats(id)) {
-                        unsettled = "\(id): \(reason)"
-                        break
-                    }
-                }
-                if unsettled == nil { return nil }
-                Thread.sleep(forTimeInterval: 0.05)
-            } while Date() < deadline
-            return unsettled
+            try waitUntilSettled(nodes.keys.sorted(), within: seconds) { try stats($0) }
         }
 
         /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).

@@ -47,7 +47,12 @@ struct NodeMinorityTests {
         let key = cluster.key(ownedBy: "n1")
         #expect(try socket.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0)).status == .ok)
         #expect(try NodeForwardingTests.get(key, from: socket).body == [1])
-        #expect(try Self.stats(n1)["in_minority"] as? Bool == false)
+        let settled = try Self.stats(n1)
+        #expect(settled["in_minority"] as? Bool == false)
+        // The fixture waited for the cluster to settle; a node that probed its peers before they listened
+        // entered the minority once already.
+        let entriesBefore = settled["minority_entries"] as? Int ?? 0
+        let missesBefore = settled["minority_misses"] as? Int ?? 0
 
         // Both peers gone: n1 reaches one member of three and holds its keys.
         for id in ["n2", "n3"] { _ = cluster.node(id).stop(signal: SIGKILL) }
@@ -60,7 +65,7 @@ struct NodeMinorityTests {
         #expect(String(decoding: write.body, as: UTF8.self).contains("fewer than a majority"))
         #expect(Date().timeIntervalSince(started) < 0.5, "no peer is waited for")
         var stats = try Self.stats(n1)
-        #expect(stats["holding"] as? Bool == true && stats["minority_misses"] as? Int == 2, "\(stats)")
+        #expect(stats["holding"] as? Bool == true && stats["minority_misses"] as? Int == missesBefore + 2, "\(stats)")
         #expect(n1.log.contains("fewer than a majority"), "\(n1.log)")
 
         // n3 restarted: n1 reaches two of three again. It holds on for its hold period (a stand-in may have
@@ -80,7 +85,9 @@ struct NodeMinorityTests {
         // The hold (2 s) started before the STATS that showed the majority; allow for that poll.
         #expect(servedAfter > 1.5, "served \(servedAfter) s after leaving the minority")
         stats = try Self.stats(n1)
-        #expect(stats["in_minority"] as? Bool == false && stats["minority_entries"] as? Int == 1, "\(stats)")
+        // At least this once (again if a probe answered late on a loaded machine while n2 was still dead).
+        let entries = stats["minority_entries"] as? Int ?? 0
+        #expect(stats["in_minority"] as? Bool == false && entries >= entriesBefore + 1, "\(stats)")
         #expect(n1.log.contains("reaches a majority of the cluster's members again"), "\(n1.log)")
     }
 
@@ -114,6 +121,11 @@ struct NodeMinorityTests {
                 )
             )
         }
+        // A node that probed its peer before it listened holds its keys for a while once it reaches it.
+        let unsettled = try waitUntilSettled(["n1", "n2"], within: 15) { id in
+            try Self.stats(nodes[id == "n1" ? 0 : 1])
+        }
+        #expect(unsettled == nil, "the cluster did not settle after its start: \(unsettled ?? "")")
         let own = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n1" }!
         let peers = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n2" }!
         let socket = try nodes[0].connect()
