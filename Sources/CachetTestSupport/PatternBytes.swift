@@ -49,7 +49,9 @@ public enum PatternBytes {
     public static func equal(_ a: [UInt8]?, _ b: [UInt8]?) -> Bool {
         guard let a, let b else { return a == nil && b == nil }
         guard a.count == b.count else { return false }
-        return a.withUnsafeBytes { a in b.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
+        guard !a.isEmpty else { return true }
+        return a.withUnsafeBytes { a in
+            b.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
         }
     }
 }

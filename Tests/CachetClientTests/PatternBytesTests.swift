@@ -21,6 +21,8 @@ struct PatternBytesTests {
         #expect(!PatternBytes.equal(value, Array(value.dropFirst()) + [0]))
         #expect(!PatternBytes.equal(value, nil))
         #expect(PatternBytes.equal(nil, nil))
+        #expect(PatternBytes.equal([], []))
+        #expect(!PatternBytes.equal([], nil))
     }
 
     @Test("stamped blocks carry their numbers, so swapped blocks differ")
