@@ -1,0 +1,52 @@
+import CachetIO
+import CachetStore
+import CachetWire
+
+/// Completing operations that went to the disk tier, on the loop's queue.
+extension RequestProcessor {
+    /// Answers a GET that went to disk, promoting a hit into memory.
+    func completeGet(key: [UInt8], id: UInt32, entry: CachetDiskEntry?, output: inout CachetByteBuffer, now: UInt32) {
+        guard let entry, entry.expiry == 0 || entry.expiry > now else {
+            RequestCounters.bump(counters.misses)
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            return
+        }
+        RequestCounters.bump(counters.hits)
+        RequestCounters.bump(counters.diskHits)
+        key.withUnsafeBytes { key in
+            entry.value.withUnsafeBytes { value in
+                _ = store.put(key: key, value: value, expiry: entry.expiry, now: now)
+                // A PUT or DEL of the key since the read was queued may have been overwritten just now.
+                if let disk, !disk.worker.mayKeepPromotion(key: key, of: entry) {
+                    _ = store.remove(key: key, now: now)
+                }
+                appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+            }
+        }
+    }
+
+    /// Answers a PUT whose disk write has been queued.
+    func completePut(id: UInt32, output: inout CachetByteBuffer) {
+        appendReply(opcode: .put, status: .ok, id: id, to: &output)
+    }
+
+    /// Answers a CLEAR once the disk tier is empty.
+    func completeClear(
+        id: UInt32,
+        memoryOnlyItems: Int,
+        memoryOnlyBytes: Int,
+        disk: CachetDiskClearResult,
+        output: inout CachetByteBuffer
+    ) {
+        if let failure = disk.failure {
+            appendMessage(failure.message, status: .serverError, opcode: .clear, id: id, to: &output)
+            return
+        }
+        appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
+    }
+
+    func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout CachetByteBuffer) {
+        let body = CachetClearResult(items: UInt64(items), bytes: UInt64(bytes)).encoded
+        body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: id, body: $0, to: &output) }
+    }
+}
