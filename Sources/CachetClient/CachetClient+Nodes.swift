@@ -94,19 +94,22 @@ extension CachetClient {
         _ opcode: CachetOpcode
     ) async throws(CachetClientError) -> [(CachetClient.Node, [UInt8], ContinuousClock.Instant)] {
         let deadline = monotonicNanoseconds() &+ configuration.requestTimeout.nanoseconds
-        let outcomes = await withTaskGroup(of: (Int, ClientOutcome, ContinuousClock.Instant).self) { group in
-            for node in nodes {
-                group.addTask {
-                    guard !self.isShutDownNow else { return (node.index, .failure(node.shutdownError()), .now) }
-                    let outcome = await self.send(on: node, deadline: deadline) { slot, id, waiter, deadline in
-                        slot.issue(.bare(opcode), id: id, waiter: waiter, deadline: deadline)
+        // Counted as one call in flight, so that none of its requests spins as a lone caller's would.
+        let outcomes = await loneCallerSpin.counting {
+            await withTaskGroup(of: (Int, ClientOutcome, ContinuousClock.Instant).self) { group in
+                for node in nodes {
+                    group.addTask {
+                        guard !self.isShutDownNow else { return (node.index, .failure(node.shutdownError()), .now) }
+                        let outcome = await self.send(on: node, deadline: deadline) { slot, id, waiter, deadline in
+                            slot.issue(.bare(opcode), id: id, waiter: waiter, deadline: deadline)
+                        }
+                        return (node.index, outcome, .now)
                     }
-                    return (node.index, outcome, .now)
                 }
+                var outcomes = [(ClientOutcome, ContinuousClock.Instant)?](repeating: nil, count: nodes.count)
+                for await (index, outcome, time) in group { outcomes[index] = (outcome, time) }
+                return outcomes
             }
-            var outcomes = [(ClientOutcome, ContinuousClock.Instant)?](repeating: nil, count: nodes.count)
-            for await (index, outcome, time) in group { outcomes[index] = (outcome, time) }
-            return outcomes
         }
         var results: [(CachetClient.Node, [UInt8], ContinuousClock.Instant)] = []
         for (index, entry) in outcomes.enumerated() {

@@ -279,10 +279,12 @@ public final class CachetClient: Sendable {
         defer { spin.end(lone: lone, began: began) }
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
+                guard budget > 0 else { return issue(slot, id, .caller(continuation), deadline) }
+                let mark = slot.resumptionMark()
                 issue(slot, id, .caller(continuation), deadline)
                 // Resuming a continuation before its closure returns is allowed: the task then goes on
                 // without suspending.
-                if budget > 0 { LoneCallerSpin.spin(budget: budget) { slot.wasResumed(id: id) } }
+                LoneCallerSpin.spin(budget: budget) { slot.hasResumed(since: mark) }
             }
         } onCancel: {
             slot.abandon(id: id)

@@ -65,7 +65,7 @@ final class ClientTransport: @unchecked Sendable {
     func install(nodes: [NodeClient]) {
         self.nodes = nodes
         // One closure for every tick, so that scheduling the next one allocates nothing. It holds the
-        // transport until the loop runs or drops it (``close()`` stops the loop, which drops it).
+        // transport, which holds it: ``close()`` lets go of it.
         tickWork = { self.tick() }
     }
 

@@ -57,9 +57,12 @@ final class ConnectionSlot: @unchecked Sendable {
     let index: Int
     private let state = CachetLock(State())
     private let nextID = Atomic<UInt32>(1)
-    /// The id of the request whose caller was resumed last with its reply or its cancellation: what a
-    /// spinning lone caller watches (``LoneCallerSpin``). Stored after the resume.
-    private let resumedID = Atomic<UInt32>(0)
+    /// How many waiters this slot has resumed (replies, cancellations, refusals, failures), bumped after
+    /// each resume: what a spinning lone caller watches (``LoneCallerSpin``), from a mark taken before its
+    /// request could be answered. Two bumps that race (the loop's and a cancelling thread's) may count
+    /// once, but the value still changes, which is all a spinner asks; another caller's resumption ends a
+    /// spin early, which only costs that spin.
+    private let resumptions = Atomic<UInt32>(0)
 
     init(node: NodeClient, transport: ClientTransport, index: Int) {
         self.node = node
@@ -71,10 +74,20 @@ final class ConnectionSlot: @unchecked Sendable {
     @inline(__always)
     func reserveID() -> UInt32 { nextID.wrappingAdd(1, ordering: .relaxed).oldValue }
 
-    /// Whether the caller of request `id` has been resumed with its reply or its cancellation (a failure
-    /// of another kind is not reported here: a spinning caller then waits out its spin).
+    /// A mark to compare with ``hasResumed(since:)``: take it before issuing the request.
     @inline(__always)
-    func wasResumed(id: UInt32) -> Bool { resumedID.load(ordering: .acquiring) == id }
+    func resumptionMark() -> UInt32 { resumptions.load(ordering: .acquiring) }
+
+    /// Whether a waiter of this slot has been resumed since `mark` was taken.
+    @inline(__always)
+    func hasResumed(since mark: UInt32) -> Bool { resumptions.load(ordering: .acquiring) != mark }
+
+    /// Hands `outcome` to `waiter`, then tells a spinning caller (``resumptions``).
+    @inline(__always)
+    private func resume(_ waiter: ClientWaiter, with outcome: ClientOutcome) {
+        waiter.resume(outcome, node: node)
+        resumptions.store(resumptions.load(ordering: .relaxed) &+ 1, ordering: .releasing)
+    }
 
     /// Requests waited for on this slot.
     var waiting: Int { state.withLock { $0.machine.waiting } }
@@ -127,7 +140,7 @@ final class ConnectionSlot: @unchecked Sendable {
             transport.armTick()
             connect(channel)
         case .reject(let error):
-            waiter.resume(.failure(error), node: node)
+            resume(waiter, with: .failure(error))
         }
     }
 
@@ -168,18 +181,14 @@ final class ConnectionSlot: @unchecked Sendable {
         case .send(let channel): channel.sendShared()
         case .connect(let channel): connect(channel)
         }
-        for (waiter, error) in rejected { waiter.resume(.failure(error), node: node) }
+        for (waiter, error) in rejected { resume(waiter, with: .failure(error)) }
     }
 
     /// The caller of request `id` gave up: fail it now; its reply is dropped when it comes.
     func abandon(id: UInt32) {
         let waiter = state.withLock { $0.machine.abandon(id: id) }
         guard let waiter else { return }
-        waiter.resume(
-            .failure(CachetClientError(code: .cancelled, message: "the calling task was cancelled")),
-            node: node
-        )
-        resumedID.store(id, ordering: .releasing)
+        resume(waiter, with: .failure(CachetClientError(code: .cancelled, message: "the calling task was cancelled")))
     }
 
     // MARK: Connecting
@@ -250,8 +259,7 @@ final class ConnectionSlot: @unchecked Sendable {
         case .deliver(let waiter)?:
             node.replied()
             let body = frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
-            waiter.resume(.reply(frame.header.status, body), node: node)
-            resumedID.store(frame.header.id, ordering: .releasing)
+            resume(waiter, with: .reply(frame.header.status, body))
             return true
         case .discard?:
             node.replied()
@@ -358,6 +366,6 @@ final class ConnectionSlot: @unchecked Sendable {
     }
 
     private func fail(_ waiters: [ClientWaiter], with failure: CachetClientError) {
-        for waiter in waiters { waiter.resume(.failure(failure), node: node) }
+        for waiter in waiters { resume(waiter, with: .failure(failure)) }
     }
 }

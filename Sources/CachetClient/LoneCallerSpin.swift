@@ -49,12 +49,15 @@ final class LoneCallerSpin: Sendable {
 
     /// A call begins.
     /// - Returns: whether it is the only one in flight (then it reports its latency to ``end(lone:began:)``),
-    ///   and how long it may spin for its reply, in nanoseconds (0: it must not spin).
+    ///   and how long it may spin for its reply, in nanoseconds (0: it must not spin). With spinning turned
+    ///   off (`maximumSpin` zero) nothing is counted: never lone, never a spin.
     @inline(__always)
     func begin() -> (lone: Bool, budget: UInt64) {
+        // Spinning off: nothing to count (``end(lone:began:)`` and ``counting(_:)`` skip it too).
+        guard maximumBudget > 0 else { return (false, 0) }
         guard inFlight.wrappingAdd(1, ordering: .relaxed).oldValue == 0 else { return (false, 0) }
         let average = UInt64(max(0, averageNanoseconds.load(ordering: .relaxed)))
-        guard maximumBudget > 0, average <= spinningAverageLimit else { return (true, 0) }
+        guard average <= spinningAverageLimit else { return (true, 0) }
         return (true, min(maximumBudget, 2 * average + Self.budgetSlack))
     }
 
@@ -64,6 +67,7 @@ final class LoneCallerSpin: Sendable {
     ///   - began: the monotonic time at which it began (read only for a lone call).
     @inline(__always)
     func end(lone: Bool, began: UInt64) {
+        guard maximumBudget > 0 else { return }
         inFlight.wrappingSubtract(1, ordering: .relaxed)
         guard lone else { return }
         let elapsed = Int(clamping: monotonicNanoseconds() &- began)
@@ -74,6 +78,7 @@ final class LoneCallerSpin: Sendable {
     /// Counts a call that never spins (a batch, a per-node command) for as long as `body` runs, so that a
     /// lone call beside it does not spin.
     func counting<Result>(_ body: () async -> Result) async -> Result {
+        guard maximumBudget > 0 else { return await body() }
         inFlight.wrappingAdd(1, ordering: .relaxed)
         defer { inFlight.wrappingSubtract(1, ordering: .relaxed) }
         return await body()

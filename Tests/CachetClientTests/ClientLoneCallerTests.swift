@@ -42,10 +42,10 @@ struct ClientLoneCallerTests {
         let fast = spin.begin()
         #expect(fast.lone && fast.budget > 0 && fast.budget < 2 * LoneCallerSpin.budgetSlack)
         spin.end(lone: fast.lone, began: monotonicNanoseconds())
-        // Turned off: never spins, lone or not.
+        // Turned off: never spins, and counts nothing (no call is reported lone, none feeds the average).
         let off = LoneCallerSpin(maximumSpin: .zero)
         let call = off.begin()
-        #expect(call.lone && call.budget == 0)
+        #expect(!call.lone && call.budget == 0)
         off.end(lone: call.lone, began: monotonicNanoseconds())
     }
 
@@ -108,7 +108,7 @@ struct ClientLoneCallerTests {
                     id,
                     waiter,
                     deadline in
-                    issued.withLock { $0 = (slot, id) }
+                    issued.withLock { $0 = (slot, slot.resumptionMark()) }
                     slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
                 }
             }
@@ -116,20 +116,61 @@ struct ClientLoneCallerTests {
             while issued.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(1))
             }
-            guard let (slot, id) = issued.withLock({ $0 }) else {
+            guard let (slot, mark) = issued.withLock({ $0 }) else {
                 Issue.record("the request was never issued")
                 return
             }
-            #expect(!slot.wasResumed(id: id))
+            #expect(!slot.hasResumed(since: mark))
             call.cancel()
             guard case .failure(let error) = await call.value else {
                 Issue.record("a cancelled request was answered")
                 return
             }
             #expect(error.code == .cancelled)
-            #expect(slot.wasResumed(id: id))
+            #expect(slot.hasResumed(since: mark))
             kill(pid, SIGCONT)
             #expect(try await client.get("k") == [1])
+        }
+    }
+
+    @Test("a call refused before it is sent (its task already cancelled) is reported to a spinning caller at once")
+    func refusalEndsSpin() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            let node = client.nodes[0]
+            let resumedWithinIssue = CachetLock<Bool?>(nil)
+            let call = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return await client.send(on: node, deadline: monotonicNanoseconds() + 5_000_000_000) {
+                    slot,
+                    id,
+                    waiter,
+                    deadline in
+                    let mark = slot.resumptionMark()
+                    slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
+                    // The refusal resumed the caller inside issue: a spin that followed would end at once.
+                    resumedWithinIssue.withLock { $0 = slot.hasResumed(since: mark) }
+                }
+            }
+            guard case .failure(let error) = await call.value else {
+                Issue.record("a call from a cancelled task was answered")
+                return
+            }
+            #expect(error.code == .cancelled)
+            #expect(resumedWithinIssue.withLock { $0 } == true)
+        }
+    }
+
+    @Test("per-node commands (ping, stats, clear) are calls in flight: none of their requests spins or counts as lone")
+    func perNodeCommandsAreNotLone() async throws {
+        let cluster = try await NodeCluster.start(count: 2)
+        try await withClient(cluster.configuration()) { client in
+            try await client.put("warm", value: [1])
+            let before = client.loneCallerSpin.average
+            _ = try await client.ping()
+            _ = try await client.stats()
+            // A lone call would have moved the average of lone calls' latencies.
+            #expect(client.loneCallerSpin.average == before)
         }
     }
 
