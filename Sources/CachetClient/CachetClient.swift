@@ -280,11 +280,11 @@ public final class CachetClient: Sendable {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<ClientOutcome, Never>) in
                 guard budget > 0 else { return issue(slot, id, .caller(continuation), deadline) }
-                let mark = slot.resumptionMark()
+                let failures = slot.failuresMark()
                 issue(slot, id, .caller(continuation), deadline)
                 // Resuming a continuation before its closure returns is allowed: the task then goes on
                 // without suspending.
-                LoneCallerSpin.spin(budget: budget) { slot.hasResumed(since: mark) }
+                LoneCallerSpin.spin(budget: budget) { slot.isAnswered(id: id, failuresMark: failures) }
             }
         } onCancel: {
             slot.abandon(id: id)

@@ -57,12 +57,15 @@ final class ConnectionSlot: @unchecked Sendable {
     let index: Int
     private let state = CachetLock(State())
     private let nextID = Atomic<UInt32>(1)
-    /// How many waiters this slot has resumed (replies, cancellations, refusals, failures), bumped after
-    /// each resume: what a spinning lone caller watches (``LoneCallerSpin``), from a mark taken before its
-    /// request could be answered. Two bumps that race (the loop's and a cancelling thread's) may count
-    /// once, but the value still changes, which is all a spinner asks; another caller's resumption ends a
-    /// spin early, which only costs that spin.
-    private let resumptions = Atomic<UInt32>(0)
+    /// The id of the request whose waiter was resumed last with its reply, its cancellation or its refusal:
+    /// what a spinning lone caller watches (``LoneCallerSpin``). Stored after the resume, so a caller that
+    /// sees its id sees its continuation resumed; ids are unique per slot, so a late store for an earlier
+    /// call cannot be taken for a later one's.
+    private let resumedID = Atomic<UInt32>(0)
+    /// Bumped after failing waiters whose ids the state machine does not hand back (timeouts, a lost or
+    /// refused connection): a spinning caller compares it with a mark taken before issuing. A bump for
+    /// an earlier call that lands after a later call's mark ends that spin early, which costs only the spin.
+    private let failures = Atomic<UInt32>(0)
 
     init(node: NodeClient, transport: ClientTransport, index: Int) {
         self.node = node
@@ -74,19 +77,15 @@ final class ConnectionSlot: @unchecked Sendable {
     @inline(__always)
     func reserveID() -> UInt32 { nextID.wrappingAdd(1, ordering: .relaxed).oldValue }
 
-    /// A mark to compare with ``hasResumed(since:)``: take it before issuing the request.
+    /// A mark to pass to ``isAnswered(id:failuresMark:)``: take it before issuing the request.
     @inline(__always)
-    func resumptionMark() -> UInt32 { resumptions.load(ordering: .acquiring) }
+    func failuresMark() -> UInt32 { failures.load(ordering: .acquiring) }
 
-    /// Whether a waiter of this slot has been resumed since `mark` was taken.
+    /// Whether the waiter of request `id` has been resumed: with its reply, cancellation or refusal, or by
+    /// a failure of waiters since `failuresMark` was taken.
     @inline(__always)
-    func hasResumed(since mark: UInt32) -> Bool { resumptions.load(ordering: .acquiring) != mark }
-
-    /// Hands `outcome` to `waiter`, then tells a spinning caller (``resumptions``).
-    @inline(__always)
-    private func resume(_ waiter: ClientWaiter, with outcome: ClientOutcome) {
-        waiter.resume(outcome, node: node)
-        resumptions.store(resumptions.load(ordering: .relaxed) &+ 1, ordering: .releasing)
+    func isAnswered(id: UInt32, failuresMark: UInt32) -> Bool {
+        resumedID.load(ordering: .acquiring) == id || failures.load(ordering: .acquiring) != failuresMark
     }
 
     /// Requests waited for on this slot.
@@ -140,7 +139,8 @@ final class ConnectionSlot: @unchecked Sendable {
             transport.armTick()
             connect(channel)
         case .reject(let error):
-            resume(waiter, with: .failure(error))
+            waiter.resume(.failure(error), node: node)
+            resumedID.store(id, ordering: .releasing)
         }
     }
 
@@ -181,14 +181,18 @@ final class ConnectionSlot: @unchecked Sendable {
         case .send(let channel): channel.sendShared()
         case .connect(let channel): connect(channel)
         }
-        for (waiter, error) in rejected { resume(waiter, with: .failure(error)) }
+        for (waiter, error) in rejected { waiter.resume(.failure(error), node: node) }
     }
 
     /// The caller of request `id` gave up: fail it now; its reply is dropped when it comes.
     func abandon(id: UInt32) {
         let waiter = state.withLock { $0.machine.abandon(id: id) }
         guard let waiter else { return }
-        resume(waiter, with: .failure(CachetClientError(code: .cancelled, message: "the calling task was cancelled")))
+        waiter.resume(
+            .failure(CachetClientError(code: .cancelled, message: "the calling task was cancelled")),
+            node: node
+        )
+        resumedID.store(id, ordering: .releasing)
     }
 
     // MARK: Connecting
@@ -259,7 +263,8 @@ final class ConnectionSlot: @unchecked Sendable {
         case .deliver(let waiter)?:
             node.replied()
             let body = frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
-            resume(waiter, with: .reply(frame.header.status, body))
+            waiter.resume(.reply(frame.header.status, body), node: node)
+            resumedID.store(frame.header.id, ordering: .releasing)
             return true
         case .discard?:
             node.replied()
@@ -366,6 +371,7 @@ final class ConnectionSlot: @unchecked Sendable {
     }
 
     private func fail(_ waiters: [ClientWaiter], with failure: CachetClientError) {
-        for waiter in waiters { resume(waiter, with: .failure(failure)) }
+        for waiter in waiters { waiter.resume(.failure(failure), node: node) }
+        if !waiters.isEmpty { failures.wrappingAdd(1, ordering: .releasing) }
     }
 }

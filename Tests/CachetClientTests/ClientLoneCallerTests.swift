@@ -101,14 +101,14 @@ struct ClientLoneCallerTests {
             try await client.put("k", value: [1])
             await freeze(pid)
             let node = client.nodes[0]
-            let issued = CachetLock<(ConnectionSlot, UInt32)?>(nil)
+            let issued = CachetLock<(ConnectionSlot, UInt32, UInt32)?>(nil)
             let call = Task {
                 await client.send(on: node, deadline: monotonicNanoseconds() + 20_000_000_000) {
                     slot,
                     id,
                     waiter,
                     deadline in
-                    issued.withLock { $0 = (slot, slot.resumptionMark()) }
+                    issued.withLock { $0 = (slot, id, slot.failuresMark()) }
                     slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
                 }
             }
@@ -116,18 +116,18 @@ struct ClientLoneCallerTests {
             while issued.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(1))
             }
-            guard let (slot, mark) = issued.withLock({ $0 }) else {
+            guard let (slot, id, mark) = issued.withLock({ $0 }) else {
                 Issue.record("the request was never issued")
                 return
             }
-            #expect(!slot.hasResumed(since: mark))
+            #expect(!slot.isAnswered(id: id, failuresMark: mark))
             call.cancel()
             guard case .failure(let error) = await call.value else {
                 Issue.record("a cancelled request was answered")
                 return
             }
             #expect(error.code == .cancelled)
-            #expect(slot.hasResumed(since: mark))
+            #expect(slot.isAnswered(id: id, failuresMark: mark))
             kill(pid, SIGCONT)
             #expect(try await client.get("k") == [1])
         }
@@ -146,10 +146,10 @@ struct ClientLoneCallerTests {
                     id,
                     waiter,
                     deadline in
-                    let mark = slot.resumptionMark()
+                    let mark = slot.failuresMark()
                     slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
                     // The refusal resumed the caller inside issue: a spin that followed would end at once.
-                    resumedWithinIssue.withLock { $0 = slot.hasResumed(since: mark) }
+                    resumedWithinIssue.withLock { $0 = slot.isAnswered(id: id, failuresMark: mark) }
                 }
             }
             guard case .failure(let error) = await call.value else {
@@ -159,6 +159,35 @@ struct ClientLoneCallerTests {
             #expect(error.code == .cancelled)
             #expect(resumedWithinIssue.withLock { $0 } == true)
         }
+    }
+
+    @Test("a call failed without a reply (a refused connection) is reported to a spinning caller")
+    func failureEndsSpin() async throws {
+        let client = try CachetClient(
+            configuration: .init(nodes: [.init(host: "127.0.0.1", port: closedPort())])
+        )
+        let issued = CachetLock<(ConnectionSlot, UInt32, UInt32)?>(nil)
+        let outcome = await client.send(on: client.nodes[0], deadline: monotonicNanoseconds() + 5_000_000_000) {
+            slot,
+            id,
+            waiter,
+            deadline in
+            issued.withLock { $0 = (slot, id, slot.failuresMark()) }
+            slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
+        }
+        guard case .failure(let error) = outcome, let (slot, id, mark) = issued.withLock({ $0 }) else {
+            Issue.record("a call to a closed port was answered, or never issued")
+            await client.shutdown()
+            return
+        }
+        #expect(error.code == .connectionFailed)
+        // The slot tells its spinner right after the resumption, on the loop's thread.
+        let deadline = ContinuousClock.now + .seconds(1)
+        while !slot.isAnswered(id: id, failuresMark: mark) && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(slot.isAnswered(id: id, failuresMark: mark))
+        await client.shutdown()
     }
 
     @Test("per-node commands (ping, stats, clear) are calls in flight: none of their requests spins or counts as lone")
