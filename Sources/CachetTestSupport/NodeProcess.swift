@@ -248,3 +248,21 @@ public final class NodeProcess: Sendable {
         }
     }
 }
+
+extension NodeProcess {
+    /// The node's STATS, decoded, over a new connection.
+    /// - Returns: the STATS object.
+    /// - Throws: ``TestSocketError`` when the node cannot be reached, answers with another status than OK, or
+    ///   with a body that is not a JSON object.
+    public func stats() throws -> [String: Any] {
+        let reply = try connect().roundTrip(.stats)
+        guard reply.status == .ok,
+            let object = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any]
+        else {
+            throw TestSocketError(
+                description: "STATS answered \(reply.status): \(String(decoding: reply.body, as: UTF8.self))"
+            )
+        }
+        return object
+    }
+}

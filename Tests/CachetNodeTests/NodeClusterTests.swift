@@ -25,11 +25,7 @@ struct NodeClusterTests {
         return "{\"members\": [\n  " + entries.joined(separator: ",\n  ") + "\n]}\n"
     }
 
-    static func stats(_ node: NodeProcess) throws -> [String: Any] {
-        let reply = try node.connect().roundTrip(.stats)
-        #expect(reply.status == .ok)
-        return try JSONSerialization.jsonObject(with: Data(reply.body)) as! [String: Any]
-    }
+    static func stats(_ node: NodeProcess) throws -> [String: Any] { try node.stats() }
 
     /// Polls STATS until `condition` holds, for at most `timeout` seconds.
     static func waitForStats(

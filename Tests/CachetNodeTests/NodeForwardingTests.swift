@@ -14,7 +14,7 @@ import Glibc
 /// request is never forwarded again; an owner that is gone or frozen is answered UNAVAILABLE quickly.
 @Suite("Node: forwarding to the key's owner", .dedicatedThreads)
 struct NodeForwardingTests {
-    /// Three nodes of one cluster file on free ports, n1 to n3.
+    /// Nodes of one cluster file on free ports, n1 to nN (three unless told otherwise).
     final class Cluster {
         let directory = TemporaryDirectory(prefix: "cachet-forwarding")
         let file: String
@@ -26,14 +26,15 @@ struct NodeForwardingTests {
         var nodes: [String: NodeProcess] = [:]
 
         /// - Parameters:
+        ///   - members: how many nodes.
         ///   - extraArguments: flags for every node.
         ///   - host: how the cluster file names the members' host (they listen on 127.0.0.1 whatever it says).
-        init(extraArguments: [String] = [], host: String = "127.0.0.1", disk: Bool = false) throws {
+        init(members: Int = 3, extraArguments: [String] = [], host: String = "127.0.0.1", disk: Bool = false) throws {
             self.extraArguments = extraArguments
             self.disk = disk
             var ports: [Int] = []
             var probes: [Int32] = []
-            for _ in 0..<3 {
+            for _ in 0..<members {
                 let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
                 probes.append(fd)
                 ports.append(port)
@@ -46,7 +47,7 @@ struct NodeForwardingTests {
             try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
                 .write(to: URL(fileURLWithPath: file))
             membership = try CachetMembership(contentsOfFile: file)
-            for (index, id) in ["n1", "n2", "n3"].enumerated() {
+            for (index, id) in (1...members).map({ "n\($0)" }).enumerated() {
                 self.ports[id] = ports[index]
                 try start(id)
             }
@@ -92,10 +93,7 @@ struct NodeForwardingTests {
             (0...).lazy.map { "\(prefix)\($0)" }.first { owner(of: $0) == id }!
         }
 
-        func stats(_ id: String) throws -> [String: Any] {
-            let reply = try node(id).connect().roundTrip(.stats)
-            return try JSONSerialization.jsonObject(with: Data(reply.body)) as! [String: Any]
-        }
+        func stats(_ id: String) throws -> [String: Any] { try node(id).stats() }
 
         deinit {
             for node in nodes.values { node.stop(signal: SIGKILL) }

@@ -20,17 +20,10 @@ struct NodeMinorityTests {
     static func waitForMinority(_ value: Bool, on node: NodeProcess, within seconds: Double) throws -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         repeat {
-            let reply = try node.connect().roundTrip(.stats)
-            let stats = try JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any]
-            if stats?["in_minority"] as? Bool == value { return true }
+            if try node.stats()["in_minority"] as? Bool == value { return true }
             Thread.sleep(forTimeInterval: 0.02)
         } while Date() < deadline
         return false
-    }
-
-    static func stats(_ node: NodeProcess) throws -> [String: Any] {
-        let reply = try node.connect().roundTrip(.stats)
-        return try JSONSerialization.jsonObject(with: Data(reply.body)) as! [String: Any]
     }
 
     @Test(.timeLimit(.minutes(1)))
@@ -47,7 +40,7 @@ struct NodeMinorityTests {
         let key = cluster.key(ownedBy: "n1")
         #expect(try socket.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0)).status == .ok)
         #expect(try NodeForwardingTests.get(key, from: socket).body == [1])
-        let settled = try Self.stats(n1)
+        let settled = try n1.stats()
         #expect(settled["in_minority"] as? Bool == false)
         // The fixture waited for the cluster to settle; a node that probed its peers before they listened
         // entered the minority once already.
@@ -64,7 +57,7 @@ struct NodeMinorityTests {
         #expect(write.status == .unavailable, "\(write)")
         #expect(String(decoding: write.body, as: UTF8.self).contains("fewer than a majority"))
         #expect(Date().timeIntervalSince(started) < 0.5, "no peer is waited for")
-        var stats = try Self.stats(n1)
+        var stats = try n1.stats()
         #expect(stats["holding"] as? Bool == true && stats["minority_misses"] as? Int == missesBefore + 2, "\(stats)")
         #expect(n1.log.contains("fewer than a majority"), "\(n1.log)")
 
@@ -84,7 +77,7 @@ struct NodeMinorityTests {
         #expect(back.status == .ok && back.body == [1], "\(back)")
         // The hold (2 s) started before the STATS that showed the majority; allow for that poll.
         #expect(servedAfter > 1.5, "served \(servedAfter) s after leaving the minority")
-        stats = try Self.stats(n1)
+        stats = try n1.stats()
         // At least this once (again if a probe answered late on a loaded machine while n2 was still dead).
         let entries = stats["minority_entries"] as? Int ?? 0
         #expect(stats["in_minority"] as? Bool == false && entries >= entriesBefore + 1, "\(stats)")
@@ -95,47 +88,22 @@ struct NodeMinorityTests {
     /// is gone (Protocol/CLUSTER.md recommends three members or more); the peer's keys fail fast, as before.
     @Test(.timeLimit(.minutes(1)))
     func theSurvivorOfTwoMembersIsInTheMinority() throws {
-        let directory = TemporaryDirectory(prefix: "cachet-minority")
-        var ports: [Int] = []
-        var probes: [Int32] = []
-        for _ in 0..<2 {
-            let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
-            probes.append(fd)
-            ports.append(port)
-        }
-        for fd in probes { close(fd) }
-        let file = directory.appending("cluster.json")
-        let entries = ports.enumerated().map { "{\"id\": \"n\($0 + 1)\", \"host\": \"127.0.0.1\", \"port\": \($1)}" }
-        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
-            .write(to: URL(fileURLWithPath: file))
-        let membership = try CachetMembership(contentsOfFile: file)
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { node.stop(signal: SIGKILL) } }
-        for (index, port) in ports.enumerated() {
-            nodes.append(
-                try NodeProcess(
-                    arguments: [
-                        "--cluster", file, "--node-id", "n\(index + 1)", "--port", "\(port)", "--disk-limit", "0",
-                        "--probe-interval", "0.1", "--forward-timeout", "0.3", "--hold-period", "1",
-                    ]
-                )
-            )
-        }
-        // A node that probed its peer before it listened holds its keys for a while once it reaches it.
-        let unsettled = try waitUntilSettled(["n1", "n2"], within: 15) { id in
-            try Self.stats(nodes[id == "n1" ? 0 : 1])
-        }
-        #expect(unsettled == nil, "the cluster did not settle after its start: \(unsettled ?? "")")
-        let own = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n1" }!
-        let peers = (0...).lazy.map { "k\($0)" }.first { membership.owner(of: $0).id == "n2" }!
-        let socket = try nodes[0].connect()
+        // The fixture waits until both members serve (neither in the minority nor holding).
+        let cluster = try NodeForwardingTests.Cluster(
+            members: 2,
+            extraArguments: ["--probe-interval", "0.1", "--forward-timeout", "0.3", "--hold-period", "1"]
+        )
+        let own = cluster.key(ownedBy: "n1")
+        let peers = cluster.key(ownedBy: "n2")
+        let n1 = cluster.node("n1")
+        let socket = try n1.connect()
         for key in [own, peers] {
             #expect(try socket.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0)).status == .ok)
         }
         #expect(try NodeForwardingTests.get(own, from: socket).body == [1])
 
-        _ = nodes[1].stop(signal: SIGKILL)
-        #expect(try Self.waitForMinority(true, on: nodes[0], within: 5), "n1 never saw itself in the minority")
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        #expect(try Self.waitForMinority(true, on: n1, within: 5), "n1 never saw itself in the minority")
         #expect(try NodeForwardingTests.get(own, from: socket).status == .notFound)
         let other = try NodeForwardingTests.get(peers, from: socket)
         #expect(other.status == .unavailable && String(decoding: other.body, as: UTF8.self).contains("n2"))
