@@ -91,6 +91,24 @@ struct ClientLoneCallerTests {
         }
     }
 
+    /// Sends a PING on `node` through the client's `send`, recording its slot, its request id and the slot's
+    /// failures mark (taken before issuing) in `issued`.
+    static func recordedPing(
+        _ client: CachetClient,
+        on node: NodeClient,
+        within seconds: UInt64,
+        into issued: CachetLock<(ConnectionSlot, UInt32, UInt32)?>
+    ) async -> ClientOutcome {
+        await client.send(on: node, deadline: monotonicNanoseconds() + seconds * 1_000_000_000) {
+            slot,
+            id,
+            waiter,
+            deadline in
+            issued.withLock { $0 = (slot, id, slot.failuresMark()) }
+            slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
+        }
+    }
+
     @Test("a cancelled request is reported to a spinning caller as resumed")
     func cancellationEndsSpin() async throws {
         let cluster = try await NodeCluster.start(count: 1)
@@ -102,16 +120,7 @@ struct ClientLoneCallerTests {
             await freeze(pid)
             let node = client.nodes[0]
             let issued = CachetLock<(ConnectionSlot, UInt32, UInt32)?>(nil)
-            let call = Task {
-                await client.send(on: node, deadline: monotonicNanoseconds() + 20_000_000_000) {
-                    slot,
-                    id,
-                    waiter,
-                    deadline in
-                    issued.withLock { $0 = (slot, id, slot.failuresMark()) }
-                    slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
-                }
-            }
+            let call = Task { await Self.recordedPing(client, on: node, within: 20, into: issued) }
             let deadline = ContinuousClock.now + .seconds(10)
             while issued.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(1))
@@ -167,14 +176,7 @@ struct ClientLoneCallerTests {
             configuration: .init(nodes: [.init(host: "127.0.0.1", port: closedPort())])
         )
         let issued = CachetLock<(ConnectionSlot, UInt32, UInt32)?>(nil)
-        let outcome = await client.send(on: client.nodes[0], deadline: monotonicNanoseconds() + 5_000_000_000) {
-            slot,
-            id,
-            waiter,
-            deadline in
-            issued.withLock { $0 = (slot, id, slot.failuresMark()) }
-            slot.issue(.bare(.ping), id: id, waiter: waiter, deadline: deadline)
-        }
+        let outcome = await Self.recordedPing(client, on: client.nodes[0], within: 5, into: issued)
         guard case .failure(let error) = outcome, let (slot, id, mark) = issued.withLock({ $0 }) else {
             Issue.record("a call to a closed port was answered, or never issued")
             await client.shutdown()
