@@ -109,6 +109,24 @@ func expectFailure<R>(
     }
 }
 
+/// Cancels `call`, a request waiting for a node that does not answer, and expects it to fail with
+/// `cancelled` within 200 ms (plus whatever the task pool was stalled meanwhile).
+func expectCancelledPromptly(
+    _ call: Task<[UInt8]?, any Error>,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async {
+    let (result, took, stall) = await measureWithStalls {
+        call.cancel()
+        return await call.result
+    }
+    #expect(took < .milliseconds(200) + stall, sourceLocation: sourceLocation)
+    guard case .failure(let error) = result else {
+        Issue.record("a cancelled request succeeded", sourceLocation: sourceLocation)
+        return
+    }
+    #expect((error as? CachetClientError)?.code == .cancelled, "\(error)", sourceLocation: sourceLocation)
+}
+
 /// Runs `body` and returns its result, the time it took, and how long the task pool was unavailable
 /// meanwhile: every wait of a ``PoolStallMonitor`` probe (an empty task enqueued every 2 ms from a thread
 /// outside the pool) beyond 1 ms, added up. Blocking tests run on dedicated threads
