@@ -94,9 +94,14 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false
-    /// Reading stopped before the socket was drained; the registration must be renewed so that epoll
-    /// reports the bytes left (no new edge would).
-    @exclusivity(unchecked) var rearm = false
+    /// The socket may hold bytes that no edge will report: the last read filled all the room it was given
+    /// (or the per-event cap stopped reading, or the peer's end of stream is still to be read). Set by
+    /// every read from its result, so only a read that comes back short (the socket drained) clears it.
+    /// While it is set, every settle of a connection in a reading phase renews the registration, which
+    /// makes the kernel report the bytes left: a connection can stop reading after a full read (its output
+    /// passed its limit, a request waits for the disk) and be reading again before it is settled, with an
+    /// unchanged registration that would otherwise never be reported again.
+    @exclusivity(unchecked) var unreadBytesPossible = false
     /// Bytes of this connection's buffers charged to `memory`.
     @exclusivity(unchecked) var charged = 0
     /// The input capacity reserved in the budget for the frame being received (0 when none is): the
@@ -322,11 +327,16 @@ final class Connection: CachetChannel, @unchecked Sendable {
         return result
     }
 
-    /// One `read`, retried on EINTR; the bytes read come back with `.data`.
+    /// One `read`, retried on EINTR; the bytes read come back with `.data`. Notes whether the socket may
+    /// hold more (``unreadBytesPossible``).
     private func readOnce(into buffer: UnsafeMutableRawPointer, count: Int) -> (ReadResult, Int) {
         while true {
             let n = read(fd, buffer, count)
-            if n > 0 { return (.data, n) }
+            if n > 0 {
+                unreadBytesPossible = n == count
+                return (.data, n)
+            }
+            unreadBytesPossible = false
             if n == 0 { return (.endOfStream, 0) }
             let code = errno
             if code == EINTR { continue }

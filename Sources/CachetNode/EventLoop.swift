@@ -24,12 +24,14 @@ import Glibc
 ///
 /// Edge-triggered, a connection is reported again only when new bytes arrive, so the loop must leave none
 /// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer
-/// has closed), and a connection it stops reading early (the per-event read cap) is registered again
-/// (`rearm`), which makes the kernel check it at once. A connection that stops reading because of its
-/// phase (waiting for its output to drain, for memory or for the disk; see `Connection.Phase`) is checked
-/// the same way when it takes `EPOLLIN` back. Which events a connection is registered for is decided in
-/// one place, `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after
-/// every event, completion and wake-up.
+/// has closed). A connection whose last read filled its buffer may have bytes left that no edge will report
+/// (`Connection.unreadBytesPossible`): while it is in a reading phase, every settle renews its registration,
+/// which makes the kernel check it at once. That covers the per-event read cap, and a connection that
+/// stopped reading because of its phase (waiting for its output to drain, for memory or for the disk; see
+/// `Connection.Phase`) and is reading again by the time it is settled, with its registration unchanged.
+/// Which events a connection is registered for is decided in one place,
+/// `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after every event,
+/// completion and wake-up.
 ///
 /// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `EventLoop+Disk.swift`,
 /// forwarding in `EventLoop+Forwarding.swift`.
@@ -266,8 +268,9 @@ final class EventLoop: @unchecked Sendable {
                 return
             }
         }
-        // Still reading, so the cap ended the loop: there may be more.
-        if connection.wantsRead { connection.rearm = true }
+        // The cap ended the loop: there may be more (after a short read too, when the peer has closed: the
+        // end of its stream is still to be read, and would not be reported again).
+        connection.unreadBytesPossible = true
     }
 
     /// A read that brought no bytes: the socket is drained for now, or the stream has ended (a partial
@@ -425,11 +428,10 @@ final class EventLoop: @unchecked Sendable {
             waitingForMemory += waiting ? 1 : -1
             if waiting { scheduleHousekeeping() }
         }
-        // Derived from the phase (what `Connection.activeEvents` says too); applied when it changed or must
-        // be renewed.
+        // Derived from the phase (what `Connection.activeEvents` says too); applied when it changed, or
+        // renewed while the connection reads and its socket may hold bytes no edge will report.
         let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
-        if desired != connection.registeredEvents.rawValue || connection.rearm {
-            connection.rearm = false
+        if desired != connection.registeredEvents.rawValue || (connection.unreadBytesPossible && connection.wantsRead) {
             loop.updateInterest(of: connection, rearm: true)
         }
     }
