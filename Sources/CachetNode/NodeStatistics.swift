@@ -92,6 +92,7 @@ final class NodeStatistics: Sendable {
                 ("disk_expired", "\(statistics.expired)"),
                 ("compression_ratio", Self.decimal(statistics.compressionRatio)),
                 ("disk_queue_depth", "\(disk.worker.queueDepth)"),
+                ("disk_queue_bytes", "\(disk.worker.queuedBytes)"),
                 ("disk_recovering", statistics.recovering ? "true" : "false"),
             ]
         } else {

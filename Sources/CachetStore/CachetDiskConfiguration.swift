@@ -9,6 +9,14 @@ public struct CachetDiskConfiguration: Sendable {
     public var compressionLevel: Int32
     /// Writes that may wait in the disk queue before a PUT has to wait for room.
     public var queueCapacity: Int
+    /// Bytes of keys and values that the writes waiting in the disk queue may hold before a PUT has to wait
+    /// for room; a write larger than this is queued alone. Each queued write keeps its own copy of the
+    /// value until the queue has written it, so this, not ``queueCapacity``, bounds the memory the queue
+    /// holds when values are large.
+    public var queueByteCapacity: Int = CachetDiskConfiguration.defaultQueueByteCapacity
+
+    /// The default bound of the bytes queued for the disk: 16 MiB.
+    public static let defaultQueueByteCapacity = 16 << 20
 
     /// Records each of the two journal files holds (44 bytes each; the files are created at full size).
     /// The journal lists the keys written or deleted and not yet applied to the files, and those whose

@@ -24,8 +24,9 @@ public enum CachetDiskAdmission: Sendable {
 ///
 /// One serial `DispatchQueue` runs every file operation in submission order, so a read queued after a
 /// write of the same key sees it. Writes are bounded: when ``CachetDiskConfiguration/queueCapacity`` of them
-/// are waiting, ``submitPut(key:value:expiry:)`` refuses and the caller waits for
-/// ``notifyWhenWritable(_:)`` rather than dropping data. Completions run on the disk queue; callers hop
+/// are waiting, or their keys and values hold ``CachetDiskConfiguration/queueByteCapacity`` bytes,
+/// ``submitPut(key:value:expiry:)`` refuses and the caller waits for ``notifyWhenWritable(_:)`` rather than
+/// dropping data. Completions run on the disk queue; callers hop
 /// back to their own queue.
 ///
 /// Every write and delete is recorded in the tier's journal before it is queued, so that once the caller
@@ -37,14 +38,18 @@ public final class CachetDiskWorker: Sendable {
     public let store: CachetDiskStore
     private let queue = DispatchQueue(label: "cachet.disk", qos: .utility)
     private let pendingWrites = Atomic<Int>(0)
+    /// Bytes of keys and values held by the writes queued and not yet applied.
+    private let pendingBytes = Atomic<Int>(0)
     private let pendingOperations = Atomic<Int>(0)
     private let waiters = CachetLock<[@Sendable () -> Void]>([])
     private let sweepQueued = Atomic<Bool>(false)
     private let capacity: Int
+    private let byteCapacity: Int
     /// Journaled operations applied so far; a PUT told to wait for the journal waits until this moves.
     private let appliedOperations = Atomic<Int>(0)
-    /// `appliedOperations` when the journal last said wait, or -1.
-    private let journalBlockedAt = Atomic<Int>(-1)
+    /// `appliedOperations` when the journal or the byte bound last said wait, or -1: until an operation is
+    /// applied, retrying cannot succeed.
+    private let blockedAt = Atomic<Int>(-1)
     /// Writes, deletes and clears between their memory change and their submission, per key bucket.
     private let writes = CachetLock(WriteTracking())
 
@@ -86,10 +91,14 @@ public final class CachetDiskWorker: Sendable {
     public init(store: CachetDiskStore) {
         self.store = store
         self.capacity = max(1, store.configuration.queueCapacity)
+        self.byteCapacity = max(1, store.configuration.queueByteCapacity)
     }
 
     /// Operations queued or running.
     public var queueDepth: Int { pendingOperations.load(ordering: .relaxed) }
+
+    /// Bytes of keys and values held by the writes queued and not yet applied.
+    public var queuedBytes: Int { pendingBytes.load(ordering: .relaxed) }
 
     private func enqueue(_ work: @escaping @Sendable () -> Void) {
         pendingOperations.add(1, ordering: .relaxed)
@@ -105,7 +114,8 @@ public final class CachetDiskWorker: Sendable {
     ///   - value: the value.
     ///   - expiry: absolute expiry, 0 for never.
     /// - Returns: `.queued`; `.full`, queueing nothing, when the queue already holds its capacity of writes
-    ///   or the journal is full of operations still waiting (wait with ``notifyWhenWritable(_:)``); or
+    ///   or of bytes, or the journal is full of operations still waiting (wait with
+    ///   ``notifyWhenWritable(_:)``); or
     ///   `.refused` when the journal cannot record it: the write must not be acknowledged.
     public func submitPut(key: [UInt8], value: [UInt8], expiry: UInt32) -> CachetDiskAdmission {
         while true {
@@ -117,14 +127,22 @@ public final class CachetDiskWorker: Sendable {
         }
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         let seen = appliedOperations.load(ordering: .acquiring)
+        let size = key.count + value.count
+        guard reserveBytes(size) else {
+            blockedAt.store(seen, ordering: .releasing)
+            pendingWrites.subtract(1, ordering: .relaxed)
+            return .full
+        }
         switch store.admit(digest) {
         case .recorded:
             break
         case .wait:
-            journalBlockedAt.store(seen, ordering: .releasing)
+            blockedAt.store(seen, ordering: .releasing)
+            pendingBytes.subtract(size, ordering: .relaxed)
             pendingWrites.subtract(1, ordering: .relaxed)
             return .full
         case .refused(let reason):
+            pendingBytes.subtract(size, ordering: .relaxed)
             pendingWrites.subtract(1, ordering: .relaxed)
             wakeWaiters()
             key.withUnsafeBytes { endWrite(bucket: Self.bucket($0)) }
@@ -137,6 +155,7 @@ public final class CachetDiskWorker: Sendable {
                 store.put(key: key, digest: digest, value: value, expiry: expiry)
                 store.applied(digest)
                 dequeued(digest, sequence: sequence)
+                pendingBytes.subtract(size, ordering: .relaxed)
                 pendingWrites.subtract(1, ordering: .relaxed)
                 appliedOperations.add(1, ordering: .releasing)
                 wakeWaiters()
@@ -145,6 +164,18 @@ public final class CachetDiskWorker: Sendable {
             tracking.queued[digest] = QueuedOperation(expiry: expiry, sequence: sequence)
         }
         return .queued
+    }
+
+    /// Takes `size` bytes of the byte bound: always when nothing is queued (so that a write larger than the
+    /// bound is queued alone), otherwise only within the bound.
+    private func reserveBytes(_ size: Int) -> Bool {
+        while true {
+            let current = pendingBytes.load(ordering: .relaxed)
+            guard current == 0 || current + size <= byteCapacity else { return false }
+            if pendingBytes.compareExchange(expected: current, desired: current + size, ordering: .relaxed).exchanged {
+                return true
+            }
+        }
     }
 
     private func refusal(_ operation: String, _ reason: String) -> CachetStoreError {
@@ -165,8 +196,9 @@ public final class CachetDiskWorker: Sendable {
 
     private func wakeWaiters() {
         guard pendingWrites.load(ordering: .relaxed) < capacity else { return }
-        // Told to wait for the journal: nothing has been applied since, so retrying would not help.
-        let blocked = journalBlockedAt.load(ordering: .acquiring)
+        // Told to wait for the journal or the byte bound: nothing has been applied since, so retrying would
+        // not help.
+        let blocked = blockedAt.load(ordering: .acquiring)
         if blocked >= 0 && appliedOperations.load(ordering: .acquiring) == blocked { return }
         let ready = waiters.withLock { waiters -> [@Sendable () -> Void] in
             defer { waiters = [] }

@@ -15,18 +15,21 @@ func quietLogger() -> Logger {
     return logger
 }
 
-func openStore(_ directory: TemporaryDirectory, limit: Int = 1 << 30, level: Int32 = 1, capacity: Int = 1024) throws
-    -> CachetDiskStore
-{
-    try CachetDiskStore(
-        configuration: CachetDiskConfiguration(
-            directory: directory.path,
-            limit: limit,
-            compressionLevel: level,
-            queueCapacity: capacity
-        ),
-        logger: quietLogger()
+func openStore(
+    _ directory: TemporaryDirectory,
+    limit: Int = 1 << 30,
+    level: Int32 = 1,
+    capacity: Int = 1024,
+    byteCapacity: Int = CachetDiskConfiguration.defaultQueueByteCapacity
+) throws -> CachetDiskStore {
+    var configuration = CachetDiskConfiguration(
+        directory: directory.path,
+        limit: limit,
+        compressionLevel: level,
+        queueCapacity: capacity
     )
+    configuration.queueByteCapacity = byteCapacity
+    return try CachetDiskStore(configuration: configuration, logger: quietLogger())
 }
 
 /// Compressible text: JSON-like records.
@@ -427,5 +430,31 @@ struct CachetDiskWorkerTests {
         worker.drain()
         #expect(worker.queueDepth == 0)
         #expect(worker.store.statistics.items == 4)
+    }
+
+    @Test func queuedBytesBoundQueuedWritesAndAWriteLargerThanTheBoundGoesAlone() throws {
+        let directory = TemporaryDirectory()
+        let worker = CachetDiskWorker(store: try openStore(directory, byteCapacity: 100_000))
+        let gate = DispatchSemaphore(value: 0)
+        worker.get(key: [0], now: 1) { _ in gate.wait() }
+        // Alone in the queue, a write larger than the bound is taken.
+        #expect(worker.submitPut(key: [1], value: [UInt8](repeating: 1, count: 150_000), expiry: 0).isQueued)
+        #expect(!worker.submitPut(key: [2], value: [2], expiry: 0).isQueued)
+        #expect(worker.queuedBytes == 150_001)
+        let woke = DispatchSemaphore(value: 0)
+        // Woken once the large write is applied; then two of 40,000 fit, a third does not.
+        worker.notifyWhenWritable { woke.signal() }
+        gate.signal()
+        #expect(woke.wait(timeout: .now() + 5) == .success)
+        let second = DispatchSemaphore(value: 0)
+        worker.get(key: [0], now: 1) { _ in second.wait() }
+        for key in 3...4 {
+            #expect(worker.submitPut(key: [UInt8(key)], value: [UInt8](repeating: 3, count: 40_000), expiry: 0).isQueued)
+        }
+        #expect(!worker.submitPut(key: [5], value: [UInt8](repeating: 5, count: 40_000), expiry: 0).isQueued)
+        second.signal()
+        worker.drain()
+        #expect(worker.queuedBytes == 0)
+        #expect(worker.store.statistics.items == 3)
     }
 }
