@@ -102,6 +102,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// passed its limit, a request waits for the disk) and be reading again before it is settled, with an
     /// unchanged registration that would otherwise never be reported again.
     @exclusivity(unchecked) var unreadBytesPossible = false
+    /// A block that processes the rest of its input is queued (see `EventLoop.yieldTurn`).
+    @exclusivity(unchecked) var turnQueued = false
     /// Bytes of this connection's buffers charged to `memory`.
     @exclusivity(unchecked) var charged = 0
     /// The input capacity reserved in the budget for the frame being received (0 when none is): the

@@ -6,6 +6,15 @@ import Dispatch
 /// worker; its completion hops back to the loop's queue, writes the reply and carries on with the
 /// connection's requests.
 extension EventLoop {
+    /// Makes a connection wait for a disk operation or a fan-out, and starts it. A PUT waiting for room
+    /// in the disk queue holds its copy of the value: counted in the connections' budget until the queue
+    /// takes it (``start(_:for:)`` gives it back).
+    func wait(for operation: PendingOperation, _ connection: Connection) {
+        connection.phase = .waitingForCompletion
+        if case .put(let key, let value, _, _) = operation { memory.charge(key.count + value.count) }
+        start(operation, for: connection)
+    }
+
     /// Hands an operation to the disk queue; its completion hops back to this loop's queue.
     func start(_ operation: PendingOperation, for connection: Connection) {
         switch operation {
@@ -30,20 +39,25 @@ extension EventLoop {
                 }
             }
         case .put(let key, let value, let expiry, let id):
+            // Charged to the budget when the PUT began to wait (`process`), given back once it stops.
+            let held = key.count + value.count
             disk.worker.notifyWhenWritable { [self] in
                 execute { [self] in
                     // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
                     // never acknowledged.
                     guard case .waitingForCompletion = connection.phase else {
+                        memory.charge(-held)
                         disk.worker.abandonWrite(key: key)
                         return
                     }
                     switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                     case .queued:
+                        memory.charge(-held)
                         resume(connection) { processor, output, _ in processor.completePut(id: id, output: &output) }
                     case .full:
                         start(operation, for: connection)
                     case .refused(let error):
+                        memory.charge(-held)
                         resume(connection) { processor, output, now in
                             processor.refusePut(key: key, id: id, error: error, output: &output, now: now)
                         }

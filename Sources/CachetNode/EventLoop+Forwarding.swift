@@ -108,6 +108,7 @@ extension EventLoop {
     /// - Returns: true when the last forward has answered meanwhile (at once: its owner marked down) and
     ///   the connection is still reading: the caller goes on processing as usual.
     func processHeld(_ connection: Connection, now: UInt32) -> Bool {
+        var yielded = false
         processing: while let pipeline = connection.forwards {
             let replyRoom = memory.replyRoom
             if pipeline.inFlight >= ForwardPipeline.maximumInFlight || pipeline.heldBytes > ForwardPipeline.heldLimit
@@ -134,7 +135,8 @@ extension EventLoop {
                 ),
                 now: now,
                 // Never straight to the socket: earlier replies are still held.
-                directSend: nil
+                directSend: nil,
+                requestLimit: Self.requestsPerTurn
             )
             switch result {
             case .needMoreBytes(let frameLength):
@@ -155,11 +157,15 @@ extension EventLoop {
                 startForward(request, for: connection)
                 connection.chargeForwards()
             case .suspended(let operation):
-                connection.phase = .waitingForCompletion
-                start(operation, for: connection)
+                wait(for: operation, connection)
                 break processing
             case .receivingValue(let direct):
                 connection.phase = .receivingValue(direct)
+                break processing
+            case .yielded:
+                connection.phase = .reading(frameLength: 0)
+                yieldTurn(connection)
+                yielded = true
                 break processing
             }
         }
@@ -167,7 +173,7 @@ extension EventLoop {
             connection.chargeForwards()
             return false
         }
-        if case .reading = connection.phase { return true }
+        if case .reading = connection.phase, !yielded { return true }
         return false
     }
 }

@@ -46,6 +46,10 @@ final class EventLoop: @unchecked Sendable {
     let queue: DispatchQueue
     /// Reads of one connection per event before the loop moves on to the others.
     private static let readsPerEvent = 8
+    /// Requests of one connection answered from its input at a time before the others get a turn (as
+    /// memcached's `-R`, requests per event): a client that pipelines thousands of requests does not hold
+    /// up the others while it is answered.
+    static let requestsPerTurn = 32
     /// Connections hosted now (counted or not), read on `queue`.
     @exclusivity(unchecked) var connectionCount = 0
     let processor: RequestProcessor
@@ -226,6 +230,12 @@ final class EventLoop: @unchecked Sendable {
             reads += 1
             switch connection.phase {
             case .reading(let frameLength):
+                // Whole frames wait for the connection's next turn: reading more now would only grow the
+                // input. The turn processes them, and a settle in a reading phase renews the registration.
+                guard !connection.turnQueued else {
+                    connection.unreadBytesPossible = true
+                    return
+                }
                 guard connection.prepareInput(frameLength: frameLength) else {
                     connection.phase = .waitingForMemory(.input(frameLength: frameLength))
                     // This event's hang-up would not be reported again.
@@ -340,7 +350,8 @@ final class EventLoop: @unchecked Sendable {
                     connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
                 ),
                 now: now,
-                directSend: DirectSend(fd: connection.fd)
+                directSend: DirectSend(fd: connection.fd),
+                requestLimit: Self.requestsPerTurn
             )
             switch result {
             case .needMoreBytes(let frameLength):
@@ -360,14 +371,31 @@ final class EventLoop: @unchecked Sendable {
                 // (a loop, not a call, so that a long run of such forwards cannot deepen the stack).
                 if processHeld(connection, now: now) { continue }
             case .suspended(let operation):
-                connection.phase = .waitingForCompletion
-                start(operation, for: connection)
+                wait(for: operation, connection)
             case .receivingValue(let direct):
                 connection.phase = .receivingValue(direct)
+            case .yielded:
+                connection.phase = .reading(frameLength: 0)
+                yieldTurn(connection)
             }
             break
         }
         _ = send(connection)
+    }
+
+    /// Lets the loop serve the others before it answers the rest of a connection's input: the connection
+    /// is processed again from a block queued behind them (once, however often it yields meanwhile; an
+    /// event of its own may process it first, which leaves the block nothing to do).
+    func yieldTurn(_ connection: Connection) {
+        guard !connection.turnQueued else { return }
+        connection.turnQueued = true
+        execute { [self] in
+            connection.turnQueued = false
+            guard case .reading(frameLength: 0) = connection.phase else { return }
+            let now = CachetClock.now()
+            process(connection, now: now)
+            settle(connection, now: now)
+        }
     }
 
     /// Sends pending output; returns false if the connection was closed.
@@ -385,7 +413,8 @@ final class EventLoop: @unchecked Sendable {
     /// charge up to date. The one place after every event, completion and wake-up that decides what the
     /// connection waits for:
     /// - a connection waiting for its output to drain whose output has drained answers the requests it
-    ///   holds (and so reads again, or waits for something else);
+    ///   holds (and so reads again, or waits for something else), once per settle: a second time, it
+    ///   yields its turn (``yieldTurn(_:)``);
     /// - a finishing connection whose replies are all sent (none held behind forwards in flight) closes;
     /// - a closing connection whose replies are all sent (likewise) shuts down its write side, and closes once the
     ///   peer has ended its stream too.
@@ -393,11 +422,20 @@ final class EventLoop: @unchecked Sendable {
     /// registration that changes, or is renewed for `rearm`, makes the kernel check the socket again and
     /// report it if it is ready: that is how bytes left unread while reading was paused or capped get read.
     func settle(_ connection: Connection, now: UInt32) {
+        var resumed = false
         while true {
             switch connection.phase {
             case .waitingForOutput
             where connection.output.readableBytes <= pendingOutputLimit(connection, room: memory.replyRoom):
                 connection.phase = .reading(frameLength: 0)
+                // Once per settle: a client whose replies the kernel keeps taking (it has room for
+                // megabytes) would otherwise be answered here until that room is gone, while every other
+                // connection waits.
+                guard !resumed else {
+                    yieldTurn(connection)
+                    break
+                }
+                resumed = true
                 process(connection, now: now)
                 continue
             case .finishing where connection.output.readableBytes == 0 && connection.forwards == nil:

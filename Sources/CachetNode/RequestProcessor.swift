@@ -45,6 +45,9 @@ enum ProcessingResult {
     /// The head frame is a PUT of a large value whose remaining bytes are to be read straight into its
     /// entry; the buffered part has been copied there and the input is empty.
     case receivingValue(DirectPut)
+    /// The request limit was reached with whole frames left in the input: the connection gives others a
+    /// turn and is processed again after them.
+    case yielded
 }
 
 /// Turns request frames into replies: decoding, dispatch to the store, reply encoding. No I/O.
@@ -95,6 +98,8 @@ struct RequestProcessor {
     ///     what the memory budget still allows); a reply that would pass it is not produced
     ///     (`.memoryFull`). Other replies are small and not limited.
     ///   - now: the store's clock, read once per batch.
+    ///   - requestLimit: answer at most this many requests, then stop (`.yielded`) if another whole frame
+    ///     waits.
     /// - Returns: why processing stopped.
     func process(
         input: inout CachetByteBuffer,
@@ -102,8 +107,10 @@ struct RequestProcessor {
         outputLimit: Int,
         outputCapacityLimit: Int = .max,
         now: UInt32,
-        directSend: DirectSend? = nil
+        directSend: DirectSend? = nil,
+        requestLimit: Int = .max
     ) -> ProcessingResult {
+        var answered = 0
         while true {
             if output.readableBytes > outputLimit { return .outputFull }
             let region = input.wholeRegion
@@ -135,6 +142,8 @@ struct RequestProcessor {
                 }
                 return .needMoreBytes(frameLength: 0)
             }
+            if answered == requestLimit { return .yielded }
+            answered &+= 1
             var noRoom = false
             let pending = dispatch(
                 frame,
