@@ -448,9 +448,8 @@ struct CachetDiskWorkerTests {
         #expect(woke.wait(timeout: .now() + 5) == .success)
         let second = DispatchSemaphore(value: 0)
         worker.get(key: [0], now: 1) { _ in second.wait() }
-        for key in 3...4 {
-            #expect(worker.submitPut(key: [UInt8(key)], value: [UInt8](repeating: 3, count: 40_000), expiry: 0).isQueued)
-        }
+        let value = [UInt8](repeating: 3, count: 40_000)
+        for key in 3...4 { #expect(worker.submitPut(key: [UInt8(key)], value: value, expiry: 0).isQueued) }
         #expect(!worker.submitPut(key: [5], value: [UInt8](repeating: 5, count: 40_000), expiry: 0).isQueued)
         second.signal()
         worker.drain()
