@@ -24,9 +24,15 @@ struct ProcessorHarness: ~Copyable {
         )
     }
 
-    mutating func feed(_ bytes: [UInt8], outputLimit: Int = 1 << 30) -> ProcessingResult {
+    mutating func feed(_ bytes: [UInt8], outputLimit: Int = 1 << 30, requestLimit: Int = .max) -> ProcessingResult {
         input.append(bytes)
-        return processor.process(input: &input, output: &output, outputLimit: outputLimit, now: 1_000)
+        return processor.process(
+            input: &input,
+            output: &output,
+            outputLimit: outputLimit,
+            now: 1_000,
+            requestLimit: requestLimit
+        )
     }
 
     mutating func takeReplies() throws -> [CachetResponse] {
@@ -44,6 +50,26 @@ struct ProcessorHarness: ~Copyable {
 
 @Suite("Request processor (no I/O)")
 struct RequestProcessorTests {
+    @Test func yieldsAfterItsRequestLimitWithTheNextFrameLeftWhole() throws {
+        var harness = ProcessorHarness()
+        var stream: [UInt8] = []
+        for id in 1...5 { CachetCommand.ping.encode(id: UInt32(id), to: &stream) }
+        let first = harness.feed(stream, requestLimit: 2)
+        guard case .yielded = first else {
+            Issue.record("expected yielded, got \(first)")
+            return
+        }
+        #expect(try harness.takeReplies().map(\.id) == [1, 2])
+        #expect(harness.input.readableBytes == 3 * CachetProtocol.frameOverhead)
+        // The last frames: all answered, nothing left to yield for.
+        let rest = harness.feed([], requestLimit: 3)
+        guard case .needMoreBytes(frameLength: 0) = rest else {
+            Issue.record("expected needMoreBytes, got \(rest)")
+            return
+        }
+        #expect(try harness.takeReplies().map(\.id) == [3, 4, 5])
+    }
+
     @Test func answersEveryWholeFrameAndKeepsThePartialOne() throws {
         var harness = ProcessorHarness()
         let put = CachetCommand.put(key: Array("k".utf8), value: Array("v".utf8), ttl: 0).encoded(id: 1)
@@ -258,6 +284,8 @@ struct RequestProcessorFuzzTests {
                 Issue.record("a node without a disk tier never suspends")
             case .receivingValue:
                 Issue.record("frames below 64 KiB are never received in place")
+            case .yielded:
+                Issue.record("the harness sets no request limit")
             }
         }
     }
