@@ -1,0 +1,2 @@
+// Declarations only: libFuzzer's runtime defines LLVMFuzzerRunDriver.
+#include "CLibFuzzer.h"
