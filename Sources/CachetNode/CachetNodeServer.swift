@@ -352,7 +352,10 @@ public final class CachetNodeServer: Sendable {
         let group = DispatchGroup()
         for loop in loops {
             group.enter()
-            loop.execute { loop.drain(timeout: timeout) { group.leave() } }
+            // A cluster member answers nothing more once it stops: peers that cannot reach it take writes of
+            // its keys, and it must not take any on connections opened before.
+            let leaving = configuration.cluster != nil
+            loop.execute { loop.drain(timeout: timeout, leaving: leaving) { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning(

@@ -117,13 +117,22 @@ extension EventLoop {
     /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
     /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after three
     /// quarters of `timeout` every connection is (one waiting for the disk loses that request's reply);
-    /// graceful closes end by 90% of `timeout` at the latest. Calls `completion` (on `queue`) once no connection is left. Called on `queue`.
+    /// graceful closes end by 90% of `timeout` at the latest. Calls `completion` (on `queue`) once no
+    /// connection is left. Called on `queue`.
+    ///
+    /// `leaving` (a cluster member): nothing more is answered from the moment the drain starts. Every
+    /// connection is closed gracefully at once, or as soon as the disk operation or the forwards it waits
+    /// for have answered; what it had sent and was not answered gets no reply, and was not applied. So a
+    /// member that is stopping never takes a write on a connection opened before, while its peers, which
+    /// can no longer connect to it, take writes of its keys on its behalf.
     func drain(
         timeout: Double,
         quietPeriod: DispatchTimeInterval = .milliseconds(100),
+        leaving: Bool = false,
         completion: @escaping @Sendable () -> Void
     ) {
         draining = true
+        self.leaving = leaving
         // The queue is wanted for the drain's work now, not for waiting on more requests.
         loop.lingerMilliseconds = 0
         drainedCallback = completion
@@ -134,7 +143,8 @@ extension EventLoop {
         // Requests already sent may need the disk queue (a thousand writes take a second or two on a
         // busy machine): most of the time goes to answering them; closing gracefully takes milliseconds
         // for a client that reads.
-        drainServingEnds = start + timeout * 0.75
+        drainWaitingEnds = start + timeout * 0.75
+        drainServingEnds = leaving ? start : drainWaitingEnds
         drainQuietPeriod = quietPeriod
         forEachConnection { $0.lastReceived = start }
         scheduleHousekeeping()
@@ -152,7 +162,7 @@ extension EventLoop {
             case .waitingForCompletion, .waitingForForwards:
                 // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written),
                 // unless its forwards answer before the graceful close ends.
-                guard servingOver else { return }
+                guard clock >= drainWaitingEnds else { return }
             default:
                 let idle =
                     connection.output.readableBytes == 0 && connection.forwards == nil

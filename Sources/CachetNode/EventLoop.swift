@@ -64,9 +64,13 @@ final class EventLoop: @unchecked Sendable {
     let logger: Logger
     let onClose: @Sendable () -> Void
     @exclusivity(unchecked) var draining = false
+    /// The drain answers nothing more (a cluster member leaving; see ``drain(timeout:quietPeriod:leaving:completion:)``).
+    @exclusivity(unchecked) var leaving = false
     var drainedCallback: (@Sendable () -> Void)?
     var drainDeadline = DispatchTime(uptimeNanoseconds: 0)
     var drainServingEnds = DispatchTime(uptimeNanoseconds: 0)
+    /// When connections waiting for the disk or for forwards are closed whether or not they were answered.
+    var drainWaitingEnds = DispatchTime(uptimeNanoseconds: 0)
     var drainQuietPeriod: DispatchTimeInterval = .milliseconds(100)
     /// The budget shared by every loop's connections.
     let memory: ConnectionMemory
@@ -333,6 +337,11 @@ final class EventLoop: @unchecked Sendable {
     /// in a reading phase; leaves it in the phase the input calls for. A request forwarded to another
     /// member does not stop it: the replies behind it are held in order (``processHeld(_:now:)``).
     func process(_ connection: Connection, now: UInt32) {
+        if leaving {
+            // Leaving the cluster: what is left in the input is not answered.
+            beginClosing(connection)
+            return
+        }
         if connection.forwards != nil && !processHeld(connection, now: now) {
             _ = send(connection)
             return

@@ -375,4 +375,42 @@ struct NodeFailoverTests {
         let held = try #require(firstServed, "still holding 10 s after it resumed") - resumed
         #expect(held >= 4 && held < 6.5, "served again \(held) s after it resumed")
     }
+
+    /// A member stopped with SIGTERM answers nothing more from that moment, on connections opened before
+    /// too (`Protocol/CLUSTER.md`, "A member that stops"). While it drained, it used to take writes of its
+    /// keys on its open connections for seconds, while its peers, which could no longer connect to it, gave
+    /// the same keys to a stand-in: two members acknowledged writes of one key, and a GET through a peer
+    /// returned the stand-in's older value.
+    @Test func aMemberStoppedWithSigtermTakesNoMoreWritesOnItsOpenConnections() throws {
+        let cluster = try Cluster(extraArguments: Self.timings)
+        let key = Array(cluster.key(ownedBy: "n1").utf8)
+        let owner = try cluster.node("n1").connect()
+        owner.setTimeout(1)
+        #expect(try owner.roundTrip(.put(key: key, value: Array("v0".utf8), ttl: 0)).status == .ok)
+        let signalled = Date()
+        kill(cluster.node("n1").process.processIdentifier, SIGTERM)
+        // The connection is never idle: a write every 10 ms until the node closes it, for at most 3 s.
+        var late: [Double] = []
+        var round = 0
+        while Date().timeIntervalSince(signalled) < 3 {
+            round += 1
+            let reply: CachetResponse
+            do {
+                reply = try owner.roundTrip(.put(key: key, value: Array("v\(round)".utf8), ttl: 0))
+            } catch {
+                break
+            }
+            let after = Date().timeIntervalSince(signalled)
+            // The signal takes a moment to reach the node's loops; a write answered later was taken while
+            // the member was leaving.
+            if reply.status == .ok && after > 0.2 { late.append(after) }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        #expect(
+            late.isEmpty,
+            "\(late.count) writes acknowledged after the SIGTERM, the last \(late.last ?? 0) s after it"
+        )
+        #expect(cluster.node("n1").stop(timeout: 5) == 0)
+        #expect(Date().timeIntervalSince(signalled) < 3, "the member took more than 3 s to stop")
+    }
 }
