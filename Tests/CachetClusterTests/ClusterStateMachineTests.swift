@@ -634,49 +634,4 @@ struct ClusterStateMachineTests {
         for (slot, value) in open.shuffled(using: &random) { released += order.fill(slot, with: value) }
         #expect(released == Array(0..<next) && order.pendingCount == 0)
     }
-
-    // MARK: CachetForwardTracker
-
-    @Test(arguments: 0..<10)
-    func forwardsAreCappedPerPeerAndEachEndsOnceByReplyOrDeadline(seed: Int) {
-        var random = SplitMix64(state: UInt64(seed) + 300)
-        var tracker = CachetForwardTracker<Int>(maximumInFlightPerPeer: 5, timeout: 1_000)
-        var now: UInt64 = 0
-        var live: [UInt64: (peer: Int, deadline: UInt64, request: Int)] = [:]
-        var ended: [Int] = []
-        var started = 0
-        for request in 0..<3_000 {
-            now += UInt64.random(in: 0...150, using: &random)
-            switch Int.random(in: 0..<4, using: &random) {
-            case 0, 1:
-                let peer = Int.random(in: 0..<3, using: &random)
-                let before = live.values.filter { $0.peer == peer }.count
-                switch tracker.start(peer: peer, request: request, now: now) {
-                case .started(let token, let deadline):
-                    #expect(before < 5 && deadline == now + 1_000)
-                    live[token] = (peer, deadline, request)
-                    started += 1
-                case .overCapacity:
-                    #expect(before == 5)
-                }
-            case 2:
-                guard let token = live.keys.randomElement(using: &random) else { continue }
-                let check20 = tracker.finish(token) == live.removeValue(forKey: token)!.request
-                #expect(check20)
-                let check21 = tracker.finish(token) == nil
-                #expect(check21)
-                ended.append(request)
-            default:
-                let expired = tracker.expire(now: now)
-                let due = live.filter { $0.value.deadline <= now }
-                #expect(Set(expired.map(\.request)) == Set(due.values.map(\.request)))
-                for token in due.keys { live[token] = nil }
-                ended += expired.map(\.request)
-            }
-            #expect(tracker.totalInFlight == live.count)
-            for peer in 0..<3 { #expect(tracker.inFlight(to: peer) == live.values.filter { $0.peer == peer }.count) }
-            #expect(tracker.nextDeadline == live.values.map(\.deadline).min())
-        }
-        #expect(ended.count + live.count == started)
-    }
 }
