@@ -140,11 +140,13 @@ struct NodeFailoverTests {
         try Self.waitForDown("n1", cluster: cluster)
 
         #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        // While the owner is stopped, the stand-in serves v2 (asked before the owner resumes: once it has,
+        // the stand-in may stop serving the key before any GET of the watch below reaches it).
+        #expect(try NodeForwardingTests.get(key, from: n2).body == Array("v2".utf8), "the stand-in served v2")
         kill(pid, SIGCONT)
         // Its memory still holds v1: it holds (a stall) until the stand-in has told it.
         let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
         #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner resumed")
-        #expect(seen.contains(Array("v2".utf8)), "the stand-in served v2 while it stood in")
         for id in ["n1", "n2", "n3"] {
             #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
         }
