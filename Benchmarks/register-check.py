@@ -1,0 +1,1063 @@
+#!/usr/bin/env python3
+"""Register check: a Jepsen-style check of the cluster's promise (Protocol/CLUSTER.md, "Failover without
+stale reads"): no GET returns a value that an acknowledged write replaced, while nodes are killed,
+terminated, stopped, and their stand-ins disturbed. Python 3.11, standard library only (the ring uses the
+xxhash package when it is installed, a pure-Python XXH64 otherwise). Bounded in time; stops every process
+it started, also on Ctrl-C, SIGTERM and errors.
+
+    nice -n 5 python3 Benchmarks/register-check.py                               # 5 nodes, 60 s, every action
+    nice -n 5 python3 Benchmarks/register-check.py --node .build/debug/cachet-node --actions term \\
+        --duration 45 --seed 1
+    nice -n 5 python3 Benchmarks/register-check.py --actions none --duration 20   # must be clean
+    python3 Benchmarks/register-check.py --check /tmp/cachet-register-XXXX/history.jsonl   # re-check a run
+    python3 Benchmarks/register-check.py --self-test                              # the checker on made-up histories
+
+What it does:
+- Writes a cluster file of --nodes members on 127.0.0.1 and starts one `cachet-node` per member (--node;
+  default .build/release/cachet-node if it exists, else .build/debug/cachet-node), each with a data
+  directory of its own that is kept across its restarts; --node-flags are added to every node.
+- Runs --workers client threads. Each sends PUT, DEL and GET of --keys shared keys (`key-000` ...) to a node
+  chosen at random per request (the nodes forward), on one persistent connection per thread and node
+  (reconnecting after a failure), each request bounded by --request-timeout. Every PUT writes a value
+  unique in the whole run (`t<thread>-<seq>`). A request with no reply in time is hung.
+- Records every request: thread, key, op, value, send and ack times (time.monotonic(), seconds from the
+  start of the load), outcome (OK, NOT_FOUND, UNAVAILABLE, another status with its message, TIMEOUT,
+  REFUSED: no connection so nothing sent, CONN_ERROR: the connection failed after sending) and the node.
+- A nemesis (seeded by --seed) runs one action at a time from --actions, with a pause of --pause-min to
+  --pause-max seconds where a node is down or frozen and about --interval seconds between actions:
+    kill             SIGKILL a node, restart it on the same data directory after the pause
+    term             SIGTERM a node, wait for its exit (at most --term-wait s, then SIGKILL), restart it
+    stop             SIGSTOP a node, SIGCONT it after the pause
+    cascade-standin  SIGKILL an owner, and 0.2-1 s later SIGKILL or SIGTERM the member that most likely
+                     stands in for it (the second entry of the preference list of most of the owner's keys,
+                     from Protocol/RING.md); after the pause restart both, in random order
+    cascade-return   SIGKILL that stand-in, restart it, and SIGKILL the owner 0.3-1.7 s after the stand-in
+                     is back; restart the owner after the pause
+  Each round of actions takes every kind listed once, in a seeded random order; no action starts unless it
+  can end before the load does. At most two nodes are disturbed at once, so 3 of 5 always stand. Every
+  action and step is logged with its time.
+- After the run, offline and without looking at the nemesis, the checker reads the history. A GET that
+  returned value v is STALE when v's PUT was acknowledged at time a and another PUT or DEL of that key was
+  sent after a and acknowledged (PUT: OK; DEL: OK or NOT_FOUND) before the GET was sent. A GET of a value
+  never written to that key is CORRUPT; one of a value whose PUT was sent after the GET completed is
+  IMPOSSIBLE. NOT_FOUND is always allowed (a cache), and so is a value whose PUT got no acknowledgement
+  (it may have been applied). Per key, acknowledged writes sorted by ack time with a running maximum of
+  send times: O(n log n).
+- Each stale read is attributed to the nemesis actions in progress while it ran or that ended within
+  --attribution-window seconds before it was sent (the latest-started one is its primary action).
+
+Output: a Markdown report on stdout (requests by op and outcome, acknowledged writes, stale, corrupt, hung,
+stale per action kind, the actions, UNAVAILABLE messages and how long writes of a restarted node's keys
+were refused, the first 10 stale reads with their timelines), a progress line every 10 s on stderr, and the
+history (history.jsonl), the nemesis log (nemesis.jsonl), the cluster file and the node logs in a temporary
+directory whose path is printed (the nodes' data directories are removed at the end unless --keep-data).
+
+Exit status: 0 when no read was stale, corrupt or impossible, no request hung and (with --min-ack-ratio)
+enough writes were acknowledged; 1 otherwise; 2 on a setup error (no binary, a node that did not start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import bisect
+import collections
+import importlib.util
+import json
+import os
+import random
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # importing soak.py leaves no __pycache__ in the repository
+from soak import DEL, GET, NOT_FOUND, OK, PUT, STATUS_NAMES, frame, key_body, put_body  # noqa: E402
+
+UNAVAILABLE = 7
+OPS = {PUT: "PUT", DEL: "DEL", GET: "GET"}
+OUTCOMES = ["OK", "NOT_FOUND", "UNAVAILABLE", "ERROR", "TIMEOUT", "REFUSED", "CONN_ERROR"]
+ACTION_KINDS = ["kill", "term", "stop", "cascade-standin", "cascade-return"]
+
+
+class SetupError(Exception):
+    """Something that keeps the run from starting or going on: exit status 2."""
+
+
+# MARK: - The ring (Protocol/RING.md), through Protocol/tools/make-ring-vectors.py
+
+
+def _xxh64(data: bytes, seed: int = 0) -> int:
+    """XXH64 in pure Python, for machines without the xxhash package (checked against RING.md's table)."""
+    p1, p2, p3, p4, p5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
+                          0x27D4EB2F165667C5)
+    mask = (1 << 64) - 1
+
+    def rotl(x, r):
+        return ((x << r) | (x >> (64 - r))) & mask
+
+    def round_(acc, lane):
+        return (rotl((acc + lane * p2) & mask, 31) * p1) & mask
+
+    length, index = len(data), 0
+    if length >= 32:
+        v1, v2, v3, v4 = (seed + p1 + p2) & mask, (seed + p2) & mask, seed, (seed - p1) & mask
+        while index + 32 <= length:
+            a, b, c, d = struct.unpack_from("<4Q", data, index)
+            v1, v2, v3, v4 = round_(v1, a), round_(v2, b), round_(v3, c), round_(v4, d)
+            index += 32
+        acc = (rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18)) & mask
+        for v in (v1, v2, v3, v4):
+            acc = ((acc ^ round_(0, v)) * p1 + p4) & mask
+    else:
+        acc = (seed + p5) & mask
+    acc = (acc + length) & mask
+    while index + 8 <= length:
+        (lane,) = struct.unpack_from("<Q", data, index)
+        acc = (rotl(acc ^ round_(0, lane), 27) * p1 + p4) & mask
+        index += 8
+    if index + 4 <= length:
+        (lane,) = struct.unpack_from("<I", data, index)
+        acc = (rotl(acc ^ ((lane * p1) & mask), 23) * p2 + p3) & mask
+        index += 4
+    while index < length:
+        acc = (rotl(acc ^ ((data[index] * p5) & mask), 11) * p1) & mask
+        index += 1
+    acc ^= acc >> 33
+    acc = (acc * p2) & mask
+    acc ^= acc >> 29
+    acc = (acc * p3) & mask
+    acc ^= acc >> 32
+    return acc
+
+
+def load_ring_module():
+    """Protocol/tools/make-ring-vectors.py, as chaos.py uses it; with _xxh64 standing in for xxhash if needed."""
+    try:
+        import xxhash  # noqa: F401
+    except ImportError:
+        assert _xxh64(b"") == 0xEF46DB3751D8E999 and _xxh64(b"abc") == 0x44BC2CF5AD770999
+        assert _xxh64(b"The quick brown fox jumps over the lazy dog") == 0x0B242D361FDA71BC
+        shim = types.ModuleType("xxhash")
+        shim.xxh64_intdigest = lambda data, seed=0: _xxh64(bytes(data), seed)
+        sys.modules["xxhash"] = shim
+    spec = importlib.util.spec_from_file_location(
+        "ring_vectors", os.path.join(ROOT, "Protocol", "tools", "make-ring-vectors.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class KeyMap:
+    """Owner and preference list of every workload key, and each member's most likely stand-in."""
+
+    def __init__(self, member_ids: list[str], keys: list[str], virtual_nodes: int = 160) -> None:
+        ring = load_ring_module().Ring(member_ids, virtual_nodes)
+        self.preference = {key: ring.preference(key.encode(), len(member_ids)) for key in keys}
+        self.owner = {key: prefs[0] for key, prefs in self.preference.items()}
+        self.stand_in = {}
+        for member in member_ids:
+            counts = collections.Counter(prefs[1] for prefs in self.preference.values() if prefs[0] == member)
+            ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            self.stand_in[member] = ranked[0][0] if ranked else next(m for m in member_ids if m != member)
+
+
+# MARK: - Nodes
+
+
+class NodeProcess:
+    """One cluster member: its process (restarted on the same port and data directory) and its log."""
+
+    def __init__(self, cluster: "Cluster", member_id: str, port: int) -> None:
+        self.cluster, self.id, self.port = cluster, member_id, port
+        self.data_dir = os.path.join(cluster.directory, f"data-{member_id}")
+        self.log_path = os.path.join(cluster.directory, f"{member_id}.log")
+        self.process: subprocess.Popen | None = None
+        self.state = "down"  # up, killed, terminated, frozen, down
+
+    def start(self, timeout: float = 30) -> None:
+        """Starts the process and waits for its 'listening' line; raises SetupError if it does not come."""
+        with self.cluster.lock:
+            if self.cluster.closing:
+                raise SetupError("the run is stopping")
+            log = open(self.log_path, "ab")
+            self.process = subprocess.Popen(
+                [self.cluster.binary, "--cluster", self.cluster.cluster_file, "--node-id", self.id,
+                 "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", self.data_dir,
+                 "--disk-limit", "64MiB", *self.cluster.extra_flags],
+                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, close_fds=True,
+                start_new_session=True)  # our Ctrl-C is ours to handle: the nodes are stopped by the cleanup
+            log.close()
+        process = self.process
+        line, deadline = b"", time.monotonic() + timeout
+        while b"\n" not in line and time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stdout], [], [], 0.1)
+            if ready:
+                chunk = os.read(process.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                line += chunk
+        text = line.decode(errors="replace")
+        if "listening" not in text:
+            self.kill()
+            raise SetupError(f"{self.id} did not start within {timeout:.0f} s (printed {text.strip()!r}); "
+                             f"see {self.log_path}")
+        threading.Thread(target=self._drain, args=(process,), daemon=True).start()
+        self.state = "up"
+
+    def _drain(self, process: subprocess.Popen) -> None:
+        """Keeps reading the node's stdout so that it can never block on a full pipe."""
+        try:
+            with open(self.log_path, "ab") as log:
+                while chunk := process.stdout.read1(4096):
+                    log.write(chunk)
+        except (OSError, ValueError):
+            pass
+
+    def send(self, signal_number: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.kill(self.process.pid, signal_number)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL (after SIGCONT, so that a frozen node is not left stopped should the kill fail) and reap."""
+        if self.process is not None:
+            self.send(signal.SIGCONT)
+            self.send(signal.SIGKILL)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.state = "killed"
+
+    def terminate(self, bound: float) -> tuple[bool, float, int | None]:
+        """SIGTERM and wait for the exit; SIGKILL after `bound` s. Returns (exited by itself, seconds, status)."""
+        started = time.monotonic()
+        self.send(signal.SIGTERM)
+        try:
+            status = self.process.wait(timeout=bound)
+            clean = True
+        except subprocess.TimeoutExpired:
+            self.kill()
+            status, clean = self.process.returncode, False
+        self.state = "terminated"
+        return clean, time.monotonic() - started, status
+
+
+class Cluster:
+    """The nodes, and the one lock that keeps a restart from racing the final cleanup."""
+
+    def __init__(self, binary: str, count: int, directory: str, extra_flags: list[str]) -> None:
+        self.binary, self.directory, self.extra_flags = binary, directory, extra_flags
+        self.lock = threading.Lock()
+        self.closing = False
+        self.cluster_file = os.path.join(directory, "cluster.json")
+        ports = free_ports(count)
+        members = [{"id": f"n{i + 1}", "host": "127.0.0.1", "port": port} for i, port in enumerate(ports)]
+        with open(self.cluster_file, "w") as f:
+            json.dump({"members": members}, f, indent=1)
+        self.nodes = [NodeProcess(self, m["id"], m["port"]) for m in members]
+        self.by_id = {node.id: node for node in self.nodes}
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+    def shutdown(self) -> None:
+        """Kills every node this run started; safe to call more than once, from atexit too."""
+        with self.lock:
+            self.closing = True
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.kill()
+
+
+def free_ports(count: int) -> list[int]:
+    sockets, ports = [], []
+    try:
+        for _ in range(count):
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            sockets.append(probe)
+            ports.append(probe.getsockname()[1])
+    finally:
+        for probe in sockets:
+            probe.close()
+    return ports
+
+
+# MARK: - Clients
+
+
+class RequestTimeout(Exception):
+    pass
+
+
+class ClientConnection:
+    """A persistent blocking connection to one node: one request at a time, each within a deadline."""
+
+    def __init__(self, port: int, deadline: float) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=max(0.01, deadline - time.monotonic()))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.next_id = 1
+
+    def looks_closed(self) -> bool:
+        """True when the node closed or reset the connection while it was idle (EOF or an error is waiting)."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            return bool(readable)
+        except (OSError, ValueError):
+            return True
+
+    def _read_exactly(self, count: int, deadline: float) -> bytes:
+        chunks, remaining = [], count
+        while remaining > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimeout()
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(remaining)
+            except socket.timeout:
+                raise RequestTimeout() from None
+            if not chunk:
+                raise ConnectionError("the node closed the connection")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def request(self, opcode: int, body: bytes, deadline: float) -> tuple[int, bytes]:
+        request_id = self.next_id
+        self.next_id = (self.next_id + 1) & 0xFFFFFFFF
+        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            self.sock.sendall(frame(opcode, body, request_id))
+        except socket.timeout:
+            raise RequestTimeout() from None
+        (length,) = struct.unpack(">I", self._read_exactly(4, deadline))
+        payload = self._read_exactly(length, deadline)
+        _, reply_opcode, status, reply_id = struct.unpack(">BBHI", payload[:8])
+        if reply_opcode != opcode or reply_id != request_id:
+            raise ConnectionError(f"reply opcode {reply_opcode} id {reply_id} to request {opcode} id {request_id}")
+        return status, payload[8:]
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# One request of the history: times are seconds since the start of the load (time.monotonic()).
+Record = collections.namedtuple("Record", "thread key op value send ack outcome message node")
+
+
+def client(index: int, args, cluster: Cluster, keys: list[str], t0: float, stop: threading.Event,
+           history: list[Record], counts: collections.Counter) -> None:
+    rng = random.Random(args.seed * 1000 + index)
+    connections: dict[str, ClientConnection] = {}
+    sequence = 0
+    while not stop.is_set():
+        key = rng.choice(keys)
+        node = rng.choice(cluster.nodes)
+        roll = rng.random()
+        value = None
+        if roll < args.put_ratio:
+            sequence += 1
+            value = f"t{index}-{sequence}"
+            opcode, body = PUT, put_body(key.encode(), value.encode())
+        elif roll < args.put_ratio + args.del_ratio:
+            opcode, body = DEL, key_body(key.encode())
+        else:
+            opcode, body = GET, key_body(key.encode())
+        connection = connections.get(node.id)
+        if connection is not None and connection.looks_closed():  # closed while idle: the node restarted
+            connections.pop(node.id).close()
+            connection = None
+        send = time.monotonic()
+        deadline = send + args.request_timeout
+        message, reply_value = "", None
+        try:
+            if connection is None:
+                try:
+                    connection = ClientConnection(node.port, deadline)
+                except socket.timeout:
+                    raise RequestTimeout() from None
+                except OSError as error:  # nothing was sent: the write is known not to be applied
+                    outcome, message = "REFUSED", f"{type(error).__name__}: {error}"
+                    raise
+                connections[node.id] = connection
+            status, reply = connection.request(opcode, body, deadline)
+            if status == OK:
+                outcome = "OK"
+                if opcode == GET:
+                    reply_value = reply.decode(errors="replace")
+            elif status == NOT_FOUND:
+                outcome = "NOT_FOUND"
+            elif status == UNAVAILABLE:
+                outcome, message = "UNAVAILABLE", reply.decode(errors="replace")
+            else:
+                outcome, message = "ERROR", f"{STATUS_NAMES.get(status, status)}: {reply.decode(errors='replace')}"
+        except RequestTimeout:
+            outcome, message = "TIMEOUT", f"no reply within {args.request_timeout:g} s"
+            dropped = connections.pop(node.id, None)
+            if dropped is not None:
+                dropped.close()  # a late reply would be taken for the next request's
+        except (OSError, ConnectionError) as error:
+            if not message:
+                outcome, message = "CONN_ERROR", f"{type(error).__name__}: {error}"
+            dropped = connections.pop(node.id, None)
+            if dropped is not None:
+                dropped.close()
+        ack = time.monotonic()
+        history.append(Record(index, key, OPS[opcode], value if opcode == PUT else reply_value,
+                              round(send - t0, 6), round(ack - t0, 6), outcome, message, node.id))
+        counts[outcome] += 1
+        if outcome == "REFUSED":
+            stop.wait(0.005)  # the node is down; do not spin on it
+    for connection in connections.values():
+        connection.close()
+
+
+# MARK: - Nemesis
+
+
+class Nemesis(threading.Thread):
+    """One action at a time, drawn from --actions with a seeded random source; logs every step."""
+
+    def __init__(self, args, cluster: Cluster, key_map: KeyMap, t0: float, end: float,
+                 stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.args, self.cluster, self.key_map, self.t0, self.end, self.stop = args, cluster, key_map, t0, end, stop
+        self.rng = random.Random(args.seed)
+        self.actions: list[dict] = []
+        self.current: dict | None = None
+        self.error: BaseException | None = None
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 6)
+
+    def step(self, text: str) -> None:
+        self.current["steps"].append([self.now(), text])
+
+    def pause(self) -> float:
+        return self.rng.uniform(self.args.pause_min, self.args.pause_max)
+
+    def sleep(self, seconds: float) -> None:
+        self.stop.wait(max(0.0, seconds))
+
+    def run(self) -> None:
+        kinds: list[str] = []
+        try:
+            while not self.stop.is_set():
+                self.sleep(self.rng.uniform(0.5, 1.5) * self.args.interval)
+                if not kinds:  # every kind once per round, in a seeded order: a short run still has each
+                    kinds = self.rng.sample(self.args.action_list, len(self.args.action_list))
+                kind = kinds.pop()
+                # room for the pauses and restarts (a cascade has two of each) before the load ends
+                needed = (2 * self.args.pause_max + 7) if kind.startswith("cascade") else self.args.pause_max + 4
+                if kind == "term":
+                    needed += 2
+                if self.stop.is_set() or time.monotonic() + needed > self.end:
+                    break
+                owner = self.rng.choice(self.cluster.nodes)
+                self.current = {"id": len(self.actions) + 1, "kind": kind, "start": self.now(), "end": None,
+                                "victims": [], "steps": []}
+                self.actions.append(self.current)
+                getattr(self, "action_" + kind.replace("-", "_"))(owner)
+                self.current["end"] = self.now()
+                self.current = None
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            self.error = error
+            if self.current is not None:
+                self.current["steps"].append([self.now(), f"failed: {error}"])
+                self.current["end"] = self.now()
+
+    def _restart(self, node: NodeProcess, reason: str = "restarted") -> None:
+        node.start()
+        self.step(f"{node.id} {reason} (listening)")
+        self.current.setdefault("restarts", []).append([node.id, self.now()])
+
+    def _kill_node(self, node: NodeProcess) -> None:
+        node.kill()
+        self.step(f"{node.id} SIGKILL")
+
+    def _term_node(self, node: NodeProcess) -> None:
+        self.step(f"{node.id} SIGTERM")
+        clean, seconds, status = node.terminate(self.args.term_wait)
+        self.step(f"{node.id} exited with status {status} after {seconds:.2f} s" if clean else
+                  f"{node.id} still running {seconds:.1f} s after SIGTERM: SIGKILL")
+
+    def action_kill(self, node: NodeProcess) -> None:
+        self.current["victims"] = [node.id]
+        self._kill_node(node)
+        self.sleep(self.pause())
+        self._restart(node)
+
+    def action_term(self, node: NodeProcess) -> None:
+        self.current["victims"] = [node.id]
+        self._term_node(node)
+        self.sleep(self.pause())
+        self._restart(node)
+
+    def action_stop(self, node: NodeProcess) -> None:
+        self.current["victims"] = [node.id]
+        node.send(signal.SIGSTOP)
+        node.state = "frozen"
+        self.step(f"{node.id} SIGSTOP")
+        self.sleep(self.pause())
+        node.send(signal.SIGCONT)
+        node.state = "up"
+        self.step(f"{node.id} SIGCONT")
+        self.current.setdefault("restarts", []).append([node.id, self.now()])
+
+    def action_cascade_standin(self, owner: NodeProcess) -> None:
+        stand_in = self.cluster.by_id[self.key_map.stand_in[owner.id]]
+        self.current["victims"] = [owner.id, stand_in.id]
+        self._kill_node(owner)
+        self.sleep(self.rng.uniform(0.2, 1.0))
+        if self.rng.random() < 0.5:
+            self._kill_node(stand_in)
+        else:
+            self._term_node(stand_in)
+        self.sleep(self.pause())
+        first, second = (owner, stand_in) if self.rng.random() < 0.5 else (stand_in, owner)
+        self._restart(first)
+        self.sleep(self.rng.uniform(0.0, 1.0))
+        self._restart(second)
+
+    def action_cascade_return(self, owner: NodeProcess) -> None:
+        stand_in = self.cluster.by_id[self.key_map.stand_in[owner.id]]
+        self.current["victims"] = [stand_in.id, owner.id]
+        self._kill_node(stand_in)
+        self.sleep(self.pause())
+        self._restart(stand_in)
+        self.sleep(self.rng.uniform(0.3, 1.7))
+        self._kill_node(owner)
+        self.sleep(self.pause())
+        self._restart(owner)
+
+
+# MARK: - Checker (offline)
+
+
+def check(history: list[Record], actions: list[dict], window: float, run_end: float | None = None) -> dict:
+    """Finds stale, corrupt and impossible reads in a history; attributes stale ones to nemesis actions.
+
+    - Complexity: O(n log n) for n requests: per key, acknowledged writes sorted by ack time with a running
+      maximum of their send times, and one binary search per GET that returned a value."""
+    puts_by_value: dict[str, Record] = {}
+    writes_by_key: dict[str, list[Record]] = collections.defaultdict(list)
+    for record in history:
+        if record.op == "PUT":
+            puts_by_value[record.value] = record
+        if acknowledged(record):
+            writes_by_key[record.key].append(record)
+    index: dict[str, tuple[list[float], list[float], list[Record]]] = {}
+    for key, writes in writes_by_key.items():
+        writes.sort(key=lambda r: r.ack)
+        acks, running_send, witness = [], [], []
+        best: Record | None = None
+        for write in writes:
+            if best is None or write.send > best.send:
+                best = write
+            acks.append(write.ack)
+            running_send.append(best.send)
+            witness.append(best)
+        index[key] = (acks, running_send, witness)
+
+    stale, corrupt, impossible, unacknowledged_reads = [], [], [], 0
+    for get in history:
+        if get.op != "GET" or get.outcome != "OK":
+            continue
+        put = puts_by_value.get(get.value)
+        if put is None or put.key != get.key:
+            corrupt.append({"get": get._asdict(),
+                            "why": "never written" if put is None else f"written to {put.key}"})
+            continue
+        if put.send > get.ack:
+            impossible.append({"get": get._asdict(), "put": put._asdict()})
+            continue
+        if not acknowledged(put):
+            unacknowledged_reads += 1
+            continue
+        acks, running_send, witness = index[get.key]
+        position = bisect.bisect_left(acks, get.send) - 1  # the writes acknowledged before the GET was sent
+        if position >= 0 and running_send[position] > put.ack:
+            stale.append({"get": get, "put": put, "overwrite": witness[position]})
+
+    run_end = run_end if run_end is not None else max((r.ack for r in history), default=0)
+    for item in stale:
+        get = item["get"]
+        involved = []
+        for action in actions:
+            end = action["end"] if action["end"] is not None else run_end
+            if action["start"] <= get.ack and end >= get.send - window:
+                involved.append(action)
+        item["actions"] = involved
+        item["primary"] = max(involved, key=lambda a: a["start"]) if involved else None
+    return {"stale": stale, "corrupt": corrupt, "impossible": impossible,
+            "unacknowledged_reads": unacknowledged_reads}
+
+
+def acknowledged(record: Record) -> bool:
+    return (record.op == "PUT" and record.outcome == "OK") or \
+        (record.op == "DEL" and record.outcome in ("OK", "NOT_FOUND"))
+
+
+# MARK: - Report
+
+
+def normalize_message(message: str) -> str:
+    text = re.sub(r"\b(n\d+)\b", "nX", message)
+    text = re.sub(r"\d+(\.\d+)?", "#", text)
+    return text[:170]
+
+
+def refusals_after_restarts(history: list[Record], actions: list[dict], key_map: KeyMap, run_end: float) -> list:
+    """For each return (restart or SIGCONT): how many writes of the node's keys were acknowledged and how many
+    refused UNAVAILABLE afterwards, and until when, up to the next action's start."""
+    restarts = []
+    starts = sorted(a["start"] for a in actions)
+    for action in actions:
+        for node_id, at in action.get("restarts", []):
+            later = [s for s in starts if s > at]
+            until = later[0] if later else run_end
+            restarts.append((node_id, at, until, action["id"]))
+    by_owner: dict[str, list[Record]] = collections.defaultdict(list)
+    for record in history:
+        by_owner[key_map.owner[record.key]].append(record)
+    for records in by_owner.values():
+        records.sort(key=lambda r: r.send)
+    rows = []
+    for node_id, at, until, action_id in restarts:
+        records = by_owner[node_id]
+        lo = bisect.bisect_left([r.send for r in records], at)
+        refused = None
+        count = writes = acked = 0
+        for record in records[lo:]:
+            if record.send >= until:
+                break
+            if record.op == "GET":
+                continue
+            writes += 1
+            if record.outcome == "UNAVAILABLE":
+                count += 1
+                refused = record.ack
+            elif acknowledged(record):
+                acked += 1
+        rows.append({"node": node_id, "restarted": at, "action": action_id, "writes": writes, "refused": count,
+                     "refused_until": None if refused is None else refused - at,
+                     "acknowledged": acked, "window": until - at})
+    return rows
+
+
+def describe(record: Record) -> str:
+    what = f"{record.op} {record.key}" + (f" = {record.value}" if record.op == "PUT" else "")
+    return f"{what} via {record.node} (thread {record.thread})"
+
+
+def timeline(item: dict, actions: list[dict], key_map: KeyMap | None) -> list[str]:
+    get, put, overwrite = item["get"], item["put"], item["overwrite"]
+    events = [
+        (put.send, f"PUT {put.key} = {put.value} sent via {put.node} (thread {put.thread})"),
+        (put.ack, f"PUT {put.value} acknowledged OK"),
+        (overwrite.send, f"{describe(overwrite)} sent"),
+        (overwrite.ack, f"{overwrite.op} {'= ' + overwrite.value + ' ' if overwrite.op == 'PUT' else ''}"
+                        f"acknowledged {overwrite.outcome}"),
+        (get.send, f"GET {get.key} sent via {get.node} (thread {get.thread})"),
+        (get.ack, f"GET returned {get.value}: STALE"),
+    ]
+    low, high = put.send - 3, get.ack + 0.5
+    for action in item["actions"]:
+        for at, text in action["steps"]:
+            if low <= at <= high:
+                events.append((at, f"nemesis #{action['id']} {action['kind']}: {text}"))
+    events.sort(key=lambda e: e[0])
+    lines = [f"{at:9.3f} s  {text}" for at, text in events]
+    if key_map is not None:
+        lines.append(f"owner of {get.key}: {key_map.owner[get.key]}, preference list "
+                     f"{' '.join(key_map.preference[get.key])}")
+    return lines
+
+
+def report(history: list[Record], actions: list[dict], result: dict, args, key_map: KeyMap | None,
+           run_end: float) -> tuple[str, dict]:
+    out = []
+    table = collections.defaultdict(collections.Counter)
+    for record in history:
+        table[record.op][record.outcome] += 1
+    out.append("## Requests by op and outcome\n")
+    out.append("| op | " + " | ".join(OUTCOMES) + " | total |")
+    out.append("|---|" + "---:|" * (len(OUTCOMES) + 1))
+    for op in ("PUT", "DEL", "GET"):
+        row = table[op]
+        out.append(f"| {op} | " + " | ".join(f"{row[o]:,}" for o in OUTCOMES) + f" | {sum(row.values()):,} |")
+    total_row = collections.Counter()
+    for row in table.values():
+        total_row.update(row)
+    out.append("| all | " + " | ".join(f"{total_row[o]:,}" for o in OUTCOMES) + f" | {len(history):,} |")
+
+    writes = [r for r in history if r.op in ("PUT", "DEL")]
+    acked = sum(1 for r in writes if acknowledged(r))
+    ack_ratio = acked / len(writes) if writes else 0.0
+    gets_with_value = table["GET"]["OK"]
+    hung = sum(1 for r in history if r.outcome == "TIMEOUT")
+    stale, corrupt, impossible = result["stale"], result["corrupt"], result["impossible"]
+    summary = {"requests": len(history), "writes": len(writes), "acknowledged_writes": acked,
+               "ack_ratio": ack_ratio, "gets_with_value": gets_with_value, "stale": len(stale),
+               "corrupt": len(corrupt), "impossible": len(impossible), "hung": hung,
+               "unacknowledged_reads": result["unacknowledged_reads"], "actions": len(actions)}
+    out.append("\n## Summary\n")
+    out.append("| measure | value |\n|---|---:|")
+    out.append(f"| requests | {len(history):,} ({len(history) / max(run_end, 1e-9):,.0f}/s) |")
+    out.append(f"| writes acknowledged (PUT OK, DEL OK or NOT_FOUND) | {acked:,} of {len(writes):,} "
+               f"({100 * ack_ratio:.1f}%) |")
+    out.append(f"| GETs that returned a value | {gets_with_value:,} |")
+    out.append(f"| of which a value whose PUT was not acknowledged (allowed) | {result['unacknowledged_reads']:,} |")
+    out.append(f"| **stale** | **{len(stale):,}** |")
+    out.append(f"| corrupt (a value never written to that key) | {len(corrupt):,} |")
+    out.append(f"| impossible (a value written only after the GET completed) | {len(impossible):,} |")
+    out.append(f"| hung (no reply within {args.request_timeout:g} s) | {hung:,} |")
+    out.append(f"| nemesis actions | {len(actions)} |")
+
+    out.append("\n## Stale reads per action kind\n")
+    out.append("Primary: the latest-started action in progress during the GET or ended within "
+               f"{args.attribution_window:g} s before it was sent. Involved: any such action.\n")
+    out.append("| action kind | actions | stale (primary) | stale (involved) |\n|---|---:|---:|---:|")
+    kinds_seen = [k for k in ACTION_KINDS if any(a["kind"] == k for a in actions)]
+    for kind in kinds_seen:
+        primary = sum(1 for s in stale if s["primary"] is not None and s["primary"]["kind"] == kind)
+        involved = sum(1 for s in stale if any(a["kind"] == kind for a in s["actions"]))
+        count = sum(1 for a in actions if a["kind"] == kind)
+        out.append(f"| {kind} | {count} | {primary:,} | {involved:,} |")
+    unattributed = sum(1 for s in stale if s["primary"] is None)
+    out.append(f"| (none in the window) | | {unattributed:,} | |")
+    summary["stale_per_kind"] = {k: sum(1 for s in stale if s["primary"] is not None and s["primary"]["kind"] == k)
+                                 for k in kinds_seen}
+    summary["stale_per_kind"]["none"] = unattributed
+
+    if actions:
+        per_action = collections.Counter(s["primary"]["id"] for s in stale if s["primary"] is not None)
+        out.append("\n## Nemesis actions\n")
+        out.append("| # | kind | victims | start s | end s | stale (primary) | steps |\n|---:|---|---|---:|---:|---:|---|")
+        for action in actions:
+            end = f"{action['end']:.2f}" if action["end"] is not None else "-"
+            steps = "; ".join(f"{at:.2f} {text}" for at, text in action["steps"])
+            out.append(f"| {action['id']} | {action['kind']} | {' '.join(action['victims'])} | "
+                       f"{action['start']:.2f} | {end} | {per_action[action['id']]:,} | {steps} |")
+
+    messages = collections.Counter(normalize_message(r.message) for r in history
+                                   if r.outcome in ("UNAVAILABLE", "ERROR"))
+    if messages:
+        out.append("\n## UNAVAILABLE and error messages (digits as #, node ids as nX)\n")
+        out.append("| count | message |\n|---:|---|")
+        for message, count in messages.most_common(10):
+            out.append(f"| {count:,} | {message.replace('|', '/')} |")
+
+    if key_map is not None and actions:
+        rows = refusals_after_restarts(history, actions, key_map, run_end)
+        if rows:
+            out.append("\n## Writes of a returning node's keys (after a restart or SIGCONT), until the next action\n")
+            out.append("| action | node | back at s | writes | acknowledged | refused UNAVAILABLE | "
+                       "last refusal after s |\n|---:|---|---:|---:|---:|---:|---:|")
+            for row in rows:
+                until = f"{row['refused_until']:.2f}" if row["refused_until"] is not None else "-"
+                out.append(f"| {row['action']} | {row['node']} | {row['restarted']:.2f} | {row['writes']:,} | "
+                           f"{row['acknowledged']:,} | {row['refused']:,} | {until} |")
+            refused_spans = [r["refused_until"] for r in rows if r["refused_until"] is not None]
+            if refused_spans:
+                summary["refused_after_restart_max_s"] = max(refused_spans)
+
+    if stale:
+        out.append(f"\n## The first {min(10, len(stale))} stale reads\n")
+        for number, item in enumerate(sorted(stale, key=lambda s: s["get"].send)[:10], 1):
+            primary = item["primary"]
+            label = f"#{primary['id']} {primary['kind']} of {' '.join(primary['victims'])}" if primary else "none"
+            out.append(f"{number}. GET {item['get'].key} via {item['get'].node} returned {item['put'].value}, "
+                       f"replaced by {item['overwrite'].op}"
+                       f"{' ' + item['overwrite'].value if item['overwrite'].op == 'PUT' else ''} "
+                       f"(action: {label})\n")
+            out.append("   ```")
+            out.extend("   " + line for line in timeline(item, actions, key_map))
+            out.append("   ```")
+    for kind, items in (("corrupt", corrupt), ("impossible", impossible)):
+        if items:
+            out.append(f"\n## The first {min(5, len(items))} {kind} reads\n")
+            for item in items[:5]:
+                out.append(f"- {json.dumps(item)}")
+    return "\n".join(out), summary
+
+
+# MARK: - Self-test of the checker
+
+
+def self_test() -> int:
+    """Made-up histories with a known answer: the checker must find exactly what is there."""
+
+    def rec(thread, key, op, value, send, ack, outcome="OK"):
+        return Record(thread, key, op, value, send, ack, outcome, "", "n1")
+
+    cases = [
+        ("overwritten then read", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "k", "PUT", "b", 2, 3),
+                                   rec(1, "k", "GET", "a", 4, 5)], (1, 0, 0)),
+        ("deleted then read", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "k", "DEL", None, 2, 3, "NOT_FOUND"),
+                               rec(1, "k", "GET", "a", 4, 5)], (1, 0, 0)),
+        ("concurrent overwrite", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "k", "PUT", "b", 2, 5),
+                                  rec(1, "k", "GET", "a", 4, 6)], (0, 0, 0)),
+        ("overwrite sent before the ack", [rec(0, "k", "PUT", "a", 0, 3), rec(1, "k", "PUT", "b", 2, 4),
+                                           rec(1, "k", "GET", "a", 5, 6)], (0, 0, 0)),
+        ("unacknowledged overwrite", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "k", "PUT", "b", 2, 3, "UNAVAILABLE"),
+                                      rec(1, "k", "GET", "a", 4, 5)], (0, 0, 0)),
+        ("refused DEL", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "k", "DEL", None, 2, 3, "TIMEOUT"),
+                         rec(1, "k", "GET", "a", 4, 5)], (0, 0, 0)),
+        ("miss after overwrite", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "k", "PUT", "b", 2, 3),
+                                  rec(1, "k", "GET", None, 4, 5, "NOT_FOUND")], (0, 0, 0)),
+        ("other key's write", [rec(0, "k", "PUT", "a", 0, 1), rec(0, "j", "PUT", "b", 2, 3),
+                               rec(1, "k", "GET", "a", 4, 5)], (0, 0, 0)),
+        ("value of another key", [rec(0, "j", "PUT", "a", 0, 1), rec(1, "k", "GET", "a", 4, 5)], (0, 1, 0)),
+        ("value never written", [rec(1, "k", "GET", "zz", 4, 5)], (0, 1, 0)),
+        ("value from the future", [rec(1, "k", "GET", "a", 0, 1), rec(0, "k", "PUT", "a", 2, 3)], (0, 0, 1)),
+        ("unacknowledged value read", [rec(0, "k", "PUT", "a", 0, 9, "TIMEOUT"), rec(0, "k", "PUT", "b", 2, 3),
+                                       rec(1, "k", "GET", "a", 4, 5)], (0, 0, 0)),
+        ("the later of two overwrites counts", [rec(0, "k", "PUT", "a", 5, 6), rec(0, "k", "PUT", "b", 0, 7),
+                                                rec(2, "k", "PUT", "c", 6.5, 8), rec(1, "k", "GET", "a", 9, 10)],
+         (1, 0, 0)),
+    ]
+    failures = 0
+    for name, history, expected in cases:
+        result = check(history, [], 5)
+        got = (len(result["stale"]), len(result["corrupt"]), len(result["impossible"]))
+        if got != expected:
+            failures += 1
+            print(f"FAIL {name}: stale, corrupt, impossible = {got}, expected {expected}")
+    # and a large random history whose GETs only return the latest acknowledged write: nothing stale
+    rng = random.Random(5)
+    history, latest, now = [], {}, 0.0
+    for i in range(20000):
+        key = f"k{rng.randrange(50)}"
+        now += 0.001
+        if rng.random() < 0.5:
+            history.append(rec(0, key, "PUT", f"v{i}", now, now + 0.0005))
+            latest[key] = f"v{i}"
+        elif key in latest:
+            history.append(rec(1, key, "GET", latest[key], now, now + 0.0005))
+        now += 0.001
+    started = time.monotonic()
+    result = check(history, [], 5)
+    if result["stale"] or result["corrupt"] or result["impossible"]:
+        failures += 1
+        print("FAIL random history of latest values: found something")
+    print(f"{len(cases) + 1 - failures} passed, {failures} failed "
+          f"(random history of {len(history):,} requests checked in {time.monotonic() - started:.2f} s)")
+    return 1 if failures else 0
+
+
+# MARK: - Main
+
+
+def default_binary() -> str:
+    release = os.path.join(ROOT, ".build", "release", "cachet-node")
+    return release if os.access(release, os.X_OK) else os.path.join(ROOT, ".build", "debug", "cachet-node")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--node", default=None, help="the cachet-node binary (default: .build/release/cachet-node "
+                                                     "if it exists, else .build/debug/cachet-node)")
+    parser.add_argument("--nodes", type=int, default=5, help="cluster size, 3 to 9 (default 5)")
+    parser.add_argument("--duration", type=float, default=60, help="seconds of load (default 60)")
+    parser.add_argument("--workers", type=int, default=6, help="client threads (default 6)")
+    parser.add_argument("--keys", type=int, default=200, help="keys shared by every thread (default 200)")
+    parser.add_argument("--put-ratio", type=float, default=0.4, help="share of PUTs (default 0.4)")
+    parser.add_argument("--del-ratio", type=float, default=0.1, help="share of DELs (default 0.1); the rest GETs")
+    parser.add_argument("--request-timeout", type=float, default=3, help="seconds before a request is hung (default 3)")
+    parser.add_argument("--actions", default="kill,term,stop,cascade-standin,cascade-return",
+                        help="comma-separated nemesis actions from " + ", ".join(ACTION_KINDS) +
+                             ", or 'none' (default: all)")
+    parser.add_argument("--interval", type=float, default=3, help="mean seconds between two actions (default 3)")
+    parser.add_argument("--pause-min", type=float, default=1.0, help="shortest down or frozen time (default 1)")
+    parser.add_argument("--pause-max", type=float, default=2.5, help="longest down or frozen time (default 2.5)")
+    parser.add_argument("--term-wait", type=float, default=15, help="seconds to wait for a SIGTERMed node's exit "
+                                                                   "before SIGKILL (default 15)")
+    parser.add_argument("--attribution-window", type=float, default=5,
+                        help="seconds after an action's end during which a stale read is attributed to it (default 5)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--node-flags", default="--probe-interval 0.2 --forward-timeout 0.5",
+                        help="flags for every node (default, as chaos.py: --probe-interval 0.2 --forward-timeout 0.5)")
+    parser.add_argument("--min-ack-ratio", type=float, default=None,
+                        help="also fail when fewer than this share of the writes were acknowledged (0 to 1)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories")
+    parser.add_argument("--check", metavar="HISTORY", help="only check a history.jsonl written by an earlier run "
+                                                          "(nemesis.jsonl beside it is used for attribution)")
+    parser.add_argument("--self-test", action="store_true", help="run the checker on made-up histories and exit")
+    args = parser.parse_args(argv)
+    args.action_list = [] if args.actions.strip() in ("", "none") else \
+        [a.strip() for a in args.actions.split(",") if a.strip()]
+    unknown = [a for a in args.action_list if a not in ACTION_KINDS]
+    if unknown:
+        parser.error(f"unknown action(s) {', '.join(unknown)}; choose from {', '.join(ACTION_KINDS)} or none")
+    if not 3 <= args.nodes <= 9:
+        parser.error("--nodes must be 3 to 9 (a cascade disturbs two nodes; a majority must stand)")
+    if args.put_ratio + args.del_ratio > 1 or min(args.put_ratio, args.del_ratio) < 0:
+        parser.error("--put-ratio + --del-ratio must be within 0 and 1")
+    if args.pause_min > args.pause_max:
+        parser.error("--pause-min exceeds --pause-max")
+    return args
+
+
+def exit_status(summary: dict, args) -> int:
+    failed = summary["stale"] or summary["corrupt"] or summary["impossible"] or summary["hung"]
+    if args.min_ack_ratio is not None and summary["ack_ratio"] < args.min_ack_ratio:
+        failed = True
+    return 1 if failed else 0
+
+
+def check_file(args) -> int:
+    history = []
+    with open(args.check) as f:
+        for line in f:
+            history.append(Record(**json.loads(line)))
+    nemesis_path = os.path.join(os.path.dirname(args.check), "nemesis.jsonl")
+    actions = []
+    if os.path.exists(nemesis_path):
+        with open(nemesis_path) as f:
+            actions = [json.loads(line) for line in f]
+    key_map = None
+    cluster_path = os.path.join(os.path.dirname(args.check), "cluster.json")
+    if os.path.exists(cluster_path):
+        with open(cluster_path) as f:
+            ids = [m["id"] for m in json.load(f)["members"]]
+        key_map = KeyMap(ids, sorted({r.key for r in history}))
+    run_end = max((r.ack for r in history), default=0)
+    result = check(history, actions, args.attribution_window, run_end)
+    text, summary = report(history, actions, result, args, key_map, run_end)
+    print(text)
+    status = exit_status(summary, args)
+    print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {json.dumps(summary)}")
+    return status
+
+
+class Interrupted(Exception):
+    pass
+
+
+def on_signal(number, _frame):
+    raise Interrupted(f"signal {signal.Signals(number).name}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.self_test:
+        return self_test()
+    if args.check:
+        return check_file(args)
+    binary = args.node or default_binary()
+    if not os.access(binary, os.X_OK):
+        print(f"no executable cachet-node at {binary}: build it (swift build --product cachet-node) or give "
+              f"--node", file=sys.stderr)
+        return 2
+    keys = [f"key-{i:03d}" for i in range(args.keys)]
+    directory = tempfile.mkdtemp(prefix="cachet-register-")
+    cluster = Cluster(binary, args.nodes, directory, args.node_flags.split())
+    atexit.register(cluster.shutdown)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, on_signal)
+    key_map = KeyMap([n.id for n in cluster.nodes], keys)
+    stop = threading.Event()
+    histories: list[list[Record]] = [[] for _ in range(args.workers)]
+    counts: list[collections.Counter] = [collections.Counter() for _ in range(args.workers)]
+    nemesis = None
+    threads: list[threading.Thread] = []
+    interrupted = None
+    print(f"# Cachet register check\n\n{args.nodes} nodes ({binary} {args.node_flags}), {args.workers} threads "
+          f"over {args.keys} keys, {args.duration:g} s, actions: {', '.join(args.action_list) or 'none'}, "
+          f"seed {args.seed}.\nCluster file, logs and history in {directory}\n", flush=True)
+    try:
+        try:
+            cluster.start()
+        except SetupError as error:
+            print(f"setup error: {error}", file=sys.stderr)
+            return 2
+        t0 = time.monotonic()
+        end = t0 + args.duration
+        threads = [threading.Thread(target=client, args=(i, args, cluster, keys, t0, stop, histories[i], counts[i]),
+                                    daemon=True) for i in range(args.workers)]
+        for thread in threads:
+            thread.start()
+        if args.action_list:
+            nemesis = Nemesis(args, cluster, key_map, t0, end, stop)
+            nemesis.start()
+        next_progress = t0 + 10
+        while time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            if nemesis is not None and nemesis.error is not None:
+                break
+            if time.monotonic() >= next_progress:
+                next_progress += 10
+                total = collections.Counter()
+                for count in counts:
+                    total.update(count)
+                current = nemesis.current if nemesis is not None else None
+                doing = f"{current['kind']} of {' '.join(current['victims'])}" if current else "nothing"
+                done = len(nemesis.actions) if nemesis is not None else 0
+                print(f"[{time.monotonic() - t0:5.1f} s] {sum(total.values()):,} requests: "
+                      + ", ".join(f"{o} {total[o]:,}" for o in OUTCOMES if total[o]) +
+                      f"; {done} actions, now {doing}", file=sys.stderr, flush=True)
+    except (Interrupted, KeyboardInterrupt) as error:
+        interrupted = str(error) or "Ctrl-C"
+        print(f"interrupted ({interrupted}): stopping the nodes, then checking what was recorded",
+              file=sys.stderr, flush=True)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=args.request_timeout + 2)
+        if nemesis is not None:
+            nemesis.join(timeout=2 * args.pause_max + args.term_wait + 40)
+        cluster.shutdown()
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)  # a second Ctrl-C now ends the check at once
+    if not threads:
+        return 2
+    run_end = time.monotonic() - t0
+    history = sorted((r for h in histories for r in h), key=lambda r: (r.send, r.thread))
+    actions = nemesis.actions if nemesis is not None else []
+    with open(os.path.join(directory, "history.jsonl"), "w") as f:
+        for record in history:
+            f.write(json.dumps(record._asdict()) + "\n")
+    with open(os.path.join(directory, "nemesis.jsonl"), "w") as f:
+        for action in actions:
+            f.write(json.dumps(action) + "\n")
+    if not args.keep_data:
+        for node in cluster.nodes:
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+    result = check(history, actions, args.attribution_window, run_end)
+    text, summary = report(history, actions, result, args, key_map, run_end)
+    print(text)
+    print(f"\nHistory: {os.path.join(directory, 'history.jsonl')} (re-check with --check); nemesis log: "
+          f"{os.path.join(directory, 'nemesis.jsonl')}; node logs: {directory}/n*.log")
+    if nemesis is not None and nemesis.error is not None:
+        print(f"setup error: the nemesis failed: {nemesis.error}", file=sys.stderr)
+        return 2
+    status = exit_status(summary, args)
+    if interrupted:
+        status = max(status, 1)
+    print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {json.dumps(summary)}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
