@@ -55,8 +55,9 @@ public struct CachetStandInLog: Sendable {
         var overflowed = false
         /// Invalidations handed out and not yet acknowledged (delivering only).
         var outstanding: Set<Invalidation> = []
-        /// Keys restored from an earlier run (``restore(owner:keys:overflowed:)``) and not written since:
-        /// delivered, but never served here (another stand-in may have taken a newer value meanwhile).
+        /// Keys restored from an earlier run (``restore(owner:keys:overflowed:)``), or written before another
+        /// member came back (``memberReturned()``), and not written since: delivered, but never served here
+        /// (another stand-in may have taken a newer value meanwhile).
         var restored: Set<[UInt8]> = []
     }
 
@@ -206,6 +207,18 @@ public struct CachetStandInLog: Sendable {
         defer { owners[owner] = log }
         log.phase = .delivering
         return Self.handOut(&log)
+    }
+
+    /// Another member came back (in this node's view): for some keys it now stands in where this node did,
+    /// and may take writes of them that this node never sees. So no key this node wrote while it stood in
+    /// is served from its local copy again until it is written here again; every one is still delivered to
+    /// its owner. Without this, a second stand-in would serve its older copy once the member that took
+    /// over from it went away again.
+    /// - Complexity: O(m) in the keys recorded.
+    public mutating func memberReturned() {
+        for owner in owners.keys {
+            owners[owner]!.restored.formUnion(owners[owner]!.keys)
+        }
     }
 
     /// The owner became unreachable again while delivering: back to standing in; what was not

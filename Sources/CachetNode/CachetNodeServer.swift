@@ -92,6 +92,16 @@ public final class CachetNodeServer: Sendable {
         let holdPeriod =
             configuration.holdPeriod.map { UInt64($0 * 1e9) }
             ?? CachetReturnHold.recommendedHoldPeriod(health: healthConfiguration, forwardTimeout: forwardTimeout)
+        // A member that has run before on this data directory (its stand-in log file is there, or its disk
+        // tier has entries) holds from its start, whatever its disk tier holds: peers that have not seen it
+        // come back still send its keys to a stand-in, and a write it took itself meanwhile would be
+        // overtaken by the stand-in's older value, read through those peers. A member on a new directory
+        // has not been away, and serves at once.
+        let restarted =
+            disk.map {
+                $0.store.statistics.items > 0 || $0.store.isRecovering
+                    || access($0.store.configuration.directory + "/" + CachetStandInLogFile.fileName, F_OK) == 0
+            } ?? false
         // The hold also carries the minority rule, which needs no hold period.
         let hold: NodeReturnHold? =
             (configuration.cluster?.membership.members.count ?? 1) > 1
@@ -99,7 +109,7 @@ public final class CachetNodeServer: Sendable {
             ? NodeReturnHold(
                 holdPeriod: holdPeriod,
                 stallThreshold: forwardTimeout,
-                holdingAtStart: disk.map { $0.store.statistics.items > 0 || $0.store.isRecovering } ?? false,
+                holdingAtStart: restarted,
                 quietPeriod: CachetReturnHold.recommendedQuietPeriod(
                     forwardTimeout: forwardTimeout,
                     probeInterval: probe

@@ -130,6 +130,8 @@ final class NodeHealth: Sendable {
                 // log was read back at start, when every peer starts up): its delivery starts.
                 var answered = false
                 if case .answered = outcome { answered = true }
+                // Whoever came back may stand in where this node did: its local copies are not served again.
+                if transition == .cameUp { state.standIns.memberReturned() }
                 guard transition == .cameUp || (answered && health.isRoutable(index)) else { break }
                 if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
             }
@@ -196,6 +198,10 @@ final class NodeHealth: Sendable {
         /// The owner answers again and this node has not finished telling it what it wrote for it: a GET
         /// misses (another node may have stood in too, with a newer value), a write goes to the owner.
         case delivering(owner: CachetClusterMember)
+        /// This node would stand in, but it holds after an absence: peers that have not seen it come back
+        /// send the key to the next stand-in, this member, and so does this node (forwarded requests too),
+        /// so that the key has one place until they all see it back.
+        case deferred(to: CachetClusterMember)
     }
 
     /// Where a request for `key`, owned by `owner` (not this node), goes: to the owner while it is
@@ -203,14 +209,34 @@ final class NodeHealth: Sendable {
     /// one). The stand-in is the same on every node that sees the same members down, whatever each one
     /// stood in for before: a node that still owes an owner invalidations does not keep its keys (two
     /// such nodes would each serve their own copies); it misses them until it has delivered.
-    func place(_ key: UnsafeRawBufferPointer, owner: CachetClusterMember) -> Placement {
+    /// While `holding` (asked only when this node would stand in) says it holds after an absence, it leaves
+    /// the key to the next routable member after it (``Placement/deferred(to:)``).
+    func place(
+        _ key: UnsafeRawBufferPointer,
+        owner: CachetClusterMember,
+        holding: () -> Bool = { false }
+    ) -> Placement {
         let hash = CachetRing.hash(key)
         return withState { health, state in
             let route = health.route(hash: hash)
             if route.target == route.owner {
                 return state.standIns.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
             }
-            if route.target == health.localIndex { return .standIn(ownerID: owner.id) }
+            if route.target == health.localIndex {
+                if holding() {
+                    // Every member before this one on the preference list is down (that is why it stands in).
+                    let list = health.membership.ring.preferenceList(
+                        forHash: hash,
+                        count: health.membership.members.count
+                    )
+                    if let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
+                        health.isRoutable($0)
+                    }) {
+                        return .deferred(to: health.membership.members[next])
+                    }
+                }
+                return .standIn(ownerID: owner.id)
+            }
             return .forward(health.membership.members[route.target])
         } ?? .forward(owner)
     }

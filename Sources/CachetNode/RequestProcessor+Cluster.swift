@@ -56,26 +56,35 @@ extension RequestProcessor {
         let health = cluster.health
         noteInvalidation(header)
         guard let owner = cluster.router.foreignOwner(of: keyBytes) else {
-            // This node's key. While it holds, a request from a client goes to the key's stand-in (a GET
-            // here could return a value a stand-in replaced). One forwarded to it comes from a peer that
-            // already sees it back while the stand-in may not: a GET misses, and a PUT or DEL is refused (the
-            // stand-in, which does not see this node back yet, may go on serving an older value it holds),
-            // but for the stand-ins' invalidations, which are what the hold waits for. A peer's request
-            // reaching this node while it sees every peer failed starts the hold (a partition healed).
-            // In the minority (fewer than a majority of the members reached: the minority rule), it holds
-            // as well, and sends a client's request only to a stand-in that is up.
+            // This node's key. While it holds, a request goes to the key's stand-in: a GET here could return
+            // a value a stand-in replaced, and a write taken here could be overtaken by the stand-in, which
+            // may not see this node back yet and go on serving an older value. A GET from a peer (which
+            // already sees this node back) misses instead, so that a request crosses at most two members;
+            // a write from a peer goes to the stand-in too, rather than being refused. The stand-ins'
+            // invalidations, which are what the hold waits for, are applied here. A peer's request reaching
+            // this node while it sees every peer failed starts the hold (a partition healed). In the
+            // minority (fewer than a majority of the members reached: the minority rule), it holds as well,
+            // and sends requests only to a stand-in that is up.
             guard let hold = cluster.hold else { return .here }
             if forwarded { hold.peerRequestArrived() }
             let minority = hold.isInMinority
             guard minority || hold.isHoldingAfterAbsence() else { return .here }
-            if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
-                return .pending(forward(frame, in: buffer, to: standIn))
-            }
             if header.opcode == .get {
+                if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
+                    return .pending(forward(frame, in: buffer, to: standIn))
+                }
                 if minority { RequestCounters.bump(counters.minorityMisses) }
                 return miss(header.id, output: &output)
             }
             if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
+            if let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
+                // The local copy goes first: once the hold ends it would be older than what the stand-in took.
+                if let failure = dropLocalCopy(keyBytes) {
+                    appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
+                    return .answered
+                }
+                return .pending(forward(frame, in: buffer, to: standIn))
+            }
             if minority {
                 RequestCounters.bump(counters.minorityMisses)
                 appendMessage(
@@ -88,7 +97,7 @@ extension RequestProcessor {
                 return .answered
             }
             appendMessage(
-                "this node is back from an absence and does not take writes of its keys from peers yet; "
+                "this node is back from an absence and no other member can take writes of its keys for it yet; "
                     + "try again shortly",
                 status: .unavailable,
                 opcode: header.opcode,
@@ -98,11 +107,15 @@ extension RequestProcessor {
             return .answered
         }
         let ownerID: String
-        let placement = health.place(keyBytes, owner: owner)
+        let placement = health.place(keyBytes, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
+        if case .deferred(let next) = placement {
+            // Forwarded or not: the next stand-in takes it (a second hop for a forwarded one).
+            return .pending(forward(frame, in: buffer, to: next))
+        }
         if forwarded {
             ownerID = owner.id
             switch placement {
-            case .standIn: break
+            case .standIn, .deferred: break
             case .delivering:
                 // The owner is back and this node still owes it invalidations: another node may hold a
                 // newer value; the local copy is not served.
@@ -118,6 +131,7 @@ extension RequestProcessor {
             case .delivering(let owner):
                 if header.opcode == .get { return miss(header.id, output: &output) }
                 return .pending(forward(frame, in: buffer, to: owner))
+            case .deferred(let next): return .pending(forward(frame, in: buffer, to: next))
             }
         }
         if header.opcode == .get {
@@ -169,6 +183,17 @@ extension RequestProcessor {
     /// Deletes the local copies of keys this node stood in for, once their owner has been told (they are
     /// never served again either way; this returns their memory). Disk deletions that cannot be queued
     /// are skipped: the copies are dead whatever happens to them.
+    /// Removes this node's copy of one of its own keys (memory, and the disk tier through its queue) before
+    /// a write of it is sent to the stand-in. Returns why the disk tier could not record the removal: the
+    /// write must then be refused, since the copy left on disk could be served once the hold ends.
+    private func dropLocalCopy(_ key: UnsafeRawBufferPointer) -> String? {
+        disk?.worker.beginWrite(key: key)
+        _ = store.remove(key: key, now: CachetClock.now())
+        guard let disk else { return nil }
+        if case .refused(let error) = disk.worker.submitRemove(key: Array(key)) { return error.message }
+        return nil
+    }
+
     func dropStandInCopies(_ keys: [[UInt8]]) {
         let now = CachetClock.now()
         for key in keys {

@@ -419,6 +419,23 @@ struct ClusterStateMachineTests {
         #expect(restarts > 0)
     }
 
+    /// A second stand-in's copies: once another member came back (and may have taken newer writes where this
+    /// node stood in), none is served until written here again, and every one is still delivered.
+    @Test func keysWrittenBeforeAnotherMemberReturnedAreDeliveredButNotServedUntilWrittenAgain() {
+        var log = CachetStandInLog()
+        _ = log.recordWrite([1], owner: "A", ownerRoutable: false)
+        _ = log.recordWrite([2], owner: "A", ownerRoutable: false)
+        _ = log.recordWrite([3], owner: "B", ownerRoutable: false)
+        #expect(log.mayServeLocally([1], owner: "A") && log.mayServeLocally([3], owner: "B"))
+        log.memberReturned()
+        #expect(!log.mayServeLocally([1], owner: "A") && !log.mayServeLocally([2], owner: "A"))
+        #expect(!log.mayServeLocally([3], owner: "B"))
+        _ = log.recordWrite([2], owner: "A", ownerRoutable: false)
+        #expect(log.mayServeLocally([2], owner: "A") && !log.mayServeLocally([1], owner: "A"))
+        #expect(Set(log.ownerReturned("A")) == [.delete(key: [1]), .delete(key: [2])])
+        #expect(log.ownerReturned("B") == [.delete(key: [3])])
+    }
+
     @Test func restoredKeysAreDeliveredButNotServedUntilWrittenAgain() {
         var log = CachetStandInLog(limits: .init(maximumKeys: 2, maximumBytes: 1 << 20))
         #expect(log.addition(forWrite: [1], owner: "A") == .key)
