@@ -162,14 +162,29 @@ public struct CachetStandInLog: Sendable {
     ///   - owner: its owner's id.
     ///   - ownerRoutable: whether this node sees the owner as routable: then the episode goes straight to
     ///     ``Phase/delivering`` and the key's DEL is due now.
+    ///   - servable: whether this node takes the write as the key's stand-in in its own view, so that its
+    ///     local value may be served later. False for a write a peer sent it while it does not stand in
+    ///     (another node's view): the key is recorded and delivered, but not served here until written
+    ///     here again as its stand-in (the writes after it may go to the node this one takes for the
+    ///     stand-in).
     /// - Returns: invalidations to send now (only when delivering).
     /// - Complexity: O(k) on average for a key of k bytes.
-    public mutating func recordWrite(_ key: [UInt8], owner: String, ownerRoutable: Bool) -> [Invalidation] {
+    public mutating func recordWrite(
+        _ key: [UInt8],
+        owner: String,
+        ownerRoutable: Bool,
+        servable: Bool = true
+    ) -> [Invalidation] {
         var log = owners[owner] ?? OwnerLog()
         defer { owners[owner] = log }
         if log.phase == .clean { log.phase = .standingIn }
-        // Written in this run: its local value is the latest this node accepted, and may be served.
-        if !log.restored.isEmpty { log.restored.remove(key) }
+        // Written in this run as the stand-in: its local value is the latest this node accepted, and may be
+        // served.
+        if servable {
+            if !log.restored.isEmpty { log.restored.remove(key) }
+        } else {
+            log.restored.insert(key)
+        }
         let isNew = !log.keys.contains(key)
         if isNew {
             if log.overflowed || log.keys.count >= limits.maximumKeys || log.bytes + key.count > limits.maximumBytes {

@@ -270,8 +270,10 @@ final class NodeHealth: Sendable {
 
     /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered: in the stand-in
     /// file first when the log gains a key or overflows (nothing is written for a key already recorded).
+    /// - Parameter servable: whether this node takes the write as the stand-in in its own view (see
+    ///   ``CachetStandInLog/recordWrite(_:owner:ownerRoutable:servable:)``).
     /// - Returns: nil, or why the file could not record it: the write must be refused (SERVER_ERROR).
-    func recordWrite(_ key: [UInt8], ownerID: String) -> String? {
+    func recordWrite(_ key: [UInt8], ownerID: String, servable: Bool = true) -> String? {
         withState { health, state -> String? in
             if let standInFile, let addition = state.standIns.addition(forWrite: key, owner: ownerID) {
                 let record: CachetStandInLogFile.Record =
@@ -279,7 +281,7 @@ final class NodeHealth: Sendable {
                 if let failure = standInFile.append(record) { return failure.message }
             }
             let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
-            _ = state.standIns.recordWrite(key, owner: ownerID, ownerRoutable: routable)
+            _ = state.standIns.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable)
             return nil
         } ?? nil
     }

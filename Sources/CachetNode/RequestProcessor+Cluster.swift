@@ -137,7 +137,11 @@ extension RequestProcessor {
         if header.opcode == .get {
             return health.mayServeLocally(Array(keyBytes), ownerID: ownerID) ? .here : miss(header.id, output: &output)
         }
-        if let failure = health.recordWrite(Array(keyBytes), ownerID: ownerID) {
+        // Served here as the stand-in in this node's view, or forwarded by a peer with another view: then it
+        // is recorded and delivered, but not served from here later.
+        let servable: Bool
+        if case .standIn = placement { servable = true } else { servable = false }
+        if let failure = health.recordWrite(Array(keyBytes), ownerID: ownerID, servable: servable) {
             // Not in the stand-in file, so not acknowledged: a crash could lose what the owner must be told.
             appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
             return .answered

@@ -436,6 +436,19 @@ struct ClusterStateMachineTests {
         #expect(log.ownerReturned("B") == [.delete(key: [3])])
     }
 
+    /// A write a peer sent while this node did not stand in (in its own view) is delivered but not served
+    /// from here until written here as the stand-in.
+    @Test func aWriteTakenOutsideTheStandInsOwnViewIsDeliveredButNotServed() {
+        var log = CachetStandInLog()
+        _ = log.recordWrite([1], owner: "A", ownerRoutable: false, servable: false)
+        #expect(!log.mayServeLocally([1], owner: "A"))
+        _ = log.recordWrite([1], owner: "A", ownerRoutable: false)
+        #expect(log.mayServeLocally([1], owner: "A"))
+        _ = log.recordWrite([1], owner: "A", ownerRoutable: false, servable: false)
+        #expect(!log.mayServeLocally([1], owner: "A"))
+        #expect(log.ownerReturned("A") == [.delete(key: [1])])
+    }
+
     @Test func restoredKeysAreDeliveredButNotServedUntilWrittenAgain() {
         var log = CachetStandInLog(limits: .init(maximumKeys: 2, maximumBytes: 1 << 20))
         #expect(log.addition(forWrite: [1], owner: "A") == .key)
