@@ -63,6 +63,10 @@ public struct CachetClusterHealth: Sendable {
     /// - Returns: whether it is routable.
     public func isRoutable(_ member: Int) -> Bool { member == localIndex || peers[member].isRoutable }
 
+    /// Whether the member has answered this node since it started (always true for this node itself).
+    /// - Parameter member: a member index.
+    public func hasAnswered(_ member: Int) -> Bool { member == localIndex || peers[member].hasAnswered }
+
     /// The member's state as STATS reports it: `self`, `up`, `suspect` or `down`.
     /// - Parameter member: a member index.
     /// - Returns: the state.

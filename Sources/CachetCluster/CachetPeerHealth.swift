@@ -79,6 +79,9 @@ public struct CachetPeerHealth: Sendable, Hashable {
     public private(set) var backoff: UInt64
     /// When the peer last came back up, while its backoff is still remembered.
     public private(set) var cameUpAt: UInt64?
+    /// Whether the peer has answered since this health was created (the node started). Until it has, it is
+    /// only assumed up: a node that has just started does not know whether the others see it as down.
+    public private(set) var hasAnswered = false
 
     /// Creates the health of a peer assumed up.
     /// - Parameter configuration: thresholds and times.
@@ -107,6 +110,7 @@ public struct CachetPeerHealth: Sendable, Hashable {
     /// - Returns: ``Transition/cameUp`` when it was down.
     /// - Complexity: O(1).
     public mutating func replied(now: UInt64) -> Transition? {
+        hasAnswered = true
         forgetBackoffIfHeld(now: now)
         switch state {
         case .up:

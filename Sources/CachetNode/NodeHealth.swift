@@ -202,6 +202,10 @@ final class NodeHealth: Sendable {
         /// send the key to the next stand-in, this member, and so does this node (forwarded requests too),
         /// so that the key has one place until they all see it back.
         case deferred(to: CachetClusterMember)
+        /// This node would stand in but holds after an absence, and the member after it, where the others
+        /// send the key, has not answered it since it started (it is only assumed up): a GET misses, a
+        /// write is refused.
+        case unsettled
     }
 
     /// Where a request for `key`, owned by `owner` (not this node), goes: to the owner while it is
@@ -225,6 +229,9 @@ final class NodeHealth: Sendable {
             if route.target == health.localIndex {
                 if holding() {
                     // Every member before this one on the preference list is down (that is why it stands in).
+                    // The first routable member after it is where the others send the key once they do not
+                    // count this one back; one that has not answered since this node started is only assumed
+                    // up, and skipping it could pick a member nobody else would: wait instead.
                     let list = health.membership.ring.preferenceList(
                         forHash: hash,
                         count: health.membership.members.count
@@ -232,7 +239,7 @@ final class NodeHealth: Sendable {
                     if let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
                         health.isRoutable($0)
                     }) {
-                        return .deferred(to: health.membership.members[next])
+                        return health.hasAnswered(next) ? .deferred(to: health.membership.members[next]) : .unsettled
                     }
                 }
                 return .standIn(ownerID: owner.id)
@@ -242,8 +249,9 @@ final class NodeHealth: Sendable {
     }
 
     /// Where a request for one of this node's own keys goes while the node holds: the first routable
-    /// member after it on the key's preference list, which stands in for it (nil when there is none: the
-    /// node then answers itself, a GET with a miss). While it holds, the node may hold values a stand-in
+    /// member after it on the key's preference list, which stands in for it (nil when there is none, or
+    /// when that member has not answered it since it started: the node then answers itself, a GET with a
+    /// miss, a write refused). While it holds, the node may hold values a stand-in
     /// replaced, and peers that have not seen it return still send its keys to their stand-in: sending its
     /// own there too keeps one place for each key until the stand-ins have told it what they wrote.
     /// - Parameter upOnly: take only a peer that is up, not one that is suspect: in the minority, where the
@@ -252,11 +260,13 @@ final class NodeHealth: Sendable {
         let hash = CachetRing.hash(key)
         return withState { health, _ -> CachetClusterMember? in
             let members = health.membership.members
+            // The first one the others would take too; none while that one has not answered since this node
+            // started (it is only assumed up, and skipping it would pick a member nobody else would).
             for member in health.membership.ring.preferenceList(forHash: hash, count: members.count).dropFirst()
             where member != health.localIndex
                 && (upOnly ? health.state(of: member) == .up : health.isRoutable(member))
             {
-                return members[member]
+                return health.hasAnswered(member) ? members[member] : nil
             }
             return nil
         } ?? nil

@@ -108,14 +108,28 @@ extension RequestProcessor {
         }
         let ownerID: String
         let placement = health.place(keyBytes, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
-        if case .deferred(let next) = placement {
+        switch placement {
+        case .deferred(let next):
             // Forwarded or not: the next stand-in takes it (a second hop for a forwarded one).
             return .pending(forward(frame, in: buffer, to: next))
+        case .unsettled:
+            if header.opcode == .get { return miss(header.id, output: &output) }
+            appendMessage(
+                "this node is back from an absence and has not yet heard from the members that could stand in "
+                    + "for the key's owner \(owner.id); try again shortly",
+                status: .unavailable,
+                opcode: header.opcode,
+                id: header.id,
+                to: &output
+            )
+            return .answered
+        default:
+            break
         }
         if forwarded {
             ownerID = owner.id
             switch placement {
-            case .standIn, .deferred: break
+            case .standIn, .deferred, .unsettled: break  // the last two returned above
             case .delivering:
                 // The owner is back and this node still owes it invalidations: another node may hold a
                 // newer value; the local copy is not served.
@@ -131,7 +145,7 @@ extension RequestProcessor {
             case .delivering(let owner):
                 if header.opcode == .get { return miss(header.id, output: &output) }
                 return .pending(forward(frame, in: buffer, to: owner))
-            case .deferred(let next): return .pending(forward(frame, in: buffer, to: next))
+            case .deferred, .unsettled: ownerID = owner.id  // returned above, not reached
             }
         }
         if header.opcode == .get {

@@ -48,6 +48,18 @@ struct ClusterStateMachineTests {
         #expect(other.isDown && other.probeAt != nil)
     }
 
+    @Test func aPeerIsAssumedUpAtStartButHasNotAnsweredUntilItReplies() {
+        var random = SplitMix64(state: 3)
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        #expect(peer.isRoutable && !peer.hasAnswered)
+        _ = peer.timedOut(now: 0, using: &random)
+        #expect(!peer.hasAnswered)
+        _ = peer.replied(now: 1)
+        #expect(peer.hasAnswered)
+        _ = peer.refused(now: 2, using: &random)
+        #expect(peer.isDown && peer.hasAnswered, "it answered once since the start")
+    }
+
     @Test func failedProbesDoubleTheBackoffUpToTheMaximumWithJitterInTheUpperHalf() {
         var random = SplitMix64(state: 2)
         var peer = CachetPeerHealth(configuration: Self.configuration)
