@@ -421,4 +421,63 @@ struct NodeFailoverTests {
         #expect(cluster.node("n1").stop(timeout: 5) == 0)
         #expect(Date().timeIntervalSince(signalled) < 3, "the member took more than 3 s to stop")
     }
+
+    /// Waits until every member in `on` sees `id` as `state`.
+    static func waitForState(_ id: String, _ state: String, on members: [String], cluster: Cluster) throws {
+        for other in members where other != id {
+            #expect(
+                try cluster.waitForState(of: id, on: other, toBe: state, within: 5) == state,
+                "\(id) \(state) on \(other)"
+            )
+        }
+    }
+
+    /// A second stand-in keeps an older copy (`Protocol/CLUSTER.md`, "A stand-in that is not the first any
+    /// more"): the owner n1 and its first stand-in n2 are down, n3 takes v1; n2 comes back and takes v2 in
+    /// its place; n2 goes away again and n3 stands in once more. No GET may return v1: the write after it
+    /// went to n2, which n3 never saw.
+    @Test func aSecondStandInNeverServesTheCopyItHeldBeforeTheFirstReturned() throws {
+        let cluster = try Cluster(members: 5, extraArguments: Self.timings, disk: true)
+        let key = (0...).lazy.map { "c\($0)" }.first {
+            cluster.membership.preferenceList(for: Array($0.utf8), count: 3).map(\.id) == ["n1", "n2", "n3"]
+        }!
+        let others = ["n3", "n4", "n5"]
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForState("n1", "down", on: others, cluster: cluster)
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        try Self.waitForState("n2", "down", on: others, cluster: cluster)
+        let n4 = try cluster.node("n4").connect()
+        #expect(try n4.roundTrip(.put(key: Array(key.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        #expect(try NodeForwardingTests.get(key, from: try cluster.node("n5").connect()).body == Array("v1".utf8))
+
+        // n2 comes back; once everyone sees it and its hold is over, it is the stand-in again and takes v2.
+        try cluster.start("n2")
+        try Self.waitForState("n2", "up", on: others, cluster: cluster)
+        let settled = Date().addingTimeInterval(10)
+        while try cluster.stats("n2")["holding"] as? Bool != false && Date() < settled {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        var written = false
+        let writing = Date().addingTimeInterval(5)
+        repeat {
+            written = try n4.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok
+            if !written { Thread.sleep(forTimeInterval: 0.05) }
+        } while !written && Date() < writing
+        #expect(written, "v2 acknowledged")
+
+        // n2 goes away again: n3 stands in once more, and must not serve v1.
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        try Self.waitForState("n2", "down", on: others, cluster: cluster)
+        let sockets = try others.map { try cluster.node($0).connect() }
+        let watching = Date().addingTimeInterval(1.5)
+        var seen: [String] = []
+        repeat {
+            for socket in sockets {
+                let reply = try NodeForwardingTests.get(key, from: socket)
+                if reply.status == .ok { seen.append(String(decoding: reply.body, as: UTF8.self)) }
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        } while Date() < watching
+        #expect(!seen.contains("v1"), "the second stand-in served the copy it held before the first returned")
+    }
 }
