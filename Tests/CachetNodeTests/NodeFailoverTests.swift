@@ -480,4 +480,56 @@ struct NodeFailoverTests {
         } while Date() < watching
         #expect(!seen.contains("v1"), "the second stand-in served the copy it held before the first returned")
     }
+
+    /// The owner is killed right after its first stand-in returned (`Protocol/CLUSTER.md`, "The owner's
+    /// hold"): while the members disagree on whether that stand-in is back, one client writes and reads the
+    /// key through every node in turn. No GET may return a value that a later acknowledged write replaced.
+    @Test func anOwnerKilledRightAfterItsStandInReturnedLeavesNoStaleRead() throws {
+        let cluster = try Cluster(members: 5, extraArguments: Self.timings, disk: true)
+        let key = Array(
+            (0...).lazy.map { "r\($0)" }.first {
+                cluster.membership.preferenceList(for: Array($0.utf8), count: 3).map(\.id) == ["n1", "n2", "n3"]
+            }!.utf8
+        )
+        let members = ["n1", "n2", "n3", "n4", "n5"]
+        #expect(
+            try cluster.node("n1").connect().roundTrip(.put(key: key, value: Array("v0".utf8), ttl: 0)).status == .ok
+        )
+        _ = cluster.node("n2").stop(signal: SIGKILL)
+        try Self.waitForState("n2", "down", on: ["n1", "n3", "n4", "n5"], cluster: cluster)
+        // Long enough down that the others probe it at their longest backoff (0.5 s): they see it back at
+        // different times, and the owner dies in that window.
+        Thread.sleep(forTimeInterval: 2)
+        try cluster.start("n2")
+        Thread.sleep(forTimeInterval: 0.05)
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+
+        // Sequential writes and reads through n2 to n5 for 3 s: a read is stale when it returns a value
+        // whose write was followed by a write acknowledged before the read.
+        var sockets: [String: TestSocket] = [:]
+        for id in members.dropFirst() { sockets[id] = try cluster.node(id).connect() }
+        var acknowledgedAfter: [String: Bool] = [:]  // value -> a later write was acknowledged
+        var written: [String] = []
+        var stale: [String] = []
+        var round = 0
+        let end = Date().addingTimeInterval(3)
+        repeat {
+            round += 1
+            let through = members[1 + round % 4]
+            let value = "w\(round)"
+            written.append(value)
+            let reply = try sockets[through]!.roundTrip(.put(key: key, value: Array(value.utf8), ttl: 0))
+            if reply.status == .ok {
+                for earlier in written.dropLast() { acknowledgedAfter[earlier] = true }
+                acknowledgedAfter["v0"] = true
+            }
+            for id in members.dropFirst() {
+                let read = try NodeForwardingTests.get(String(decoding: key, as: UTF8.self), from: sockets[id]!)
+                guard read.status == .ok else { continue }
+                let seen = String(decoding: read.body, as: UTF8.self)
+                if acknowledgedAfter[seen] == true { stale.append("\(seen) through \(id) after w\(round)") }
+            }
+        } while Date() < end
+        #expect(stale.isEmpty, "\(stale.count) stale reads, the first: \(stale.prefix(3))")
+    }
 }
