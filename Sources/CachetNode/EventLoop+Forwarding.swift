@@ -43,31 +43,67 @@ extension EventLoop {
                 // The connection closed meanwhile: nobody waits for this reply.
                 return
             }
-            var reply: CachetByteBuffer
-            switch outcome {
-            case .answered(let status, let body):
-                reply = CachetByteBuffer(capacity: CachetProtocol.frameOverhead + body.count)
-                body.withUnsafeBytes {
-                    appendReply(opcode: request.opcode, status: status, id: request.id, body: $0, to: &reply)
+            // A write refused before it was sent (the member's port is closed: it is gone, now marked down)
+            // goes, once, to where the key is routed now.
+            if case .unavailable(_, .refused) = outcome, let next = rerouted(request) {
+                forwarder.forward(next) { [self] outcome in
+                    answerForward(request, outcome, slot: slot, pipeline: pipeline, connection: connection)
                 }
-            case .unavailable(let reason, _):
-                RequestCounters.bump(processor.counters.forwardFailures)
-                logger.debug(
-                    "forward failed",
-                    metadata: ["cluster.member": "\(request.owner.id)", "error.message": "\(reason)"]
-                )
-                reply = CachetByteBuffer(capacity: 256)
-                appendMessage(
-                    "the key's owner \(request.owner.id) is unavailable: \(reason)",
-                    status: .unavailable,
-                    opcode: request.opcode,
-                    id: request.id,
-                    to: &reply
-                )
+                return
             }
-            completeForward(Array(reply.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
+            answerForward(request, outcome, slot: slot, pipeline: pipeline, connection: connection)
         }
         if collapsed { RequestCounters.bump(processor.counters.forwardsCollapsed) }
+    }
+
+    /// A write (PUT or DEL) for another member's key whose forward to `request.owner` was refused: the same
+    /// request for the member the key is routed to now, or nil when that is not another member (this node
+    /// stands in, or it waits: the request is then answered UNAVAILABLE as before).
+    private func rerouted(_ request: ForwardRequest) -> ForwardRequest? {
+        guard request.opcode == .put || request.opcode == .delete, let router, let cluster = processor.cluster,
+            let key = PeerForwarder.key(of: request)
+        else { return nil }
+        let placement = key.withUnsafeBytes { key -> NodeHealth.Placement? in
+            guard let owner = router.foreignOwner(of: key) else { return nil }
+            return cluster.health.place(key, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
+        }
+        guard case .forward(let target)? = placement, target != request.owner else { return nil }
+        RequestCounters.bump(processor.counters.forwards)
+        return ForwardRequest(frame: request.frame, opcode: request.opcode, id: request.id, owner: target)
+    }
+
+    /// Writes a forward's outcome as the client's reply (its opcode and id restored).
+    private func answerForward(
+        _ request: ForwardRequest,
+        _ outcome: ForwardOutcome,
+        slot: CachetReplyOrder<[UInt8]>.Slot,
+        pipeline: ForwardPipeline,
+        connection: Connection
+    ) {
+        guard connection.forwards === pipeline else { return }
+        var reply: CachetByteBuffer
+        switch outcome {
+        case .answered(let status, let body):
+            reply = CachetByteBuffer(capacity: CachetProtocol.frameOverhead + body.count)
+            body.withUnsafeBytes {
+                appendReply(opcode: request.opcode, status: status, id: request.id, body: $0, to: &reply)
+            }
+        case .unavailable(let reason, _):
+            RequestCounters.bump(processor.counters.forwardFailures)
+            logger.debug(
+                "forward failed",
+                metadata: ["cluster.member": "\(request.owner.id)", "error.message": "\(reason)"]
+            )
+            reply = CachetByteBuffer(capacity: 256)
+            appendMessage(
+                "the key's owner \(request.owner.id) is unavailable: \(reason)",
+                status: .unavailable,
+                opcode: request.opcode,
+                id: request.id,
+                to: &reply
+            )
+        }
+        completeForward(Array(reply.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
     }
 
     /// A forward's reply: fills its slot, moves the replies now at the front to the output (and drops the

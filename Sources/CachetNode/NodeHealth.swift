@@ -112,7 +112,7 @@ final class NodeHealth: Sendable {
                 transition = health.replied(index, now: now)
             case .unavailable(_, .timedOut):
                 transition = health.timedOut(index, now: now, using: &state.random)
-            case .unavailable(_, .connectionFailed):
+            case .unavailable(_, .connectionFailed), .unavailable(_, .refused):
                 transition = health.refused(index, now: now, using: &state.random)
             case .unavailable(_, .overloaded) where !health.isRoutable(index):
                 // A probe of a down peer that could not be sent: a failed probe, so that another is

@@ -10,12 +10,14 @@ enum ForwardOutcome {
     /// No answer, and why (the message names the member).
     case unavailable(String, Cause)
 
-    /// Why a forward got no answer; the first two count against the member's health.
+    /// Why a forward got no answer; the first three count against the member's health.
     enum Cause {
         /// The deadline passed.
         case timedOut
-        /// The connection was refused, failed or closed.
+        /// The connection failed or closed; the request may have been sent.
         case connectionFailed
+        /// The connection was refused: the request was never sent (the member's port is closed).
+        case refused
         /// Too many forwards were in flight to the member already.
         case overloaded
         /// The member is marked down: it was not asked.
@@ -59,7 +61,7 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
     /// passes first or the channel fails.
     func send(_ request: inout [UInt8], timeout: Duration, completion: @escaping (ForwardOutcome) -> Void) {
         guard state != .closed else {
-            completion(.unavailable("\(name) is not connected", .connectionFailed))
+            completion(.unavailable("\(name) is not connected", .refused))
             return
         }
         let id = nextID
@@ -111,8 +113,14 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         pending.removeAll()
         for (_, waiting) in failed.sorted(by: { $0.key < $1.key }) {
             loop.cancelTimer(waiting.timer)
-            // A connect that timed out is a timeout for the member's health; anything else a failure.
-            let cause: ForwardOutcome.Cause = error?.code == .timedOut ? .timedOut : .connectionFailed
+            // A connect that timed out is a timeout for the member's health; anything else a failure. A
+            // refused connect never sent what was written.
+            let cause: ForwardOutcome.Cause =
+                switch error?.code {
+                case .timedOut?: .timedOut
+                case .connectionRefused?: .refused
+                default: .connectionFailed
+                }
             waiting.completion(.unavailable("\(name): \(reason)", cause))
         }
         onClose?(self)
