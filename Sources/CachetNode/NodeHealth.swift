@@ -213,38 +213,37 @@ final class NodeHealth: Sendable {
     /// one). The stand-in is the same on every node that sees the same members down, whatever each one
     /// stood in for before: a node that still owes an owner invalidations does not keep its keys (two
     /// such nodes would each serve their own copies); it misses them until it has delivered.
-    /// While `holding` (asked only when this node would stand in) says it holds after an absence, it leaves
-    /// the key to the next routable member after it (``Placement/deferred(to:)``).
+    /// While `holding` (asked only when this node would stand in, or the request was `forwarded` by a peer)
+    /// says it holds after an absence, it leaves the key to the next routable member after it
+    /// (``Placement/deferred(to:)``): a peer that forwarded it here takes this node for the stand-in, and the
+    /// others may not see it back yet.
     func place(
         _ key: UnsafeRawBufferPointer,
         owner: CachetClusterMember,
+        forwarded: Bool = false,
         holding: () -> Bool = { false }
     ) -> Placement {
         let hash = CachetRing.hash(key)
         return withState { health, state in
             let route = health.route(hash: hash)
-            if route.target == route.owner {
-                return state.standIns.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
-            }
-            if route.target == health.localIndex {
-                if holding() {
-                    // Every member before this one on the preference list is down (that is why it stands in).
-                    // The first routable member after it is where the others send the key once they do not
-                    // count this one back; one that has not answered since this node started is only assumed
-                    // up, and skipping it could pick a member nobody else would: wait instead.
-                    let list = health.membership.ring.preferenceList(
-                        forHash: hash,
-                        count: health.membership.members.count
-                    )
-                    if let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
-                        health.isRoutable($0)
-                    }) {
-                        return health.hasAnswered(next) ? .deferred(to: health.membership.members[next]) : .unsettled
-                    }
+            let standsIn = route.target == health.localIndex
+            guard (standsIn || forwarded) && holding() else {
+                if standsIn { return .standIn(ownerID: owner.id) }
+                if route.target == route.owner {
+                    return state.standIns.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
                 }
-                return .standIn(ownerID: owner.id)
+                return .forward(health.membership.members[route.target])
             }
-            return .forward(health.membership.members[route.target])
+            // The first routable member after this one is where the others send the key once they do not
+            // count this one back. One that has not answered since this node started is only assumed up, and
+            // skipping it could pick a member nobody else would: wait instead.
+            let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
+            if let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
+                health.isRoutable($0)
+            }) {
+                return health.hasAnswered(next) ? .deferred(to: health.membership.members[next]) : .unsettled
+            }
+            return standsIn ? .standIn(ownerID: owner.id) : .unsettled
         } ?? .forward(owner)
     }
 

@@ -107,7 +107,9 @@ extension RequestProcessor {
             return .answered
         }
         let ownerID: String
-        let placement = health.place(keyBytes, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
+        let placement = health.place(keyBytes, owner: owner, forwarded: forwarded) {
+            cluster.hold?.isHoldingAfterAbsence() ?? false
+        }
         switch placement {
         case .deferred(let next):
             // Forwarded or not: the next stand-in takes it (a second hop for a forwarded one).
