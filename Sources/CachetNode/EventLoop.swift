@@ -428,8 +428,9 @@ final class EventLoop: @unchecked Sendable {
     /// - a closing connection whose replies are all sent (likewise) shuts down its write side, and closes once the
     ///   peer has ended its stream too.
     /// Then the interest is derived from the phase (``Connection/interest(for:outputPending:)``). A
-    /// registration that changes, or is renewed for `rearm`, makes the kernel check the socket again and
-    /// report it if it is ready: that is how bytes left unread while reading was paused or capped get read.
+    /// registration that changes, or is renewed while `unreadBytesPossible` is set, makes the kernel check the
+    /// socket again and report it if it is ready: that is how bytes left unread while reading was paused or
+    /// capped get read.
     func settle(_ connection: Connection, now: UInt32) {
         var resumed = false
         while true {

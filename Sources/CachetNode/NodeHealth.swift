@@ -234,17 +234,37 @@ final class NodeHealth: Sendable {
                 }
                 return .forward(health.membership.members[route.target])
             }
-            // The first routable member after this one is where the others send the key once they do not
-            // count this one back. One that has not answered since this node started is only assumed up, and
-            // skipping it could pick a member nobody else would: wait instead.
-            let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
-            if let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
-                health.isRoutable($0)
-            }) {
-                return health.hasAnswered(next) ? .deferred(to: health.membership.members[next]) : .unsettled
+            switch Self.successor(in: health, hash: hash) {
+            case .member(let next): return .deferred(to: next)
+            case .unanswered: return .unsettled
+            case .none: return standsIn ? .standIn(ownerID: owner.id) : .unsettled
             }
-            return standsIn ? .standIn(ownerID: owner.id) : .unsettled
         } ?? .forward(owner)
+    }
+
+    /// Who takes a key from this node while it holds.
+    private enum Successor {
+        /// The first routable member after this node on the key's preference list: where the others send
+        /// the key once they do not count this node back.
+        case member(CachetClusterMember)
+        /// That member has not answered this node since it started: it is only assumed up, and skipping it
+        /// could pick a member nobody else would.
+        case unanswered
+        /// No member after this node is routable.
+        case none
+    }
+
+    /// The first member after this node on the key's preference list that is routable (`up`, with
+    /// `upOnly`), and whether it has answered this node since it started: the one rule for sending a key on
+    /// while this node holds, for its own keys and for those it would stand in for.
+    private static func successor(in health: CachetClusterHealth, hash: UInt64, upOnly: Bool = false) -> Successor {
+        let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
+        guard
+            let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
+                upOnly ? health.state(of: $0) == .up : health.isRoutable($0)
+            })
+        else { return .none }
+        return health.hasAnswered(next) ? .member(health.membership.members[next]) : .unanswered
     }
 
     /// Where a request for one of this node's own keys goes while the node holds: the first routable
@@ -258,15 +278,7 @@ final class NodeHealth: Sendable {
     func standIn(forOwnKey key: UnsafeRawBufferPointer, upOnly: Bool = false) -> CachetClusterMember? {
         let hash = CachetRing.hash(key)
         return withState { health, _ -> CachetClusterMember? in
-            let members = health.membership.members
-            // The first one the others would take too; none while that one has not answered since this node
-            // started (it is only assumed up, and skipping it would pick a member nobody else would).
-            for member in health.membership.ring.preferenceList(forHash: hash, count: members.count).dropFirst()
-            where member != health.localIndex
-                && (upOnly ? health.state(of: member) == .up : health.isRoutable(member))
-            {
-                return health.hasAnswered(member) ? members[member] : nil
-            }
+            if case .member(let next) = Self.successor(in: health, hash: hash, upOnly: upOnly) { return next }
             return nil
         } ?? nil
     }
