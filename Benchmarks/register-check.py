@@ -87,8 +87,10 @@ from soak import DEL, GET, NOT_FOUND, OK, PUT, STATUS_NAMES, frame, key_body, pu
 
 UNAVAILABLE = 7
 OPS = {PUT: "PUT", DEL: "DEL", GET: "GET"}
-OUTCOMES = ["OK", "NOT_FOUND", "UNAVAILABLE", "ERROR", "TIMEOUT", "REFUSED", "CONN_ERROR"]
-ACTION_KINDS = ["kill", "term", "stop", "cascade-standin", "cascade-return"]
+OUTCOMES = ["OK", "NOT_FOUND", "UNAVAILABLE", "ERROR", "TIMEOUT", "CUT_OFF", "REFUSED", "CONN_ERROR"]
+ACTION_KINDS = ["kill", "term", "stop", "cascade-standin", "cascade-return", "isolate", "split", "cutoff"]
+# Actions that cut the network: they need --network lab (root, iproute2).
+PARTITION_KINDS = {"isolate", "split", "cutoff"}
 
 
 class SetupError(Exception):
@@ -173,18 +175,138 @@ class KeyMap:
             self.stand_in[member] = ranked[0][0] if ranked else next(m for m in member_ids if m != member)
 
 
+# MARK: - Network lab
+
+
+class NetworkLab:
+    """Every node in a Linux network namespace of its own, as NodePartitionTests builds them
+    (Sources/CachetTestSupport/NetworkNamespaceLab.swift): a hub namespace with a bridge, one veth per node on a
+    private 10.213.X.0/24, and one veth from this namespace, where the client threads run. Every namespace knows
+    every address's MAC as a permanent neighbour, so a partition is lost packets, never a refusal:
+    - cut(a, b): a's and b's entries for each other point at a MAC nobody has; frames between them are
+      flooded by the bridge and dropped by everyone, both ways, while the clients still reach both;
+    - cut_off(n): n's bridge port is detached: nothing reaches n or leaves it, clients included.
+    Needs root and iproute2's ip. remove() kills what runs in the namespaces and deletes them."""
+
+    def __init__(self, count: int) -> None:
+        if os.geteuid() != 0:
+            raise SetupError("--network lab needs root (network namespaces)")
+        self.ip_path = shutil.which("ip")
+        if self.ip_path is None:
+            raise SetupError("--network lab needs iproute2's ip")
+        self.prefix = f"crc{os.getpid()}"
+        self.hub, self.bridge, self.host_device = f"{self.prefix}-hub", f"{self.prefix}b", f"{self.prefix}h"
+        self.octet = self._free_octet(16 + os.getpid() % 224)
+        self.subnet = f"10.213.{self.octet}"
+        self.client_address = f"{self.subnet}.254"
+        self.namespaces = [f"{self.prefix}-{n}" for n in range(1, count + 1)]
+        self.addresses = [f"{self.subnet}.{n}" for n in range(1, count + 1)]
+        self.ports = [f"{self.prefix}p{n}" for n in range(1, count + 1)]
+        self.removed = False
+        try:
+            self._build()
+        except BaseException:
+            self.remove()
+            raise
+
+    def mac(self, last: int) -> str:
+        return f"02:ce:{self.octet:02x}:00:00:{last:02x}"
+
+    def ip(self, *arguments: str) -> str:
+        result = subprocess.run([self.ip_path, *arguments], capture_output=True, text=True, timeout=10)
+        if result.returncode != 0:
+            raise SetupError(f"ip {' '.join(arguments)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def _free_octet(self, start: int) -> int:
+        for step in range(240):
+            octet = 16 + (start - 16 + step) % 240
+            routes = self.ip("-4", "route", "show", "match", f"10.213.{octet}.0/24").splitlines()
+            if not [r for r in routes if not r.startswith("default")]:
+                return octet
+        raise SetupError("every 10.213.X.0/24 is routed here already")
+
+    def _build(self) -> None:
+        self.ip("netns", "add", self.hub)
+        self.ip("-n", self.hub, "link", "set", "lo", "up")
+        self.ip("-n", self.hub, "link", "add", self.bridge, "type", "bridge")
+        self.ip("-n", self.hub, "link", "set", self.bridge, "up")
+        for number, (namespace, address, port) in enumerate(zip(self.namespaces, self.addresses, self.ports), 1):
+            self.ip("netns", "add", namespace)
+            self.ip("-n", namespace, "link", "set", "lo", "up")
+            self.ip("link", "add", port, "netns", self.hub, "type", "veth", "peer", "name", "lab0",
+                    "netns", namespace, "address", self.mac(number))
+            self.ip("-n", self.hub, "link", "set", port, "master", self.bridge, "up")
+            self.ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "lab0")
+            self.ip("-n", namespace, "link", "set", "lab0", "up")
+        self.ip("link", "add", self.host_device, "address", self.mac(254), "type", "veth",
+                "peer", "name", f"{self.prefix}g", "netns", self.hub)
+        self.ip("-n", self.hub, "link", "set", f"{self.prefix}g", "master", self.bridge, "up")
+        self.ip("addr", "add", f"{self.client_address}/24", "dev", self.host_device)
+        self.ip("link", "set", self.host_device, "up")
+        everyone = [(None, "254", self.host_device)] + [(ns, str(n), "lab0") for n, ns in
+                                                         enumerate(self.namespaces, 1)]
+        for namespace, own, device in everyone:
+            for _, other, _ in everyone:
+                if other != own:
+                    self._neighbour(namespace, int(other), self.mac(int(other)), device)
+
+    def _neighbour(self, namespace: str | None, number: int, mac: str, device: str = "lab0") -> None:
+        where = ["-n", namespace] if namespace else []
+        self.ip(*where, "neigh", "replace", f"{self.subnet}.{number}", "lladdr", mac, "dev", device, "nud", "permanent")
+
+    def launcher(self, index: int) -> list[str]:
+        return [self.ip_path, "netns", "exec", self.namespaces[index]]
+
+    def cut(self, a: int, b: int) -> None:
+        """Nodes a and b (indices from 0) no longer reach each other; the clients still reach both."""
+        nowhere = self.mac(253)
+        self._neighbour(self.namespaces[a], b + 1, nowhere)
+        self._neighbour(self.namespaces[b], a + 1, nowhere)
+
+    def join(self, a: int, b: int) -> None:
+        self._neighbour(self.namespaces[a], b + 1, self.mac(b + 1))
+        self._neighbour(self.namespaces[b], a + 1, self.mac(a + 1))
+
+    def cut_off(self, index: int) -> None:
+        self.ip("-n", self.hub, "link", "set", self.ports[index], "nomaster")
+
+    def reconnect(self, index: int) -> None:
+        self.ip("-n", self.hub, "link", "set", self.ports[index], "master", self.bridge)
+
+    def remove(self) -> None:
+        if self.removed:
+            return
+        self.removed = True
+        for namespace in self.namespaces + [self.hub]:
+            try:
+                pids = subprocess.run([self.ip_path, "netns", "pids", namespace], capture_output=True, text=True,
+                                      timeout=10).stdout.split()
+            except (OSError, subprocess.TimeoutExpired):
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run([self.ip_path, "netns", "delete", namespace], capture_output=True, timeout=10)
+        subprocess.run([self.ip_path, "link", "delete", self.host_device], capture_output=True, timeout=10)
+
+
 # MARK: - Nodes
 
 
 class NodeProcess:
     """One cluster member: its process (restarted on the same port and data directory) and its log."""
 
-    def __init__(self, cluster: "Cluster", member_id: str, port: int) -> None:
-        self.cluster, self.id, self.port = cluster, member_id, port
+    def __init__(self, cluster: "Cluster", member_id: str, host: str, port: int, launcher: list[str]) -> None:
+        self.cluster, self.id, self.host, self.port, self.launcher = cluster, member_id, host, port, launcher
         self.data_dir = os.path.join(cluster.directory, f"data-{member_id}")
         self.log_path = os.path.join(cluster.directory, f"{member_id}.log")
         self.process: subprocess.Popen | None = None
         self.state = "down"  # up, killed, terminated, frozen, down
+        self.cut_off = False  # no packet reaches it or leaves it (--network lab, action cutoff)
+        self.cut_changes = 0  # how often cut_off changed: a request that saw it change may have been cut off
 
     def start(self, timeout: float = 30) -> None:
         """Starts the process and waits for its 'listening' line; raises SetupError if it does not come."""
@@ -193,8 +315,8 @@ class NodeProcess:
                 raise SetupError("the run is stopping")
             log = open(self.log_path, "ab")
             self.process = subprocess.Popen(
-                [self.cluster.binary, "--cluster", self.cluster.cluster_file, "--node-id", self.id,
-                 "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", self.data_dir,
+                [*self.launcher, self.cluster.binary, "--cluster", self.cluster.cluster_file, "--node-id", self.id,
+                 "--host", self.host, "--port", str(self.port), "--data-dir", self.data_dir,
                  "--disk-limit", "64MiB", *self.cluster.extra_flags],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, close_fds=True,
                 start_new_session=True)  # our Ctrl-C is ours to handle: the nodes are stopped by the cleanup
@@ -260,16 +382,20 @@ class NodeProcess:
 class Cluster:
     """The nodes, and the one lock that keeps a restart from racing the final cleanup."""
 
-    def __init__(self, binary: str, count: int, directory: str, extra_flags: list[str]) -> None:
-        self.binary, self.directory, self.extra_flags = binary, directory, extra_flags
+    def __init__(self, binary: str, count: int, directory: str, extra_flags: list[str],
+                 lab: NetworkLab | None = None) -> None:
+        self.binary, self.directory, self.extra_flags, self.lab = binary, directory, extra_flags, lab
         self.lock = threading.Lock()
         self.closing = False
         self.cluster_file = os.path.join(directory, "cluster.json")
-        ports = free_ports(count)
-        members = [{"id": f"n{i + 1}", "host": "127.0.0.1", "port": port} for i, port in enumerate(ports)]
+        if lab is not None:  # one address per node, one port for all
+            members = [{"id": f"n{i + 1}", "host": address, "port": 7420} for i, address in enumerate(lab.addresses)]
+        else:
+            members = [{"id": f"n{i + 1}", "host": "127.0.0.1", "port": port} for i, port in enumerate(free_ports(count))]
         with open(self.cluster_file, "w") as f:
             json.dump({"members": members}, f, indent=1)
-        self.nodes = [NodeProcess(self, m["id"], m["port"]) for m in members]
+        self.nodes = [NodeProcess(self, m["id"], m["host"], m["port"], lab.launcher(i) if lab else [])
+                      for i, m in enumerate(members)]
         self.by_id = {node.id: node for node in self.nodes}
 
     def start(self) -> None:
@@ -283,6 +409,8 @@ class Cluster:
         for node in self.nodes:
             if node.process is not None and node.process.poll() is None:
                 node.kill()
+        if self.lab is not None:
+            self.lab.remove()
 
 
 def free_ports(count: int) -> list[int]:
@@ -309,8 +437,8 @@ class RequestTimeout(Exception):
 class ClientConnection:
     """A persistent blocking connection to one node: one request at a time, each within a deadline."""
 
-    def __init__(self, port: int, deadline: float) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=max(0.01, deadline - time.monotonic()))
+    def __init__(self, host: str, port: int, deadline: float) -> None:
+        self.sock = socket.create_connection((host, port), timeout=max(0.01, deadline - time.monotonic()))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.next_id = 1
 
@@ -387,13 +515,14 @@ def client(index: int, args, cluster: Cluster, keys: list[str], t0: float, stop:
         if connection is not None and connection.looks_closed():  # closed while idle: the node restarted
             connections.pop(node.id).close()
             connection = None
+        cut_before = (node.cut_off, node.cut_changes)
         send = time.monotonic()
         deadline = send + args.request_timeout
         message, reply_value = "", None
         try:
             if connection is None:
                 try:
-                    connection = ClientConnection(node.port, deadline)
+                    connection = ClientConnection(node.host, node.port, deadline)
                 except socket.timeout:
                     raise RequestTimeout() from None
                 except OSError as error:  # nothing was sent: the write is known not to be applied
@@ -412,7 +541,10 @@ def client(index: int, args, cluster: Cluster, keys: list[str], t0: float, stop:
             else:
                 outcome, message = "ERROR", f"{STATUS_NAMES.get(status, status)}: {reply.decode(errors='replace')}"
         except RequestTimeout:
-            outcome, message = "TIMEOUT", f"no reply within {args.request_timeout:g} s"
+            if cut_before[0] or node.cut_changes != cut_before[1]:  # the network ate it, not the node
+                outcome, message = "CUT_OFF", f"no reply within {args.request_timeout:g} s from a node cut off"
+            else:
+                outcome, message = "TIMEOUT", f"no reply within {args.request_timeout:g} s"
             dropped = connections.pop(node.id, None)
             if dropped is not None:
                 dropped.close()  # a late reply would be taken for the next request's
@@ -523,6 +655,52 @@ class Nemesis(threading.Thread):
         node.state = "up"
         self.step(f"{node.id} SIGCONT")
         self.current.setdefault("restarts", []).append([node.id, self.now()])
+
+    def _heal(self, nodes: list[NodeProcess], what: str) -> None:
+        self.step(what)
+        for node in nodes:
+            self.current.setdefault("restarts", []).append([node.id, self.now()])
+
+    def _cut_pairs(self, side: list[NodeProcess], join: bool = False) -> None:
+        """Cuts (or joins) every pair of nodes across the border between `side` and the rest."""
+        lab, indices = self.cluster.lab, [self.cluster.nodes.index(n) for n in side]
+        for a in indices:
+            for b in range(len(self.cluster.nodes)):
+                if b not in indices:
+                    (lab.join if join else lab.cut)(a, b)
+
+    def action_isolate(self, node: NodeProcess) -> None:
+        """The node reaches no peer and no peer reaches it; every client still reaches it."""
+        self.current["victims"] = [node.id]
+        self._cut_pairs([node])
+        self.step(f"{node.id} cut off from every peer (clients still reach it)")
+        self.sleep(self.pause())
+        self._cut_pairs([node], join=True)
+        self._heal([node], f"{node.id} reaches its peers again")
+
+    def action_split(self, owner: NodeProcess) -> None:
+        """Two nodes (an owner and its likely stand-in) on one side, the rest on the other; clients reach all."""
+        stand_in = self.cluster.by_id[self.key_map.stand_in[owner.id]]
+        side = [owner, stand_in]
+        self.current["victims"] = [owner.id, stand_in.id]
+        self._cut_pairs(side)
+        self.step(f"split: {owner.id} {stand_in.id} | the others (clients reach every node)")
+        self.sleep(self.pause())
+        self._cut_pairs(side, join=True)
+        self._heal(side, "split healed")
+
+    def action_cutoff(self, node: NodeProcess) -> None:
+        """Nothing reaches the node or leaves it, clients included: their requests to it time out."""
+        self.current["victims"] = [node.id]
+        node.cut_changes += 1
+        node.cut_off = True
+        self.cluster.lab.cut_off(self.cluster.nodes.index(node))
+        self.step(f"{node.id} cut off from everyone")
+        self.sleep(self.pause())
+        self.cluster.lab.reconnect(self.cluster.nodes.index(node))
+        node.cut_off = False
+        node.cut_changes += 1
+        self._heal([node], f"{node.id} reconnected")
 
     def action_cascade_standin(self, owner: NodeProcess) -> None:
         stand_in = self.cluster.by_id[self.key_map.stand_in[owner.id]]
@@ -771,7 +949,7 @@ def report(history: list[Record], actions: list[dict], result: dict, args, key_m
     if key_map is not None and actions:
         rows = refusals_after_restarts(history, actions, key_map, run_end)
         if rows:
-            out.append("\n## Writes of a returning node's keys (after a restart or SIGCONT), until the next action\n")
+            out.append("\n## Writes of a returning node's keys (after a restart, SIGCONT or a healed partition), until the next action\n")
             out.append("| action | node | back at s | writes | acknowledged | refused UNAVAILABLE | "
                        "last refusal after s |\n|---:|---|---:|---:|---:|---:|---:|")
             for row in rows:
@@ -887,7 +1065,10 @@ def parse_args(argv=None):
     parser.add_argument("--request-timeout", type=float, default=3, help="seconds before a request is hung (default 3)")
     parser.add_argument("--actions", default="kill,term,stop,cascade-standin,cascade-return",
                         help="comma-separated nemesis actions from " + ", ".join(ACTION_KINDS) +
-                             ", or 'none' (default: all)")
+                             ", 'all', or 'none' (default: every action that needs no --network lab)")
+    parser.add_argument("--network", choices=["loopback", "lab"], default="loopback",
+                        help="loopback: every node on 127.0.0.1 (default); lab: every node in a network namespace "
+                             "of its own (root and iproute2), needed by the actions isolate, split and cutoff")
     parser.add_argument("--interval", type=float, default=3, help="mean seconds between two actions (default 3)")
     parser.add_argument("--pause-min", type=float, default=1.0, help="shortest down or frozen time (default 1)")
     parser.add_argument("--pause-max", type=float, default=2.5, help="longest down or frozen time (default 2.5)")
@@ -905,11 +1086,13 @@ def parse_args(argv=None):
                                                           "(nemesis.jsonl beside it is used for attribution)")
     parser.add_argument("--self-test", action="store_true", help="run the checker on made-up histories and exit")
     args = parser.parse_args(argv)
-    args.action_list = [] if args.actions.strip() in ("", "none") else \
-        [a.strip() for a in args.actions.split(",") if a.strip()]
+    args.action_list = [] if args.actions.strip() in ("", "none") else list(ACTION_KINDS) \
+        if args.actions.strip() == "all" else [a.strip() for a in args.actions.split(",") if a.strip()]
     unknown = [a for a in args.action_list if a not in ACTION_KINDS]
     if unknown:
         parser.error(f"unknown action(s) {', '.join(unknown)}; choose from {', '.join(ACTION_KINDS)} or none")
+    if args.network != "lab" and PARTITION_KINDS.intersection(args.action_list):
+        parser.error(f"{', '.join(sorted(PARTITION_KINDS.intersection(args.action_list)))} need --network lab")
     if not 3 <= args.nodes <= 9:
         parser.error("--nodes must be 3 to 9 (a cascade disturbs two nodes; a majority must stand)")
     if args.put_ratio + args.del_ratio > 1 or min(args.put_ratio, args.del_ratio) < 0:
@@ -972,7 +1155,12 @@ def main(argv=None) -> int:
         return 2
     keys = [f"key-{i:03d}" for i in range(args.keys)]
     directory = tempfile.mkdtemp(prefix="cachet-register-")
-    cluster = Cluster(binary, args.nodes, directory, args.node_flags.split())
+    try:
+        lab = NetworkLab(args.nodes) if args.network == "lab" else None
+    except (SetupError, OSError, subprocess.SubprocessError) as error:
+        print(f"setup error: cannot build the network lab: {error}", file=sys.stderr)
+        return 2
+    cluster = Cluster(binary, args.nodes, directory, args.node_flags.split(), lab)
     atexit.register(cluster.shutdown)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, on_signal)
