@@ -63,9 +63,22 @@ public struct CachetClusterHealth: Sendable {
     /// - Returns: whether it is routable.
     public func isRoutable(_ member: Int) -> Bool { member == localIndex || peers[member].isRoutable }
 
-    /// Whether the member has answered this node since it started (always true for this node itself).
+    /// Whether the member has answered this node since it started, or since ``forgetAnswers()`` (always
+    /// true for this node itself).
     /// - Parameter member: a member index.
     public func hasAnswered(_ member: Int) -> Bool { member == localIndex || peers[member].hasAnswered }
+
+    /// Whether this node's view of the member dates from before it last reached fewer than a majority, with
+    /// no answer or refused connection since (``CachetPeerHealth/isStaleSinceCut``).
+    /// - Parameter member: a member index.
+    public func isStaleSinceCut(_ member: Int) -> Bool { member != localIndex && peers[member].isStaleSinceCut }
+
+    /// Forgets which peers answered (``hasAnswered(_:)``): called when this node reaches fewer than a
+    /// majority, after which what it saw of each peer may be its own isolation.
+    /// - Complexity: O(members).
+    public mutating func forgetAnswers() {
+        for index in peers.indices { peers[index].forgetAnswer() }
+    }
 
     /// The member's state as STATS reports it: `self`, `up`, `suspect` or `down`.
     /// - Parameter member: a member index.
@@ -116,17 +129,19 @@ public struct CachetClusterHealth: Sendable {
     /// - Parameters:
     ///   - member: a peer's index.
     ///   - now: the time.
+    ///   - certain: refused (its port is closed), not a connection that failed once open.
     ///   - random: the source of jitter.
     /// - Returns: what changed.
     /// - Complexity: O(n) in the members.
     public mutating func refused(
         _ member: Int,
         now: UInt64,
+        certain: Bool = true,
         using random: inout some RandomNumberGenerator
     ) -> CachetPeerHealth.Transition? {
         guard member != localIndex else { return nil }
         let allowed = mayGoDown(member)
-        return peers[member].refused(now: now, mayGoDown: allowed, using: &random)
+        return peers[member].refused(now: now, mayGoDown: allowed, certain: certain, using: &random)
     }
 
     /// The peers whose probe is due at `now`, each now marked as probing: send each a PING and report

@@ -79,9 +79,18 @@ public struct CachetPeerHealth: Sendable, Hashable {
     public private(set) var backoff: UInt64
     /// When the peer last came back up, while its backoff is still remembered.
     public private(set) var cameUpAt: UInt64?
-    /// Whether the peer has answered since this health was created (the node started). Until it has, it is
-    /// only assumed up: a node that has just started does not know whether the others see it as down.
+    /// Whether the peer has answered since this health was created (the node started), or since
+    /// ``forgetAnswer()`` (the node reached fewer than a majority). Until it has, it is only assumed up, or
+    /// down for reasons that may be the node's own: a node that has just started, or been cut off, does not
+    /// know what the others see.
     public private(set) var hasAnswered = false
+    /// Whether what this node knows of the peer dates from before it last reached fewer than a majority
+    /// (``forgetAnswer()``), with neither an answer nor a refused connection since: the peer may be down in
+    /// this node's view only because this node was cut off, while the others still reach it. A refused
+    /// connection (its port is closed) settles it; a timeout does not (a partition gives timeouts), nor does a
+    /// connection that failed once open (a reset may come from a peer that is alive, as after a partition
+    /// heals).
+    public private(set) var isStaleSinceCut = false
 
     /// Creates the health of a peer assumed up.
     /// - Parameter configuration: thresholds and times.
@@ -111,6 +120,7 @@ public struct CachetPeerHealth: Sendable, Hashable {
     /// - Complexity: O(1).
     public mutating func replied(now: UInt64) -> Transition? {
         hasAnswered = true
+        isStaleSinceCut = false
         forgetBackoffIfHeld(now: now)
         switch state {
         case .up:
@@ -154,18 +164,30 @@ public struct CachetPeerHealth: Sendable, Hashable {
         }
     }
 
+    /// Forgets that the peer answered (``hasAnswered`` false, ``isStaleSinceCut`` true, until it answers
+    /// again): what this node saw of it may be out of date, because this node was cut off.
+    /// - Complexity: O(1).
+    public mutating func forgetAnswer() {
+        hasAnswered = false
+        isStaleSinceCut = true
+    }
+
     /// A connection to the peer was refused or failed: down at once (or held suspect).
     /// - Parameters:
     ///   - now: the time.
     ///   - mayGoDown: `false` when the peer must not be marked down.
+    ///   - certain: the connection was refused (the peer's port is closed), not reset or closed once open
+    ///     (``isStaleSinceCut``).
     ///   - random: the source of jitter.
     /// - Returns: what changed.
     /// - Complexity: O(1).
     public mutating func refused(
         now: UInt64,
         mayGoDown: Bool = true,
+        certain: Bool = true,
         using random: inout some RandomNumberGenerator
     ) -> Transition? {
+        if certain { isStaleSinceCut = false }
         forgetBackoffIfHeld(now: now)
         switch state {
         case .up, .suspect:

@@ -150,16 +150,18 @@ public final class CachetNodeMembership: Sendable {
     /// The STATS fields of the cluster, as (name, JSON value) pairs: `node_id`, `cluster_hash`,
     /// `cluster_virtual_nodes`, `cluster_file`, `cluster_reloads`, `cluster_reload_failures` and
     /// `cluster_members` (see `Protocol/PROTOCOL.md`, "STATS").
-    func statisticsFields(stateOf peerState: (String) -> CachetClusterMemberState) -> [(String, String)] {
+    func statisticsFields(
+        stateOf peerState: (String) -> (state: CachetClusterMemberState, answered: Bool)
+    ) -> [(String, String)] {
         let (id, membership, reloads, failures) = state.withLock {
             ($0.nodeID, $0.membership, $0.reloads, $0.reloadFailures)
         }
         var members = "["
         for (index, member) in membership.members.enumerated() {
-            let state: CachetClusterMemberState = member.id == id ? .local : peerState(member.id)
+            let (state, answered) = member.id == id ? (.local, true) : peerState(member.id)
             if index > 0 { members += "," }
             members += "{\"id\":\(Self.quoted(member.id)),\"host\":\(Self.quoted(member.host)),"
-            members += "\"port\":\(member.port),\"state\":\(Self.quoted(state.rawValue))}"
+            members += "\"port\":\(member.port),\"state\":\(Self.quoted(state.rawValue)),\"answered\":\(answered)}"
         }
         members += "]"
         return [

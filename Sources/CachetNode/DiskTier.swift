@@ -36,11 +36,36 @@ final class ForwardRequest: Sendable {
     let opcode: CachetOpcode
     let id: UInt32
     let owner: CachetClusterMember
+    /// The frame is not the client's request but an invalidation (a DEL with `forwarded` and
+    /// `invalidation`) of its key, sent to confirm a write (`opcode`, PUT or DEL) that a peer forwarded to a
+    /// node that routes the key to `owner`: an OK or NOT_FOUND from `owner` acknowledges the write
+    /// (`Protocol/CLUSTER.md`, "Forwarding").
+    let confirmation: Bool
+    /// For a ``confirmation``: the write it confirms, as the peer sent it. Served here if `owner` refuses the
+    /// connection (its port is closed, so it serves no copy; this node now counts it down).
+    let original: [UInt8]
+    /// The request came from a peer and this forward is its second hop (a confirmation, or a request a
+    /// holding member passes on): it gets half the forward deadline, so that the peer hears back in time.
+    let secondHop: Bool
 
-    init(frame: [UInt8], opcode: CachetOpcode, id: UInt32, owner: CachetClusterMember) {
+    init(
+        frame: [UInt8],
+        opcode: CachetOpcode,
+        id: UInt32,
+        owner: CachetClusterMember,
+        confirmation: Bool = false,
+        original: [UInt8] = [],
+        secondHop: Bool = false
+    ) {
         self.frame = frame
         self.opcode = opcode
         self.id = id
         self.owner = owner
+        self.confirmation = confirmation
+        self.original = original
+        self.secondHop = secondHop
     }
+
+    /// The opcode of ``frame``: the client's, or DEL for a ``confirmation``.
+    var frameOpcode: CachetOpcode { confirmation ? .delete : opcode }
 }

@@ -43,6 +43,12 @@ extension EventLoop {
                 // The connection closed meanwhile: nobody waits for this reply.
                 return
             }
+            // A confirmation refused (the member's port is closed: it serves no copy, and is now marked
+            // down) leaves the write to this node's view again: most often served here as the stand-in.
+            if case .unavailable(_, .refused) = outcome, request.confirmation {
+                serveAfterRefusedConfirmation(request, slot: slot, pipeline: pipeline, connection: connection)
+                return
+            }
             // A write refused before it was sent (the member's port is closed: it is gone, now marked down)
             // goes, once, to where the key is routed now.
             if case .unavailable(_, .refused) = outcome, let next = rerouted(request) {
@@ -54,6 +60,47 @@ extension EventLoop {
             answerForward(request, outcome, slot: slot, pipeline: pipeline, connection: connection)
         }
         if collapsed { RequestCounters.bump(processor.counters.forwardsCollapsed) }
+    }
+
+    /// The write a refused confirmation was for, routed again in this node's view, which now counts
+    /// `request.owner` down: answered here (served as the stand-in, or refused), or confirmed once more with
+    /// the member it is routed to now; anything that would wait for more (the disk queue) is answered
+    /// UNAVAILABLE, as the refusal would have been.
+    private func serveAfterRefusedConfirmation(
+        _ request: ForwardRequest,
+        slot: CachetReplyOrder<[UInt8]>.Slot,
+        pipeline: ForwardPipeline,
+        connection: Connection
+    ) {
+        var input = CachetByteBuffer(capacity: request.original.count)
+        request.original.withUnsafeBytes { input.append($0) }
+        var output = CachetByteBuffer(capacity: 256)
+        let result = processor.process(
+            input: &input,
+            output: &output,
+            outputLimit: .max,
+            now: CachetClock.now(),
+            requestLimit: 1
+        )
+        switch result {
+        case .needMoreBytes where output.readableBytes > 0, .yielded where output.readableBytes > 0:
+            completeForward(Array(output.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
+        case .suspended(.forward(let again)) where again.confirmation:
+            forwarder?.forward(again) { [self] outcome in
+                answerForward(again, outcome, slot: slot, pipeline: pipeline, connection: connection)
+            }
+        default:
+            answerForward(
+                request,
+                .unavailable(
+                    "\(request.owner.id) refused the connection and the write could not be served here",
+                    .refused
+                ),
+                slot: slot,
+                pipeline: pipeline,
+                connection: connection
+            )
+        }
     }
 
     /// A write (PUT or DEL) for another member's key whose forward to `request.owner` was refused: the same
@@ -83,6 +130,27 @@ extension EventLoop {
         guard connection.forwards === pipeline else { return }
         var reply: CachetByteBuffer
         switch outcome {
+        case .answered(let status, _) where request.confirmation:
+            // The invalidation that confirms a peer's write: acknowledged, the write is (a PUT's value is
+            // not kept: this node would not serve it); refused, the write is not acknowledged either.
+            reply = CachetByteBuffer(capacity: 256)
+            if status == .ok || status == .notFound {
+                appendReply(
+                    opcode: request.opcode,
+                    status: request.opcode == .put ? .ok : status,
+                    id: request.id,
+                    to: &reply
+                )
+            } else {
+                appendMessage(
+                    "\(request.owner.id), where this node routes the key, did not take its invalidation (\(status)); "
+                        + "the write was not applied",
+                    status: .unavailable,
+                    opcode: request.opcode,
+                    id: request.id,
+                    to: &reply
+                )
+            }
         case .answered(let status, let body):
             reply = CachetByteBuffer(capacity: CachetProtocol.frameOverhead + body.count)
             body.withUnsafeBytes {

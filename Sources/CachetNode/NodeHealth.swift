@@ -96,6 +96,15 @@ final class NodeHealth: Sendable {
         } ?? .unknown
     }
 
+    /// `member`'s state for STATS, and whether it has answered this node since it started or last reached
+    /// fewer than a majority (STATS `answered`).
+    func stateAndAnswer(ofID id: String) -> (state: CachetClusterMemberState, answered: Bool) {
+        withHealth { health in
+            guard let index = health.membership.index(ofID: id) else { return (.unknown, false) }
+            return (health.state(of: index), health.hasAnswered(index))
+        } ?? (.unknown, false)
+    }
+
     /// Records the outcome of a forward or a probe to `member`. A member that comes back starts the
     /// delivery of what this node stood in for it (``invalidationsToSend()``); one that goes down while
     /// delivering goes back to standing in.
@@ -112,8 +121,10 @@ final class NodeHealth: Sendable {
                 transition = health.replied(index, now: now)
             case .unavailable(_, .timedOut):
                 transition = health.timedOut(index, now: now, using: &state.random)
-            case .unavailable(_, .connectionFailed), .unavailable(_, .refused):
+            case .unavailable(_, .refused):
                 transition = health.refused(index, now: now, using: &state.random)
+            case .unavailable(_, .connectionFailed):
+                transition = health.refused(index, now: now, certain: false, using: &state.random)
             case .unavailable(_, .overloaded) where !health.isRoutable(index):
                 // A probe of a down peer that could not be sent: a failed probe, so that another is
                 // scheduled (the peer would otherwise stay marked as being probed).
@@ -137,7 +148,7 @@ final class NodeHealth: Sendable {
             }
             hold?.setCutOff(health.isCutOff)
             // The minority flag is cached: recounted only when a peer starts or stops being up.
-            if wasUp != (health.state(of: index) == .up) { change = updateMinority(health, &state) }
+            if wasUp != (health.state(of: index) == .up) { change = updateMinority(&health, &state) }
             return wasCutOff && !health.isCutOff
         }
         if let change { log(change) }
@@ -152,11 +163,16 @@ final class NodeHealth: Sendable {
 
     /// Recounts the members this node reaches and, when it entered or left the minority, tells the hold
     /// (under this lock, so that the last word is the latest) and returns the change to log.
-    private func updateMinority(_ health: CachetClusterHealth, _ state: inout State) -> MinorityChange? {
+    private func updateMinority(_ health: inout CachetClusterHealth, _ state: inout State) -> MinorityChange? {
         let inMinority = health.isInMinority
         guard inMinority != state.inMinority else { return nil }
         state.inMinority = inMinority
-        if inMinority { state.minorityEntries += 1 }
+        if inMinority {
+            state.minorityEntries += 1
+            // What this node saw of its peers may now be its own isolation: a peer counts as answered
+            // again only once it has (``successor(in:hash:upOnly:)``).
+            health.forgetAnswers()
+        }
         let reached = health.reachedMembers
         let members = health.membership.members.count
         hold?.setInMinority(inMinority, reached: reached, members: members)
@@ -202,10 +218,15 @@ final class NodeHealth: Sendable {
         /// send the key to the next stand-in, this member, and so does this node (forwarded requests too),
         /// so that the key has one place until they all see it back.
         case deferred(to: CachetClusterMember)
-        /// This node would stand in but holds after an absence, and the member after it, where the others
-        /// send the key, has not answered it since it started (it is only assumed up): a GET misses, a
-        /// write is refused.
+        /// This node would stand in but cannot vouch for its view: a member before it on the key's preference
+        /// list is down only in a view this node formed while cut off (or has not answered since it started),
+        /// or, while it holds after an absence, the member after it, where the others send the key, has not
+        /// answered it yet (it is only assumed up). A GET misses, a write is refused.
         case unsettled
+        /// This node would serve the key here (it would stand in, or a peer forwarded it) but reaches fewer
+        /// than a majority of the members: the others may have given the key to another member, which takes
+        /// its writes meanwhile. A GET misses, a write is refused.
+        case minority
     }
 
     /// Where a request for `key`, owned by `owner` (not this node), goes: to the owner while it is
@@ -216,17 +237,24 @@ final class NodeHealth: Sendable {
     /// While `holding` (asked only when this node would stand in, or the request was `forwarded` by a peer)
     /// says it holds after an absence, it leaves the key to the next routable member after it
     /// (``Placement/deferred(to:)``): a peer that forwarded it here takes this node for the stand-in, and the
-    /// others may not see it back yet.
+    /// others may not see it back yet. In the minority (`inMinority`: the minority rule), it serves no other
+    /// member's key at all (``Placement/minority``).
     func place(
         _ key: UnsafeRawBufferPointer,
         owner: CachetClusterMember,
         forwarded: Bool = false,
+        inMinority: Bool = false,
         holding: () -> Bool = { false }
     ) -> Placement {
         let hash = CachetRing.hash(key)
         return withState { health, state in
             let route = health.route(hash: hash)
             let standsIn = route.target == health.localIndex
+            if (standsIn || forwarded) && inMinority { return .minority }
+            // Standing in on a view this node cannot vouch for (a member before it may be down only because
+            // this node was cut off) could make a second place for the key: the others may still send it to
+            // that member.
+            if standsIn && !Self.knowsDown(before: health.localIndex, in: health, hash: hash) { return .unsettled }
             guard (standsIn || forwarded) && holding() else {
                 if standsIn { return .standIn(ownerID: owner.id) }
                 if route.target == route.owner {
@@ -242,6 +270,18 @@ final class NodeHealth: Sendable {
         } ?? .forward(owner)
     }
 
+    /// Whether this node's view of every member before `member` on the key's preference list is its own:
+    /// none is down only in a view formed while this node reached fewer than a majority
+    /// (``CachetClusterHealth/isStaleSinceCut(_:)``).
+    private static func knowsDown(before member: Int, in health: CachetClusterHealth, hash: UInt64) -> Bool {
+        let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
+        for earlier in list {
+            if earlier == member { return true }
+            if health.isStaleSinceCut(earlier) && !health.isRoutable(earlier) { return false }
+        }
+        return true
+    }
+
     /// Who takes a key from this node while it holds.
     private enum Successor {
         /// The first routable member after this node on the key's preference list: where the others send
@@ -255,16 +295,20 @@ final class NodeHealth: Sendable {
     }
 
     /// The first member after this node on the key's preference list that is routable (`up`, with
-    /// `upOnly`), and whether it has answered this node since it started: the one rule for sending a key on
-    /// while this node holds, for its own keys and for those it would stand in for.
+    /// `upOnly`), and whether it has answered this node since it started (or last reached fewer than a
+    /// majority): the one rule for sending a key on while this node holds, for its own keys and for those it
+    /// would stand in for. A member before it that is not routable is skipped only when this node's view of
+    /// it is its own; one that may be down only because this node was cut off may be where the others send
+    /// the key, so the answer is then ``Successor/unanswered`` until it answers or refuses a connection.
     private static func successor(in health: CachetClusterHealth, hash: UInt64, upOnly: Bool = false) -> Successor {
         let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
-        guard
-            let next = list.drop(while: { $0 != health.localIndex }).dropFirst().first(where: {
-                upOnly ? health.state(of: $0) == .up : health.isRoutable($0)
-            })
-        else { return .none }
-        return health.hasAnswered(next) ? .member(health.membership.members[next]) : .unanswered
+        for next in list.drop(while: { $0 != health.localIndex }).dropFirst() {
+            if upOnly ? health.state(of: next) == .up : health.isRoutable(next) {
+                return health.hasAnswered(next) ? .member(health.membership.members[next]) : .unanswered
+            }
+            if health.isStaleSinceCut(next) { return .unanswered }
+        }
+        return .none
     }
 
     /// Where a request for one of this node's own keys goes while the node holds: the first routable
@@ -437,7 +481,10 @@ final class NodeHealth: Sendable {
                 )
                 state.generation = generation
                 // Every peer starts over as up: the minority is recounted with the new membership.
-                if let health = state.health { change = updateMinority(health, &state) }
+                if var health = state.health {
+                    change = updateMinority(&health, &state)
+                    state.health = health
+                }
             }
             guard var health = state.health else { return nil }
             state.health = nil

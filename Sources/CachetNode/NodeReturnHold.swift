@@ -152,12 +152,17 @@ final class NodeReturnHold: Sendable {
         }
     }
 
-    /// Why a write of one of this node's keys is refused while it is in the minority, for the reply.
-    var minorityRefusal: String {
+    /// Why a write is refused while this node is in the minority, for the reply.
+    /// - Parameter ownKey: whether the key is this node's own (else it would serve it for another member).
+    func minorityRefusal(ownKey: Bool) -> String {
         let reach = reach.withLock { $0 }
+        let why =
+            ownKey
+            ? "so it does not take writes of its own keys (it may be cut off while another member stands in for it)"
+            : "so it does not serve other members' keys in their place (the members it does not reach may have "
+                + "given them to another member)"
         return "this node reaches \(reach.reached) of the cluster's \(reach.members) members, fewer than a majority, "
-            + "so it does not take writes of its own keys (it may be cut off while another member stands in for "
-            + "it); send the request through another member, or retry once it reaches a majority again"
+            + why + "; send the request through another member, or retry once it reaches a majority again"
     }
 
     /// Records whether every peer has failed now (``NodeHealth``, after each outcome, under its lock so that

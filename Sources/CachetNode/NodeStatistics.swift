@@ -99,7 +99,7 @@ final class NodeStatistics: Sendable {
             fields.append(("disk_limit", "0"))
         }
         let health = self.health.withLock { $0 }
-        fields += membership.statisticsFields { health?.state(ofID: $0) ?? .unknown }
+        fields += membership.statisticsFields { health?.stateAndAnswer(ofID: $0) ?? (.unknown, false) }
         fields.append(("cluster_peers_disagreeing", "\(health?.disagreeingPeers ?? 0)"))
         fields.append(("stand_in_delivery_overdue", "\(health?.overdueDeliveries ?? 0)"))
         let hold = self.hold.withLock { $0 }

@@ -29,6 +29,11 @@ final class PeerForwarder: @unchecked Sendable {
     private let maximumReplyLength: Int
     private let logger: Logger
     private var channels: [CachetClusterMember: PeerChannel] = [:]
+    /// A second connection per peer for the invalidations that confirm a peer's write
+    /// (``ForwardRequest/confirmation``): the peer answers them at once, and they never wait behind the
+    /// forwards on ``channels``, which that peer may be sending on to this node (a request waiting for its
+    /// confirmation would otherwise wait for itself until its deadline).
+    private var controlChannels: [CachetClusterMember: PeerChannel] = [:]
     /// Deletes the local copies of keys whose owner has been told (set by the loop: it has the store).
     var dropLocalCopies: (([[UInt8]]) -> Void)?
     /// Clients' GETs in the air, by key: a GET of a key already asked of the same member waits for that
@@ -125,7 +130,7 @@ final class PeerForwarder: @unchecked Sendable {
     }
 
     /// Forwards in flight now, over every peer.
-    var inFlight: Int { channels.values.reduce(0) { $0 + $1.pending.count } }
+    var inFlight: Int { (Array(channels.values) + controlChannels.values).reduce(0) { $0 + $1.pending.count } }
 
     /// Sends `request` (a whole request frame, `forwarded` flag set) to `member`; `completion` runs on the
     /// loop's queue with the reply or with `unavailable`, at the latest when the deadline passes.
@@ -133,13 +138,18 @@ final class PeerForwarder: @unchecked Sendable {
         _ request: inout [UInt8],
         to member: CachetClusterMember,
         probe: Bool = false,
+        control: Bool = false,
+        secondHop: Bool = false,
         completion: @escaping (ForwardOutcome) -> Void
     ) {
+        // A second hop answers within half the deadline, so that the member waiting on this node for it gets
+        // an answer (UNAVAILABLE at worst) before its own deadline, rather than counting this node as slow.
+        let timeout = secondHop ? timeout / 2 : timeout
         if !probe, let health, !health.isRoutable(member) {
             completion(.unavailable("\(member) is marked down; it is probed until it answers", .markedDown))
             return
         }
-        let channel = channel(for: member)
+        let channel = channel(for: member, control: control)
         guard channel.pending.count < Self.maximumInFlightPerPeer else {
             completion(
                 .unavailable(
@@ -177,19 +187,25 @@ final class PeerForwarder: @unchecked Sendable {
     func forward(_ request: ForwardRequest, completion: @escaping (ForwardOutcome) -> Void) -> Bool {
         var frame = request.frame
         guard let key = Self.key(of: request) else {
-            forward(&frame, to: request.owner, completion: completion)
+            forward(&frame, to: request.owner, secondHop: request.secondHop, completion: completion)
             return false
         }
         guard request.opcode == .get else {
             flights.detach(key)
-            forward(&frame, to: request.owner, completion: completion)
+            forward(
+                &frame,
+                to: request.owner,
+                control: request.confirmation,
+                secondHop: request.secondHop,
+                completion: completion
+            )
             return false
         }
         if let flight = flights.flight(for: key), flightTargets[flight] != request.owner { flights.detach(key) }
         let waiter = nextWaiter
         switch flights.join(key, waiter: waiter) {
         case .full:
-            forward(&frame, to: request.owner, completion: completion)
+            forward(&frame, to: request.owner, secondHop: request.secondHop, completion: completion)
             return false
         case .joined:
             nextWaiter += 1
@@ -201,7 +217,7 @@ final class PeerForwarder: @unchecked Sendable {
             flightTargets[flight] = request.owner
             // The completion may run before `forward` returns (a member marked down, the cap reached): the
             // flight then ends at once, with this waiter alone.
-            forward(&frame, to: request.owner) { [self] outcome in
+            forward(&frame, to: request.owner, secondHop: request.secondHop) { [self] outcome in
                 flightTargets[flight] = nil
                 for token in flights.complete(flight) {
                     let completion = waiters.removeValue(forKey: token)
@@ -220,7 +236,7 @@ final class PeerForwarder: @unchecked Sendable {
                 return nil
             }
             let key: Range<Int>
-            switch request.opcode {
+            switch request.frameOpcode {
             case .get, .delete:
                 guard let range = try? CachetBodyDecoder.decodeKey(in: buffer, body: frame.body) else { return nil }
                 key = range
@@ -269,14 +285,20 @@ final class PeerForwarder: @unchecked Sendable {
         }
     }
 
-    private func channel(for member: CachetClusterMember) -> PeerChannel {
-        if let channel = channels[member], channel.state != .closed { return channel }
+    private func channel(for member: CachetClusterMember, control: Bool = false) -> PeerChannel {
+        if let channel = control ? controlChannels[member] : channels[member], channel.state != .closed {
+            return channel
+        }
         let channel = PeerChannel(member: member, loop: loop, maximumReplyLength: maximumReplyLength)
         channel.onClose = { [weak self] closed in
-            guard let self, channels[closed.member] === closed else { return }
-            channels[closed.member] = nil
+            guard let self else { return }
+            if control {
+                if controlChannels[closed.member] === closed { controlChannels[closed.member] = nil }
+            } else if channels[closed.member] === closed {
+                channels[closed.member] = nil
+            }
         }
-        channels[member] = channel
+        if control { controlChannels[member] = channel } else { channels[member] = channel }
         // Names are resolved off the loop (getaddrinfo blocks, for as long as DNS takes: a Kubernetes
         // member is a DNS name); requests sent meanwhile wait in the channel's output, under their deadline.
         let address = CachetAddress(host: member.host, port: member.port)

@@ -52,6 +52,9 @@ extension RequestProcessor {
         let keyBytes = UnsafeRawBufferPointer(rebasing: buffer[key])
         let header = frame.header
         let forwarded = header.flags & CachetRequestFlags.forwarded.rawValue != 0
+        // A request a holding member sent on, or an invalidation, is served here, never sent on.
+        let invalidation = forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0
+        let lastHop = invalidation || (forwarded && header.flags & CachetRequestFlags.lastHop.rawValue != 0)
         let cluster = self.cluster.unsafelyUnwrapped
         let health = cluster.health
         noteInvalidation(header)
@@ -71,24 +74,25 @@ extension RequestProcessor {
             guard minority || hold.isHoldingAfterAbsence() else { return .here }
             if header.opcode == .get {
                 if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
-                    return .pending(forward(frame, in: buffer, to: standIn))
+                    return .pending(forward(frame, in: buffer, to: standIn, lastHop: true))
                 }
                 if minority { RequestCounters.bump(counters.minorityMisses) }
                 return miss(header.id, output: &output)
             }
             if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
-            if let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
+            if !lastHop, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
                 // The local copy goes first: once the hold ends it would be older than what the stand-in took.
+                // The stand-in serves it without asking this node to confirm: that copy is gone.
                 if let failure = dropLocalCopy(keyBytes) {
                     appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
                     return .answered
                 }
-                return .pending(forward(frame, in: buffer, to: standIn))
+                return .pending(forward(frame, in: buffer, to: standIn, lastHop: true))
             }
             if minority {
                 RequestCounters.bump(counters.minorityMisses)
                 appendMessage(
-                    hold.minorityRefusal,
+                    hold.minorityRefusal(ownKey: true),
                     status: .unavailable,
                     opcode: header.opcode,
                     id: header.id,
@@ -106,57 +110,78 @@ extension RequestProcessor {
             )
             return .answered
         }
-        let ownerID: String
-        let placement = health.place(keyBytes, owner: owner, forwarded: forwarded) {
-            cluster.hold?.isHoldingAfterAbsence() ?? false
+        let hold = cluster.hold
+        let placement = health.place(
+            keyBytes,
+            owner: owner,
+            forwarded: forwarded,
+            inMinority: hold?.isInMinority ?? false
+        ) {
+            hold?.isHoldingAfterAbsence() ?? false
         }
+        // Served here: as the stand-in in this node's view (servable later), or forwarded by a peer with
+        // another view (recorded and delivered, but not served from here later: the writes after it may go
+        // where this node routes the key).
+        let ownerID = owner.id
+        let servable: Bool
         switch placement {
+        case .standIn:
+            servable = true
+        case .forward(let target):
+            if !forwarded { return .pending(forward(frame, in: buffer, to: target)) }
+            RequestCounters.bump(counters.routingDisagreements)
+            if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: target) {
+                return confirmation
+            }
+            servable = false
+        case .delivering(let returned):
+            // The owner is back and this node still owes it invalidations: another node may hold a newer
+            // value; the local copy is not served.
+            if header.opcode == .get { return miss(header.id, output: &output) }
+            if !forwarded { return .pending(forward(frame, in: buffer, to: returned)) }
+            RequestCounters.bump(counters.routingDisagreements)
+            if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: returned) {
+                return confirmation
+            }
+            servable = false
         case .deferred(let next):
-            // Forwarded or not: the next stand-in takes it (a second hop for a forwarded one).
-            return .pending(forward(frame, in: buffer, to: next))
+            // Forwarded or not, the next stand-in takes it (a second hop for a forwarded one, its last); one
+            // that already made its second hop is served here, recorded and delivered but not served later.
+            if lastHop {
+                RequestCounters.bump(counters.routingDisagreements)
+                if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: next) {
+                    return confirmation
+                }
+                servable = false
+                break
+            }
+            return .pending(forward(frame, in: buffer, to: next, lastHop: forwarded))
         case .unsettled:
             if header.opcode == .get { return miss(header.id, output: &output) }
             appendMessage(
-                "this node is back from an absence and has not yet heard from the members that could stand in "
-                    + "for the key's owner \(owner.id); try again shortly",
+                "this node has not yet heard, since it started or was cut off, from the members that could take "
+                    + "the key of \(owner.id) in its place; try again shortly",
                 status: .unavailable,
                 opcode: header.opcode,
                 id: header.id,
                 to: &output
             )
             return .answered
-        default:
-            break
-        }
-        if forwarded {
-            ownerID = owner.id
-            switch placement {
-            case .standIn, .deferred, .unsettled: break  // the last two returned above
-            case .delivering:
-                // The owner is back and this node still owes it invalidations: another node may hold a
-                // newer value; the local copy is not served.
-                if header.opcode == .get { return miss(header.id, output: &output) }
-                RequestCounters.bump(counters.routingDisagreements)
-            case .forward:
-                RequestCounters.bump(counters.routingDisagreements)
-            }
-        } else {
-            switch placement {
-            case .forward(let target): return .pending(forward(frame, in: buffer, to: target))
-            case .standIn(let id): ownerID = id
-            case .delivering(let owner):
-                if header.opcode == .get { return miss(header.id, output: &output) }
-                return .pending(forward(frame, in: buffer, to: owner))
-            case .deferred, .unsettled: ownerID = owner.id  // returned above, not reached
-            }
+        case .minority:
+            RequestCounters.bump(counters.minorityMisses)
+            if header.opcode == .get { return miss(header.id, output: &output) }
+            appendMessage(
+                hold.unsafelyUnwrapped.minorityRefusal(ownKey: false),
+                status: .unavailable,
+                opcode: header.opcode,
+                id: header.id,
+                to: &output
+            )
+            return .answered
         }
         if header.opcode == .get {
             return health.mayServeLocally(Array(keyBytes), ownerID: ownerID) ? .here : miss(header.id, output: &output)
         }
-        // Served here as the stand-in in this node's view, or forwarded by a peer with another view: then it
-        // is recorded and delivered, but not served from here later.
-        let servable: Bool
-        if case .standIn = placement { servable = true } else { servable = false }
         if let failure = health.recordWrite(Array(keyBytes), ownerID: ownerID, servable: servable) {
             // Not in the stand-in file, so not acknowledged: a crash could lose what the owner must be told.
             appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
@@ -167,13 +192,51 @@ extension RequestProcessor {
 
     /// A stand-in's invalidation (a DEL or CLEAR with the `invalidation` flag) makes the owner's hold last
     /// while they keep arriving (`Protocol/CLUSTER.md`, "The owner's hold"), whatever the key: the stand-in
-    /// sends it because it takes this node for the owner.
+    /// sends it because it takes this node for the owner. A confirmation (`lastHop` too) is one write's, not
+    /// a delivery in progress, and does not.
     @inline(__always)
     func noteInvalidation(_ header: CachetFrameHeader) {
         guard header.flags & CachetRequestFlags.invalidation.rawValue != 0,
+            header.flags & CachetRequestFlags.lastHop.rawValue == 0,
             header.opcode == .delete || header.opcode == .clear
         else { return }
         cluster.unsafelyUnwrapped.hold?.invalidationReceived()
+    }
+
+    /// A write a peer forwarded here while this node routes the key to `target` (the owner, or another
+    /// stand-in): the two see the cluster differently, and `target` may serve its own copy of the key to
+    /// those who route it there. Rather than a copy here that nobody would read, `target` is sent an
+    /// invalidation of the key (`forwarded`, `invalidation` and `lastHop`, on a connection of its own:
+    /// ``PeerForwarder``), and the write is acknowledged once `target` has taken it (a PUT's value is
+    /// dropped: a later GET misses, never reads the value the write replaced). Nil for a GET. Not called for
+    /// an invalidation: those are served where they arrive, so a confirmation never waits for another.
+    private func confirmation(
+        of frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        key: UnsafeRawBufferPointer,
+        at target: CachetClusterMember
+    ) -> RouteDecision? {
+        let header = frame.header
+        guard header.opcode == .put || header.opcode == .delete else { return nil }
+        RequestCounters.bump(counters.forwards)
+        let invalidation = CachetCommand.delete(key: Array(key)).encoded(
+            id: 0,
+            flags: [.forwarded, .invalidation, .lastHop]
+        )
+        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
+        return .pending(
+            .forward(
+                ForwardRequest(
+                    frame: invalidation,
+                    opcode: header.opcode,
+                    id: header.id,
+                    owner: target,
+                    confirmation: true,
+                    original: Array(buffer[start..<frame.end]),
+                    secondHop: true
+                )
+            )
+        )
     }
 
     /// Answers a GET with a miss, counted as one.
@@ -184,20 +247,32 @@ extension RequestProcessor {
         return .answered
     }
 
-    /// The forward of a request to `target` (the key's owner, or its stand-in), with `forwarded` set.
+    /// The forward of a request to `target` (the key's owner, or its stand-in), with `forwarded` set, and
+    /// `lastHop` when `target` must serve it itself.
     private func forward(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
-        to target: CachetClusterMember
+        to target: CachetClusterMember,
+        lastHop: Bool = false
     ) -> PendingOperation {
         RequestCounters.bump(counters.forwards)
-        let forwarded = CachetRequestFlags.forwarded.rawValue
+        let forwarded =
+            CachetRequestFlags.forwarded.rawValue | (lastHop ? CachetRequestFlags.lastHop.rawValue : 0)
         let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
         var request = Array(buffer[start..<frame.end])
+        let secondHop = frame.header.flags & CachetRequestFlags.forwarded.rawValue != 0
         request.withUnsafeMutableBytes {
             $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
         }
-        return .forward(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: target))
+        return .forward(
+            ForwardRequest(
+                frame: request,
+                opcode: frame.header.opcode,
+                id: frame.header.id,
+                owner: target,
+                secondHop: secondHop
+            )
+        )
     }
 
     /// Deletes the local copies of keys this node stood in for, once their owner has been told (they are

@@ -27,8 +27,15 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// refuses other writes of its keys from peers. Ignored otherwise.
     @inlinable public static var invalidation: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0004) }
 
+    /// `0x0008`: with ``forwarded``, a request a node sends on after it received it itself (a member that
+    /// holds after an absence passes a write of its key to the stand-in, or a request to the next stand-in):
+    /// the receiver serves it itself, and neither sends it on nor asks another member to confirm it, so a
+    /// request crosses at most two members and no two members wait on each other (`Protocol/CLUSTER.md`,
+    /// "Forwarding"). Ignored otherwise.
+    @inlinable public static var lastHop: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0008) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0007) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x000f) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -50,6 +57,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.forwarded) { names.append("forwarded") }
         if contains(.cluster) { names.append("cluster") }
         if contains(.invalidation) { names.append("invalidation") }
+        if contains(.lastHop) { names.append("lastHop") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -60,6 +60,26 @@ struct ClusterStateMachineTests {
         #expect(peer.isDown && peer.hasAnswered, "it answered once since the start")
     }
 
+    /// After this node reached fewer than a majority (``CachetPeerHealth/forgetAnswer()``), a peer's state may
+    /// be this node's own isolation until an answer, or a refused connection (a closed port), says otherwise;
+    /// a timeout and a connection that failed once open (a reset, as after a partition heals) do not.
+    @Test func aForgottenPeerStaysStaleUntilItAnswersOrRefuses() {
+        var random = SplitMix64(state: 4)
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        _ = peer.replied(now: 0)
+        #expect(!peer.isStaleSinceCut && peer.hasAnswered)
+        peer.forgetAnswer()
+        #expect(peer.isStaleSinceCut && !peer.hasAnswered)
+        _ = peer.timedOut(now: 1, using: &random)
+        _ = peer.refused(now: 2, certain: false, using: &random)
+        #expect(peer.isStaleSinceCut, "a timeout or a reset proves nothing")
+        _ = peer.refused(now: 3, using: &random)
+        #expect(!peer.isStaleSinceCut && peer.isDown, "a closed port does")
+        peer.forgetAnswer()
+        _ = peer.replied(now: 4)
+        #expect(!peer.isStaleSinceCut && peer.hasAnswered)
+    }
+
     @Test func failedProbesDoubleTheBackoffUpToTheMaximumWithJitterInTheUpperHalf() {
         var random = SplitMix64(state: 2)
         var peer = CachetPeerHealth(configuration: Self.configuration)

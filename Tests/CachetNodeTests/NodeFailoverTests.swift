@@ -139,7 +139,8 @@ struct NodeFailoverTests {
         defer { kill(pid, SIGCONT) }
         try Self.waitForDown("n1", cluster: cluster)
 
-        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        let put = try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0))
+        #expect(put.status == .ok, "\(put.status): \(String(decoding: put.body, as: UTF8.self))")
         // While the owner is stopped, the stand-in serves v2 (asked before the owner resumes: once it has,
         // the stand-in may stop serving the key before any GET of the watch below reaches it).
         #expect(try NodeForwardingTests.get(key, from: n2).body == Array("v2".utf8), "the stand-in served v2")

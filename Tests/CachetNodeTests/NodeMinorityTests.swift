@@ -26,6 +26,36 @@ struct NodeMinorityTests {
         return false
     }
 
+    /// A node in the minority does not stand in for the members it does not reach: cut off from them (here
+    /// both frozen, which looks the same from n1: requests time out), it cannot tell whether the others
+    /// still reach them. A write of n2's key through n1, which would stand in for it, is refused and a GET
+    /// misses; before the rule it was taken, while on the other side of a partition n2 went on taking
+    /// writes of the same key (the register checker's `isolate` found exactly that).
+    @Test(.timeLimit(.minutes(1)))
+    func aNodeInTheMinorityDoesNotStandInForTheMembersItDoesNotReach() throws {
+        let cluster = try NodeForwardingTests.Cluster(extraArguments: [
+            "--probe-interval", "0.1", "--forward-timeout", "0.3",
+        ])
+        for id in ["n2", "n3"] {
+            #expect(try cluster.waitForState(of: id, on: "n1", toBe: "up", within: 5) == "up")
+        }
+        // Owned by n2; n1 comes next on its preference list, so n1 is its stand-in once n2 is down.
+        let key = (0...).lazy.map { "m\($0)" }.first {
+            cluster.membership.preferenceList(for: Array($0.utf8), count: 3).map(\.id) == ["n2", "n1", "n3"]
+        }!
+        let pids = ["n2", "n3"].map { cluster.node($0).process.processIdentifier }
+        defer { for pid in pids { kill(pid, SIGCONT) } }
+        for pid in pids { #expect(freeze(pid)) }
+        let n1 = cluster.node("n1")
+        #expect(try Self.waitForMinority(true, on: n1, within: 5), "n1 never saw itself in the minority")
+        #expect(try cluster.waitForState(of: "n2", on: "n1", toBe: "down", within: 5) == "down")
+        let socket = try n1.connect()
+        let write = try socket.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0))
+        #expect(write.status == .unavailable, "\(write.status): \(String(decoding: write.body, as: UTF8.self))")
+        #expect(String(decoding: write.body, as: UTF8.self).contains("does not serve other members' keys"))
+        #expect(try NodeForwardingTests.get(key, from: socket).status == .notFound)
+    }
+
     @Test(.timeLimit(.minutes(1)))
     func aNodeThatReachesAMajorityAgainServesItsOwnKeysAfterItsHold() throws {
         // Quick probes, so that the peers' deaths and the return are seen within a second; a hold of 2 s.

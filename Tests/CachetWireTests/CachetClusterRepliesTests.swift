@@ -132,9 +132,11 @@ struct CachetClusterRepliesTests {
 struct CachetRequestFlagsTests {
     @Test func definedBitsAndUndefinedOnes() {
         #expect(CachetRequestFlags.forwarded.rawValue == 1 && CachetRequestFlags.cluster.rawValue == 2)
-        let header = CachetFrameHeader(opcode: .get, word: 0xfff9, id: 1)
+        #expect(CachetRequestFlags.invalidation.rawValue == 4 && CachetRequestFlags.lastHop.rawValue == 8)
+        let header = CachetFrameHeader(opcode: .get, word: 0xfff1, id: 1)
         #expect(header.requestFlags == .forwarded)
-        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xfff8)
+        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xfff0)
+        #expect(CachetRequestFlags(rawValue: 0x000d).description == "forwarded|invalidation|lastHop")
         #expect(CachetRequestFlags(rawValue: 0x8003).description == "forwarded|cluster|0x8000")
         #expect(CachetRequestFlags(rawValue: 0x0005).description == "forwarded|invalidation")
         #expect(CachetRequestFlags().description == "none")
@@ -160,7 +162,7 @@ struct CachetRequestFlagsTests {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
                 let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
-                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 7)
+                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0xf)
                 let decoded = try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame!, in: $0) }
                 #expect(decoded == command)
             }
