@@ -1,3 +1,4 @@
+import CachetCluster
 import CachetIO
 import CachetLocking
 import CachetWire
@@ -17,8 +18,9 @@ final class NodeClient: @unchecked Sendable {
     let maximumFrameLength: Int
     let logger: Logger
     private(set) var slots: [ConnectionSlot] = []
-    private let health: CachetLock<NodeHealthStateMachine>
-    /// Mirrors `health.isUp` for routing without a lock.
+    /// The node's health by the same rules a node applies to its peers (`Protocol/CLUSTER.md`, "Health").
+    private let health: CachetLock<CachetPeerHealth>
+    /// Mirrors `health.isRoutable` for routing without a lock.
     private let up = Atomic<Bool>(true)
     /// True while the node is up with no timeout counted: a reply then needs no health update.
     private let clean = Atomic<Bool>(true)
@@ -43,11 +45,17 @@ final class NodeClient: @unchecked Sendable {
         connectTimeoutNanoseconds = configuration.connectTimeout.nanoseconds
         requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
         maximumFrameLength = configuration.maximumFrameLength
+        let maximumBackoff = configuration.probeMaximumBackoff.nanoseconds
         health = CachetLock(
-            NodeHealthStateMachine(
-                timeoutsBeforeDown: configuration.timeoutsBeforeDown,
-                initialBackoff: configuration.probeInitialBackoff.nanoseconds,
-                maximumBackoff: configuration.probeMaximumBackoff.nanoseconds
+            CachetPeerHealth(
+                configuration: .init(
+                    timeoutsBeforeDown: configuration.timeoutsBeforeDown,
+                    initialBackoff: configuration.probeInitialBackoff.nanoseconds,
+                    maximumBackoff: maximumBackoff,
+                    // A node that comes back keeps its backoff until it has answered for twice the longest
+                    // wait: a flapping node is probed, and trusted again, more and more rarely.
+                    holdPeriod: maximumBackoff.multipliedReportingOverflow(by: 2).partialValue
+                )
             )
         )
         var logger = logger
@@ -98,7 +106,8 @@ final class NodeClient: @unchecked Sendable {
     @inline(__always)
     func replied() {
         if clean.load(ordering: .relaxed) { return }
-        let transition = health.withLock { $0.replied() }
+        let now = monotonicNanoseconds()
+        let transition = health.withLock { $0.replied(now: now) }
         clean.store(true, ordering: .relaxed)
         if transition == .cameUp {
             up.store(true, ordering: .relaxed)
@@ -119,7 +128,7 @@ final class NodeClient: @unchecked Sendable {
             if case .wentDown = transition { wentDown = true }
         }
         if wentDown {
-            markedDown(reason: "\(health.withLock { $0.timeoutsBeforeDown }) requests in a row timed out")
+            markedDown(reason: "\(health.withLock { $0.configuration.timeoutsBeforeDown }) requests in a row timed out")
         }
     }
 
@@ -127,7 +136,7 @@ final class NodeClient: @unchecked Sendable {
     func connectFailed() {
         let now = monotonicNanoseconds()
         let transition = random.withLock { random in
-            health.withLock { $0.connectFailed(now: now, using: &random) }
+            health.withLock { $0.refused(now: now, using: &random) }
         }
         clean.store(false, ordering: .relaxed)
         if case .wentDown = transition { markedDown(reason: "a connection could not be opened") }
@@ -157,7 +166,8 @@ final class NodeClient: @unchecked Sendable {
     /// The probe failed: back off.
     func probeFailed() {
         let now = monotonicNanoseconds()
-        _ = random.withLock { random in health.withLock { $0.probeFailed(now: now, using: &random) } }
+        // A failed probe of a down node reschedules it, doubling the backoff.
+        _ = random.withLock { random in health.withLock { $0.timedOut(now: now, using: &random) } }
     }
 
     /// A socket of this node closed.

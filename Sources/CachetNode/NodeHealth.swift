@@ -111,6 +111,7 @@ final class NodeHealth: Sendable {
     func record(_ outcome: ForwardOutcome, from member: CachetClusterMember) {
         let now = DispatchTime.now().uptimeNanoseconds
         var change: MinorityChange?
+        var memberChange: CachetPeerHealth.Transition?
         let regained = withState { health, state -> Bool in
             guard let index = health.membership.index(ofID: member.id) else { return false }
             let wasCutOff = health.isCutOff
@@ -132,6 +133,8 @@ final class NodeHealth: Sendable {
             case .unavailable(_, .overloaded), .unavailable(_, .markedDown):
                 transition = nil
             }
+            if transition == .cameUp { memberChange = transition }
+            if case .wentDown = transition { memberChange = transition }
             switch transition {
             case .wentDown:
                 state.standIns.ownerWentDown(member.id)
@@ -151,6 +154,7 @@ final class NodeHealth: Sendable {
             if wasUp != (health.state(of: index) == .up) { change = updateMinority(&health, &state) }
             return wasCutOff && !health.isCutOff
         }
+        if let memberChange { log(memberChange, of: member, after: outcome) }
         if let change { log(change) }
         if regained == true { hold?.regainedContact() }
     }
@@ -177,6 +181,24 @@ final class NodeHealth: Sendable {
         let members = health.membership.members.count
         hold?.setInMinority(inMinority, reached: reached, members: members)
         return MinorityChange(entered: inMinority, reached: reached, members: members)
+    }
+
+    /// One line when a peer goes down or comes back in this node's view (not per request).
+    private func log(
+        _ change: CachetPeerHealth.Transition,
+        of member: CachetClusterMember,
+        after outcome: ForwardOutcome
+    ) {
+        var metadata: Logger.Metadata = ["cluster.member": "\(member.id)"]
+        if case .unavailable(let reason, _) = outcome { metadata["error.message"] = "\(reason)" }
+        if case .cameUp = change {
+            logger?.notice("a cluster member answers again: its keys go back to it", metadata: metadata)
+        } else {
+            logger?.warning(
+                "a cluster member is down: its keys go to their stand-ins while it is probed",
+                metadata: metadata
+            )
+        }
     }
 
     private func log(_ change: MinorityChange) {

@@ -55,6 +55,8 @@ extension RequestProcessor {
         // A request a holding member sent on, or an invalidation, is served here, never sent on.
         let invalidation = forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0
         let lastHop = invalidation || (forwarded && header.flags & CachetRequestFlags.lastHop.rawValue != 0)
+        // An invalidation that confirms a peer's write: only a member that serves the key may take it.
+        let confirming = invalidation && header.flags & CachetRequestFlags.lastHop.rawValue != 0
         let cluster = self.cluster.unsafelyUnwrapped
         let health = cluster.health
         noteInvalidation(header)
@@ -130,6 +132,7 @@ extension RequestProcessor {
         case .forward(let target):
             if !forwarded { return .pending(forward(frame, in: buffer, to: target)) }
             RequestCounters.bump(counters.routingDisagreements)
+            if confirming { return refuseConfirmation(header, routedTo: target, output: &output) }
             if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: target) {
                 return confirmation
             }
@@ -140,6 +143,7 @@ extension RequestProcessor {
             if header.opcode == .get { return miss(header.id, output: &output) }
             if !forwarded { return .pending(forward(frame, in: buffer, to: returned)) }
             RequestCounters.bump(counters.routingDisagreements)
+            if confirming { return refuseConfirmation(header, routedTo: returned, output: &output) }
             if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: returned) {
                 return confirmation
             }
@@ -149,6 +153,7 @@ extension RequestProcessor {
             // that already made its second hop is served here, recorded and delivered but not served later.
             if lastHop {
                 RequestCounters.bump(counters.routingDisagreements)
+                if confirming { return refuseConfirmation(header, routedTo: next, output: &output) }
                 if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: next) {
                     return confirmation
                 }
@@ -237,6 +242,24 @@ extension RequestProcessor {
                 )
             )
         )
+    }
+
+    /// Refuses a confirmation (an invalidation with `lastHop`) for a key this node routes to `target`: its
+    /// own copy is not what others read, so dropping it would not make the write it confirms safe; the
+    /// peer that asked answers that write UNAVAILABLE.
+    private func refuseConfirmation(
+        _ header: CachetFrameHeader,
+        routedTo target: CachetClusterMember,
+        output: inout CachetByteBuffer
+    ) -> RouteDecision {
+        appendMessage(
+            "this node routes the key to \(target.id), so it cannot confirm a write of it",
+            status: .unavailable,
+            opcode: header.opcode,
+            id: header.id,
+            to: &output
+        )
+        return .answered
     }
 
     /// Answers a GET with a miss, counted as one.
