@@ -17,7 +17,7 @@ public struct CachetNodeConfiguration: Sendable {
     public var ioQueueCount: Int = CachetNodeConfiguration.defaultIOQueueCount
     /// Milliseconds an I/O queue that has just served requests keeps waiting for the next ones on its own
     /// thread (`--io-linger-ms`) before handing the epoll set back to its Dispatch source; 0 hands it back
-    /// at once. See `EventLoop`.
+    /// at once. See `NodeIOQueue`.
     public var ioLingerMilliseconds: Int = 2
     /// Pending reply bytes per connection above which the node stops reading that connection's requests.
     public var outputHighWatermark: Int = 4 << 20
@@ -26,7 +26,7 @@ public struct CachetNodeConfiguration: Sendable {
     public var connectionMemoryLimit: Int? = nil
     /// Seconds a connection may hold part of the connection memory without progress (its replies not
     /// read, its request not finished) while other connections wait for that memory, before it is closed
-    /// (`--client-stall-timeout`); 0 never closes one. See `EventLoop.evictStalledConnections`.
+    /// (`--client-stall-timeout`); 0 never closes one. See `NodeIOQueue.evictStalledConnections`.
     public var clientStallTimeout: Double = 3
     /// Seconds a request forwarded to the member that owns its key may take, the connect included, before
     /// the client is answered UNAVAILABLE (`--forward-timeout`). See `Protocol/CLUSTER.md`, "Forwarding".

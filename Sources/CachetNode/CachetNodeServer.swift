@@ -27,7 +27,7 @@ public final class CachetNodeServer: Sendable {
     public let memory: CachetMemoryStore
     private let logger: Logger
     private let disk: DiskTier?
-    private let loops: [EventLoop]
+    private let loops: [NodeIOQueue]
     /// The owner's hold of a node in a cluster of more than one; nil otherwise.
     private let hold: NodeReturnHold?
     private let statistics: NodeStatistics
@@ -80,7 +80,7 @@ public final class CachetNodeServer: Sendable {
         )
         self.statistics = statistics
         let connectionMemory = statistics.connectionMemory
-        var loops: [EventLoop] = []
+        var loops: [NodeIOQueue] = []
         // Health, stand-ins and the owner's hold, for a node with a cluster file (`Protocol/CLUSTER.md`).
         let probe = UInt64(configuration.probeInterval * 1e9)
         let healthConfiguration = CachetPeerHealth.Configuration(
@@ -148,7 +148,7 @@ public final class CachetNodeServer: Sendable {
             // forwards and pays nothing for it.
             let router = configuration.cluster == nil ? nil : ForwardRouter(membership: statistics.membership)
             loops.append(
-                try EventLoop(
+                try NodeIOQueue(
                     index: index,
                     processor: RequestProcessor(
                         store: memory,

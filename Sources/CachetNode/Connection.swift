@@ -11,13 +11,13 @@ import Glibc
 /// registration and the buffers) with the node's state for it.
 ///
 /// Touched only on its event loop's queue. The connection does the system calls (read, send) and leaves
-/// protocol work to ``RequestProcessor``; its events go to its ``EventLoop`` (``handleEvents(_:)``). What the
+/// protocol work to ``RequestProcessor``; its events go to its ``NodeIOQueue`` (``handleEvents(_:)``). What the
 /// connection is doing is one value, ``phase``; the epoll events it is registered for are derived from it in
 /// one place, ``interest(for:outputPending:)``, so that no state can leave a live connection waiting for
 /// nothing.
 ///
 /// `@unchecked Sendable`: a disk completion carries the reference through the disk queue, but every
-/// property is read and written only on the owning loop's queue (completions hop back with `EventLoop.execute`).
+/// property is read and written only on the owning loop's queue (completions hop back with `NodeIOQueue.execute`).
 ///
 /// `@exclusivity(unchecked)`: the stored properties are touched on every request, and the run-time
 /// exclusivity check on a class property (a thread-local access set, two runtime calls per access) cost
@@ -82,7 +82,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// and inlines the loop's handler into ``handleEvents(_:)`` (an `Optional`, or an `Unmanaged` used
     /// through a closure, each cost a retain or a call per event). The loop holds its connections only
     /// while they are registered, so the two do not keep each other alive.
-    private let owner: EventLoop
+    private let owner: NodeIOQueue
     let memory: ConnectionMemory
     /// Whether the connection counts as open (STATS `connections_current`); a connection answered
     /// UNAVAILABLE and closing does not.
@@ -102,7 +102,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// passed its limit, a request waits for the disk) and be reading again before it is settled, with an
     /// unchanged registration that would otherwise never be reported again.
     @exclusivity(unchecked) var unreadBytesPossible = false
-    /// A block that processes the rest of its input is queued (see `EventLoop.yieldTurn`).
+    /// A block that processes the rest of its input is queued (see `NodeIOQueue.yieldTurn`).
     @exclusivity(unchecked) var turnQueued = false
     /// Bytes of this connection's buffers charged to `memory`.
     @exclusivity(unchecked) var charged = 0
@@ -114,7 +114,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// When the last bytes arrived; kept only while the loop drains.
     @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
     /// Bumped whenever the kernel takes reply bytes: a client that holds replies and does not read them
-    /// leaves it unchanged (see `EventLoop.evictStalledConnections`).
+    /// leaves it unchanged (see `NodeIOQueue.evictStalledConnections`).
     @exclusivity(unchecked) var repliesTaken: UInt32 = 0
     /// Bumped whenever every request received has been answered (the input holds no partial frame): a
     /// client that holds part of a frame and does not finish it leaves it unchanged.
@@ -143,7 +143,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     ///   - owner: the loop that hosts it.
     ///   - memory: the budget its buffers are charged to.
     ///   - counted: whether it counts as open (STATS `connections_current`).
-    init(owner: EventLoop, memory: ConnectionMemory, counted: Bool = true) {
+    init(owner: NodeIOQueue, memory: ConnectionMemory, counted: Bool = true) {
         self.owner = owner
         self.memory = memory
         self.counted = counted

@@ -5,14 +5,18 @@ import CachetStore
 import Dispatch
 import Logging
 
-/// The node's view of its peers' health (`Protocol/CLUSTER.md`, "Health"), shared by its loops: fed by the
-/// outcome of every forward and of the PING probes (``PeerForwarder``), read by forwarding (a peer marked
-/// down is answered UNAVAILABLE at once, not tried), by the cluster-wide fan-out (a member marked down is
-/// reported, not asked) and by STATS (each member's `state`). The rules are `CachetClusterHealth`'s:
-/// refused → down at once, timeouts → suspect then down, probes with backoff and jitter, flap damping, and
-/// never every peer down. A membership change (SIGHUP) starts every peer over as up. It also keeps whether
-/// this node reaches fewer than a majority of the members (the minority rule), recounted only when a peer
-/// starts or stops being up, and tells the hold (``NodeReturnHold``), which the request path reads.
+/// The node's view of its peers' health (`Protocol/CLUSTER.md`, "Health"), and where a key goes because
+/// of it, shared by its loops: fed by the outcome of every forward and of the PING probes
+/// (``PeerForwarder``), read by routing (``place(_:owner:forwarded:inMinority:holding:)``), by forwarding (a
+/// peer marked down is answered UNAVAILABLE at once, not tried), by the cluster-wide fan-out and by STATS.
+/// The rules are `CachetClusterHealth`'s: refused → down at once, timeouts → suspect then down, probes with
+/// backoff and jitter, flap damping, and never every peer down. A membership change (SIGHUP) starts every
+/// peer over as up. It keeps whether this node reaches fewer than a majority of the members (the minority
+/// rule), recounted only when a peer starts or stops being up, and tells the hold (``NodeReturnHold``).
+///
+/// Beside the peers' health, under the same lock because routing reads both at once, it keeps what this
+/// node owes the members it stood in for (``StandInDuty``) and writes it to the stand-in log's file; which
+/// peers read another cluster file is kept apart (``membershipComparison``, its own lock).
 ///
 /// Thread-safe: one lock around the state; taken once per forward outcome and per routing decision of a
 /// forward, never on a request this node serves itself.
@@ -21,16 +25,8 @@ final class NodeHealth: Sendable {
         var generation = -1
         var health: CachetClusterHealth?
         var random = SystemRandomNumberGenerator()
-        /// What this node served for owners it does not own, and what it must tell them.
-        var standIns = CachetStandInLog()
-        /// Invalidations sent and not answered yet, by owner id.
-        var delivering: [String: Set<CachetStandInLog.Invalidation>] = [:]
-        /// Peers whose membership hash, last seen, differs from this node's.
-        var disagreeing: Set<String> = []
-        /// When each owner being delivered to came back, and whether its delivery was found overdue.
-        var returnedAt: [String: (at: UInt64, overdue: Bool)] = [:]
-        /// Deliveries not finished within the hold period since start.
-        var overdue = 0
+        /// What this node owes the members it stood in for.
+        var duty = StandInDuty()
         /// Whether this node reaches fewer than a majority of the members, as last computed.
         var inMinority = false
         /// How often this node has entered the minority since start.
@@ -45,6 +41,8 @@ final class NodeHealth: Sendable {
     }
 
     private let membership: CachetNodeMembership
+    /// Which peers read another cluster file (its own lock).
+    let membershipComparison: MembershipComparison
     private let configuration: CachetPeerHealth.Configuration
     private let state = CachetLock(State())
     /// Told after every outcome whether every peer has failed, when a peer answers after every peer had
@@ -72,12 +70,13 @@ final class NodeHealth: Sendable {
         standInFile: CachetStandInLogFile? = nil
     ) {
         self.membership = membership
+        self.membershipComparison = MembershipComparison(membership: membership)
         self.configuration = configuration
         self.hold = hold
         self.holdPeriod = holdPeriod
         self.logger = logger
         self.standInFile = standInFile
-        state.withLock { $0.standIns = standIns }
+        state.withLock { $0.duty = StandInDuty(log: standIns) }
     }
 
     /// Whether requests may be sent to `member` (up or suspect, or this node).
@@ -137,17 +136,16 @@ final class NodeHealth: Sendable {
             if case .wentDown = transition { memberChange = transition }
             switch transition {
             case .wentDown:
-                state.standIns.ownerWentDown(member.id)
-                state.delivering[member.id] = nil
+                state.duty.ownerWentDown(member.id)
             default:
-                // It came up, or it answers while standing in without having been down in this view (the
-                // log was read back at start, when every peer starts up): its delivery starts.
                 var answered = false
                 if case .answered = outcome { answered = true }
-                // Whoever came back may stand in where this node did: its local copies are not served again.
-                if transition == .cameUp { state.standIns.memberReturned() }
-                guard transition == .cameUp || (answered && health.isRoutable(index)) else { break }
-                if !state.standIns.ownerReturned(member.id).isEmpty { state.returnedAt[member.id] = (now, false) }
+                state.duty.memberAnswered(
+                    member.id,
+                    cameUp: transition == .cameUp,
+                    routable: answered && health.isRoutable(index),
+                    now: now
+                )
             }
             hold?.setCutOff(health.isCutOff)
             // The minority flag is cached: recounted only when a peer starts or stops being up.
@@ -280,7 +278,7 @@ final class NodeHealth: Sendable {
             guard (standsIn || forwarded) && holding() else {
                 if standsIn { return .standIn(ownerID: owner.id) }
                 if route.target == route.owner {
-                    return state.standIns.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
+                    return state.duty.log.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
                 }
                 return .forward(health.membership.members[route.target])
             }
@@ -352,7 +350,7 @@ final class NodeHealth: Sendable {
     /// Whether a GET of `key`, which this node serves for `ownerID`, may return the local value: only a key
     /// it wrote in this episode (any other local copy may be older than the owner's).
     func mayServeLocally(_ key: [UInt8], ownerID: String) -> Bool {
-        withState { _, state in state.standIns.mayServeLocally(key, owner: ownerID) } ?? false
+        withState { _, state in state.duty.mayServeLocally(key, owner: ownerID) } ?? false
     }
 
     /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered: in the stand-in
@@ -362,13 +360,13 @@ final class NodeHealth: Sendable {
     /// - Returns: nil, or why the file could not record it: the write must be refused (SERVER_ERROR).
     func recordWrite(_ key: [UInt8], ownerID: String, servable: Bool = true) -> String? {
         withState { health, state -> String? in
-            if let standInFile, let addition = state.standIns.addition(forWrite: key, owner: ownerID) {
+            if let standInFile, let addition = state.duty.addition(forWrite: key, owner: ownerID) {
                 let record: CachetStandInLogFile.Record =
                     addition == .key ? .key(owner: ownerID, key: key) : .overflowed(owner: ownerID)
                 if let failure = standInFile.append(record) { return failure.message }
             }
             let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
-            _ = state.standIns.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable)
+            state.duty.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable)
             return nil
         } ?? nil
     }
@@ -377,25 +375,13 @@ final class NodeHealth: Sendable {
     /// their way (sent again after a failure), each with its owner. Marked as on their way.
     func invalidationsToSend() -> [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] {
         let now = DispatchTime.now().uptimeNanoseconds
-        var late: [String] = []
-        let due =
-            withState { health, state -> [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] in
-                for (ownerID, returned) in state.returnedAt where !returned.overdue && now &- returned.at > holdPeriod {
-                    state.returnedAt[ownerID] = (returned.at, true)
-                    state.overdue += 1
-                    late.append(ownerID)
+        let (due, late) =
+            withState { health, state in
+                state.duty.invalidationsDue(now: now, holdPeriod: holdPeriod) { owner in
+                    guard let index = health.membership.index(ofID: owner), health.isRoutable(index) else { return nil }
+                    return health.membership.members[index]
                 }
-                var due: [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] = []
-                for ownerID in state.standIns.ownersNotClean where state.standIns.phase(of: ownerID) == .delivering {
-                    guard let index = health.membership.index(ofID: ownerID), health.isRoutable(index) else { continue }
-                    let sent = state.delivering[ownerID, default: []]
-                    for invalidation in state.standIns.outstanding(for: ownerID) where !sent.contains(invalidation) {
-                        due.append((health.membership.members[index], invalidation))
-                        state.delivering[ownerID, default: []].insert(invalidation)
-                    }
-                }
-                return due
-            } ?? []
+            } ?? ([], [])
         for ownerID in late {
             logger?.warning(
                 "invalidations for a returned owner are overdue: it may serve values this node replaced until they arrive",
@@ -406,7 +392,7 @@ final class NodeHealth: Sendable {
     }
 
     /// Deliveries to returned owners not finished within the hold period, since start.
-    var overdueDeliveries: Int { state.withLock { $0.overdue } }
+    var overdueDeliveries: Int { state.withLock { $0.duty.overdueDeliveries } }
 
     /// An invalidation's answer: acknowledged (OK, or NOT_FOUND for a DEL), or to be sent again.
     /// - Returns: the keys whose local copies may go once the owner is clean.
@@ -416,13 +402,13 @@ final class NodeHealth: Sendable {
         acknowledged: Bool
     ) -> [[UInt8]] {
         withState { _, state in
-            state.delivering[ownerID]?.remove(invalidation)
-            guard acknowledged else { return [] }
-            let (clean, drop) = state.standIns.delivered(invalidation, owner: ownerID)
+            let (drop, clean) = state.duty.invalidationAnswered(
+                invalidation,
+                owner: ownerID,
+                acknowledged: acknowledged
+            )
             if clean {
-                state.delivering[ownerID] = nil
-                state.returnedAt[ownerID] = nil
-                let log = state.standIns
+                let log = state.duty.log
                 if let failure = standInFile?.ownerClean(ownerID, live: { Self.fileEntries(log) }) {
                     logger?.warning("\(failure.message)", metadata: ["cluster.member": "\(ownerID)"])
                 }
@@ -430,31 +416,6 @@ final class NodeHealth: Sendable {
             return drop
         } ?? []
     }
-
-    /// Records `member`'s membership hash (from its STATS); a change between agreeing and disagreeing with
-    /// this node's is logged.
-    func recordMembershipHash(_ hash: String, of member: CachetClusterMember, logger: Logger) {
-        let own = membership.current.membershipHashText
-        let differs = hash != own
-        let changed = state.withLock { state -> Bool in
-            differs ? state.disagreeing.insert(member.id).inserted : state.disagreeing.remove(member.id) != nil
-        }
-        guard changed else { return }
-        if differs {
-            logger.warning(
-                "a peer's membership differs from this node's: keys are routed differently until both read the same cluster file",
-                metadata: ["cluster.member": "\(member.id)", "cluster.hash": "\(own)", "cluster.peer_hash": "\(hash)"]
-            )
-        } else {
-            logger.notice(
-                "a peer's membership agrees with this node's again",
-                metadata: ["cluster.member": "\(member.id)"]
-            )
-        }
-    }
-
-    /// Peers whose membership hash, last seen, differs from this node's.
-    var disagreeingPeers: Int { state.withLock { $0.disagreeing.count } }
 
     /// Whether every peer has failed (this node may be cut off from the cluster).
     var isCutOff: Bool { withHealth { $0.isCutOff } ?? false }

@@ -100,7 +100,7 @@ final class NodeStatistics: Sendable {
         }
         let health = self.health.withLock { $0 }
         fields += membership.statisticsFields { health?.stateAndAnswer(ofID: $0) ?? (.unknown, false) }
-        fields.append(("cluster_peers_disagreeing", "\(health?.disagreeingPeers ?? 0)"))
+        fields.append(("cluster_peers_disagreeing", "\(health?.membershipComparison.disagreeingPeers ?? 0)"))
         fields.append(("stand_in_delivery_overdue", "\(health?.overdueDeliveries ?? 0)"))
         let hold = self.hold.withLock { $0 }
         fields.append(("holding", hold?.isHolding() == true ? "true" : "false"))

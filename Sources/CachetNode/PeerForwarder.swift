@@ -112,7 +112,7 @@ final class PeerForwarder: @unchecked Sendable {
                 guard case .answered(.ok, let body) = outcome,
                     let hash = Self.field("cluster_hash", in: body)
                 else { return }
-                health.recordMembershipHash(hash, of: member, logger: self.logger)
+                health.membershipComparison.record(hash, of: member, logger: self.logger)
             }
         }
     }

@@ -40,7 +40,7 @@ enum ProcessingResult {
     /// A framing error was answered; the connection closes once the reply is sent.
     case closeAfterReply
     /// A request needs the disk queue, a fan-out or a forward; the connection waits for the disk or the
-    /// fan-out before answering anything else, and goes on past a forward (`EventLoop.processHeld`).
+    /// fan-out before answering anything else, and goes on past a forward (`NodeIOQueue.processHeld`).
     case suspended(PendingOperation)
     /// The head frame is a PUT of a large value whose remaining bytes are to be read straight into its
     /// entry; the buffered part has been copied there and the input is empty.

@@ -19,7 +19,7 @@ struct ConnectionBufferTests {
             statistics: { "{}" },
             connectionMemory: memory
         )
-        let loop = try EventLoop(
+        let loop = try NodeIOQueue(
             index: 0,
             processor: processor,
             outputLimit: 4 << 20,

@@ -33,12 +33,12 @@ import Glibc
 /// `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after every event,
 /// completion and wake-up.
 ///
-/// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `EventLoop+Disk.swift`,
-/// forwarding in `EventLoop+Forwarding.swift`.
+/// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `NodeIOQueue+Disk.swift`,
+/// forwarding in `NodeIOQueue+Forwarding.swift`.
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
 /// only through ``execute(_:)`` and ``executeAndWait(_:)``.
-final class EventLoop: @unchecked Sendable {
+final class NodeIOQueue: @unchecked Sendable {
     let index: Int
     /// The transport loop: the queue, the epoll set, the channels, the timers.
     let loop: CachetEventLoop

@@ -3,7 +3,7 @@ import Dispatch
 
 /// The loop's lifecycle and upkeep: a timer that retries connections waiting for memory, ends graceful
 /// closes at their deadline and drives a drain; winding down; stopping. Everything here runs on `queue`.
-extension EventLoop {
+extension NodeIOQueue {
     /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
     /// been returned, closes graceful closes that reached their deadline, and drives a drain.
     func housekeep() {

@@ -7,7 +7,7 @@ import CachetWire
 /// connections (``PeerForwarder``); its reply, or UNAVAILABLE, is written back with the client's opcode
 /// and id. While forwards are in flight the connection goes on answering (and forwarding) the requests
 /// behind them, holding their replies in request order (``ForwardPipeline``).
-extension EventLoop {
+extension NodeIOQueue {
     /// Sends a request on to its owner and reserves its reply's place in the connection's
     /// ``ForwardPipeline`` (made if the connection has none). Called while the connection's input is being
     /// processed: the caller goes on with the requests behind it (``processHeld(_:now:)``). The completion
@@ -293,7 +293,7 @@ private final class FanOutAnswers {
     }
 }
 
-extension EventLoop {
+extension NodeIOQueue {
     /// Sends a cluster-wide CLEAR or STATS to every member, this node included (through its own listener,
     /// like any member, so that its CLEAR goes through the disk queue as usual), each with the forward
     /// deadline; once all have answered or failed, writes the aggregate reply (`Protocol/PROTOCOL.md`,

@@ -5,7 +5,7 @@ import Dispatch
 /// Disk dispatch: a GET that missed memory, a PUT bound for the disk tier, or a CLEAR goes to the disk
 /// worker; its completion hops back to the loop's queue, writes the reply and carries on with the
 /// connection's requests.
-extension EventLoop {
+extension NodeIOQueue {
     /// Makes a connection wait for a disk operation or a fan-out, and starts it. A PUT waiting for room
     /// in the disk queue holds its copy of the value: counted in the connections' budget until the queue
     /// takes it (``start(_:for:)`` gives it back).

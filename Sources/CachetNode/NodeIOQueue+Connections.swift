@@ -9,7 +9,7 @@ import Glibc
 
 /// Adopting connections (registered in the epoll set, or rejected with a reply and a graceful close)
 /// and ending them (gracefully, or at once). Everything here runs on `queue`.
-extension EventLoop {
+extension NodeIOQueue {
     /// Adopts an accepted socket. Called on `queue`.
     func register(fd: Int32) {
         _ = adopt(fd: fd, counted: true)
