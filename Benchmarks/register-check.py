@@ -1,28 +1,36 @@
 #!/usr/bin/env python3
 """Register check: a Jepsen-style check of the cluster's promise (Protocol/CLUSTER.md, "Failover without
 stale reads"): no GET returns a value that an acknowledged write replaced, while nodes are killed,
-terminated, stopped, and their stand-ins disturbed. Python 3.11, standard library only (the ring uses the
-xxhash package when it is installed, a pure-Python XXH64 otherwise). Bounded in time; stops every process
-it started, also on Ctrl-C, SIGTERM and errors.
+terminated, stopped, cut off by network partitions, and their stand-ins disturbed. Python 3.11, standard
+library only (the ring uses the xxhash package when it is installed, a pure-Python XXH64 otherwise).
+Bounded in time; stops every process it started (and removes the network namespaces it made), also on
+Ctrl-C, SIGTERM and errors.
 
     nice -n 5 python3 Benchmarks/register-check.py                               # 5 nodes, 60 s, every action
     nice -n 5 python3 Benchmarks/register-check.py --node .build/debug/cachet-node --actions term \\
         --duration 45 --seed 1
     nice -n 5 python3 Benchmarks/register-check.py --actions none --duration 20   # must be clean
+    sudo python3 Benchmarks/register-check.py --network lab --actions all          # partitions too (root)
     python3 Benchmarks/register-check.py --check /tmp/cachet-register-XXXX/history.jsonl   # re-check a run
     python3 Benchmarks/register-check.py --self-test                              # the checker on made-up histories
 
 What it does:
 - Writes a cluster file of --nodes members on 127.0.0.1 and starts one `cachet-node` per member (--node;
   default .build/release/cachet-node if it exists, else .build/debug/cachet-node), each with a data
-  directory of its own that is kept across its restarts; --node-flags are added to every node.
+  directory of its own that is kept across its restarts; --node-flags are added to every node. With
+  --network lab (root and iproute2), each node runs in a Linux network namespace of its own on a private
+  10.213.X.0/24 behind a bridge, and the client threads reach them from this namespace; nothing leaves the
+  machine.
 - Runs --workers client threads. Each sends PUT, DEL and GET of --keys shared keys (`key-000` ...) to a node
   chosen at random per request (the nodes forward), on one persistent connection per thread and node
-  (reconnecting after a failure), each request bounded by --request-timeout. Every PUT writes a value
+  (reconnecting after a failure), each request bounded by --request-timeout. A request whose connection is
+  refused (nothing was sent: the node is down) goes once to another node chosen at random, as CachetClient
+  fails over (--no-failover records the refusal instead). Every PUT writes a value
   unique in the whole run (`t<thread>-<seq>`). A request with no reply in time is hung.
 - Records every request: thread, key, op, value, send and ack times (time.monotonic(), seconds from the
   start of the load), outcome (OK, NOT_FOUND, UNAVAILABLE, another status with its message, TIMEOUT,
-  REFUSED: no connection so nothing sent, CONN_ERROR: the connection failed after sending) and the node.
+  REFUSED: no connection so nothing sent, CONN_ERROR: the connection failed after sending, CUT_OFF: no
+  reply from a node the nemesis had cut off) and the node.
 - A nemesis (seeded by --seed) runs one action at a time from --actions, with a pause of --pause-min to
   --pause-max seconds where a node is down or frozen and about --interval seconds between actions:
     kill             SIGKILL a node, restart it on the same data directory after the pause
@@ -33,7 +41,15 @@ What it does:
                      from Protocol/RING.md); after the pause restart both, in random order
     cascade-return   SIGKILL that stand-in, restart it, and SIGKILL the owner 0.3-1.7 s after the stand-in
                      is back; restart the owner after the pause
-  Each round of actions takes every kind listed once, in a seeded random order; no action starts unless it
+    isolate          (--network lab) cut a node off from every peer, the clients still reaching it, and heal
+                     after the pause: lost packets, not refusals (every namespace knows every address's MAC,
+                     and the cut points a pair's entries at a MAC nobody has)
+    split            (--network lab) an owner and its likely stand-in on one side, the other three on the
+                     other, the clients reaching every node; heal after the pause
+    cutoff           (--network lab) nothing reaches a node or leaves it, clients included; its requests'
+                     timeouts are recorded as CUT_OFF, not hung
+  --actions all takes every kind (partitions need --network lab). Each round of actions takes every kind
+  listed once, in a seeded random order; no action starts unless it
   can end before the load does. At most two nodes are disturbed at once, so 3 of 5 always stand. Every
   action and step is logged with its time.
 - After the run, offline and without looking at the nemesis, the checker reads the history. A GET that
@@ -493,6 +509,54 @@ class ClientConnection:
 Record = collections.namedtuple("Record", "thread key op value send ack outcome message node")
 
 
+def attempt(node: NodeProcess, opcode: int, body: bytes, deadline: float, connections: dict, args) \
+        -> tuple[str, str, str | None]:
+    """Sends one request to `node` on the thread's connection to it (opened if needed) and waits for its
+    reply until `deadline`. Returns (outcome, message, the value a GET returned)."""
+    connection = connections.get(node.id)
+    if connection is not None and connection.looks_closed():  # closed while idle: the node restarted
+        connections.pop(node.id).close()
+        connection = None
+    cut_before = (node.cut_off, node.cut_changes)
+    outcome, message, reply_value = "", "", None
+    try:
+        if connection is None:
+            try:
+                connection = ClientConnection(node.host, node.port, deadline)
+            except socket.timeout:
+                raise RequestTimeout() from None
+            except OSError as error:  # nothing was sent: the write is known not to be applied
+                outcome, message = "REFUSED", f"{type(error).__name__}: {error}"
+                raise
+            connections[node.id] = connection
+        status, reply = connection.request(opcode, body, deadline)
+        if status == OK:
+            outcome = "OK"
+            if opcode == GET:
+                reply_value = reply.decode(errors="replace")
+        elif status == NOT_FOUND:
+            outcome = "NOT_FOUND"
+        elif status == UNAVAILABLE:
+            outcome, message = "UNAVAILABLE", reply.decode(errors="replace")
+        else:
+            outcome, message = "ERROR", f"{STATUS_NAMES.get(status, status)}: {reply.decode(errors='replace')}"
+    except RequestTimeout:
+        if cut_before[0] or node.cut_changes != cut_before[1]:  # the network ate it, not the node
+            outcome, message = "CUT_OFF", f"no reply within {args.request_timeout:g} s from a node cut off"
+        else:
+            outcome, message = "TIMEOUT", f"no reply within {args.request_timeout:g} s"
+        dropped = connections.pop(node.id, None)
+        if dropped is not None:
+            dropped.close()  # a late reply would be taken for the next request's
+    except (OSError, ConnectionError) as error:
+        if not message:
+            outcome, message = "CONN_ERROR", f"{type(error).__name__}: {error}"
+        dropped = connections.pop(node.id, None)
+        if dropped is not None:
+            dropped.close()
+    return outcome, message, reply_value
+
+
 def client(index: int, args, cluster: Cluster, keys: list[str], t0: float, stop: threading.Event,
            history: list[Record], counts: collections.Counter) -> None:
     rng = random.Random(args.seed * 1000 + index)
@@ -511,49 +575,17 @@ def client(index: int, args, cluster: Cluster, keys: list[str], t0: float, stop:
             opcode, body = DEL, key_body(key.encode())
         else:
             opcode, body = GET, key_body(key.encode())
-        connection = connections.get(node.id)
-        if connection is not None and connection.looks_closed():  # closed while idle: the node restarted
-            connections.pop(node.id).close()
-            connection = None
-        cut_before = (node.cut_off, node.cut_changes)
         send = time.monotonic()
         deadline = send + args.request_timeout
-        message, reply_value = "", None
-        try:
-            if connection is None:
-                try:
-                    connection = ClientConnection(node.host, node.port, deadline)
-                except socket.timeout:
-                    raise RequestTimeout() from None
-                except OSError as error:  # nothing was sent: the write is known not to be applied
-                    outcome, message = "REFUSED", f"{type(error).__name__}: {error}"
-                    raise
-                connections[node.id] = connection
-            status, reply = connection.request(opcode, body, deadline)
-            if status == OK:
-                outcome = "OK"
-                if opcode == GET:
-                    reply_value = reply.decode(errors="replace")
-            elif status == NOT_FOUND:
-                outcome = "NOT_FOUND"
-            elif status == UNAVAILABLE:
-                outcome, message = "UNAVAILABLE", reply.decode(errors="replace")
-            else:
-                outcome, message = "ERROR", f"{STATUS_NAMES.get(status, status)}: {reply.decode(errors='replace')}"
-        except RequestTimeout:
-            if cut_before[0] or node.cut_changes != cut_before[1]:  # the network ate it, not the node
-                outcome, message = "CUT_OFF", f"no reply within {args.request_timeout:g} s from a node cut off"
-            else:
-                outcome, message = "TIMEOUT", f"no reply within {args.request_timeout:g} s"
-            dropped = connections.pop(node.id, None)
-            if dropped is not None:
-                dropped.close()  # a late reply would be taken for the next request's
-        except (OSError, ConnectionError) as error:
-            if not message:
-                outcome, message = "CONN_ERROR", f"{type(error).__name__}: {error}"
-            dropped = connections.pop(node.id, None)
-            if dropped is not None:
-                dropped.close()
+        tried: set[str] = set()
+        while True:
+            outcome, message, reply_value = attempt(node, opcode, body, deadline, connections, args)
+            tried.add(node.id)
+            # A refused connection sent nothing: a client that knows the members tries another one, once
+            # (as CachetClient fails over), with the same request and the same deadline.
+            if outcome != "REFUSED" or not args.failover or len(tried) > 1:
+                break
+            node = rng.choice([n for n in cluster.nodes if n.id not in tried])
         ack = time.monotonic()
         history.append(Record(index, key, OPS[opcode], value if opcode == PUT else reply_value,
                               round(send - t0, 6), round(ack - t0, 6), outcome, message, node.id))
@@ -1062,6 +1094,9 @@ def parse_args(argv=None):
     parser.add_argument("--keys", type=int, default=200, help="keys shared by every thread (default 200)")
     parser.add_argument("--put-ratio", type=float, default=0.4, help="share of PUTs (default 0.4)")
     parser.add_argument("--del-ratio", type=float, default=0.1, help="share of DELs (default 0.1); the rest GETs")
+    parser.add_argument("--no-failover", dest="failover", action="store_false",
+                        help="record a refused connection as the request's outcome; by default the request is "
+                             "sent once more to another node, since nothing was sent (as CachetClient fails over)")
     parser.add_argument("--request-timeout", type=float, default=3, help="seconds before a request is hung (default 3)")
     parser.add_argument("--actions", default="kill,term,stop,cascade-standin,cascade-return",
                         help="comma-separated nemesis actions from " + ", ".join(ACTION_KINDS) +
