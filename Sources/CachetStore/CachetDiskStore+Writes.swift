@@ -286,4 +286,11 @@ extension CachetDiskStore {
         journal.applied(digest)
         journal.checkpointIfDue(survivors: survivors)
     }
+
+    /// Checkpoints the journal if anything was journaled since the last checkpoint: called on the disk
+    /// queue once it has been idle for ``CachetDiskWorker/settleDelay``, so that after a crash every entry
+    /// applied before that quiet moment is served again (`Protocol/DISK-FORMAT.md`, "Checkpoints").
+    public func settle() {
+        journal?.checkpointIfDue(settling: true, survivors: survivors)
+    }
 }

@@ -43,6 +43,11 @@ public final class CachetDiskWorker: Sendable {
     private let pendingOperations = Atomic<Int>(0)
     private let waiters = CachetLock<[@Sendable () -> Void]>([])
     private let sweepQueued = Atomic<Bool>(false)
+    /// Whether a settle (``CachetDiskStore/settle()``) is scheduled on the queue.
+    private let settleScheduled = Atomic<Bool>(false)
+    /// How long after an operation the queue checkpoints the journal (when nothing else is pending):
+    /// what was applied more than a second before a crash survives it.
+    static let settleDelay: DispatchTimeInterval = .milliseconds(400)
     private let capacity: Int
     private let byteCapacity: Int
     /// Journaled operations applied so far; a PUT told to wait for the journal waits until this moves.
@@ -105,6 +110,19 @@ public final class CachetDiskWorker: Sendable {
         queue.async { [self] in
             work()
             pendingOperations.subtract(1, ordering: .relaxed)
+            scheduleSettle()
+        }
+    }
+
+    /// Schedules one settle on the queue ``settleDelay`` from now, unless one is scheduled already; it runs
+    /// behind whatever is queued by then, and again later if operations keep coming.
+    private func scheduleSettle() {
+        guard settleScheduled.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else {
+            return
+        }
+        queue.asyncAfter(deadline: .now() + Self.settleDelay) { [self] in
+            settleScheduled.store(false, ordering: .relaxed)
+            store.settle()
         }
     }
 

@@ -315,13 +315,15 @@ final class DiskJournal: @unchecked Sendable {
         }
     }
 
-    /// Checkpoints once a sixteenth of the capacity has been appended since the last checkpoint, if the
-    /// survivors fit in a quarter of it: appends rarely find the journal full, and a crash invalidates
-    /// only about that many recently written keys besides those still queued. Called on the disk queue
-    /// after applying operations.
-    func checkpointIfDue(survivors: () -> (digests: Set<KeyDigest>, clear: Bool)) {
+    /// Checkpoints once a sixteenth of the capacity has been appended since the last checkpoint, or
+    /// (`settling`) once anything has been, if the survivors fit in a quarter of it: appends rarely find
+    /// the journal full, and a crash invalidates only the keys journaled since the last checkpoint besides
+    /// those still queued. Called on the disk queue after applying operations, and with `settling` when
+    /// the queue has been idle for a moment (``CachetDiskWorker``), so that what was applied before a quiet
+    /// spell survives a crash.
+    func checkpointIfDue(settling: Bool = false, survivors: () -> (digests: Set<KeyDigest>, clear: Bool)) {
         state.withLock { state in
-            guard state.failure == nil, state.appended >= max(8, capacity / 16) else { return }
+            guard state.failure == nil, state.appended >= (settling ? 1 : max(8, capacity / 16)) else { return }
             let kept = survivors()
             guard Self.survivorCount(state, kept) <= capacity / 4 else { return }
             checkpoint(&state, kept)
