@@ -66,7 +66,11 @@ public final class CachetNodeServer: Sendable {
         if let diskConfiguration = configuration.disk, diskConfiguration.limit > 0 {
             do {
                 let store = try CachetDiskStore(configuration: diskConfiguration, logger: logger)
-                disk = DiskTier(store: store, worker: CachetDiskWorker(store: store), limit: diskConfiguration.limit)
+                disk = DiskTier(
+                    store: store,
+                    worker: CachetDiskWorker(store: store),
+                    limit: diskConfiguration.limit + diskConfiguration.journalBytes
+                )
             } catch {
                 throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
             }

@@ -7,6 +7,7 @@ import CachetWire
 struct DiskTier: Sendable {
     let store: CachetDiskStore
     let worker: CachetDiskWorker
+    /// The tier's whole footprint (`--disk-limit`): the journal's files and the entry files' limit.
     let limit: Int
 }
 

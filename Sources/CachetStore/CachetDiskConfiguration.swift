@@ -2,7 +2,9 @@
 public struct CachetDiskConfiguration: Sendable {
     /// The data directory; created if missing. One node per directory (a lock file enforces it).
     public var directory: String
-    /// Bytes the entry files may take on disk, headers included. 0 turns the tier off.
+    /// Bytes the entry files may take on disk, headers included. 0 turns the tier off. The journal's files
+    /// (``journalBytes``) come on top: the node's `--disk-limit` is both, and it gives the entries what the
+    /// journal leaves.
     public var limit: Int
     /// zlib level, 0 (store) to 9. The default, 1, compresses text nearly as well as 6 at several times
     /// the speed (Protocol/DISK-FORMAT.md has the measurements).
@@ -25,6 +27,12 @@ public struct CachetDiskConfiguration: Sendable {
 
     /// The default journal size: 65,536 records, 2.9 MB per file.
     public static let defaultJournalCapacity = 65_536
+
+    /// Bytes the two journal files take on disk: they are created at full size when the tier opens.
+    public var journalBytes: Int { 2 * (DiskJournal.headerSize + journalCapacity * DiskJournal.recordSize) }
+
+    /// The least room for entry files a tier is given when its whole footprint is bounded: 16 KiB.
+    public static let minimumEntryBytes = 16 << 10
 
     /// Nanoseconds between two warnings about failed reads, writes or deletes and corrupt files; the ones
     /// in between are counted in `statistics.errors` and `corrupt` only. One second unless a test says otherwise.

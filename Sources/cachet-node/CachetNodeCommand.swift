@@ -114,8 +114,8 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(
         help: """
-            Bytes the disk tier may hold on disk (e.g. 1GiB); 0 turns the disk tier off (and keeps the stand-in \
-            log in memory only).
+            Bytes the disk tier may take on disk (e.g. 1GiB): its journal files (5.5 MiB) and its entry files; \
+            at least 5.6 MiB; 0 turns the disk tier off (and keeps the stand-in log in memory only).
             """
     )
     var diskLimit = "1GiB"
@@ -177,7 +177,19 @@ struct CachetNodeCommand: ParsableCommand {
                 )
             }
             if diskBytes > 0 {
-                var disk = CachetDiskConfiguration(directory: dataDir, limit: diskBytes)
+                // --disk-limit is the tier's whole footprint: the journal's files, created at full size, and
+                // the entry files in what they leave.
+                var disk = CachetDiskConfiguration(directory: dataDir, limit: 0)
+                let minimum = disk.journalBytes + CachetDiskConfiguration.minimumEntryBytes
+                guard diskBytes >= minimum else {
+                    throw CachetNodeError(
+                        code: .invalidConfiguration,
+                        message: "--disk-limit \(diskLimit) is too small for the disk tier: its journal files take "
+                            + "\(disk.journalBytes) bytes, so it needs at least \(minimum) bytes (6MiB will do), "
+                            + "or 0 to turn the disk tier off"
+                    )
+                }
+                disk.limit = diskBytes - disk.journalBytes
                 if let level = compressionLevel { disk.compressionLevel = level }
                 configuration.disk = disk
             }

@@ -131,11 +131,55 @@ struct NodeDiskTests {
             }
             #expect(node.stop() == 0)
         }
-        let node = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "20KiB"])
+        // --disk-limit is the whole footprint: 20 KiB for entries on top of the journal's files.
+        let footprint = CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes + 20 * 1024
+        let node = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "\(footprint)"])
         let counters = try stats(try node.connect())
         #expect((counters["disk_bytes"] as? Int ?? .max) <= 20 * 1024)
         #expect((counters["disk_items"] as? Int ?? 0) > 10)
-        #expect(counters["disk_limit"] as? Int == 20 * 1024)
+        #expect(counters["disk_limit"] as? Int == footprint)
+        #expect(counters["disk_entry_limit"] as? Int == 20 * 1024)
+    }
+
+    /// `--disk-limit` bounds everything the tier keeps in its directory: incompressible entries past the
+    /// limit leave the directory within it, journal files included (it used to hold 14.1 MB under 8 MiB).
+    @Test func theDiskLimitBoundsTheWholeDataDirectory() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        let node = try NodeProcess(arguments: [
+            "--data-dir", data.path, "--disk-limit", "8MiB", "--memory-limit", "1MiB",
+        ])
+        let client = try node.connect()
+        var random = SplitMix64(state: 5)
+        for key in 0..<120 {
+            let value = (0..<(100 << 10) / 8).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+            #expect(try client.roundTrip(.put(key: Array("big\(key)".utf8), value: value, ttl: 0)).status == .ok)
+        }
+        try waitForDiskQueue(client)
+        var total = 0
+        let enumerator = FileManager.default.enumerator(atPath: data.path)
+        while let name = enumerator?.nextObject() as? String {
+            let attributes = try? FileManager.default.attributesOfItem(atPath: data.appending(name))
+            if attributes?[.type] as? FileAttributeType == .typeRegular { total += attributes?[.size] as? Int ?? 0 }
+        }
+        #expect(total <= 8 << 20, "the data directory holds \(total) bytes under --disk-limit 8MiB")
+        #expect(
+            (try stats(client)["disk_evictions"] as? Int ?? 0) > 0,
+            "nothing was evicted: the test wrote too little"
+        )
+    }
+
+    @Test func aDiskLimitTooSmallForTheJournalIsRefusedAtStartWithTheMinimum() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        let minimum =
+            CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes
+            + CachetDiskConfiguration.minimumEntryBytes
+        do {
+            _ = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "4MiB"], timeout: 10)
+            Issue.record("a node started with --disk-limit 4MiB")
+        } catch {
+            #expect("\(error)".contains("is too small for the disk tier"), "\(error)")
+            #expect("\(error)".contains("at least \(minimum) bytes"), "\(error)")
+        }
     }
 
     @Test func ttlIsHonouredAfterARestart() throws {
@@ -180,9 +224,10 @@ struct NodeDiskTests {
                 .put(key: Array("huge".utf8), value: [UInt8](repeating: 1, count: 9 << 20), ttl: 0)
             )
             #expect(tooBig.status == .tooLarge)
+            let footprint = (8 << 20) + CachetDiskConfiguration(directory: directory.path, limit: 0).journalBytes
             #expect(
                 tooBig.bodyText
-                    == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit 8388608 "
+                    == "entry of 9437188 bytes does not fit --memory-limit 1048576 nor --disk-limit \(footprint) "
                     + "(at most 8388580 bytes of key and value)"
             )
             // Key and value fit the limit but the entry file's 28-byte header does not: refused, not lost.
