@@ -5,6 +5,9 @@
 #   deploy/local-cluster.sh up [N] [--port BASE] [-- NODE FLAGS]   # build (release), start N nodes (default 3)
 #   deploy/local-cluster.sh status                                 # each node's state, items and membership hash
 #   deploy/local-cluster.sh reload                                 # SIGHUP every node: re-read cluster.json
+#   deploy/local-cluster.sh stop ID [--kill]                       # SIGTERM one node (--kill: SIGKILL)
+#   deploy/local-cluster.sh start ID                               # start one stopped node again, same flags
+#   deploy/local-cluster.sh restart ID                             # stop ID, then start it
 #   deploy/local-cluster.sh down [--purge]                         # SIGTERM every node; --purge also deletes the folder
 #
 # Nodes are n1..nN on BASE..BASE+N-1 (BASE defaults to 7420). Flags after -- go to every node, such as
@@ -16,7 +19,10 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${CACHET_CLUSTER_DIR:-$repo/deploy/run/cluster}"
 cluster_file="$dir/cluster.json"
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+# This script as the user should type it again: with CACHET_CLUSTER_DIR when it was set.
+self="deploy/local-cluster.sh"
+[ -n "${CACHET_CLUSTER_DIR:-}" ] && self="CACHET_CLUSTER_DIR=$CACHET_CLUSTER_DIR $self"
 fail() { echo "local-cluster: $*" >&2; exit 1; }
 
 binaries() {
@@ -95,7 +101,7 @@ cmd_up() {
             cmd_status || true
             return 0
         fi
-        fail "a local cluster is already running ($running of $listed nodes in $dir): run 'deploy/local-cluster.sh down' first"
+        fail "a local cluster is already running ($running of $listed nodes in $dir): start a stopped one with '$self start ID', or run '$self down' first"
     fi
 
     for ((i = 0; i < count; i++)); do
@@ -116,31 +122,15 @@ cmd_up() {
     } >"$cluster_file.tmp"
     mv "$cluster_file.tmp" "$cluster_file"
 
+    # The flags every node gets, one a line, for start and restart later.
+    printf '%s\n' "${extra[@]+"${extra[@]}"}" >"$dir/node-flags"
     local started=()
     for ((i = 1; i <= count; i++)); do
-        id="n$i"
-        mkdir -p "$dir/$id/data"
-        : >"$dir/$id/node.out"
-        # setsid: the nodes outlive this script and ignore the terminal's Ctrl-C; they keep none of the
-        # caller's descriptors beyond the standard three (a caller waiting for this script's pipes to close
-        # would otherwise wait for the nodes).
-        (
-            close_inherited_descriptors
-            exec setsid "$node_bin" --cluster "$cluster_file" --node-id "$id" --data-dir "$dir/$id/data" "${extra[@]}" \
-                >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null
-        ) &
-        echo $! >"$dir/$id/node.pid"
-        started+=("$id")
+        launch "n$i"
+        started+=("n$i")
     done
-
-    local deadline=$((SECONDS + 30)) failed=""
-    for id in "${started[@]}"; do
-        until grep -q "listening on" "$dir/$id/node.out" 2>/dev/null; do
-            if [ -z "$(running_pid "$id")" ] || [ "$SECONDS" -ge "$deadline" ]; then failed="$id"; break; fi
-            sleep 0.1
-        done
-        [ -n "$failed" ] && break
-    done
+    local failed
+    failed="$(wait_listening "${started[@]}")"
     if [ -n "$failed" ]; then
         echo "local-cluster: node $failed did not start; the end of $dir/$failed/node.log:" >&2
         tail -n 15 "$dir/$failed/node.log" >&2
@@ -153,12 +143,108 @@ cmd_up() {
         printf '  %-4s 127.0.0.1:%-5s pid %-7s log %s\n' "$id" "$port" "$(cat "$dir/$id/node.pid")" "$dir/$id/node.log"
     done < <(members)
     echo "talk to a node:  $cli_bin --port $base stats"
-    echo "status:          deploy/local-cluster.sh status"
-    echo "stop:            deploy/local-cluster.sh down        (down --purge also deletes the data)"
+    echo "status:          $self status"
+    echo "one node:        $self stop n2 | start n2 | restart n2"
+    echo "stop:            $self down        (down --purge also deletes the data)"
+}
+
+# Starts node ID in the background with the cluster's flags (node-flags), appending to its log.
+launch() {
+    local id="$1" flags=()
+    [ -f "$dir/node-flags" ] && mapfile -t flags < <(grep -v '^$' "$dir/node-flags")
+    mkdir -p "$dir/$id/data"
+    : >"$dir/$id/node.out"
+    # setsid: the nodes outlive this script and ignore the terminal's Ctrl-C; they keep none of the
+    # caller's descriptors beyond the standard three (a caller waiting for this script's pipes to close
+    # would otherwise wait for the nodes).
+    (
+        close_inherited_descriptors
+        exec setsid "$node_bin" --cluster "$cluster_file" --node-id "$id" --data-dir "$dir/$id/data" \
+            "${flags[@]+"${flags[@]}"}" >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null
+    ) &
+    echo $! >"$dir/$id/node.pid"
+}
+
+# Waits up to 30 s for each node to print its "listening" line; prints the first that did not.
+wait_listening() {
+    local deadline=$((SECONDS + 30)) id
+    for id in "$@"; do
+        until grep -q "listening on" "$dir/$id/node.out" 2>/dev/null; do
+            if [ -z "$(running_pid "$id")" ] || [ "$SECONDS" -ge "$deadline" ]; then echo "$id"; return; fi
+            sleep 0.1
+        done
+    done
+}
+
+# The port of member ID, or nothing.
+port_of() { members | awk -v id="$1" '$1 == id { print $2 }'; }
+
+# Stops one node: SIGTERM and up to 30 s for it to exit (then SIGKILL), or SIGKILL at once.
+stop_node() {
+    local id="$1" signal="${2:-TERM}" pid
+    pid="$(running_pid "$id")"
+    if [ -z "$pid" ]; then
+        rm -f "$dir/$id/node.pid"
+        echo "$id is not running"
+        return 0
+    fi
+    kill -"$signal" "$pid"
+    local deadline=$((SECONDS + 30)) started=$EPOCHREALTIME
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.05; done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null || true
+        echo "$id (pid $pid) did not stop within 30 s of SIG$signal: killed"
+        rm -f "$dir/$id/node.pid"
+        return 1
+    fi
+    rm -f "$dir/$id/node.pid"
+    echo "$id (pid $pid) stopped (SIG$signal, $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
+}
+
+cmd_stop() {
+    local id="${1:-}" signal=TERM
+    [ -n "$id" ] || { usage >&2; exit 2; }
+    case "${2:-}" in
+        --kill) signal=KILL ;;
+        "") ;;
+        *) echo "local-cluster: unknown argument $2" >&2; usage >&2; exit 2 ;;
+    esac
+    [ -n "$(port_of "$id")" ] || fail "no node $id in $cluster_file (the members are: $(members | awk '{ print $1 }' | tr '\n' ' '))"
+    stop_node "$id" "$signal"
+}
+
+cmd_start() {
+    local id="${1:-}" port
+    [ -n "$id" ] || { usage >&2; exit 2; }
+    port="$(port_of "$id")"
+    [ -n "$port" ] || fail "no node $id in $cluster_file (the members are: $(members | awk '{ print $1 }' | tr '\n' ' '))"
+    if [ -n "$(running_pid "$id")" ]; then
+        echo "$id is already running (pid $(running_pid "$id"))"
+        return 0
+    fi
+    port_busy "$port" && fail "port $port of $id is busy (another program listens there)"
+    binaries
+    [ -x "$node_bin" ] || fail "no cachet-node at $node_bin: run '$self up' first"
+    launch "$id"
+    local failed
+    failed="$(wait_listening "$id")"
+    if [ -n "$failed" ]; then
+        echo "local-cluster: node $id did not start; the end of $dir/$id/node.log:" >&2
+        tail -n 15 "$dir/$id/node.log" >&2
+        exit 1
+    fi
+    echo "$id started on 127.0.0.1:$port (pid $(cat "$dir/$id/node.pid"))"
+}
+
+cmd_restart() {
+    local id="${1:-}"
+    [ -n "$id" ] || { usage >&2; exit 2; }
+    cmd_stop "$id"
+    cmd_start "$id"
 }
 
 cmd_status() {
-    [ -f "$cluster_file" ] || { echo "no local cluster in $dir (start one with: deploy/local-cluster.sh up)"; return 1; }
+    [ -f "$cluster_file" ] || { echo "no local cluster in $dir (start one with: $self up)"; return 1; }
     [ -n "${cli_bin:-}" ] || binaries
     local id port pid stats state items hash hashes="" down=0
     printf '%-4s %-15s %-8s %-8s %10s  %s\n' id address pid state items cluster_hash
@@ -182,7 +268,7 @@ cmd_status() {
         printf '%-4s %-15s %-8s %-8s %10s  %s\n' "$id" "127.0.0.1:$port" "$pid" "$state" "$items" "$hash"
     done < <(members)
     if [ "$(sort -u <<<"$hashes" | grep -c .)" -gt 1 ]; then
-        echo "the nodes disagree on the membership: run 'deploy/local-cluster.sh reload'"
+        echo "the nodes disagree on the membership: run '$self reload'"
     fi
     [ "$down" -eq 0 ]
 }
@@ -246,6 +332,9 @@ case "$command" in
     up) cmd_up "$@" ;;
     status) cmd_status ;;
     reload) cmd_reload ;;
+    stop) cmd_stop "$@" ;;
+    start) cmd_start "$@" ;;
+    restart) cmd_restart "$@" ;;
     down) cmd_down "$@" ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;

@@ -206,6 +206,19 @@ struct DeployTests {
         }
         // The node id is the pod's name.
         #expect(value(of: "--node-id") == "$(POD_NAME)")
+        // The grace period leaves the node its whole --shutdown-timeout (default 10 s) and some.
+        let shutdown = Double(value(of: "--shutdown-timeout") ?? "10") ?? 10
+        let grace = try #require(podSpec["terminationGracePeriodSeconds"] as? Int)
+        #expect(Double(grace) >= shutdown + 5, "grace \(grace) s for a --shutdown-timeout of \(shutdown) s")
+        // The README's resident-memory bound fits the container's limit: the store, its pool of freed large
+        // blocks (a sixteenth), connection memory (a quarter by default), the disk queue (16 MiB), the
+        // process (25 MiB) and 8.5 KiB for each of a thousand connections.
+        let memoryFlag = try #require(value(of: "--memory-limit"))
+        let memoryLimit = try #require(Int(memoryFlag.dropLast(3))) << (memoryFlag.hasSuffix("GiB") ? 30 : 20)
+        let resident = memoryLimit + memoryLimit / 16 + memoryLimit / 4 + (16 << 20) + (25 << 20) + 1000 * 8704
+        let limits = dictionary(container, "resources", "limits")
+        let containerLimit = try #require(limits["memory"] as? String)
+        #expect(containerLimit == "1Gi" && resident <= 1 << 30, "\(resident) bytes resident under \(containerLimit)")
         let env = container["env"] as? [[String: Any]] ?? []
         let podName = env.first { $0["name"] as? String == "POD_NAME" }
         #expect(dictionary(podName, "valueFrom", "fieldRef")["fieldPath"] as? String == "metadata.name")
@@ -326,6 +339,24 @@ struct DeployTests {
         #expect(again.status == 0 && again.output.contains("already up"))
         let other = try run(["up", "5"])
         #expect(other.status == 1 && other.error.contains("already running"))
+
+        // One node stopped, started and restarted on its own, with the flags the cluster was started with.
+        let stop = try run(["stop", "n2"])
+        #expect(
+            stop.status == 0 && stop.output.contains("n2 (pid") && stop.output.contains("stopped"),
+            "\(stop.output)"
+        )
+        let stopped = try run(["status"])
+        #expect(stopped.status == 1 && stopped.output.contains("stopped"), "\(stopped.output)")
+        let start = try run(["start", "n2"])
+        #expect(start.status == 0 && start.output.contains("n2 started on 127.0.0.1:\(base + 1)"), "\(start.output)")
+        let restart = try run(["restart", "n3"])
+        #expect(restart.status == 0 && restart.output.contains("n3 started"), "\(restart.output)\n\(restart.error)")
+        let unknown = try run(["stop", "n9"])
+        #expect(unknown.status == 1 && unknown.error.contains("no node n9"), "\(unknown.error)")
+        #expect(try run(["status"]).status == 0, "every node is up again")
+        let flags = try String(contentsOfFile: folder + "/node-flags", encoding: .utf8)
+        #expect(flags.contains("--memory-limit"), "the nodes' flags are kept for start and restart")
 
         let down = try run(["down"])
         #expect(down.status == 0, "\(down.output)\n\(down.error)")
