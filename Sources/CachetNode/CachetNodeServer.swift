@@ -118,7 +118,8 @@ public final class CachetNodeServer: Sendable {
                     forwardTimeout: forwardTimeout,
                     probeInterval: probe
                 ),
-                holdsInMinority: !configuration.servesOwnKeysInMinority
+                holdsInMinority: !configuration.servesOwnKeysInMinority,
+                logger: logger
             ) : nil
         self.hold = hold
         // The stand-in log is kept in the data directory, so that a crash of this node cannot lose what it

@@ -132,7 +132,7 @@ final class NodeHealth: Sendable {
             case .unavailable(_, .overloaded), .unavailable(_, .markedDown):
                 transition = nil
             }
-            if transition == .cameUp { memberChange = transition }
+            if transition == .cameUp || (transition == .becameSuspect && wasUp) { memberChange = transition }
             if case .wentDown = transition { memberChange = transition }
             switch transition {
             case .wentDown:
@@ -181,7 +181,7 @@ final class NodeHealth: Sendable {
         return MinorityChange(entered: inMinority, reached: reached, members: members)
     }
 
-    /// One line when a peer goes down or comes back in this node's view (not per request).
+    /// One line when a peer turns suspect, goes down or comes back in this node's view (not per request).
     private func log(
         _ change: CachetPeerHealth.Transition,
         of member: CachetClusterMember,
@@ -189,7 +189,9 @@ final class NodeHealth: Sendable {
     ) {
         var metadata: Logger.Metadata = ["cluster.member": "\(member.id)"]
         if case .unavailable(let reason, _) = outcome { metadata["error.message"] = "\(reason)" }
-        if case .cameUp = change {
+        if case .becameSuspect = change {
+            logger?.info("a cluster member did not answer in time: suspect, still routed to", metadata: metadata)
+        } else if case .cameUp = change {
             logger?.notice("a cluster member answers again: its keys go back to it", metadata: metadata)
         } else {
             logger?.warning(

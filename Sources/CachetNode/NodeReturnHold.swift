@@ -1,6 +1,7 @@
 import CachetCluster
 import CachetLocking
 import Dispatch
+import Logging
 import Synchronization
 
 /// The owner's hold of a node in a cluster of more than one (`Protocol/CLUSTER.md`, "The owner's hold"):
@@ -40,6 +41,8 @@ final class NodeReturnHold: Sendable {
     private let timer = CachetLock<(any DispatchSourceTimer)?>(nil)
     /// Invalidations that made a hold last longer (STATS `hold_extensions`).
     let extensions = Atomic<Int>(0)
+    /// Where a hold that starts is logged (one line per start, with its reason).
+    private let logger: Logger?
     private static let tickInterval: UInt64 = 50_000_000
 
     /// Starts holding now, if the node starts with entries from before.
@@ -57,8 +60,10 @@ final class NodeReturnHold: Sendable {
         holdingAtStart: Bool,
         quietPeriod: UInt64 = 0,
         maximumHold: UInt64? = nil,
-        holdsInMinority: Bool = true
+        holdsInMinority: Bool = true,
+        logger: Logger? = nil
     ) {
+        self.logger = logger
         let now = DispatchTime.now().uptimeNanoseconds
         let hold = CachetReturnHold(
             holdPeriod: holdPeriod,
@@ -127,10 +132,26 @@ final class NodeReturnHold: Sendable {
     /// A peer answered after every peer had failed.
     func regainedContact() {
         let now = DispatchTime.now().uptimeNanoseconds
-        state.withLock { hold in
+        let (wasHolding, until) = state.withLock { hold in
+            let wasHolding = hold.isHolding(now: now)
             hold.regainedContact(now: now)
             holdUntil.store(hold.holdUntil, ordering: .relaxed)
+            return (wasHolding, hold.holdUntil)
         }
+        if !wasHolding {
+            logHold("contact with the cluster is back (it may have been cut off)", now: now, until: until)
+        }
+    }
+
+    /// One line when a hold starts: why, and for how long at least.
+    private func logHold(_ reason: String, now: UInt64, until: UInt64) {
+        logger?.notice(
+            "this node holds its own keys (GETs miss, writes go to their stand-ins) while stand-ins may tell it what they wrote",
+            metadata: [
+                "hold.reason": "\(reason)",
+                "hold.seconds": "\(Double(until &- now) / 1e9)",
+            ]
+        )
     }
 
     /// Records whether the node reaches fewer than a majority of the members now (``NodeHealth``, when a
@@ -182,11 +203,15 @@ final class NodeReturnHold: Sendable {
     @discardableResult
     private func tick() -> Bool {
         let now = DispatchTime.now().uptimeNanoseconds
-        return state.withLock { hold in
-            _ = hold.tick(now: now)
+        let (holding, stalled, until) = state.withLock { hold in
+            let stalled = hold.tick(now: now)
             holdUntil.store(hold.holdUntil, ordering: .relaxed)
             lastTick.store(now, ordering: .relaxed)
-            return hold.isHolding(now: now)
+            return (hold.isHolding(now: now), stalled, hold.holdUntil)
         }
+        if stalled {
+            logHold("the process did not run for a while (stopped, or the machine froze)", now: now, until: until)
+        }
+        return holding
     }
 }

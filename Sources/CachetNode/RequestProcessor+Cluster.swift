@@ -53,10 +53,9 @@ extension RequestProcessor {
         let header = frame.header
         let forwarded = header.flags & CachetRequestFlags.forwarded.rawValue != 0
         // A request a holding member sent on, or an invalidation, is served here, never sent on.
-        let invalidation = forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0
-        let lastHop = invalidation || (forwarded && header.flags & CachetRequestFlags.lastHop.rawValue != 0)
-        // An invalidation that confirms a peer's write: only a member that serves the key may take it.
-        let confirming = invalidation && header.flags & CachetRequestFlags.lastHop.rawValue != 0
+        let lastHop =
+            forwarded
+            && header.flags & (CachetRequestFlags.lastHop.rawValue | CachetRequestFlags.invalidation.rawValue) != 0
         let cluster = self.cluster.unsafelyUnwrapped
         let health = cluster.health
         noteInvalidation(header)
@@ -131,10 +130,8 @@ extension RequestProcessor {
             servable = true
         case .forward(let target):
             if !forwarded { return .pending(forward(frame, in: buffer, to: target)) }
-            RequestCounters.bump(counters.routingDisagreements)
-            if confirming { return refuseConfirmation(header, routedTo: target, output: &output) }
-            if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: target) {
-                return confirmation
+            if let decision = disagreement(frame, in: buffer, key: keyBytes, routedTo: target, output: &output) {
+                return decision
             }
             servable = false
         case .delivering(let returned):
@@ -142,25 +139,18 @@ extension RequestProcessor {
             // value; the local copy is not served.
             if header.opcode == .get { return miss(header.id, output: &output) }
             if !forwarded { return .pending(forward(frame, in: buffer, to: returned)) }
-            RequestCounters.bump(counters.routingDisagreements)
-            if confirming { return refuseConfirmation(header, routedTo: returned, output: &output) }
-            if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: returned) {
-                return confirmation
+            if let decision = disagreement(frame, in: buffer, key: keyBytes, routedTo: returned, output: &output) {
+                return decision
             }
             servable = false
         case .deferred(let next):
             // Forwarded or not, the next stand-in takes it (a second hop for a forwarded one, its last); one
             // that already made its second hop is served here, recorded and delivered but not served later.
-            if lastHop {
-                RequestCounters.bump(counters.routingDisagreements)
-                if confirming { return refuseConfirmation(header, routedTo: next, output: &output) }
-                if !invalidation, let confirmation = confirmation(of: frame, in: buffer, key: keyBytes, at: next) {
-                    return confirmation
-                }
-                servable = false
-                break
+            guard lastHop else { return .pending(forward(frame, in: buffer, to: next, lastHop: forwarded)) }
+            if let decision = disagreement(frame, in: buffer, key: keyBytes, routedTo: next, output: &output) {
+                return decision
             }
-            return .pending(forward(frame, in: buffer, to: next, lastHop: forwarded))
+            servable = false
         case .unsettled:
             if header.opcode == .get { return miss(header.id, output: &output) }
             appendMessage(
@@ -242,6 +232,25 @@ extension RequestProcessor {
                 )
             )
         )
+    }
+
+    /// A request a peer forwarded here for a key this node routes to `target`: counted as a routing
+    /// disagreement; a confirmation (an invalidation with `lastHop`) is refused, a write is confirmed with
+    /// `target`; nil for what is served here (a GET, by the stand-in log's rule; an invalidation).
+    private func disagreement(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        key: UnsafeRawBufferPointer,
+        routedTo target: CachetClusterMember,
+        output: inout CachetByteBuffer
+    ) -> RouteDecision? {
+        RequestCounters.bump(counters.routingDisagreements)
+        let flags = frame.header.flags
+        guard flags & CachetRequestFlags.invalidation.rawValue == 0 else {
+            if flags & CachetRequestFlags.lastHop.rawValue == 0 { return nil }
+            return refuseConfirmation(frame.header, routedTo: target, output: &output)
+        }
+        return confirmation(of: frame, in: buffer, key: key, at: target)
     }
 
     /// Refuses a confirmation (an invalidation with `lastHop`) for a key this node routes to `target`: its

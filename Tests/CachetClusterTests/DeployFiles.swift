@@ -26,12 +26,14 @@ enum DeployFiles {
     }
 
     /// Runs a program to its end, its output in temporary files (so that no pipe fills), and kills it
-    /// when it outlives `timeout` seconds.
+    /// when it outlives `timeout` seconds: with `grace`, SIGTERM first (a program that cleans up then
+    /// gets that long) and SIGKILL after.
     static func run(
         _ program: String,
         _ arguments: [String],
         environment: [String: String] = [:],
-        timeout: Double = 60
+        timeout: Double = 60,
+        grace: Double = 0
     ) throws -> Outcome {
         let directory = TemporaryDirectory(prefix: "cachet-run")
         let outputPath = directory.appending("out")
@@ -48,6 +50,11 @@ enum DeployFiles {
         try process.run()
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning && grace > 0 {
+            kill(process.processIdentifier, SIGTERM)
+            let end = Date().addingTimeInterval(grace)
+            while process.isRunning && Date() < end { usleep(10_000) }
+        }
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
         }

@@ -35,11 +35,13 @@ struct RegisterCheckTests {
         )
         let script = DeployFiles.path("Benchmarks/register-check.py")
         let extra = ProcessInfo.processInfo.environment["CACHET_REGISTER_NODE_FLAGS"] ?? ""
-        let outcome = try Self.run(
+        // Past 120 s it gets SIGTERM, which makes it stop its nodes and report, and SIGKILL 20 s later.
+        let outcome = try DeployFiles.run(
             python,
             [script, "--node", BuiltProducts.path(of: "cachet-node")] + Self.arguments
                 + ["--node-flags", "--probe-interval 0.2 --forward-timeout 0.5 \(extra)"],
-            bound: 120
+            timeout: 120,
+            grace: 20
         )
         let verdict = outcome.output.split(separator: "\n").last { $0.hasPrefix("REGISTER CHECK") } ?? "no verdict"
         #expect(outcome.status == 0, "\(verdict)\n\(outcome.output.suffix(6000))\n\(outcome.error.suffix(2000))")
@@ -52,42 +54,5 @@ struct RegisterCheckTests {
         return path.split(separator: ":").map { "\($0)/\(name)" }.first {
             FileManager.default.isExecutableFile(atPath: $0)
         }
-    }
-
-    /// Runs the checker to its end; past `bound` seconds it is sent SIGTERM, which makes it stop its nodes
-    /// and report, and SIGKILL 20 s later.
-    static func run(_ program: String, _ arguments: [String], bound: Double) throws -> DeployFiles.Outcome {
-        let directory = TemporaryDirectory(prefix: "cachet-register-test")
-        let outputPath = directory.appending("out")
-        let errorPath = directory.appending("err")
-        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-        _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = arguments
-        process.standardOutput = FileHandle(forWritingAtPath: outputPath)
-        process.standardError = FileHandle(forWritingAtPath: errorPath)
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        var deadline = Date().addingTimeInterval(bound)
-        var terminated = false
-        while process.isRunning {
-            if Date() >= deadline {
-                if terminated {
-                    kill(process.processIdentifier, SIGKILL)
-                    break
-                }
-                kill(process.processIdentifier, SIGTERM)
-                terminated = true
-                deadline = Date().addingTimeInterval(20)
-            }
-            usleep(20_000)
-        }
-        process.waitUntilExit()
-        return DeployFiles.Outcome(
-            status: process.terminationStatus,
-            output: (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "",
-            error: (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
-        )
     }
 }
