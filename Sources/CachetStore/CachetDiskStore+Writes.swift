@@ -52,8 +52,9 @@ extension CachetDiskStore {
                 invalidate(digest)
                 return
             }
-            guard file.count <= configuration.limit else {
-                // Larger than the whole tier: it cannot be kept, and an older copy must not stay.
+            guard file.count + Self.indexRecordSize <= configuration.limit else {
+                // Larger than the whole tier (with its record in the index file): it cannot be kept, and an
+                // older copy must not stay.
                 invalidate(digest)
                 return
             }
@@ -218,13 +219,15 @@ extension CachetDiskStore {
         }
     }
 
-    /// Deletes least recently used entries while the files exceed the limit. Waits for a complete index:
-    /// while it is rebuilt, the LRU order is not known yet.
+    /// Deletes least recently used entries while the files, with the index file a clean shutdown would write
+    /// for them (``indexRecordSize`` bytes each), exceed the limit. Waits for a complete index: while it is
+    /// rebuilt, the LRU order is not known yet.
     func trimToLimit() {
         io.withLock { _ in
             while true {
                 let victim = state.withLock { state -> KeyDigest? in
-                    guard !state.recovering, !state.closed, state.index.fileBytes > configuration.limit,
+                    let footprint = state.index.fileBytes + state.index.count * Self.indexRecordSize
+                    guard !state.recovering, !state.closed, footprint > configuration.limit,
                         let oldest = state.index.oldest
                     else {
                         return nil

@@ -209,9 +209,11 @@ public final class CachetDiskStore: Sendable {
     }
 
     /// The largest key plus value that always fits the tier, even when it does not compress: the limit less
-    /// one file header. A bigger entry may still fit if it compresses, but a caller that promises to keep
-    /// an entry on disk only should check it against this.
-    public var maximumEntryBytes: Int { max(0, configuration.limit - DiskEntryFormat.headerSize) }
+    /// one file header and its record in the index file. A bigger entry may still fit if it compresses, but
+    /// a caller that promises to keep an entry on disk only should check it against this.
+    public var maximumEntryBytes: Int {
+        max(0, configuration.limit - DiskEntryFormat.headerSize - Self.indexRecordSize)
+    }
 
     // MARK: Failure warnings
 
