@@ -137,39 +137,32 @@ extension NodeIOQueue {
         loop.lingerMilliseconds = 0
         drainedCallback = completion
         let start = DispatchTime.now()
-        // Graceful closes end a little before the server's own deadline, so that they end the drain
-        // rather than being cut short by it.
-        drainDeadline = start + max(0.05, timeout * 0.9 - 0.05)
-        // Requests already sent may need the disk queue (a thousand writes take a second or two on a
-        // busy machine): most of the time goes to answering them; closing gracefully takes milliseconds
-        // for a client that reads.
-        drainWaitingEnds = start + timeout * 0.75
-        drainServingEnds = leaving ? start : drainWaitingEnds
-        drainQuietPeriod = quietPeriod
+        drainSchedule = DrainSchedule(start: start, timeout: timeout, quietPeriod: quietPeriod, leaving: leaving)
         forEachConnection { $0.lastReceived = start }
         scheduleHousekeeping()
         drainStep(now: CachetClock.now())
     }
 
     private func drainStep(now: UInt32) {
+        guard let schedule = drainSchedule else { return }
         let clock = DispatchTime.now()
-        let quietSince = clock - drainQuietPeriod
-        let servingOver = clock >= drainServingEnds
         forEachConnection { connection in
+            let activity: DrainSchedule.Activity
             switch connection.phase {
             case .closing, .closed:
-                return
+                activity = .gone
             case .waitingForCompletion, .waitingForForwards:
                 // Its request gets no reply (a PUT not yet queued is not acknowledged, and not written),
                 // unless its forwards answer before the graceful close ends.
-                guard clock >= drainWaitingEnds else { return }
+                activity = .waiting
             default:
                 let idle =
                     connection.output.readableBytes == 0 && connection.forwards == nil
-                    && connection.lastReceived < quietSince
-                guard idle || servingOver else { return }
+                    && schedule.isQuiet(since: connection.lastReceived, now: clock)
+                activity = .serving(idle: idle)
             }
-            beginClosing(connection, deadline: drainDeadline)
+            guard schedule.closes(activity, now: clock) else { return }
+            beginClosing(connection, deadline: schedule.closesEnd)
             settle(connection, now: now)
         }
         if connectionCount == 0, let callback = drainedCallback {

@@ -67,11 +67,8 @@ final class NodeIOQueue: @unchecked Sendable {
     /// The drain answers nothing more (a cluster member leaving; see ``drain(timeout:quietPeriod:leaving:completion:)``).
     @exclusivity(unchecked) var leaving = false
     var drainedCallback: (@Sendable () -> Void)?
-    var drainDeadline = DispatchTime(uptimeNanoseconds: 0)
-    var drainServingEnds = DispatchTime(uptimeNanoseconds: 0)
-    /// When connections waiting for the disk or for forwards are closed whether or not they were answered.
-    var drainWaitingEnds = DispatchTime(uptimeNanoseconds: 0)
-    var drainQuietPeriod: DispatchTimeInterval = .milliseconds(100)
+    /// When the drain closes each connection; set when it starts.
+    var drainSchedule: DrainSchedule?
     /// The budget shared by every loop's connections.
     let memory: ConnectionMemory
     /// `memory.releases` when waiting connections were last retried.
