@@ -7,8 +7,7 @@ extension NodeIOQueue {
     /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
     /// been returned, closes graceful closes that reached their deadline, and drives a drain.
     func housekeep() {
-        let watchStalls = stallTimeout > 0 && memory.paused > 0
-        if !watchStalls { exhaustedSince = 0 }
+        let watchStalls = stalls.isWatching(connectionsWaiting: memory.paused > 0)
         guard waitingForMemory > 0 || closingCount > 0 || draining || watchStalls else { return }
         // Runs again after the interval while there is upkeep to do.
         defer { scheduleHousekeeping() }
@@ -37,9 +36,7 @@ extension NodeIOQueue {
     /// and is kept; so is every connection while nothing waits (a slow reader alone is only held back).
     func evictStalledConnections() {
         let clock = DispatchTime.now().uptimeNanoseconds
-        if exhaustedSince == 0 { exhaustedSince = clock }
-        guard clock >= lastStallScan + Self.stallScanInterval else { return }
-        lastStallScan = clock
+        guard stalls.shouldScan(now: clock) else { return }
         var stalled: [(connection: Connection, held: Int)] = []
         forEachConnection { connection in
             if connection.repliesTaken != connection.repliesSeen || connection.repliesStalledSince == 0 {
@@ -53,18 +50,18 @@ extension NodeIOQueue {
             let held = connection.heldBytes
             guard held > 0 else { return }
             let pending = Self.pending(connection)
-            let repliesStalled = clock - max(connection.repliesStalledSince, exhaustedSince) >= stallTimeout
-            // A client reading its replies moves, even while its last request is half-sent (large PUTs
-            // pipelined: reads end mid-frame).
-            let requestStalled =
-                repliesStalled && clock - max(connection.requestsStalledSince, exhaustedSince) >= stallTimeout
-            if (pending.replies && repliesStalled) || (pending.request && requestStalled) {
-                stalled.append((connection, held))
-            }
+            let isStalled = stalls.isStalled(
+                pendingReplies: pending.replies,
+                pendingRequest: pending.request,
+                repliesStalledSince: connection.repliesStalledSince,
+                requestsStalledSince: connection.requestsStalledSince,
+                now: clock
+            )
+            if isStalled { stalled.append((connection, held)) }
         }
         guard !stalled.isEmpty else { return }
         stalled.sort { $0.held > $1.held }
-        let seconds = Double(stallTimeout) / 1e9
+        let seconds = Double(stalls.timeout) / 1e9
         for (connection, held) in stalled {
             logger.warning(
                 "closing a connection that held connection memory without progress while others waited for it",

@@ -79,16 +79,9 @@ final class NodeIOQueue: @unchecked Sendable {
     var waitingForMemory = 0
     /// How long a graceful close may wait for the peer to close after the last reply.
     let closeLinger: Double
-    /// Nanoseconds a connection may hold budget without progress while others wait for memory before it
-    /// is closed (`--client-stall-timeout`); 0 never closes one.
-    let stallTimeout: UInt64
-    /// Since when (a `DispatchTime` in nanoseconds) connections have waited for memory without a break, as
-    /// this loop saw it; 0 while none waits.
-    var exhaustedSince: UInt64 = 0
-    /// When connections were last checked for stalls (a `DispatchTime` in nanoseconds).
-    var lastStallScan: UInt64 = 0
-    /// How often, at most, connections are checked for stalls while others wait for memory.
-    static let stallScanInterval: UInt64 = 100_000_000
+    /// When a connection holding budget without progress is closed while others wait for memory
+    /// (`--client-stall-timeout`).
+    var stalls: StallWatch
     /// Input bytes a graceful close throws away before it gives up waiting for the peer.
     static let discardLimit = 64 << 20
     static let housekeepingInterval = Duration.milliseconds(10)
@@ -138,7 +131,7 @@ final class NodeIOQueue: @unchecked Sendable {
         self.outputLimit = outputLimit
         self.memory = memory
         self.closeLinger = closeLinger
-        self.stallTimeout = UInt64(max(0, stallTimeout) * 1e9)
+        self.stalls = StallWatch(timeout: UInt64(max(0, stallTimeout) * 1e9))
         var logger = logger
         logger[metadataKey: "io.loop"] = "\(index)"
         self.logger = logger
@@ -165,7 +158,7 @@ final class NodeIOQueue: @unchecked Sendable {
             forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
             forwarder.start(probeInterval: probeInterval)
         }
-        if stallTimeout > 0 {
+        if stalls.timeout > 0 {
             // A connection that starts waiting on another loop may be waiting for this loop's connections.
             memory.onWaitingStarted { [weak self] in
                 self?.execute { [weak self] in self?.scheduleHousekeeping() }
