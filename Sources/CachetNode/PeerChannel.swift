@@ -43,6 +43,11 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
     private let maximumReplyLength: Int
     private(set) var pending: [UInt32: Pending] = [:]
     private var nextID: UInt32 = 1
+    /// How many times the requests written so far were handed to the socket: a request written while this
+    /// has not moved since has not left this node yet (``PeerForwarder``'s singleflight joins only such
+    /// a request, whose reply cannot predate the joiner).
+    private(set) var handOffs: UInt64 = 0
+    private var handOffScheduled = false
     /// Called once the channel has closed, so that its pool opens a new one for the next forward.
     var onClose: ((PeerChannel) -> Void)?
 
@@ -73,7 +78,19 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         }
         pending[id] = Pending(completion: completion, timer: timer)
         write(request)
-        flush()
+        scheduleHandOff()
+    }
+
+    /// Hands what was written to the socket once the loop has finished the work in hand (the requests its
+    /// clients sent in one batch leave together, in one write).
+    private func scheduleHandOff() {
+        guard !handOffScheduled else { return }
+        handOffScheduled = true
+        loop.execute { [self] in
+            handOffScheduled = false
+            handOffs &+= 1
+            flush()
+        }
     }
 
     override func channelRead() {

@@ -39,8 +39,9 @@ final class PeerForwarder: @unchecked Sendable {
     /// Clients' GETs in the air, by key: a GET of a key already asked of the same member waits for that
     /// request's reply instead of sending its own.
     private var flights = CachetSingleflight<[UInt8], UInt64>()
-    /// Where each flight went (a GET routed elsewhere does not join it).
-    private var flightTargets: [UInt64: CachetClusterMember] = [:]
+    /// Where each flight went (a GET routed elsewhere does not join it), on which channel, and that
+    /// channel's ``PeerChannel/handOffs`` when the flight's request was written.
+    private var flightTargets: [UInt64: (member: CachetClusterMember, channel: PeerChannel, handOffs: UInt64)] = [:]
     /// The completions of the GETs waiting for a flight, by waiter token.
     private var waiters: [UInt64: (ForwardOutcome) -> Void] = [:]
     private var nextWaiter: UInt64 = 0
@@ -201,7 +202,16 @@ final class PeerForwarder: @unchecked Sendable {
             )
             return false
         }
-        if let flight = flights.flight(for: key), flightTargets[flight] != request.owner { flights.detach(key) }
+        // A GET joins only a flight to the member it is routed to now whose request has not left this node
+        // yet: the owner then reads the key after this GET arrived, so the shared reply is never older than
+        // a write acknowledged before this GET was sent (a request already on its way could have been read
+        // before such a write, through another node, was applied).
+        if let flight = flights.flight(for: key), let target = flightTargets[flight],
+            target.member != request.owner || target.channel.handOffs != target.handOffs
+                || target.channel.state == .closed
+        {
+            flights.detach(key)
+        }
         let waiter = nextWaiter
         switch flights.join(key, waiter: waiter) {
         case .full:
@@ -214,15 +224,22 @@ final class PeerForwarder: @unchecked Sendable {
         case .leader(let flight):
             nextWaiter += 1
             waiters[waiter] = completion
-            flightTargets[flight] = request.owner
             // The completion may run before `forward` returns (a member marked down, the cap reached): the
             // flight then ends at once, with this waiter alone.
+            var ended = false
             forward(&frame, to: request.owner, secondHop: request.secondHop) { [self] outcome in
+                ended = true
                 flightTargets[flight] = nil
                 for token in flights.complete(flight) {
                     let completion = waiters.removeValue(forKey: token)
                     completion?(outcome)
                 }
+            }
+            if !ended, let channel = channels[request.owner] {
+                flightTargets[flight] = (request.owner, channel, channel.handOffs)
+            } else if !ended {
+                // No channel carries it (not sent): nobody joins it.
+                flights.detach(key)
             }
             return false
         }
