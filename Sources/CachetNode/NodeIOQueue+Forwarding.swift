@@ -85,8 +85,8 @@ extension NodeIOQueue {
         switch result {
         case .needMoreBytes where output.readableBytes > 0, .yielded where output.readableBytes > 0:
             completeForward(Array(output.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
-        case .suspended(.forward(let again)) where again.confirmation:
-            forwarder?.forward(again) { [self] outcome in
+        case .suspended(.forward(let again)) where again.confirmation && forwarder != nil:
+            forwarder.unsafelyUnwrapped.forward(again) { [self] outcome in
                 answerForward(again, outcome, slot: slot, pipeline: pipeline, connection: connection)
             }
         default:
