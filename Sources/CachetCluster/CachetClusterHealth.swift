@@ -73,6 +73,22 @@ public struct CachetClusterHealth: Sendable {
     /// - Parameter member: a member index.
     public func isStaleSinceCut(_ member: Int) -> Bool { member != localIndex && peers[member].isStaleSinceCut }
 
+    /// Whether `member`, down in this node's view, is known to be down rather than cut off from this node
+    /// alone: it went down by a refused connection, or, down by timeouts, enough other peers answered this
+    /// node since that, with it, they make a majority (a node cut off from everyone sees every peer time
+    /// out, one after another, and must not act on the first that goes down before it counts itself in the
+    /// minority). True for a member that is not down.
+    /// - Parameter member: a member index.
+    /// - Complexity: O(members).
+    public func isDownVerified(_ member: Int) -> Bool {
+        guard member != localIndex, let since = peers[member].downByTimeoutsAt else { return true }
+        var answered = 1  // this node
+        for index in peers.indices where index != localIndex && index != member {
+            if peers[index].lastAnswerAt > since { answered += 1 }
+        }
+        return answered >= majority
+    }
+
     /// Forgets which peers answered (``hasAnswered(_:)``): called when this node reaches fewer than a
     /// majority, after which what it saw of each peer may be its own isolation.
     /// - Complexity: O(members).

@@ -91,6 +91,12 @@ public struct CachetPeerHealth: Sendable, Hashable {
     /// connection that failed once open (a reset may come from a peer that is alive, as after a partition
     /// heals).
     public private(set) var isStaleSinceCut = false
+    /// When the peer last answered (0: never).
+    public private(set) var lastAnswerAt: UInt64 = 0
+    /// When the peer went down by timeouts, while it stays down that way: nil when it is not down, or went
+    /// down by a refused connection (which only a closed port gives). Timeouts may be this node's own
+    /// isolation: ``CachetClusterHealth/isDownVerified(_:)`` asks the other peers' answers since.
+    public private(set) var downByTimeoutsAt: UInt64?
 
     /// Creates the health of a peer assumed up.
     /// - Parameter configuration: thresholds and times.
@@ -121,6 +127,8 @@ public struct CachetPeerHealth: Sendable, Hashable {
     public mutating func replied(now: UInt64) -> Transition? {
         hasAnswered = true
         isStaleSinceCut = false
+        lastAnswerAt = now
+        downByTimeoutsAt = nil
         forgetBackoffIfHeld(now: now)
         switch state {
         case .up:
@@ -153,7 +161,9 @@ public struct CachetPeerHealth: Sendable, Hashable {
             let timeouts: Int
             if case .suspect(let count) = state { timeouts = count + 1 } else { timeouts = 1 }
             if timeouts >= configuration.timeoutsBeforeDown {
-                return goDown(now: now, mayGoDown: mayGoDown, timeouts: timeouts, using: &random)
+                let transition = goDown(now: now, mayGoDown: mayGoDown, timeouts: timeouts, using: &random)
+                if case .wentDown = transition { downByTimeoutsAt = now }
+                return transition
             }
             state = .suspect(timeouts: timeouts)
             return .becameSuspect
@@ -187,7 +197,10 @@ public struct CachetPeerHealth: Sendable, Hashable {
         certain: Bool = true,
         using random: inout some RandomNumberGenerator
     ) -> Transition? {
-        if certain { isStaleSinceCut = false }
+        if certain {
+            isStaleSinceCut = false
+            downByTimeoutsAt = nil
+        }
         forgetBackoffIfHeld(now: now)
         switch state {
         case .up, .suspect:

@@ -72,12 +72,16 @@ extension NodeHealth {
 
     /// Whether this node's view of every member before `member` on the key's preference list is its own:
     /// none is down only in a view formed while this node reached fewer than a majority
-    /// (``CachetClusterHealth/isStaleSinceCut(_:)``).
+    /// (``CachetClusterHealth/isStaleSinceCut(_:)``), nor down by timeouts that no majority of answers since
+    /// has shown to be that member's rather than this node's isolation
+    /// (``CachetClusterHealth/isDownVerified(_:)``).
     private static func knowsDown(before member: Int, in health: CachetClusterHealth, hash: UInt64) -> Bool {
         let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
         for earlier in list {
             if earlier == member { return true }
-            if health.isStaleSinceCut(earlier) && !health.isRoutable(earlier) { return false }
+            if !health.isRoutable(earlier) && (health.isStaleSinceCut(earlier) || !health.isDownVerified(earlier)) {
+                return false
+            }
         }
         return true
     }
@@ -106,7 +110,7 @@ extension NodeHealth {
             if upOnly ? health.state(of: next) == .up : health.isRoutable(next) {
                 return health.hasAnswered(next) ? .member(health.membership.members[next]) : .unanswered
             }
-            if health.isStaleSinceCut(next) { return .unanswered }
+            if health.isStaleSinceCut(next) || !health.isDownVerified(next) { return .unanswered }
         }
         return .none
     }

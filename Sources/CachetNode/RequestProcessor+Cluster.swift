@@ -154,8 +154,8 @@ extension RequestProcessor {
         case .unsettled:
             if header.opcode == .get { return miss(header.id, output: &output) }
             appendMessage(
-                "this node has not yet heard, since it started or was cut off, from the members that could take "
-                    + "the key of \(owner.id) in its place; try again shortly",
+                "this node cannot tell yet whether the members that could take the key of \(owner.id) in its "
+                    + "place are down or it is cut off itself; try again shortly",
                 status: .unavailable,
                 opcode: header.opcode,
                 id: header.id,

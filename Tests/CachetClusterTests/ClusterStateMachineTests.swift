@@ -80,6 +80,30 @@ struct ClusterStateMachineTests {
         #expect(!peer.isStaleSinceCut && peer.hasAnswered)
     }
 
+    /// A peer down by timeouts counts as down for standing in only once a majority has answered since: a
+    /// node cut off from everyone sees its peers time out one after another, and the first one down must
+    /// not make it a stand-in before it counts itself in the minority. A refused connection needs nothing.
+    @Test func aPeerDownByTimeoutsIsVerifiedByAMajorityOfAnswersSince() throws {
+        var random = SplitMix64(state: 6)
+        let members = (1...5).map { CachetClusterMember(id: "n\($0)", host: "127.0.0.1", port: 7420 + $0) }
+        var health = try CachetClusterHealth(
+            membership: try CachetMembership(members: members),
+            localID: "n4",
+            configuration: Self.configuration
+        )
+        for peer in [0, 1, 2, 4] { _ = health.replied(peer, now: 1) }
+        for now in UInt64(10)...12 { _ = health.timedOut(0, now: now, using: &random) }
+        #expect(health.state(of: 0) == .down)
+        #expect(!health.isDownVerified(0), "no answer since it went down")
+        _ = health.replied(1, now: 20)
+        #expect(!health.isDownVerified(0), "this node and one peer are not a majority of five")
+        _ = health.replied(2, now: 21)
+        #expect(health.isDownVerified(0), "three of five answered since")
+        _ = health.refused(4, now: 30, using: &random)
+        #expect(health.isDownVerified(4), "a refused connection is certain")
+        #expect(health.isDownVerified(1), "a member that is not down")
+    }
+
     @Test func failedProbesDoubleTheBackoffUpToTheMaximumWithJitterInTheUpperHalf() {
         var random = SplitMix64(state: 2)
         var peer = CachetPeerHealth(configuration: Self.configuration)
