@@ -99,7 +99,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # importing soak.py leaves no __pycache__ in the repository
-from soak import DEL, GET, NOT_FOUND, OK, PUT, STATUS_NAMES, frame, key_body, put_body  # noqa: E402
+from soak import DEL, GET, NOT_FOUND, OK, PUT, STATUS_NAMES, Connection, key_body, put_body  # noqa: E402
 
 UNAVAILABLE = 7
 OPS = {PUT: "PUT", DEL: "DEL", GET: "GET"}
@@ -450,13 +450,12 @@ class RequestTimeout(Exception):
     pass
 
 
-class ClientConnection:
-    """A persistent blocking connection to one node: one request at a time, each within a deadline."""
+class ClientConnection(Connection):
+    """soak.py's connection to one node, each request within a deadline (a timeout is RequestTimeout), that
+    can tell whether the node closed it while it was idle."""
 
     def __init__(self, host: str, port: int, deadline: float) -> None:
-        self.sock = socket.create_connection((host, port), timeout=max(0.01, deadline - time.monotonic()))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.next_id = 1
+        super().__init__(port, max(0.01, deadline - time.monotonic()), host)
 
     def looks_closed(self) -> bool:
         """True when the node closed or reset the connection while it was idle (EOF or an error is waiting)."""
@@ -466,43 +465,11 @@ class ClientConnection:
         except (OSError, ValueError):
             return True
 
-    def _read_exactly(self, count: int, deadline: float) -> bytes:
-        chunks, remaining = [], count
-        while remaining > 0:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RequestTimeout()
-            self.sock.settimeout(left)
-            try:
-                chunk = self.sock.recv(remaining)
-            except socket.timeout:
-                raise RequestTimeout() from None
-            if not chunk:
-                raise ConnectionError("the node closed the connection")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
-    def request(self, opcode: int, body: bytes, deadline: float) -> tuple[int, bytes]:
-        request_id = self.next_id
-        self.next_id = (self.next_id + 1) & 0xFFFFFFFF
-        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+    def request(self, opcode: int, body: bytes = b"", deadline: float | None = None) -> tuple[int, bytes]:
         try:
-            self.sock.sendall(frame(opcode, body, request_id))
+            return super().request(opcode, body, deadline)
         except socket.timeout:
             raise RequestTimeout() from None
-        (length,) = struct.unpack(">I", self._read_exactly(4, deadline))
-        payload = self._read_exactly(length, deadline)
-        _, reply_opcode, status, reply_id = struct.unpack(">BBHI", payload[:8])
-        if reply_opcode != opcode or reply_id != request_id:
-            raise ConnectionError(f"reply opcode {reply_opcode} id {reply_id} to request {opcode} id {request_id}")
-        return status, payload[8:]
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 # One request of the history: times are seconds since the start of the load (time.monotonic()).

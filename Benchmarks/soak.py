@@ -96,16 +96,22 @@ class Failures:
 
 
 class Connection:
-    """A blocking client connection that sends one request and reads one reply at a time."""
+    """A blocking client connection that sends one request and reads one reply at a time; each request
+    bounded by the socket's timeout, or by a `deadline` (time.monotonic()) when one is given."""
 
-    def __init__(self, port: int, timeout: float) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.next_id = 1
 
-    def _read_exactly(self, count: int) -> bytes:
+    def _read_exactly(self, count: int, deadline: float | None = None) -> bytes:
         chunks, remaining = [], count
         while remaining > 0:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("the deadline passed")
+                self.sock.settimeout(left)
             chunk = self.sock.recv(min(remaining, 1 << 20))
             if not chunk:
                 raise ConnectionError("the node closed the connection")
@@ -113,12 +119,14 @@ class Connection:
             remaining -= len(chunk)
         return b"".join(chunks)
 
-    def request(self, opcode: int, body: bytes = b"") -> tuple[int, bytes]:
+    def request(self, opcode: int, body: bytes = b"", deadline: float | None = None) -> tuple[int, bytes]:
         request_id = self.next_id
         self.next_id = (self.next_id + 1) & 0xFFFFFFFF
+        if deadline is not None:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
         self.sock.sendall(frame(opcode, body, request_id))
-        (length,) = struct.unpack(">I", self._read_exactly(4))
-        payload = self._read_exactly(length)
+        (length,) = struct.unpack(">I", self._read_exactly(4, deadline))
+        payload = self._read_exactly(length, deadline)
         _, reply_opcode, status, reply_id = struct.unpack(">BBHI", payload[:8])
         if reply_opcode != opcode or reply_id != request_id:
             raise ConnectionError(f"reply opcode {reply_opcode} id {reply_id} to request {opcode} id {request_id}")
