@@ -218,7 +218,6 @@ extension RequestProcessor {
             id: 0,
             flags: [.forwarded, .invalidation, .lastHop]
         )
-        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
         return .pending(
             .forward(
                 ForwardRequest(
@@ -227,7 +226,7 @@ extension RequestProcessor {
                     id: header.id,
                     owner: target,
                     confirmation: true,
-                    original: Array(buffer[start..<frame.end]),
+                    original: Self.requestBytes(frame, in: buffer),
                     secondHop: true
                 )
             )
@@ -271,6 +270,12 @@ extension RequestProcessor {
         return .answered
     }
 
+    /// The whole request `frame` as received, its length prefix included: what a forward sends on.
+    private static func requestBytes(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer) -> [UInt8] {
+        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
+        return Array(buffer[start..<frame.end])
+    }
+
     /// Answers a GET with a miss, counted as one.
     private func miss(_ id: UInt32, output: inout CachetByteBuffer) -> RouteDecision {
         RequestCounters.bump(counters.gets)
@@ -290,8 +295,7 @@ extension RequestProcessor {
         RequestCounters.bump(counters.forwards)
         let forwarded =
             CachetRequestFlags.forwarded.rawValue | (lastHop ? CachetRequestFlags.lastHop.rawValue : 0)
-        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
-        var request = Array(buffer[start..<frame.end])
+        var request = Self.requestBytes(frame, in: buffer)
         let secondHop = frame.header.flags & CachetRequestFlags.forwarded.rawValue != 0
         request.withUnsafeMutableBytes {
             $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
@@ -338,8 +342,7 @@ extension RequestProcessor {
     func fanOut(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer) -> PendingOperation? {
         let flags = CachetRequestFlags(rawValue: frame.header.flags)
         guard flags.contains(.cluster), !flags.contains(.forwarded) else { return nil }
-        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
-        var request = Array(buffer[start..<frame.end])
+        var request = Self.requestBytes(frame, in: buffer)
         let word = (frame.header.flags | CachetRequestFlags.forwarded.rawValue) & ~CachetRequestFlags.cluster.rawValue
         request.withUnsafeMutableBytes { $0.storeBytes(of: word.bigEndian, toByteOffset: 6, as: UInt16.self) }
         let nobody = CachetClusterMember(id: "", host: "", port: 0)
