@@ -11,8 +11,9 @@ import Logging
 /// peer marked down is answered UNAVAILABLE at once, not tried), by the cluster-wide fan-out and by STATS.
 /// The rules are `CachetClusterHealth`'s: refused → down at once, timeouts → suspect then down, probes with
 /// backoff and jitter, flap damping, and never every peer down. A membership change (SIGHUP) starts every
-/// peer over as up. It keeps whether this node reaches fewer than a majority of the members (the minority
-/// rule), recounted only when a peer starts or stops being up, and tells the hold (``NodeReturnHold``).
+/// peer over as up. It keeps whether this node reaches fewer than a majority of the members
+/// (``MinorityRule``), recounted only when a peer starts or stops being up, and tells the hold
+/// (``NodeReturnHold``).
 ///
 /// Beside the peers' health, under the same lock because routing reads both at once, it keeps what this
 /// node owes the members it stood in for (``StandInDuty``) and writes it to the stand-in log's file; which
@@ -27,17 +28,8 @@ final class NodeHealth: Sendable {
         var random = SystemRandomNumberGenerator()
         /// What this node owes the members it stood in for.
         var duty = StandInDuty()
-        /// Whether this node reaches fewer than a majority of the members, as last computed.
-        var inMinority = false
-        /// How often this node has entered the minority since start.
-        var minorityEntries = 0
-    }
-
-    /// This node entered or left the minority: logged once the lock is released.
-    private struct MinorityChange {
-        var entered: Bool
-        var reached: Int
-        var members: Int
+        /// Whether this node reaches fewer than a majority of the members, as last counted.
+        var minority = MinorityRule()
     }
 
     private let membership: CachetNodeMembership
@@ -109,7 +101,7 @@ final class NodeHealth: Sendable {
     /// delivering goes back to standing in.
     func record(_ outcome: ForwardOutcome, from member: CachetClusterMember) {
         let now = DispatchTime.now().uptimeNanoseconds
-        var change: MinorityChange?
+        var change: MinorityRule.Change?
         var memberChange: CachetPeerHealth.Transition?
         let regained = withState { health, state -> Bool in
             guard let index = health.membership.index(ofID: member.id) else { return false }
@@ -158,27 +150,17 @@ final class NodeHealth: Sendable {
     }
 
     /// Whether this node reaches fewer than a majority of the members (STATS `in_minority`).
-    var isInMinority: Bool { state.withLock { $0.inMinority } }
+    var isInMinority: Bool { state.withLock { $0.minority.inMinority } }
 
     /// How often this node has entered the minority since start (STATS `minority_entries`).
-    var minorityEntries: Int { state.withLock { $0.minorityEntries } }
+    var minorityEntries: Int { state.withLock { $0.minority.entries } }
 
-    /// Recounts the members this node reaches and, when it entered or left the minority, tells the hold
-    /// (under this lock, so that the last word is the latest) and returns the change to log.
-    private func updateMinority(_ health: inout CachetClusterHealth, _ state: inout State) -> MinorityChange? {
-        let inMinority = health.isInMinority
-        guard inMinority != state.inMinority else { return nil }
-        state.inMinority = inMinority
-        if inMinority {
-            state.minorityEntries += 1
-            // What this node saw of its peers may now be its own isolation: a peer counts as answered
-            // again only once it has (``successor(in:hash:upOnly:)``).
-            health.forgetAnswers()
-        }
-        let reached = health.reachedMembers
-        let members = health.membership.members.count
-        hold?.setInMinority(inMinority, reached: reached, members: members)
-        return MinorityChange(entered: inMinority, reached: reached, members: members)
+    /// Recounts the members this node reaches (``MinorityRule``) and, when it entered or left the minority,
+    /// tells the hold (under this lock, so that the last word is the latest) and returns the change to log.
+    private func updateMinority(_ health: inout CachetClusterHealth, _ state: inout State) -> MinorityRule.Change? {
+        guard let change = state.minority.recount(&health) else { return nil }
+        hold?.setInMinority(change.entered, reached: change.reached, members: change.members)
+        return change
     }
 
     /// One line when a peer turns suspect, goes down or comes back in this node's view (not per request).
@@ -201,28 +183,8 @@ final class NodeHealth: Sendable {
         }
     }
 
-    private func log(_ change: MinorityChange) {
-        let metadata: Logger.Metadata = [
-            "cluster.reached": "\(change.reached)", "cluster.members": "\(change.members)",
-        ]
-        if change.entered {
-            if hold?.holdsInMinority != true {
-                logger?.warning(
-                    "this node reaches fewer than a majority of the cluster's members; it goes on serving its own keys (--serve-own-keys-in-minority), which may return values a stand-in replaced",
-                    metadata: metadata
-                )
-            } else {
-                logger?.warning(
-                    "this node reaches fewer than a majority of the cluster's members: it holds its own keys (GETs miss, writes go to a reachable stand-in or are refused) until it reaches a majority again",
-                    metadata: metadata
-                )
-            }
-        } else {
-            logger?.notice(
-                "this node reaches a majority of the cluster's members again; it serves its own keys once its hold ends",
-                metadata: metadata
-            )
-        }
+    private func log(_ change: MinorityRule.Change) {
+        change.log(to: logger, holdsOwnKeys: hold?.holdsInMinority == true)
     }
 
     // MARK: - Stand-ins (`Protocol/CLUSTER.md`, "Failover without stale reads"); where a key goes is in
@@ -335,7 +297,7 @@ final class NodeHealth: Sendable {
         let generation = membership.generation
         let snapshot: (nodeID: String, membership: CachetMembership)? =
             state.withLock { $0.generation == generation } ? nil : membership.snapshot()
-        var change: MinorityChange?
+        var change: MinorityRule.Change?
         let result = state.withLockUnchecked { state -> T? in
             if let snapshot, state.generation != generation {
                 state.health = try? CachetClusterHealth(

@@ -34,7 +34,7 @@ import Glibc
 /// completion and wake-up.
 ///
 /// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `NodeIOQueue+Disk.swift`,
-/// forwarding in `NodeIOQueue+Forwarding.swift`.
+/// forwarding in `NodeIOQueue+Forwarding.swift` (what is sent and answered, in ``ForwardCoordinator``).
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
 /// only through ``execute(_:)`` and ``executeAndWait(_:)``.
@@ -55,9 +55,9 @@ final class NodeIOQueue: @unchecked Sendable {
     let processor: RequestProcessor
     /// The processor's router, for the cluster-wide fan-out.
     let router: ForwardRouter?
-    /// The connections to other members for forwarded requests, on this loop; nil on a node that never
-    /// forwards.
-    let forwarder: PeerForwarder?
+    /// What this loop does with requests other members answer (its peer connections included); nil on a
+    /// node that never forwards.
+    let forwardCoordinator: ForwardCoordinator?
     /// Seconds between probes of the peers, on the loop that probes for the node (nil on the others).
     private let probeInterval: Duration?
     private let outputLimit: Int
@@ -114,12 +114,17 @@ final class NodeIOQueue: @unchecked Sendable {
             throw CachetNodeError(code: .resourceExhausted, message: "I/O loop \(index): \(error.message)")
         }
         self.loop = loop
-        forwarder = forwardTimeout.map { forwardTimeout in
-            PeerForwarder(
-                loop: loop,
-                timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
-                maximumReplyLength: processor.maximumPayloadLength,
-                health: health,
+        forwardCoordinator = forwardTimeout.map { forwardTimeout in
+            ForwardCoordinator(
+                forwarder: PeerForwarder(
+                    loop: loop,
+                    timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
+                    maximumReplyLength: processor.maximumPayloadLength,
+                    health: health,
+                    logger: logger
+                ),
+                router: router,
+                processor: processor,
                 logger: logger
             )
         }
@@ -153,7 +158,7 @@ final class NodeIOQueue: @unchecked Sendable {
     /// Starts watching the epoll set, and the forwarder's probes.
     func start() {
         loop.start()
-        if let forwarder {
+        if let forwarder = forwardCoordinator?.forwarder {
             let processor = processor
             forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
             forwarder.start(probeInterval: probeInterval)
