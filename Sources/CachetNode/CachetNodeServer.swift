@@ -227,6 +227,7 @@ public final class CachetNodeServer: Sendable {
         }
         source.activate()
         timer.activate()
+        greetPeers()
         logger.info(
             "node started",
             metadata: [
@@ -365,17 +366,34 @@ public final class CachetNodeServer: Sendable {
         }
         timer?.cancel()
         let group = DispatchGroup()
+        // A cluster member answers nothing more once it stops: its peers take writes of its keys once they
+        // know, and it must not take any on connections opened before. Every loop has stopped answering
+        // before the peers are told, and closes its connections after.
+        let leaving = configuration.cluster != nil
+        var told: (() -> (answered: Int, peers: Int))?
+        if leaving {
+            // Nothing more is answered, then the peers are told, and the connections close at once: a peer
+            // whose forward is left unanswered sends it elsewhere (to the stand-in once told, or here again,
+            // where the closed port marks this member down).
+            for loop in loops { loop.executeAndWait { loop.stopAnswering() } }
+            told = announceLeaving()
+        }
         for loop in loops {
             group.enter()
-            // A cluster member answers nothing more once it stops: peers that cannot reach it take writes of
-            // its keys, and it must not take any on connections opened before.
-            let leaving = configuration.cluster != nil
             loop.execute { loop.drain(timeout: timeout, leaving: leaving) { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning(
                 "connections still busy at shutdown were closed",
                 metadata: ["shutdown.timeout": "\(timeout)"]
+            )
+        }
+        if let told {
+            // The notices go out on the peer connections, which the loops close when they stop.
+            let (answered, peers) = told()
+            logger.notice(
+                "left the cluster: peers told to send this member's keys to their stand-ins",
+                metadata: ["cluster.member": "\(membership.nodeID)", "cluster.peers_told": "\(answered)/\(peers)"]
             )
         }
         for loop in loops { loop.executeAndWait { loop.stop() } }
@@ -394,6 +412,55 @@ public final class CachetNodeServer: Sendable {
             disk.store.close()
         }
         logger.info("node stopped")
+    }
+
+    /// Starts telling every peer that this member is leaving (`Protocol/CLUSTER.md`, "A member that
+    /// stops"): they mark it down at once and send its keys to their stand-ins, rather than finding its port
+    /// closed request by request. Returns what waits for their answers, up to the forward deadline (at most
+    /// a second) from now; a peer that does not answer finds the port closed instead.
+    private func announceLeaving() -> () -> (answered: Int, peers: Int) {
+        guard let forwarder = loops.first?.forwardCoordinator?.forwarder else { return { (0, 0) } }
+        let id = membership.nodeID
+        logger.notice("leaving the cluster: telling the peers", metadata: ["cluster.member": "\(id)"])
+        return pingEveryPeer(forwarder, CachetCommand.leavingNotice(memberID: id, id: 0))
+    }
+
+    /// As the node starts, a PING to every peer (waiting up to the forward deadline, at most a second,
+    /// before `start()` returns): a member that restarts knows at once which peers answer, so that, while
+    /// it holds, it can pass its keys to a stand-in that answered rather than refuse them for want of an
+    /// answer. A peer that does not answer is left to the probes (it may not have started yet: counting it
+    /// down would make the first members of a cluster that starts take themselves for cut off). Sent once
+    /// the node accepts: peers that greet each other at once answer each other.
+    private func greetPeers() {
+        guard let forwarder = loops.first?.forwardCoordinator?.forwarder else { return }
+        let greeted = pingEveryPeer(
+            forwarder,
+            CachetCommand.ping.encoded(id: 0, flags: .forwarded),
+            recordingFailures: false
+        )()
+        logger.info("peers greeted", metadata: ["cluster.peers_answered": "\(greeted.answered)/\(greeted.peers)"])
+    }
+
+    /// Sends `frame` to every peer from the first loop; returns what waits for the answers, up to the
+    /// forward deadline (at most a second) from now.
+    private func pingEveryPeer(
+        _ forwarder: PeerForwarder,
+        _ frame: [UInt8],
+        recordingFailures: Bool = true
+    ) -> () -> (answered: Int, peers: Int) {
+        let result = CachetLock((answered: 0, peers: 0))
+        let done = DispatchSemaphore(value: 0)
+        let deadline = DispatchTime.now() + min(configuration.forwardTimeout, 1)
+        forwarder.loop.execute {
+            forwarder.pingEveryPeer(frame, recordingFailures: recordingFailures) { answered, peers in
+                result.withLock { $0 = (answered, peers) }
+                done.signal()
+            }
+        }
+        return {
+            _ = done.wait(timeout: deadline)
+            return result.withLock { $0 }
+        }
     }
 
     /// Blocks until `signals` reports SIGTERM or SIGINT, then shuts down gracefully.

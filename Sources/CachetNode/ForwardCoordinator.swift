@@ -5,9 +5,10 @@ import CachetWire
 import Logging
 
 /// What a node does with a request another member answers (`Protocol/CLUSTER.md`, "Forwarding"): it sends
-/// the request on through the loop's peer connections (``PeerForwarder``), decides what a refusal leads to
-/// (a write refused before it was sent goes once to where the key is routed now; a refused confirmation is
-/// served again in this node's view), and turns the outcome into the client's reply, its opcode and id
+/// the request on through the loop's peer connections (``PeerForwarder``), decides what a request that was
+/// not applied leads to (refused before it was sent, or unanswered when the member closed the connection
+/// gracefully: it goes to where the key is routed now; a refused confirmation is served again in this node's
+/// view), and turns the outcome into the client's reply, its opcode and id
 /// restored. The cluster-wide CLEAR and STATS go to every member and their answers are gathered into one
 /// reply.
 ///
@@ -44,30 +45,68 @@ final class ForwardCoordinator {
     ) {
         let collapsed = forwarder.forward(request) { [self] outcome in
             guard isWanted() else { return }
-            // A confirmation refused (the member's port is closed: it serves no copy, and is now marked
-            // down) leaves the write to this node's view again: most often served here as the stand-in.
-            if case .unavailable(_, .refused) = outcome, request.confirmation {
-                serveAfterRefusedConfirmation(request, answer: answer)
-                return
-            }
-            // A write refused before it was sent (the member's port is closed: it is gone, now marked down)
-            // goes, once, to where the key is routed now.
-            if case .unavailable(_, .refused) = outcome, let next = rerouted(request) {
-                forwarder.forward(next) { [self] outcome in answer(reply(to: request, outcome)) }
-                return
-            }
-            answer(reply(to: request, outcome))
+            settle(request, outcome, retries: 2, answer: answer)
         }
         if collapsed { RequestCounters.bump(processor.counters.forwardsCollapsed) }
     }
 
-    /// The write a refused confirmation was for, routed again in this node's view, which now counts
-    /// `request.owner` down: answered here (served as the stand-in, or refused), or confirmed once more with
-    /// the member it is routed to now; anything that would wait for more (the disk queue) is answered
-    /// UNAVAILABLE, as the refusal would have been.
-    private func serveAfterRefusedConfirmation(_ request: ForwardRequest, answer: @escaping ([UInt8]) -> Void) {
-        var input = CachetByteBuffer(capacity: request.original.count)
-        request.original.withUnsafeBytes { input.append($0) }
+    /// Answers `request` from its forward's outcome, or sends it again when the outcome says it was not
+    /// applied (at most `retries` more times):
+    /// - a confirmation refused (the member's port is closed: it serves no copy, and is now marked down)
+    ///   leaves the write to this node's view again: most often served here as the stand-in;
+    /// - a request refused before it was sent (the member is gone, now marked down), or left unanswered by
+    ///   a member that closed the connection gracefully (it is stopping: it applied nothing it did not
+    ///   answer), goes to where the key is routed now: a stand-in once the member is marked down, or the
+    ///   same member again after a close (a new connection, which a stopped member refuses).
+    private func settle(
+        _ request: ForwardRequest,
+        _ outcome: ForwardOutcome,
+        retries: Int,
+        answer: @escaping ([UInt8]) -> Void
+    ) {
+        guard retries > 0, case .unavailable(_, let cause) = outcome, cause == .refused || cause == .closed else {
+            answer(reply(to: request, outcome))
+            return
+        }
+        if request.confirmation {
+            serveHere(request.original, for: request, retries: retries - 1, answer: answer)
+            return
+        }
+        if let next = rerouted(request, sameOwner: cause == .closed) {
+            forwarder.forward(next) { [self] outcome in settle(next, outcome, retries: retries - 1, answer: answer) }
+        } else if !request.secondHop {
+            // Routed here now (this node stands in for the member that refused or left) or nowhere yet: the
+            // client's request is served as if it had just arrived.
+            serveHere(Self.clientFrame(of: request), for: request, retries: retries - 1, answer: answer)
+        } else {
+            answer(reply(to: request, outcome))
+        }
+    }
+
+    /// The client's request a forward carries, as the client sent it: `forwarded` cleared, its id restored.
+    private static func clientFrame(of request: ForwardRequest) -> [UInt8] {
+        var frame = request.frame
+        let flags = UInt16(frame[6]) << 8 | UInt16(frame[7])
+        let cleared = flags & ~CachetRequestFlags.forwarded.rawValue
+        frame[6] = UInt8(cleared >> 8)
+        frame[7] = UInt8(truncatingIfNeeded: cleared)
+        for index in 0..<4 { frame[8 + index] = UInt8(truncatingIfNeeded: request.id >> (24 - 8 * index)) }
+        return frame
+    }
+
+    /// Serves `frame` (the write a refused confirmation was for, or a client's request whose owner refused
+    /// the connection or left it unanswered at a graceful close) in this node's view, which now counts `request.owner` down: answered here (served as
+    /// the stand-in, a miss, or refused), from the disk tier, or sent on to the member it is routed to now;
+    /// a PUT that would wait for room in the disk queue is answered UNAVAILABLE, as the refusal would have
+    /// been (nothing was applied).
+    private func serveHere(
+        _ frame: [UInt8],
+        for request: ForwardRequest,
+        retries: Int,
+        answer: @escaping ([UInt8]) -> Void
+    ) {
+        var input = CachetByteBuffer(capacity: frame.count)
+        frame.withUnsafeBytes { input.append($0) }
         var output = CachetByteBuffer(capacity: 256)
         let result = processor.process(
             input: &input,
@@ -79,14 +118,28 @@ final class ForwardCoordinator {
         switch result {
         case .needMoreBytes where output.readableBytes > 0, .yielded where output.readableBytes > 0:
             answer(Array(output.readableRegion))
-        case .suspended(.forward(let again)) where again.confirmation:
-            forwarder.forward(again) { [self] outcome in answer(reply(to: again, outcome)) }
+        case .suspended(.forward(let again)):
+            forwarder.forward(again) { [self] outcome in
+                settle(again, outcome, retries: max(0, retries), answer: answer)
+            }
+        case .suspended(.get(let key, let id)) where processor.disk != nil:
+            // The disk worker answers on its own thread; the reply is made back on this loop's queue.
+            let loop = forwarder.loop
+            let onLoop = LoopConfined((processor, answer))
+            processor.disk.unsafelyUnwrapped.worker.get(key: key, now: CachetClock.now()) { entry in
+                loop.execute {
+                    let (processor, answer) = onLoop.value
+                    var output = CachetByteBuffer(capacity: 256)
+                    processor.completeGet(key: key, id: id, entry: entry, output: &output, now: CachetClock.now())
+                    answer(Array(output.readableRegion))
+                }
+            }
         default:
             answer(
                 reply(
                     to: request,
                     .unavailable(
-                        "\(request.owner.id) refused the connection and the write could not be served here",
+                        "\(request.owner.id) did not take the request and it could not be served here",
                         .refused
                     )
                 )
@@ -94,18 +147,20 @@ final class ForwardCoordinator {
         }
     }
 
-    /// A write (PUT or DEL) for another member's key whose forward to `request.owner` was refused: the same
-    /// request for the member the key is routed to now, or nil when that is not another member (this node
-    /// stands in, or it waits: the request is then answered UNAVAILABLE as before).
-    private func rerouted(_ request: ForwardRequest) -> ForwardRequest? {
-        guard request.opcode == .put || request.opcode == .delete, let router, let cluster = processor.cluster,
+    /// A GET, PUT or DEL for another member's key whose forward to `request.owner` was not applied (refused,
+    /// or unanswered at a graceful close): the same request for the member the key is routed to now, or nil
+    /// when that is not another member (this node stands in, or it waits: the request is then answered
+    /// UNAVAILABLE as before). With `sameOwner`, `request.owner` itself may be the target again.
+    private func rerouted(_ request: ForwardRequest, sameOwner: Bool) -> ForwardRequest? {
+        guard request.opcode == .put || request.opcode == .delete || request.opcode == .get,
+            let router, let cluster = processor.cluster,
             let key = PeerForwarder.key(of: request)
         else { return nil }
         let placement = key.withUnsafeBytes { key -> NodeHealth.Placement? in
             guard let owner = router.foreignOwner(of: key) else { return nil }
             return cluster.health.place(key, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
         }
-        guard case .forward(let target)? = placement, target != request.owner else { return nil }
+        guard case .forward(let target)? = placement, sameOwner || target != request.owner else { return nil }
         RequestCounters.bump(processor.counters.forwards)
         return ForwardRequest(frame: request.frame, opcode: request.opcode, id: request.id, owner: target)
     }
@@ -225,6 +280,13 @@ final class ForwardCoordinator {
         }
         return CachetClusterStatsReply(answeredBy: nodeID, clusterHash: clusterHash, members: results).encoded
     }
+}
+
+/// A value made on a loop's queue and used only there, carried through a closure that another thread holds
+/// meanwhile (the disk worker's completion hops back to the loop before touching it).
+private final class LoopConfined<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }
 
 /// The answers of a fan-out, gathered on the loop as they come.

@@ -115,7 +115,7 @@ final class NodeHealth: Sendable {
                 transition = health.timedOut(index, now: now, using: &state.random)
             case .unavailable(_, .refused):
                 transition = health.refused(index, now: now, using: &state.random)
-            case .unavailable(_, .connectionFailed):
+            case .unavailable(_, .connectionFailed), .unavailable(_, .closed):
                 transition = health.refused(index, now: now, certain: false, using: &state.random)
             case .unavailable(_, .overloaded) where !health.isRoutable(index):
                 // A probe of a down peer that could not be sent: a failed probe, so that another is
@@ -147,6 +147,20 @@ final class NodeHealth: Sendable {
         if let memberChange { log(memberChange, of: member, after: outcome) }
         if let change { log(change) }
         if regained == true { hold?.regainedContact() }
+    }
+
+    /// The member with id `id` said it is leaving the cluster: it is marked down at once, as by a refused
+    /// connection, and the change is logged with that reason. Nothing happens for an id not in force, or
+    /// this node's own.
+    func memberLeaving(_ id: String) {
+        guard
+            let member = withHealth({ health -> CachetClusterMember? in
+                guard let index = health.membership.index(ofID: id), index != health.localIndex else { return nil }
+                return health.membership.members[index]
+            }) ?? nil
+        else { return }
+        logger?.notice("a cluster member is leaving the cluster", metadata: ["cluster.member": "\(member.id)"])
+        record(.unavailable("\(member.id) is leaving the cluster", .refused), from: member)
     }
 
     /// Whether this node reaches fewer than a majority of the members (STATS `in_minority`).
@@ -268,6 +282,15 @@ final class NodeHealth: Sendable {
         withHealth { health in
             health.membership.members.indices.compactMap { index -> CachetClusterMember? in
                 index != health.localIndex && health.isRoutable(index) ? health.membership.members[index] : nil
+            }
+        } ?? []
+    }
+
+    /// Every other member of the membership in force, whatever its state.
+    func peers() -> [CachetClusterMember] {
+        withHealth { health in
+            health.membership.members.indices.compactMap { index -> CachetClusterMember? in
+                index != health.localIndex ? health.membership.members[index] : nil
             }
         } ?? []
     }

@@ -111,6 +111,14 @@ extension NodeIOQueue {
         }
     }
 
+    /// A cluster member that is leaving answers nothing more from now on, while its connections stay open
+    /// until the drain (``drain(timeout:quietPeriod:leaving:completion:)``) closes them: its peers are told
+    /// meanwhile, so that a forward they sent and find unanswered when the connection closes goes to a
+    /// stand-in rather than to this member again. Called on `queue`.
+    func stopAnswering() {
+        leaving = true
+    }
+
     /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
     /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after three
     /// quarters of `timeout` every connection is (one waiting for the disk loses that request's reply);

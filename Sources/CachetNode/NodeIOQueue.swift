@@ -64,7 +64,8 @@ final class NodeIOQueue: @unchecked Sendable {
     let logger: Logger
     let onClose: @Sendable () -> Void
     @exclusivity(unchecked) var draining = false
-    /// The drain answers nothing more (a cluster member leaving; see ``drain(timeout:quietPeriod:leaving:completion:)``).
+    /// Nothing more is answered (a cluster member leaving: see ``stopAnswering()`` and
+    /// ``drain(timeout:quietPeriod:leaving:completion:)``).
     @exclusivity(unchecked) var leaving = false
     var drainedCallback: (@Sendable () -> Void)?
     /// When the drain closes each connection; set when it starts.
@@ -333,8 +334,9 @@ final class NodeIOQueue: @unchecked Sendable {
     /// member does not stop it: the replies behind it are held in order (``processHeld(_:now:)``).
     func process(_ connection: Connection, now: UInt32) {
         if leaving {
-            // Leaving the cluster: what is left in the input is not answered.
-            beginClosing(connection)
+            // Leaving the cluster: what is left in the input is not answered. Connections are closed once
+            // the drain starts (after the peers were told; until then they are kept open, unanswered).
+            if draining { beginClosing(connection) }
             return
         }
         if connection.forwards != nil && !processHeld(connection, now: now) {

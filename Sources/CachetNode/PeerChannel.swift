@@ -14,8 +14,12 @@ enum ForwardOutcome {
     enum Cause {
         /// The deadline passed.
         case timedOut
-        /// The connection failed or closed; the request may have been sent.
+        /// The connection failed (reset, or a bad reply); the request may have been sent.
         case connectionFailed
+        /// The member closed the connection (FIN) without answering: a member that stops gracefully applies
+        /// nothing it did not answer, so the request may go elsewhere (a crash may have applied it; a
+        /// PUT or DEL sent again is the same write).
+        case closed
         /// The connection was refused: the request was never sent (the member's port is closed).
         case refused
         /// Too many forwards were in flight to the member already.
@@ -136,6 +140,7 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
                 switch error?.code {
                 case .timedOut?: .timedOut
                 case .connectionRefused?: .refused
+                case .connectionClosed?: .closed
                 default: .connectionFailed
                 }
             waiting.completion(.unavailable("\(name): \(reason)", cause))

@@ -103,6 +103,31 @@ final class PeerForwarder: @unchecked Sendable {
         _ = loop.schedule(after: tick) { run() }
     }
 
+    /// Sends `frame` (a PING, with `forwarded`) to every peer of the membership in force, up or not, on the
+    /// control connections, and calls `completion` once each has answered or failed, with how many
+    /// answered OK. Each answer feeds the peers' health as a probe's does; a failure does only with
+    /// `recordingFailures` (a member greeting its peers as it starts does not count those that have not
+    /// started yet as down: the probes will). Called on the loop's queue.
+    func pingEveryPeer(
+        _ frame: [UInt8],
+        recordingFailures: Bool = true,
+        completion: @escaping (_ answered: Int, _ peers: Int) -> Void
+    ) {
+        guard let health else { return completion(0, 0) }
+        let peers = health.peers()
+        guard !peers.isEmpty else { return completion(0, 0) }
+        var remaining = peers.count
+        var answered = 0
+        for member in peers {
+            var request = frame
+            forward(&request, to: member, probe: true, control: true, recording: recordingFailures) { outcome in
+                if case .answered(.ok, _) = outcome { answered += 1 }
+                remaining -= 1
+                if remaining == 0 { completion(answered, peers.count) }
+            }
+        }
+    }
+
     /// Asks every routable peer for its STATS and records whether its membership hash (`cluster_hash`)
     /// differs from this node's: nodes that read different cluster files route keys differently.
     private func compareMemberships(_ health: NodeHealth) {
@@ -141,6 +166,7 @@ final class PeerForwarder: @unchecked Sendable {
         probe: Bool = false,
         control: Bool = false,
         secondHop: Bool = false,
+        recording recordingFailures: Bool = true,
         completion: @escaping (ForwardOutcome) -> Void
     ) {
         // A second hop answers within half the deadline, so that the member waiting on this node for it gets
@@ -165,7 +191,11 @@ final class PeerForwarder: @unchecked Sendable {
             return
         }
         channel.send(&request, timeout: timeout) { [weak self] outcome in
-            health.record(outcome, from: member)
+            if case .answered = outcome {
+                health.record(outcome, from: member)
+            } else if recordingFailures {
+                health.record(outcome, from: member)
+            }
             if probe, case .unavailable(_, .timedOut) = outcome { self?.abandon(channel) }
             completion(outcome)
         }

@@ -198,6 +198,16 @@ extension RequestProcessor {
         cluster.unsafelyUnwrapped.hold?.invalidationReceived()
     }
 
+    /// A peer's PING with `forwarded` and `leaving`: the member whose id is the body is leaving the cluster
+    /// (it was sent SIGTERM and answers nothing more). It is marked down at once in this node's view, so
+    /// that its keys go to their stand-ins without waiting for a refused connection; its probes bring it
+    /// back once it answers again. Answered OK, even for an id not in force (nothing is marked then).
+    func memberLeaving(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer, output: inout CachetByteBuffer) {
+        let id = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[frame.body]), as: UTF8.self)
+        cluster.unsafelyUnwrapped.health.memberLeaving(id)
+        appendReply(opcode: .ping, status: .ok, id: frame.header.id, to: &output)
+    }
+
     /// A write a peer forwarded here while this node routes the key to `target` (the owner, or another
     /// stand-in): the two see the cluster differently, and `target` may serve its own copy of the key to
     /// those who route it there. Rather than a copy here that nobody would read, `target` is sent an

@@ -235,6 +235,11 @@ struct RequestProcessor {
                     )
                 }
             default:
+                let leaving = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.leaving.rawValue
+                if forwards, header.flags & leaving == leaving {
+                    memberLeaving(frame, in: buffer, output: &output)
+                    return nil
+                }
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 appendReply(opcode: .ping, status: .ok, id: header.id, to: &output)
             }

@@ -141,6 +141,26 @@ public enum CachetCommand: Hashable, Sendable {
         return output
     }
 
+    /// A member's notice to a peer that it is leaving the cluster: a PING with `forwarded` and `leaving`
+    /// whose body is the sender's member id (`Protocol/PROTOCOL.md`, "Request flags").
+    /// - Parameters:
+    ///   - memberID: the leaving member's id.
+    ///   - id: the request id.
+    /// - Returns: the frame's bytes.
+    public static func leavingNotice(memberID: String, id: UInt32) -> [UInt8] {
+        var output: [UInt8] = []
+        let body = Array(memberID.utf8)
+        let flags: CachetRequestFlags = [.forwarded, .leaving]
+        body.withUnsafeBytes {
+            CachetFrameEncoder.appendFrame(
+                header: CachetFrameHeader(opcode: .ping, word: flags.rawValue, id: id),
+                body: $0,
+                to: &output
+            )
+        }
+        return output
+    }
+
     /// Decodes a request frame's body into a command.
     ///
     /// - Parameters:

@@ -34,8 +34,13 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// "Forwarding"). Ignored otherwise.
     @inlinable public static var lastHop: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0008) }
 
+    /// `0x0010`: with ``forwarded`` on PING, a member telling a peer that it is leaving the cluster (it was
+    /// sent SIGTERM): the body is the sender's member id, and the receiver marks it down at once, sending
+    /// its keys to their stand-ins (`Protocol/CLUSTER.md`, "A member that stops"). Ignored otherwise.
+    @inlinable public static var leaving: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0010) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x000f) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x001f) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -58,6 +63,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.cluster) { names.append("cluster") }
         if contains(.invalidation) { names.append("invalidation") }
         if contains(.lastHop) { names.append("lastHop") }
+        if contains(.leaving) { names.append("leaving") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -423,7 +423,34 @@ struct NodeFailoverTests {
         #expect(Date().timeIntervalSince(signalled) < 3, "the member took more than 3 s to stop")
     }
 
-    /// Waits until every member in `on` sees `id` as `state`.
+    /// A member sent SIGTERM tells its peers it is leaving before it closes: each marks it down at once (no
+    /// probe needed), logs why, and serves its keys as
+    /// the stand-in would; the member logs how many peers it told, and exits promptly.
+    @Test func aMemberStoppedWithSigtermTellsItsPeersItIsLeaving() throws {
+        // Probes every 2 s: the notice marks n1 down before n1 has even closed its connections, and the log says
+        // it was the notice.
+        let cluster = try Cluster(
+            extraArguments: ["--probe-interval", "2", "--forward-timeout", "0.5", "--hold-period", "1"]
+        )
+        for id in ["n2", "n3"] { #expect(try cluster.stateOf("n1", on: id) == "up") }
+        let key = Array(cluster.key(ownedBy: "n1").utf8)
+        let n2 = try cluster.node("n2").connect()
+        #expect(try n2.roundTrip(.put(key: key, value: Array("v1".utf8), ttl: 0)).status == .ok)
+        let signalled = Date()
+        #expect(cluster.node("n1").stop(signal: SIGTERM, timeout: 5) == 0)
+        let stopped = Date().timeIntervalSince(signalled)
+        #expect(stopped < 2, "n1 took \(stopped) s to stop")
+        for id in ["n2", "n3"] {
+            #expect(try cluster.stateOf("n1", on: id) == "down", "\(id) marked n1 down on its notice")
+            #expect(cluster.node(id).log.contains("a cluster member is leaving the cluster"))
+            #expect(cluster.node(id).log.contains("n1 is leaving the cluster"))
+        }
+        #expect(cluster.node("n1").log.contains("cluster.peers_told=2/2"), "\(cluster.node("n1").log)")
+        // The key's stand-in takes writes of it, and serves what it took.
+        #expect(try n2.roundTrip(.put(key: key, value: Array("v2".utf8), ttl: 0)).status == .ok)
+        #expect(try n2.roundTrip(.get(key: key)).body == Array("v2".utf8))
+    }
+
     static func waitForState(_ id: String, _ state: String, on members: [String], cluster: Cluster) throws {
         for other in members where other != id {
             #expect(

@@ -133,13 +133,22 @@ struct CachetRequestFlagsTests {
     @Test func definedBitsAndUndefinedOnes() {
         #expect(CachetRequestFlags.forwarded.rawValue == 1 && CachetRequestFlags.cluster.rawValue == 2)
         #expect(CachetRequestFlags.invalidation.rawValue == 4 && CachetRequestFlags.lastHop.rawValue == 8)
-        let header = CachetFrameHeader(opcode: .get, word: 0xfff1, id: 1)
+        #expect(CachetRequestFlags.leaving.rawValue == 0x10)
+        let header = CachetFrameHeader(opcode: .get, word: 0xffe1, id: 1)
         #expect(header.requestFlags == .forwarded)
-        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xfff0)
+        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xffe0)
+        #expect(CachetRequestFlags(rawValue: 0x0011).description == "forwarded|leaving")
         #expect(CachetRequestFlags(rawValue: 0x000d).description == "forwarded|invalidation|lastHop")
         #expect(CachetRequestFlags(rawValue: 0x8003).description == "forwarded|cluster|0x8000")
         #expect(CachetRequestFlags(rawValue: 0x0005).description == "forwarded|invalidation")
         #expect(CachetRequestFlags().description == "none")
+    }
+
+    @Test func aLeavingNoticeIsAPingWithForwardedAndLeavingAndTheMembersId() throws {
+        let bytes = CachetCommand.leavingNotice(memberID: "n1", id: 7)
+        #expect(bytes == [0, 0, 0, 10, 1, 6, 0, 0x11, 0, 0, 0, 7, 0x6e, 0x31])
+        let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
+        #expect(frame?.header.requestFlags == [.forwarded, .leaving] && frame?.header.opcode == .ping)
     }
 
     @Test func onlyClusterWithoutForwardedOnClearOrStatsFansOut() {
@@ -162,7 +171,7 @@ struct CachetRequestFlagsTests {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
                 let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
-                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0xf)
+                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0x1f)
                 let decoded = try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame!, in: $0) }
                 #expect(decoded == command)
             }
