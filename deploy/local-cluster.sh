@@ -8,6 +8,9 @@
 #   deploy/local-cluster.sh stop ID [--kill]                       # SIGTERM one node (--kill: SIGKILL)
 #   deploy/local-cluster.sh start ID                               # start one stopped node again, same flags
 #   deploy/local-cluster.sh restart ID                             # stop ID, then start it
+#   deploy/local-cluster.sh rolling-restart [--pause S] [ID...]    # restart each node (or those named) in
+#                                                                  # turn, waiting until the others see it up
+#                                                                  # and it holds no more, then S seconds (2)
 #   deploy/local-cluster.sh down [--purge]                         # SIGTERM every node; --purge also deletes the folder
 #
 # Nodes are n1..nN on BASE..BASE+N-1 (BASE defaults to 7420). Flags after -- go to every node, such as
@@ -56,11 +59,20 @@ members() {
 }
 
 # The pid of a running node, or nothing (a stale pid file, or a pid now used by another program, is ignored).
+# Whether process PID still runs: it exists and has not exited (a node whose starter is gone is reaped by
+# whoever adopted it, which may take a while; until then it is a zombie, done but still signalable).
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    local state
+    state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)"
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 running_pid() {
     local pid_file="$dir/$1/node.pid" pid
     [ -f "$pid_file" ] || return 0
     pid="$(cat "$pid_file")"
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q cachet-node; then
+    if [ -n "$pid" ] && alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q cachet-node; then
         echo "$pid"
     fi
 }
@@ -190,8 +202,8 @@ stop_node() {
     fi
     kill -"$signal" "$pid"
     local deadline=$((SECONDS + 30)) started=$EPOCHREALTIME
-    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.05; done
-    if kill -0 "$pid" 2>/dev/null; then
+    while alive "$pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.02; done
+    if alive "$pid"; then
         kill -KILL "$pid" 2>/dev/null || true
         echo "$id (pid $pid) did not stop within 30 s of SIG$signal: killed"
         rm -f "$dir/$id/node.pid"
@@ -241,6 +253,63 @@ cmd_restart() {
     [ -n "$id" ] || { usage >&2; exit 2; }
     cmd_stop "$id"
     cmd_start "$id"
+}
+
+# Member ID's state in the STATS of the node on PORT (up, suspect, down, self), or nothing.
+state_seen_by() {
+    local port="$1" id="$2"
+    "$cli_bin" --port "$port" stats 2>/dev/null | grep -o "\"id\":\"$id\",\"port\":[0-9]*,\"state\":\"[a-z]*\"" |
+        sed 's/.*"state":"\([a-z]*\)"/\1/'
+}
+
+# Waits up to 30 s until every other member sees ID up and ID no longer holds; says how long it took.
+wait_rejoined() {
+    local id="$1" started=$EPOCHREALTIME deadline=$((SECONDS + 30)) other port state pending
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        pending=""
+        while read -r other port; do
+            [ "$other" = "$id" ] && continue
+            state="$(state_seen_by "$port" "$id")"
+            [ "$state" = "up" ] || pending+="$other sees $id ${state:-nothing}; "
+        done < <(members)
+        if "$cli_bin" --port "$(port_of "$id")" stats 2>/dev/null | grep -Eq '^holding +(1|true)'; then
+            pending+="$id holds its keys after its return; "
+        fi
+        if [ -z "$pending" ]; then
+            echo "$id rejoined ($(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s after its start)"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "local-cluster: $id did not rejoin within 30 s: ${pending% }" >&2
+    return 1
+}
+
+cmd_rolling_restart() {
+    local pause=2 id port ids=()
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --pause) [ $# -ge 2 ] || { usage >&2; exit 2; }; pause="$2"; shift 2 ;;
+            -*) echo "local-cluster: unknown argument $1" >&2; usage >&2; exit 2 ;;
+            *) ids+=("$1"); shift ;;
+        esac
+    done
+    [[ "$pause" =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail "--pause takes seconds, not $pause"
+    [ -f "$cluster_file" ] || fail "no local cluster in $dir (start one with: $self up)"
+    binaries
+    while read -r id port; do
+        [ -n "$(running_pid "$id")" ] || fail "$id is not running: start it ($self start $id) before a rolling restart"
+    done < <(members)
+    [ "${#ids[@]}" -gt 0 ] || mapfile -t ids < <(members | awk '{ print $1 }')
+    for id in "${ids[@]}"; do
+        [ -n "$(port_of "$id")" ] || fail "no node $id in $cluster_file (the members are: $(members | awk '{ print $1 }' | tr '\n' ' '))"
+    done
+    for id in "${ids[@]}"; do
+        cmd_restart "$id"
+        wait_rejoined "$id" </dev/null || exit 1
+        [ "$id" = "${ids[-1]}" ] || sleep "$pause"
+    done
+    echo "rolling restart done"
 }
 
 cmd_status() {
@@ -335,6 +404,7 @@ case "$command" in
     stop) cmd_stop "$@" ;;
     start) cmd_start "$@" ;;
     restart) cmd_restart "$@" ;;
+    rolling-restart) cmd_rolling_restart "$@" ;;
     down) cmd_down "$@" ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;

@@ -225,9 +225,10 @@ public final class CachetNodeServer: Sendable {
             state.started = true
             state.boundPort = port
         }
+        // Connections wait in the listening socket's backlog until the peers are greeted.
+        greetPeers()
         source.activate()
         timer.activate()
-        greetPeers()
         logger.info(
             "node started",
             metadata: [
@@ -425,12 +426,13 @@ public final class CachetNodeServer: Sendable {
         return pingEveryPeer(forwarder, CachetCommand.leavingNotice(memberID: id, id: 0))
     }
 
-    /// As the node starts, a PING to every peer (waiting up to the forward deadline, at most a second,
-    /// before `start()` returns): a member that restarts knows at once which peers answer, so that, while
-    /// it holds, it can pass its keys to a stand-in that answered rather than refuse them for want of an
-    /// answer. A peer that does not answer is left to the probes (it may not have started yet: counting it
-    /// down would make the first members of a cluster that starts take themselves for cut off). Sent once
-    /// the node accepts: peers that greet each other at once answer each other.
+    /// Before the node accepts its first connection, a PING to every peer (waiting up to the forward
+    /// deadline, at most a second; connections wait in the listening socket's backlog meanwhile): a member
+    /// that restarts knows at once which peers answer, so that, while it holds, it passes its keys to a
+    /// stand-in that answered rather than refuse them for want of an answer. A peer that does not answer is
+    /// left to the probes, and not counted down: it may not have started yet (counting it down would make
+    /// the first members of a cluster that starts take themselves for cut off), or be greeting its own
+    /// peers (members that start together answer each other once their greetings time out).
     private func greetPeers() {
         guard let forwarder = loops.first?.forwardCoordinator?.forwarder else { return }
         let greeted = pingEveryPeer(

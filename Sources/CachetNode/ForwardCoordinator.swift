@@ -134,7 +134,14 @@ final class ForwardCoordinator {
                     answer(Array(output.readableRegion))
                 }
             }
+        case .suspended(.put(let key, let value, let expiry, let id)) where processor.disk != nil:
+            // The disk queue is full: the write is answered once the queue takes it, as a connection's is.
+            queuePut(key: key, value: value, expiry: expiry, id: id, answer: answer)
         default:
+            logger.warning(
+                "a request its owner did not take could not be served here either: answered UNAVAILABLE",
+                metadata: ["cluster.member": "\(request.owner.id)", "request.outcome": "\(result)"]
+            )
             answer(
                 reply(
                     to: request,
@@ -144,6 +151,37 @@ final class ForwardCoordinator {
                     )
                 )
             )
+        }
+    }
+
+    /// Hands a PUT served here to the disk queue once it has room, then answers it (OK, or the disk tier's
+    /// refusal).
+    private func queuePut(
+        key: [UInt8],
+        value: [UInt8],
+        expiry: UInt32,
+        id: UInt32,
+        answer: @escaping ([UInt8]) -> Void
+    ) {
+        guard let disk = processor.disk else { return }
+        let loop = forwarder.loop
+        let onLoop = LoopConfined((self, answer))
+        disk.worker.notifyWhenWritable {
+            loop.execute {
+                let (coordinator, answer) = onLoop.value
+                let processor = coordinator.processor
+                var output = CachetByteBuffer(capacity: 256)
+                switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
+                case .queued:
+                    processor.completePut(id: id, output: &output)
+                case .full:
+                    coordinator.queuePut(key: key, value: value, expiry: expiry, id: id, answer: answer)
+                    return
+                case .refused(let error):
+                    processor.refusePut(key: key, id: id, error: error, output: &output, now: CachetClock.now())
+                }
+                answer(Array(output.readableRegion))
+            }
         }
     }
 
