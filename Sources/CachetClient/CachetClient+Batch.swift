@@ -112,6 +112,8 @@ extension CachetClient {
 
     private func batchUncounted(keys: [[UInt8]], values: [[UInt8]]?, ttl: UInt32) async -> [ClientOutcome] {
         guard !keys.isEmpty else { return [] }
+        let topology = topology
+        let nodes = topology.nodes
         guard !isShutDownNow else { return keys.map { _ in .failure(nodes[0].shutdownError()) } }
         let deadline = monotonicNanoseconds() &+ configuration.requestTimeout.nanoseconds
         // Route every key first: the keys of each node, by index.
@@ -119,7 +121,7 @@ extension CachetClient {
         let collector = BatchCollector(count: keys.count)
         for (index, key) in keys.enumerated() {
             let target = key.withUnsafeBytes { bytes in
-                router.route(bytes, failover: configuration.failover) { nodes[$0].isUp }
+                topology.router.route(bytes, failover: configuration.failover) { nodes[$0].isUp }
             }
             if let target {
                 groups[target].append(index)

@@ -63,6 +63,11 @@ extension CachetClient {
         /// far or slow node, or a client with many calls at once, never spins. At most 1 ms; zero turns
         /// spinning off.
         public var maximumSpin: Duration = .microseconds(300)
+        /// How often the client asks a node for the cluster's membership and follows it when it changed
+        /// (a member added or removed, and the nodes sent SIGHUP): keys go to their owners among the new
+        /// members, without a restart. Set to 5 s by ``init(clusterFile:)`` and ``init(membership:)``;
+        /// nil (the default for ``init(nodes:)``, whose nodes may be any list) keeps the configured nodes.
+        public var membershipRefreshInterval: Duration?
         /// The largest reply payload accepted from a node; larger is a protocol violation. The default is
         /// the protocol's default `--max-frame`.
         public var maximumFrameLength: Int = 64 << 20
@@ -109,6 +114,11 @@ extension CachetClient {
             }
             guard maximumSpin >= .zero && maximumSpin <= .milliseconds(1) else {
                 throw fail("maximumSpin \(maximumSpin) must be between zero and 1 ms")
+            }
+            if let interval = membershipRefreshInterval, interval <= .zero {
+                throw fail(
+                    "membershipRefreshInterval \(interval) must be positive, or nil to keep the configured nodes"
+                )
             }
             guard timeoutsBeforeDown >= 1 else { throw fail("timeoutsBeforeDown must be at least 1") }
             guard maximumFrameLength >= 1 << 16 && maximumFrameLength <= Int(UInt32.max) else {

@@ -94,16 +94,18 @@ extension CachetClient {
         _ opcode: CachetOpcode
     ) async throws(CachetClientError) -> [(CachetClient.Node, [UInt8], ContinuousClock.Instant)] {
         let deadline = monotonicNanoseconds() &+ configuration.requestTimeout.nanoseconds
+        let topology = topology
+        let nodes = topology.nodes
         // Counted as one call in flight, so that none of its requests spins as a lone caller's would.
         let outcomes = await loneCallerSpin.counting {
             await withTaskGroup(of: (Int, ClientOutcome, ContinuousClock.Instant).self) { group in
-                for node in nodes {
+                for (index, node) in nodes.enumerated() {
                     group.addTask {
-                        guard !self.isShutDownNow else { return (node.index, .failure(node.shutdownError()), .now) }
+                        guard !self.isShutDownNow else { return (index, .failure(node.shutdownError()), .now) }
                         let outcome = await self.send(on: node, deadline: deadline) { slot, id, waiter, deadline in
                             slot.issue(.bare(opcode), id: id, waiter: waiter, deadline: deadline)
                         }
-                        return (node.index, outcome, .now)
+                        return (index, outcome, .now)
                     }
                 }
                 var outcomes = [(ClientOutcome, ContinuousClock.Instant)?](repeating: nil, count: nodes.count)
@@ -113,7 +115,7 @@ extension CachetClient {
         }
         var results: [(CachetClient.Node, [UInt8], ContinuousClock.Instant)] = []
         for (index, entry) in outcomes.enumerated() {
-            let node = configuration.nodes[index]
+            let node = topology.members[index]
             switch entry?.0 {
             case .reply(let status, let body)?:
                 guard status == .ok else { throw statusError(status, body: body, opcode: opcode, node: node.id) }

@@ -1,3 +1,4 @@
+import CachetLocking
 import CachetWire
 public import Logging
 import Synchronization
@@ -22,9 +23,13 @@ import Synchronization
 public final class CachetClient: Sendable {
     /// The configuration the client was created with.
     public let configuration: Configuration
-    let router: CachetClientRouter
-    let nodes: [NodeClient]
-    let slots: [ConnectionSlot]
+    /// The topology in force: read once per call (``topology``).
+    private let current: Atomic<Unmanaged<ClientTopology>>
+    /// Every topology the client has had, kept alive for its lifetime: a call may still hold one that was
+    /// replaced (memberships change rarely, so this stays short).
+    let topologies: CachetLock<[ClientTopology]>
+    /// The next connection slot's number.
+    let nextSlot: CachetLock<Int>
     let transport: ClientTransport
     let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
@@ -45,10 +50,6 @@ public final class CachetClient: Sendable {
         try configuration.validate()
         self.configuration = configuration
         self.logger = logger
-        router = try CachetClientRouter(
-            nodes: configuration.nodes,
-            virtualNodesPerMember: configuration.virtualNodesPerMember
-        )
         // The timer's period bounds how late a timeout fires: a fiftieth of the shortest timeout,
         // between 1 and 10 ms.
         let shortest = min(configuration.requestTimeout, configuration.connectTimeout)
@@ -59,7 +60,6 @@ public final class CachetClient: Sendable {
             nodes.append(
                 NodeClient(
                     node: node,
-                    index: index,
                     configuration: configuration,
                     transport: transport,
                     firstSlot: index * configuration.connectionsPerNode,
@@ -67,12 +67,31 @@ public final class CachetClient: Sendable {
                 )
             )
         }
-        self.nodes = nodes
-        slots = nodes.flatMap(\.slots)
+        let topology = try ClientTopology(
+            members: configuration.nodes,
+            nodes: nodes,
+            virtualNodesPerMember: configuration.virtualNodesPerMember
+        )
+        current = Atomic(Unmanaged.passUnretained(topology))
+        topologies = CachetLock([topology])
+        nextSlot = CachetLock(nodes.count * configuration.connectionsPerNode)
         transport.install(nodes: nodes)
         requestTimeoutNanoseconds = configuration.requestTimeout.nanoseconds
         loneCallerSpin = LoneCallerSpin(maximumSpin: configuration.maximumSpin)
+        followMembership()
     }
+
+    /// The topology in force: the nodes and the ring. A call reads it once and keeps to it.
+    var topology: ClientTopology { current.load(ordering: .acquiring).takeUnretainedValue() }
+
+    /// Puts `topology` in force (it is kept alive for the client's lifetime).
+    func install(_ topology: ClientTopology) {
+        topologies.withLock { $0.append(topology) }
+        current.store(Unmanaged.passUnretained(topology), ordering: .releasing)
+    }
+
+    /// The nodes in force.
+    var nodes: [NodeClient] { topology.nodes }
 
     deinit {
         // No call is in flight (each holds the client), so only idle connections remain: stopping the loop
@@ -140,12 +159,14 @@ public final class CachetClient: Sendable {
     /// The node that owns `key` on the ring, whatever its health.
     /// - Complexity: O(k + log p) for a key of k bytes and p ring points.
     public func owner(of key: String) -> Node {
-        configuration.nodes[withBytes(key.utf8) { router.owner(of: $0) }]
+        let topology = topology
+        return topology.members[withBytes(key.utf8) { topology.router.owner(of: $0) }]
     }
 
     /// The node that owns the key of bytes `key` on the ring, whatever its health.
     public func owner(of key: [UInt8]) -> Node {
-        configuration.nodes[key.withUnsafeBytes { router.owner(of: $0) }]
+        let topology = topology
+        return topology.members[key.withUnsafeBytes { topology.router.owner(of: $0) }]
     }
 
     /// Whether the client currently routes requests to the node with id `node` (false while it is
@@ -160,9 +181,12 @@ public final class CachetClient: Sendable {
     /// out); then every connection closes. Calling it again does nothing.
     public func shutdown() async {
         guard !isShutDown.exchange(true, ordering: .relaxed) else { return }
-        for node in nodes { node.shuttingDown.store(true, ordering: .relaxed) }
+        // Every node the client has had: those of replaced topologies may still have requests in flight.
+        let everyNode = self.transport.loop.executeAndWait { self.transport.nodes }
+        let slots = everyNode.flatMap(\.slots)
+        for node in everyNode { node.shuttingDown.store(true, ordering: .relaxed) }
         for slot in slots where slot.drain() {
-            slot.closeCurrent(failure: nodes[0].shutdownError())
+            slot.closeCurrent(failure: everyNode[0].shutdownError())
         }
         transport.armTick()
         // In-flight requests end within their timeout; the loop closes each slot's socket after its last.
@@ -226,9 +250,11 @@ public final class CachetClient: Sendable {
         var attempts = 0
         var lastError: CachetClientError?
         while true {
+            let topology = topology
+            let nodes = topology.nodes
             guard !isShutDown.load(ordering: .relaxed) else { throw nodes[0].shutdownError() }
             let target = withBytes(key) { bytes in
-                router.route(bytes, failover: failover) { nodes[$0].isUp }
+                topology.router.route(bytes, failover: failover) { nodes[$0].isUp }
             }
             // When no node is left, the failure that took the last one down says more than "unavailable".
             guard let target else { throw lastError ?? unavailableError(key: key) }
@@ -292,7 +318,8 @@ public final class CachetClient: Sendable {
     }
 
     func unavailableError(key: some Collection<UInt8>) -> CachetClientError {
-        let owner = configuration.nodes[withBytes(key) { router.owner(of: $0) }]
+        let topology = topology
+        let owner = topology.members[withBytes(key) { topology.router.owner(of: $0) }]
         return CachetClientError(
             code: .unavailable,
             message: configuration.failover

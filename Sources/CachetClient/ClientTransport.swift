@@ -69,6 +69,13 @@ final class ClientTransport: @unchecked Sendable {
         tickWork = { self.tick() }
     }
 
+    /// Changes the nodes the tick looks after (the cluster's membership changed): those of the topology in
+    /// force and those replaced whose connections are still open. Called on the loop's queue.
+    func replace(nodes: [NodeClient]) {
+        guard tickWork != nil else { return }
+        self.nodes = nodes
+    }
+
     /// Starts the loop the first time a connection needs it.
     @inline(__always)
     func startIfNeeded() {

@@ -5,12 +5,11 @@ import CachetWire
 import Logging
 import Synchronization
 
-/// One configured node as the client sees it: its pool of connection slots, its health, its address.
+/// One node as the client sees it (configured, or learnt from the cluster's membership): its pool of connection slots, its health, its address.
 final class NodeClient: @unchecked Sendable {
     // `slots` is written once in `init` and only read afterwards; `health` and `cachedAddress` are
     // guarded by their mutexes; the atomics are read without locks on the request path.
     let node: CachetClient.Node
-    let index: Int
     let connectTimeout: Duration
     let requestTimeout: Duration
     let connectTimeoutNanoseconds: UInt64
@@ -32,14 +31,12 @@ final class NodeClient: @unchecked Sendable {
 
     init(
         node: CachetClient.Node,
-        index: Int,
         configuration: CachetClient.Configuration,
         transport: ClientTransport,
         firstSlot: Int,
         logger: Logger
     ) {
         self.node = node
-        self.index = index
         connectTimeout = configuration.connectTimeout
         requestTimeout = configuration.requestTimeout
         connectTimeoutNanoseconds = configuration.connectTimeout.nanoseconds
@@ -90,6 +87,16 @@ final class NodeClient: @unchecked Sendable {
         }
         cachedAddress.withLock { $0 = address }
         return address
+    }
+
+    /// The failure of a call on a node that left the cluster's membership: a connection failure, which the
+    /// client retries with the key's owner among the members in force.
+    func leftError() -> CachetClientError {
+        CachetClientError(
+            code: .connectionFailed,
+            message: "the node left the cluster's membership; the call goes to the key's owner among the members",
+            node: node.id
+        )
     }
 
     func shutdownError() -> CachetClientError {
