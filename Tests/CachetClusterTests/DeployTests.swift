@@ -317,7 +317,11 @@ struct DeployTests {
         defer { _ = try? run(["down", "--purge"]) }
         let base = try #require(Self.freePorts(3))
 
-        let up = try run(["up", "3", "--port", "\(base)", "--", "--disk-limit", "0", "--memory-limit", "16MiB"])
+        // Probes every 0.2 s: a returning member holds for ten of them, so the rolling restart below is short.
+        let up = try run([
+            "up", "3", "--port", "\(base)", "--", "--disk-limit", "0", "--memory-limit", "16MiB", "--probe-interval",
+            "0.2",
+        ])
         #expect(up.status == 0, "\(up.output)\n\(up.error)")
         #expect(up.output.contains("cachet-cli --port \(base) stats"))
         let membership = try CachetMembership(contentsOfFile: folder + "/cluster.json")
@@ -355,6 +359,16 @@ struct DeployTests {
         let unknown = try run(["stop", "n9"])
         #expect(unknown.status == 1 && unknown.error.contains("no node n9"), "\(unknown.error)")
         #expect(try run(["status"]).status == 0, "every node is up again")
+        // Every node in turn, each once the others see it back and it holds no more.
+        let rolling = try run(["rolling-restart", "--pause", "0"])
+        #expect(rolling.status == 0, "\(rolling.output)\n\(rolling.error)")
+        #expect(
+            ["n1", "n2", "n3"].allSatisfy { rolling.output.contains("\($0) rejoined") }
+                && rolling.output.contains("rolling restart done"),
+            "\(rolling.output)"
+        )
+        let rollingUnknown = try run(["rolling-restart", "n9"])
+        #expect(rollingUnknown.status == 1 && rollingUnknown.error.contains("no node n9"), "\(rollingUnknown.error)")
         let flags = try String(contentsOfFile: folder + "/node-flags", encoding: .utf8)
         #expect(flags.contains("--memory-limit"), "the nodes' flags are kept for start and restart")
 
