@@ -87,6 +87,16 @@ public struct CachetStandInLog: Sendable {
     /// Owners that are not clean.
     public var ownersNotClean: [String] { owners.keys.sorted() }
 
+    /// The keys of `owner` whose local value is the latest this node accepted in this episode (written in
+    /// this run, and not before another member came back): those it may hand back to the owner with their
+    /// values (`Protocol/CLUSTER.md`, "Handing back values").
+    /// - Parameter owner: the owner's id.
+    /// - Complexity: O(m) in the owner's keys.
+    public func servableKeys(for owner: String) -> Set<[UInt8]> {
+        guard let log = owners[owner] else { return [] }
+        return log.restored.isEmpty ? log.keys : log.keys.subtracting(log.restored)
+    }
+
     /// Whether a GET of `key`, owned by `owner`, may be answered from the local store: only while the
     /// owner is not clean and the key was written in this episode, by this run of the node (a key only
     /// restored from an earlier run is not served). Otherwise a node that does not own the

@@ -210,6 +210,12 @@ final class NodeHealth: Sendable {
         withState { _, state in state.duty.mayServeLocally(key, owner: ownerID) } ?? false
     }
 
+    /// Whether the local value of `key` may be handed back to `ownerID` with its delivery
+    /// (``StandInDuty/mayHandBack(_:owner:)``).
+    func mayHandBack(_ key: [UInt8], ownerID: String) -> Bool {
+        withState { _, state in state.duty.mayHandBack(key, owner: ownerID) } ?? false
+    }
+
     /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered: in the stand-in
     /// file first when the log gains a key or overflows (nothing is written for a key already recorded).
     /// - Parameter servable: whether this node takes the write as the stand-in in its own view (see

@@ -162,6 +162,7 @@ final class NodeIOQueue: @unchecked Sendable {
         if let forwarder = forwardCoordinator?.forwarder {
             let processor = processor
             forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
+            forwarder.localValue = { key in processor.localValue(key) }
             forwarder.start(probeInterval: probeInterval)
         }
         if stalls.timeout > 0 {

@@ -39,6 +39,8 @@ final class NodeReturnHold: Sendable {
     /// The members reached and in the membership when the node last entered the minority, for messages.
     private let reach = CachetLock<(reached: Int, members: Int)>((reached: 0, members: 0))
     private let timer = CachetLock<(any DispatchSourceTimer)?>(nil)
+    /// The keys stand-ins have handed back or invalidated in the current hold (``takesHandBack(_:)``).
+    private let told = CachetLock<Set<[UInt8]>>([])
     /// Invalidations that made a hold last longer (STATS `hold_extensions`).
     let extensions = Atomic<Int>(0)
     /// Where a hold that starts is logged (one line per start, with its reason).
@@ -127,6 +129,40 @@ final class NodeReturnHold: Sendable {
             return extended
         }
         if extended { extensions.wrappingAdd(1, ordering: .relaxed) }
+    }
+
+    /// Whether a stand-in's hand-back of `key` (a PUT with `invalidation`) may be stored as it is
+    /// (`Protocol/CLUSTER.md`, "Handing back values"): only while the node holds after an absence, and only
+    /// for the first word of the key in this hold. A key another stand-in has already told it of (handed
+    /// back or invalidated) may have two versions in the cluster, and this node cannot tell which is the
+    /// later: the hand-back then deletes the key instead. After the hold, a late hand-back deletes too (a
+    /// write taken here since may be newer). Remembers at most ``maximumHandBacks`` keys per hold; beyond,
+    /// hand-backs delete.
+    /// - Parameter key: the key handed back.
+    /// - Returns: whether to store the value.
+    func takesHandBack(_ key: UnsafeRawBufferPointer) -> Bool {
+        told(key, handBack: true)
+    }
+
+    /// A stand-in's invalidation of `key` (a DEL with `invalidation`) arrived: a later hand-back of it in
+    /// this hold deletes rather than stores.
+    func invalidated(_ key: UnsafeRawBufferPointer) {
+        _ = told(key, handBack: false)
+    }
+
+    /// Keys a hold remembers hand-backs and invalidations of.
+    static let maximumHandBacks = 65536
+
+    private func told(_ key: UnsafeRawBufferPointer, handBack: Bool) -> Bool {
+        guard isHoldingAfterAbsence() else {
+            // Between holds nothing is remembered: the next hold starts afresh.
+            if handBack { told.withLock { $0 = [] } }
+            return false
+        }
+        return told.withLock { keys in
+            guard keys.count < Self.maximumHandBacks else { return false }
+            return keys.insert(Array(key)).inserted && handBack
+        }
     }
 
     /// A peer answered after every peer had failed.

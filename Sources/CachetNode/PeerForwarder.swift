@@ -36,6 +36,9 @@ final class PeerForwarder: @unchecked Sendable {
     private var controlChannels: [CachetClusterMember: PeerChannel] = [:]
     /// Deletes the local copies of keys whose owner has been told (set by the loop: it has the store).
     var dropLocalCopies: (([[UInt8]]) -> Void)?
+    /// The memory tier's value of a key and its TTL left in seconds (0: none), or nil when it holds none
+    /// (set by the loop: it has the store).
+    var localValue: (([UInt8]) -> (value: [UInt8], ttl: UInt32)?)?
     /// Clients' GETs in the air, by key: a GET of a key already asked of the same member waits for that
     /// request's reply instead of sending its own.
     private var flights = CachetSingleflight<[UInt8], UInt64>()
@@ -318,7 +321,16 @@ final class PeerForwarder: @unchecked Sendable {
             var frame: [UInt8]
             switch invalidation {
             case .delete(let key):
-                frame = CachetCommand.delete(key: key).encoded(id: 0, flags: [.forwarded, .invalidation])
+                if health.mayHandBack(key, ownerID: owner.id), let (value, ttl) = localValue?(key) {
+                    // The value itself, so that the owner is warm for the key (it takes it only if no other
+                    // stand-in has told it of the key in its hold).
+                    frame = CachetCommand.put(key: key, value: value, ttl: ttl).encoded(
+                        id: 0,
+                        flags: [.forwarded, .invalidation]
+                    )
+                } else {
+                    frame = CachetCommand.delete(key: key).encoded(id: 0, flags: [.forwarded, .invalidation])
+                }
             case .clear: frame = CachetCommand.clear.encoded(id: 0, flags: [.forwarded, .invalidation])
             }
             forward(&frame, to: owner) { [weak self] outcome in

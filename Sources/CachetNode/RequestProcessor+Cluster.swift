@@ -59,7 +59,27 @@ extension RequestProcessor {
         let cluster = self.cluster.unsafelyUnwrapped
         let health = cluster.health
         noteInvalidation(header)
-        guard let owner = cluster.router.foreignOwner(of: keyBytes) else {
+        let foreignOwner = cluster.router.foreignOwner(of: keyBytes)
+        if forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0
+            && header.flags & CachetRequestFlags.lastHop.rawValue == 0
+        {
+            // A stand-in's word on a key (`Protocol/CLUSTER.md`, "Handing back values"): its value is stored only
+            // by the key's owner while it holds, as the first word on the key in that hold; otherwise the key
+            // is deleted, as an invalidation deletes it.
+            if header.opcode == .put {
+                guard foreignOwner == nil, cluster.hold?.takesHandBack(keyBytes) == true else {
+                    if let failure = dropLocalCopy(keyBytes) {
+                        appendMessage(failure, status: .serverError, opcode: .put, id: header.id, to: &output)
+                    } else {
+                        appendReply(opcode: .put, status: .ok, id: header.id, to: &output)
+                    }
+                    return .answered
+                }
+            } else if header.opcode == .delete, foreignOwner == nil {
+                cluster.hold?.invalidated(keyBytes)
+            }
+        }
+        guard let owner = foreignOwner else {
             // This node's key. While it holds, a request goes to the key's stand-in: a GET here could return
             // a value a stand-in replaced, and a write taken here could be overtaken by the stand-in, which
             // may not see this node back yet and go on serving an older value. A GET from a peer (which
@@ -185,7 +205,8 @@ extension RequestProcessor {
         return .here
     }
 
-    /// A stand-in's invalidation (a DEL or CLEAR with the `invalidation` flag) makes the owner's hold last
+    /// A stand-in's invalidation (a DEL or CLEAR with the `invalidation` flag, or a PUT handing a value back)
+    /// makes the owner's hold last
     /// while they keep arriving (`Protocol/CLUSTER.md`, "The owner's hold"), whatever the key: the stand-in
     /// sends it because it takes this node for the owner. A confirmation (`lastHop` too) is one write's, not
     /// a delivery in progress, and does not.
@@ -193,7 +214,7 @@ extension RequestProcessor {
     func noteInvalidation(_ header: CachetFrameHeader) {
         guard header.flags & CachetRequestFlags.invalidation.rawValue != 0,
             header.flags & CachetRequestFlags.lastHop.rawValue == 0,
-            header.opcode == .delete || header.opcode == .clear
+            header.opcode == .delete || header.opcode == .clear || header.opcode == .put
         else { return }
         cluster.unsafelyUnwrapped.hold?.invalidationReceived()
     }
@@ -343,6 +364,18 @@ extension RequestProcessor {
                 _ = store.remove(key: key, now: now)
                 _ = disk?.worker.submitRemove(key: Array(key))
             }
+        }
+    }
+
+    /// The memory tier's value of `key` and its TTL left in whole seconds (rounded up; 0 for none), for a
+    /// hand-back to a returned owner; nil when memory holds no live value (the disk tier is not read).
+    func localValue(_ key: [UInt8]) -> (value: [UInt8], ttl: UInt32)? {
+        let now = CachetClock.now()
+        return key.withUnsafeBytes { key in
+            store.withValue(forKey: key, now: now) { value, expiry -> (value: [UInt8], ttl: UInt32)? in
+                guard expiry == 0 || expiry > now else { return nil }
+                return (Array(value), expiry == 0 ? 0 : expiry - now)
+            } ?? nil
         }
     }
 

@@ -8,6 +8,8 @@ import CachetCluster
 struct StandInDuty {
     /// What this node served for owners it does not own, and what it must tell them.
     private(set) var log: CachetStandInLog
+    /// The keys whose local values may be handed back to each returned owner (``mayHandBack(_:owner:)``).
+    private var handBack: [String: Set<[UInt8]>] = [:]
     /// Invalidations sent and not answered yet, by owner id.
     private var delivering: [String: Set<CachetStandInLog.Invalidation>] = [:]
     /// When each owner being delivered to came back, and whether its delivery was found overdue.
@@ -25,13 +27,19 @@ struct StandInDuty {
     mutating func ownerWentDown(_ owner: String) {
         log.ownerWentDown(owner)
         delivering[owner] = nil
+        handBack[owner] = nil
     }
 
     /// `member` answered at `now`. When it came back (`cameUp`), another member may now stand in where this
     /// node did, so no local copy is served again; and when it came back, or answers while this node owes
     /// it invalidations without having seen it down (the log was read back at start), its delivery starts.
     mutating func memberAnswered(_ member: String, cameUp: Bool, routable: Bool, now: UInt64) {
-        if cameUp { log.memberReturned() }
+        if cameUp {
+            // What this node may hand back to the member that came back: the keys it could serve until now.
+            let servable = log.servableKeys(for: member)
+            handBack[member] = servable.isEmpty ? nil : servable
+            log.memberReturned()
+        }
         guard cameUp || routable else { return }
         if !log.ownerReturned(member).isEmpty { returnedAt[member] = (now, false) }
     }
@@ -49,6 +57,15 @@ struct StandInDuty {
     /// Records a write of `key` served here for `owner` (see ``CachetStandInLog/recordWrite(_:owner:ownerRoutable:servable:)``).
     mutating func recordWrite(_ key: [UInt8], owner: String, ownerRoutable: Bool, servable: Bool) {
         _ = log.recordWrite(key, owner: owner, ownerRoutable: ownerRoutable, servable: servable)
+        // Written here while the owner is being delivered to (its own write, passed on while it holds): the
+        // local value is again the latest this node accepted.
+        if servable && log.phase(of: owner) == .delivering { handBack[owner, default: []].insert(key) }
+    }
+
+    /// Whether the local value of `key` may be handed back to `owner` with its delivery: this node took the
+    /// key's latest write it knows of, in this run, and no other member had come back since.
+    func mayHandBack(_ key: [UInt8], owner: String) -> Bool {
+        handBack[owner]?.contains(key) ?? false
     }
 
     /// The invalidations to send now, each with its owner, marked as on their way: those for owners being
@@ -91,6 +108,7 @@ struct StandInDuty {
         if clean {
             delivering[owner] = nil
             returnedAt[owner] = nil
+            handBack[owner] = nil
         }
         return (drop, clean)
     }

@@ -96,6 +96,16 @@ struct NodeFailoverTests {
         return nil
     }
 
+    /// Waits up to 10 s until member `id` no longer holds (STATS `holding`); returns whether it does not.
+    static func waitUntilServing(_ id: String, cluster: Cluster) throws -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while try cluster.stats(id)["holding"] as? Bool == true {
+            guard Date() < deadline else { return false }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return true
+    }
+
     /// v1 on the owner's disk, covered by a checkpoint, so that its restart after SIGKILL brings it back
     /// (a control key written with v1 and never overwritten shows it does, once the owner's hold is over):
     /// the stand-in's delivery and the owner's hold are all that keep v1 from being served. Fails with
@@ -119,14 +129,89 @@ struct NodeFailoverTests {
         try cluster.start("n1")
         let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
         #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner's return")
-        // The stand-in told the owner (v1 deleted there) and dropped its own copy: a miss everywhere.
+        // The stand-in handed v2 back to the owner (v1 replaced there) and dropped its own copy: v2 through
+        // every node, from the owner.
         for id in ["n1", "n2", "n3"] {
-            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
+            #expect(
+                try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).body == Array("v2".utf8),
+                "\(id)"
+            )
         }
         // v1 really was on the owner's disk: once its hold (1.3 s, at most 4 × that) is over, it serves it
         // for the key no one overwrote.
         let restored = try Self.firstServed(control, through: "n1", cluster: cluster, within: 5)
         #expect(restored == Array("v1".utf8), "the control key after the owner's hold")
+    }
+
+    /// A stand-in hands back the values it took for a returned owner (`Protocol/CLUSTER.md`, "Handing back
+    /// values"): the owner is warm for them once its hold ends, with the TTL they had left, and a key the
+    /// stand-in deleted stays deleted (not brought back from the owner's disk).
+    @Test func aStandInHandsBackTheValuesItTookWithTheirTtl() throws {
+        let cluster = try Cluster(extraArguments: Self.timings, disk: true)
+        let kept = cluster.key(ownedBy: "n1", prefix: "kept")
+        let expiring = cluster.key(ownedBy: "n1", prefix: "expiring")
+        let deleted = cluster.key(ownedBy: "n1", prefix: "deleted")
+        let n1 = try cluster.node("n1").connect()
+        #expect(try n1.roundTrip(.put(key: Array(deleted.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        try Self.checkpointPastWhatIsOnDisk(cluster, owner: "n1", socket: n1, alreadyOnDisk: 1)
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+        // Through n3, each to its stand-in.
+        let n3 = try cluster.node("n3").connect()
+        #expect(try n3.roundTrip(.put(key: Array(kept.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        #expect(try n3.roundTrip(.put(key: Array(expiring.utf8), value: Array("t2".utf8), ttl: 6)).status == .ok)
+        // The stand-in never had it: NOT_FOUND, but the delete is recorded for the owner all the same.
+        #expect(try n3.roundTrip(.delete(key: Array(deleted.utf8))).status == .notFound)
+        let written = Date()
+
+        try cluster.start("n1")
+        // Once the owner serves again (its hold over), the values are there, from the owner.
+        #expect(try Self.waitUntilServing("n1", cluster: cluster), "the owner's hold ended")
+        let served = try NodeForwardingTests.get(kept, from: try cluster.node("n1").connect())
+        #expect(served.body == Array("v2".utf8), "the handed-back value")
+        let direct = try NodeForwardingTests.get(kept, from: try cluster.node("n1").connect(), flags: .forwarded)
+        #expect(direct.body == Array("v2".utf8), "the owner holds it itself")
+        #expect(try NodeForwardingTests.get(expiring, from: n3).body == Array("t2".utf8))
+        #expect(try NodeForwardingTests.get(deleted, from: n3).status == .notFound, "a deleted key stays deleted")
+        // The TTL went with it: gone 6 s after it was written.
+        Thread.sleep(forTimeInterval: max(0, 6.5 - Date().timeIntervalSince(written)))
+        #expect(try NodeForwardingTests.get(expiring, from: n3).status == .notFound, "expired with the TTL it had")
+        #expect(try NodeForwardingTests.get(kept, from: n3).body == Array("v2".utf8))
+    }
+
+    /// The owner's side of a hand-back: while it holds, the first word on a key stores the value; a second
+    /// (another stand-in may hold another version) deletes it, and so does a hand-back after the hold.
+    @Test func anOwnerStoresOnlyTheFirstHandBackOfAKeyInItsHold() throws {
+        let cluster = try Cluster(extraArguments: Self.timings + ["--hold-period", "2"], disk: true)
+        let first = Array(cluster.key(ownedBy: "n1", prefix: "first").utf8)
+        let twice = Array(cluster.key(ownedBy: "n1", prefix: "twice").utf8)
+        let late = Array(cluster.key(ownedBy: "n1", prefix: "late").utf8)
+        let n1 = try cluster.node("n1").connect()
+        #expect(try n1.roundTrip(.put(key: late, value: Array("v1".utf8), ttl: 0)).status == .ok)
+        // Restarted on its disk: it holds from its start.
+        #expect(cluster.node("n1").stop(signal: SIGTERM, timeout: 5) == 0)
+        try cluster.start("n1")
+        let owner = try cluster.node("n1").connect()
+        #expect(try cluster.stats("n1")["holding"] as? Bool == true)
+        func handBack(_ key: [UInt8], _ value: String) throws -> CachetStatus {
+            try owner.send(
+                CachetCommand.put(key: key, value: Array(value.utf8), ttl: 0).encoded(
+                    id: 7,
+                    flags: [.forwarded, .invalidation]
+                )
+            )
+            return try owner.readResponse().status
+        }
+        #expect(try handBack(first, "a") == .ok)
+        #expect(try handBack(twice, "b") == .ok)
+        #expect(try handBack(twice, "c") == .ok)
+        #expect(try Self.waitUntilServing("n1", cluster: cluster), "the hold ended")
+        #expect(try handBack(late, "v9") == .ok)
+        #expect(
+            try NodeForwardingTests.get(String(decoding: first, as: UTF8.self), from: owner).body == Array("a".utf8)
+        )
+        #expect(try NodeForwardingTests.get(String(decoding: twice, as: UTF8.self), from: owner).status == .notFound)
+        #expect(try NodeForwardingTests.get(String(decoding: late, as: UTF8.self), from: owner).status == .notFound)
     }
 
     @Test func anOwnerStoppedAndResumedNeverServesTheOlderValue() throws {
@@ -148,8 +233,12 @@ struct NodeFailoverTests {
         // Its memory still holds v1: it holds (a stall) until the stand-in has told it.
         let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
         #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner resumed")
+        // The stand-in handed v2 back: the owner serves it.
         for id in ["n1", "n2", "n3"] {
-            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
+            #expect(
+                try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).body == Array("v2".utf8),
+                "\(id)"
+            )
         }
     }
 
