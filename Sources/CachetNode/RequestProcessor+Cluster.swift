@@ -60,13 +60,11 @@ extension RequestProcessor {
         let health = cluster.health
         noteInvalidation(header)
         let foreignOwner = cluster.router.foreignOwner(of: keyBytes)
-        if forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0
-            && header.flags & CachetRequestFlags.lastHop.rawValue == 0
-        {
+        if forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0 {
             // A stand-in's word on a key (`Protocol/CLUSTER.md`, "Handing back values"): its value is stored only
             // by the key's owner while it holds, as the first word on the key in that hold; otherwise the key
-            // is deleted, as an invalidation deletes it.
-            if header.opcode == .put {
+            // is deleted, as an invalidation deletes it. An invalidation (a confirmation too) is a word.
+            if header.opcode == .put && header.flags & CachetRequestFlags.lastHop.rawValue == 0 {
                 guard foreignOwner == nil, cluster.hold?.takesHandBack(keyBytes) == true else {
                     if let failure = dropLocalCopy(keyBytes) {
                         appendMessage(failure, status: .serverError, opcode: .put, id: header.id, to: &output)
@@ -103,7 +101,9 @@ extension RequestProcessor {
             if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
             if !lastHop, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
                 // The local copy goes first: once the hold ends it would be older than what the stand-in took.
-                // The stand-in serves it without asking this node to confirm: that copy is gone.
+                // The stand-in serves it without asking this node to confirm: that copy is gone. A hand-back of
+                // the key still on its way (read before this write) would be older too: it now deletes.
+                hold.invalidated(keyBytes)
                 if let failure = dropLocalCopy(keyBytes) {
                     appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
                     return .answered

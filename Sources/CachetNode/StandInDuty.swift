@@ -57,9 +57,16 @@ struct StandInDuty {
     /// Records a write of `key` served here for `owner` (see ``CachetStandInLog/recordWrite(_:owner:ownerRoutable:servable:)``).
     mutating func recordWrite(_ key: [UInt8], owner: String, ownerRoutable: Bool, servable: Bool) {
         _ = log.recordWrite(key, owner: owner, ownerRoutable: ownerRoutable, servable: servable)
-        // Written here while the owner is being delivered to (its own write, passed on while it holds): the
-        // local value is again the latest this node accepted.
-        if servable && log.phase(of: owner) == .delivering { handBack[owner, default: []].insert(key) }
+        // Written here while the owner is being delivered to: as the stand-in in this node's view, the local
+        // value is again the latest this node accepted; otherwise (a peer's, or the owner's own write passed
+        // on while it holds) it is not handed back.
+        if log.phase(of: owner) == .delivering {
+            if servable {
+                handBack[owner, default: []].insert(key)
+            } else {
+                handBack[owner]?.remove(key)
+            }
+        }
     }
 
     /// Whether the local value of `key` may be handed back to `owner` with its delivery: this node took the

@@ -170,14 +170,16 @@ struct ClientClusterFileTests {
             await resumer.value
             #expect(!seen.contains(Array("v1".utf8)), "the client read v1 after v2 was acknowledged")
 
-            // n2 delivered (its log is back to its header) and dropped its copy: a miss.
+            // n2 delivered (its log is back to its header) and dropped its copy.
             let delivered = try await Members.onThread {
                 let deadline = Date().addingTimeInterval(5)
                 while members.standInLogSize("n2") != 16 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
                 return members.standInLogSize("n2") == 16
             }
             #expect(delivered, "n2 told n1")
-            #expect(try await client.get(key) == nil)
+            // v2 handed back to n1 (while n1 held), or deleted there (n2 spoke after n1's hold): never v1.
+            let after = try await client.get(key)
+            #expect(after == nil || after == Array("v2".utf8), "\(String(decoding: after ?? [], as: UTF8.self))")
             // v1 really was on n1's disk: once its hold is over (3 s, at most 4 × that while invalidations
             // come), n1 serves it for the key no one overwrote.
             var restored: [UInt8]?
