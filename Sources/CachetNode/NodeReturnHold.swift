@@ -144,8 +144,9 @@ final class NodeReturnHold: Sendable {
         told(key, handBack: true)
     }
 
-    /// A stand-in's invalidation of `key` (a DEL with `invalidation`) arrived: a later hand-back of it in
-    /// this hold deletes rather than stores.
+    /// Another word on `key` than a hand-back: a stand-in's invalidation or confirmation of it (a DEL with
+    /// `invalidation`), or a write of it this node passed on to the stand-in while holding. A later
+    /// hand-back of it in this hold deletes rather than stores.
     func invalidated(_ key: UnsafeRawBufferPointer) {
         _ = told(key, handBack: false)
     }
