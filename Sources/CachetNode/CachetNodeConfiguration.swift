@@ -44,6 +44,10 @@ public struct CachetNodeConfiguration: Sendable {
     /// no GET returns a value a stand-in replaced, across partitions. See `Protocol/CLUSTER.md`, "The
     /// minority rule".
     public var servesOwnKeysInMinority: Bool = false
+    /// Seconds after a membership change during which a member answers a miss of a key it did not own before
+    /// by asking the key's previous owner (`--warm-up-seconds`); 0 turns warm-up off. See
+    /// `Protocol/CLUSTER.md`, "Warm-up after a membership change".
+    public var warmUpSeconds: Double = 300
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10
@@ -110,6 +114,9 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard forwardTimeout >= 0.001 && forwardTimeout <= 600 else {
             throw fail("--forward-timeout \(forwardTimeout) must be between 0.001 and 600 seconds")
+        }
+        guard warmUpSeconds >= 0 && warmUpSeconds <= 86400 else {
+            throw fail("--warm-up-seconds \(warmUpSeconds) must be between 0 and 86400 seconds")
         }
         guard probeInterval >= 0.01 && probeInterval <= 3600 else {
             throw fail("--probe-interval \(probeInterval) must be between 0.01 and 3600 seconds")

@@ -1,5 +1,6 @@
 public import CachetCluster
 import CachetLocking
+import Dispatch
 public import Logging
 import Synchronization
 
@@ -31,6 +32,8 @@ public final class CachetNodeMembership: Sendable {
         var reloadFailures = 0
         /// Whether the node id was derived from the listening address (a cluster of one without `--node-id`).
         var idFromAddress: Bool
+        /// The membership before the last change, and when it changed (uptime nanoseconds).
+        var previous: (membership: CachetMembership, changedAt: UInt64)?
     }
 
     /// Creates the holder from a node's configuration.
@@ -57,6 +60,10 @@ public final class CachetNodeMembership: Sendable {
 
     /// The membership in force.
     public var current: CachetMembership { state.withLock { $0.membership } }
+
+    /// The membership in force before the last change, and when it changed (uptime nanoseconds); nil before
+    /// any change.
+    var previous: (membership: CachetMembership, changedAt: UInt64)? { state.withLock { $0.previous } }
 
     /// This node's id and the membership in force, read together.
     func snapshot() -> (nodeID: String, membership: CachetMembership) {
@@ -119,6 +126,9 @@ public final class CachetNodeMembership: Sendable {
             let old = state.membership
             state.membership = loaded
             state.reloads += 1
+            if loaded.membershipHashText != old.membershipHashText {
+                state.previous = (old, DispatchTime.now().uptimeNanoseconds)
+            }
             return old
         }
         changeCount.add(1, ordering: .releasing)

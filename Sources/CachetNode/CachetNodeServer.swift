@@ -148,6 +148,16 @@ public final class CachetNodeServer: Sendable {
             )
         statistics.health.withLock { $0 = health }
         statistics.hold.withLock { $0 = hold }
+        let warmUp = health.flatMap { health in
+            configuration.warmUpSeconds > 0
+                ? NodeWarmUp(
+                    membership: statistics.membership,
+                    comparison: health.membershipComparison,
+                    window: configuration.warmUpSeconds,
+                    joining: !restarted
+                ) : nil
+        }
+        statistics.warmUp.withLock { $0 = warmUp }
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never
             // forwards and pays nothing for it.
@@ -163,7 +173,7 @@ public final class CachetNodeServer: Sendable {
                         statistics: { statistics.json() },
                         connectionMemory: connectionMemory,
                         cluster: router.flatMap { router in
-                            health.map { ClusterRouting(router: router, health: $0, hold: hold) }
+                            health.map { ClusterRouting(router: router, health: $0, hold: hold, warmUp: warmUp) }
                         }
                     ),
                     router: router,

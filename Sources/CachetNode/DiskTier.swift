@@ -48,6 +48,9 @@ final class ForwardRequest: Sendable {
     /// The request came from a peer and this forward is its second hop (a confirmation, or a request a
     /// holding member passes on): it gets half the forward deadline, so that the peer hears back in time.
     let secondHop: Bool
+    /// A warm-up GET to the key's previous owner (``NodeWarmUp``): its OK reply carries the TTL left before
+    /// the value, and the client is answered a miss rather than UNAVAILABLE when it fails.
+    let warmUp: Bool
 
     init(
         frame: [UInt8],
@@ -56,7 +59,8 @@ final class ForwardRequest: Sendable {
         owner: CachetClusterMember,
         confirmation: Bool = false,
         original: [UInt8] = [],
-        secondHop: Bool = false
+        secondHop: Bool = false,
+        warmUp: Bool = false
     ) {
         self.frame = frame
         self.opcode = opcode
@@ -65,6 +69,7 @@ final class ForwardRequest: Sendable {
         self.confirmation = confirmation
         self.original = original
         self.secondHop = secondHop
+        self.warmUp = warmUp
     }
 
     /// The opcode of ``frame``: the client's, or DEL for a ``confirmation``.

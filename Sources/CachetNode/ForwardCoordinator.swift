@@ -64,7 +64,9 @@ final class ForwardCoordinator {
         retries: Int,
         answer: @escaping ([UInt8]) -> Void
     ) {
-        guard retries > 0, case .unavailable(_, let cause) = outcome, cause == .refused || cause == .closed else {
+        guard !request.warmUp, retries > 0, case .unavailable(_, let cause) = outcome,
+            cause == .refused || cause == .closed
+        else {
             answer(reply(to: request, outcome))
             return
         }
@@ -206,6 +208,11 @@ final class ForwardCoordinator {
     /// A forward's outcome as the client's reply (its opcode and id restored).
     private func reply(to request: ForwardRequest, _ outcome: ForwardOutcome) -> [UInt8] {
         var reply: CachetByteBuffer
+        if request.warmUp {
+            reply = CachetByteBuffer(capacity: 256)
+            processor.completeWarmUp(request, outcome, output: &reply)
+            return Array(reply.readableRegion)
+        }
         switch outcome {
         case .answered(let status, _) where request.confirmation:
             // The invalidation that confirms a peer's write: acknowledged, the write is (a PUT's value is

@@ -1,6 +1,7 @@
 import CachetCluster
 import CachetLocking
 import Logging
+import Synchronization
 
 /// Which peers read a different cluster file than this node (`Protocol/CLUSTER.md`, "Reloading"): fed with
 /// the membership hash (`cluster_hash`) of each routable peer's STATS, which the probing loop asks for every
@@ -11,6 +12,12 @@ import Logging
 final class MembershipComparison: Sendable {
     private let membership: CachetNodeMembership
     private let disagreeing = CachetLock<Set<String>>([])
+    /// Each peer's membership hash as last seen, by id.
+    private let seen = CachetLock<[String: String]>([:])
+    /// Whether any peer was ever seen reading another membership than this node's.
+    let sawDisagreement = Atomic<Bool>(false)
+    /// Which peers are routable now (set by the probing loop), for ``everyRoutablePeerAgrees``.
+    private let routable = CachetLock<[String]>([])
 
     /// - Parameter membership: the node's membership, whose hash the peers' are compared with.
     init(membership: CachetNodeMembership) {
@@ -26,6 +33,8 @@ final class MembershipComparison: Sendable {
     func record(_ hash: String, of member: CachetClusterMember, logger: Logger) {
         let own = membership.current.membershipHashText
         let differs = hash != own
+        seen.withLock { $0[member.id] = hash }
+        if differs { sawDisagreement.store(true, ordering: .relaxed) }
         let changed = disagreeing.withLock { peers -> Bool in
             differs ? peers.insert(member.id).inserted : peers.remove(member.id) != nil
         }
@@ -41,6 +50,19 @@ final class MembershipComparison: Sendable {
                 metadata: ["cluster.member": "\(member.id)"]
             )
         }
+    }
+
+    /// Records the peers that are routable now (the probing loop, before it asks them for their hash).
+    func setRoutable(_ peers: [CachetClusterMember]) {
+        routable.withLock { $0 = peers.map(\.id) }
+    }
+
+    /// Whether every routable peer was last seen reading this node's membership (false until each has
+    /// been asked since this node's last change).
+    var everyRoutablePeerAgrees: Bool {
+        let own = membership.current.membershipHashText
+        let peers = routable.withLock { $0 }
+        return seen.withLock { seen in peers.allSatisfy { seen[$0] == own } }
     }
 
     /// Peers whose membership hash, last seen, differs from this node's.

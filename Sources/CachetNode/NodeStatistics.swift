@@ -13,6 +13,8 @@ final class NodeStatistics: Sendable {
     let health = CachetLock<NodeHealth?>(nil)
     /// The owner's hold, for `holding` and `hold_extensions` (set once at start on a node that holds).
     let hold = CachetLock<NodeReturnHold?>(nil)
+    /// Warm-up after a membership change, for `warm_up_hits` and `warm_up_misses`.
+    let warmUp = CachetLock<NodeWarmUp?>(nil)
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
@@ -109,6 +111,9 @@ final class NodeStatistics: Sendable {
         fields.append(("in_minority", health?.isInMinority == true ? "true" : "false"))
         fields.append(("minority_entries", "\(health?.minorityEntries ?? 0)"))
         fields.append(("minority_misses", "\(requests.minorityMisses)"))
+        let warmUp = self.warmUp.withLock { $0 }
+        fields.append(("warm_up_hits", "\(warmUp?.hits.load(ordering: .relaxed) ?? 0)"))
+        fields.append(("warm_up_misses", "\(warmUp?.misses.load(ordering: .relaxed) ?? 0)"))
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
 

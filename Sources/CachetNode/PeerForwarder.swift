@@ -88,8 +88,11 @@ final class PeerForwarder: @unchecked Sendable {
             if routine {
                 sinceRoutine = .zero
                 routines += 1
-                // Every tenth round, compare memberships: a STATS of each routable peer, for its hash.
-                if routines % 10 == 1 { compareMemberships(health) }
+                // Every tenth round, compare memberships: a STATS of each routable peer, for its hash; every
+                // round while some peer has not been seen reading this node's membership (after a change).
+                if routines % 10 == 1 || !health.membershipComparison.everyRoutablePeerAgrees {
+                    compareMemberships(health)
+                }
             }
             for member in health.membersToProbe() {
                 let channel = channels[member]
@@ -135,7 +138,9 @@ final class PeerForwarder: @unchecked Sendable {
     /// differs from this node's: nodes that read different cluster files route keys differently.
     private func compareMemberships(_ health: NodeHealth) {
         // Not `membersToProbe()`: that marks the down peers that are due as probed.
-        for member in health.routablePeers() {
+        let peers = health.routablePeers()
+        health.membershipComparison.setRoutable(peers)
+        for member in peers {
             var stats = CachetCommand.stats.encoded(id: 0, flags: .forwarded)
             forward(&stats, to: member) { outcome in
                 guard case .answered(.ok, let body) = outcome,
@@ -224,8 +229,8 @@ final class PeerForwarder: @unchecked Sendable {
             forward(&frame, to: request.owner, secondHop: request.secondHop, completion: completion)
             return false
         }
-        guard request.opcode == .get else {
-            flights.detach(key)
+        guard request.opcode == .get, !request.warmUp else {
+            if request.opcode != .get { flights.detach(key) }
             forward(
                 &frame,
                 to: request.owner,

@@ -178,12 +178,24 @@ struct RequestProcessor {
             switch header.opcode {
             case .get:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
+                var warmable = false
                 if forwards {
+                    let warmUp = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.warmUp.rawValue
+                    if header.flags & warmUp == warmUp {
+                        serveWarmUp(
+                            UnsafeRawBufferPointer(rebasing: buffer[key]),
+                            id: header.id,
+                            output: &output,
+                            now: now
+                        )
+                        return nil
+                    }
                     switch route(frame, key: key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil
                     case .pending(let operation): return operation
                     }
+                    warmable = header.flags & CachetRequestFlags.lastHop.rawValue == 0
                 }
                 return get(
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
@@ -192,11 +204,13 @@ struct RequestProcessor {
                     outputCapacityLimit: outputCapacityLimit,
                     noRoom: &noRoom,
                     now: now,
-                    directSend: directSend
+                    directSend: directSend,
+                    warmable: warmable
                 )
             case .put:
                 let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
                 if forwards {
+                    cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[put.key]))
                     switch route(frame, key: put.key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil
@@ -207,6 +221,7 @@ struct RequestProcessor {
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
                 if forwards {
+                    cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[key]))
                     switch route(frame, key: key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil
@@ -219,6 +234,7 @@ struct RequestProcessor {
                 if forwards {
                     if let fanOut = fanOut(frame, in: buffer) { return fanOut }
                     noteInvalidation(header)
+                    cluster.unsafelyUnwrapped.warmUp?.noteClear()
                 }
                 return clear(id: header.id, output: &output)
             case .stats:
@@ -258,7 +274,8 @@ struct RequestProcessor {
         outputCapacityLimit: Int,
         noRoom: inout Bool,
         now: UInt32,
-        directSend: DirectSend?
+        directSend: DirectSend?,
+        warmable: Bool = false
     ) -> PendingOperation? {
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
@@ -286,6 +303,9 @@ struct RequestProcessor {
             return nil
         }
         RequestCounters.bump(counters.gets)
+        // A key this node owns since a membership change and never wrote since is asked of its previous
+        // owner first (its disk tier cannot hold a newer value).
+        if warmable, let operation = warmUpRequest(key, id: id) { return operation }
         // A miss in memory goes to the disk queue only when the key may be there, counting the writes
         // queued but not applied (the serial queue then answers after them, in order).
         if let disk, disk.worker.mayHold(key: key, now: now) {

@@ -39,8 +39,14 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// its keys to their stand-ins (`Protocol/CLUSTER.md`, "A member that stops"). Ignored otherwise.
     @inlinable public static var leaving: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0010) }
 
+    /// `0x0020`: with ``forwarded`` on GET, a member that owns the key since a membership change asks its
+    /// previous owner for it (`Protocol/CLUSTER.md`, "Warm-up after a membership change"): the receiver
+    /// answers from its memory whatever its ring says, and an OK reply's body is the TTL left (4 bytes,
+    /// seconds, 0 for none) followed by the value. Ignored otherwise.
+    @inlinable public static var warmUp: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0020) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x001f) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x003f) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -64,6 +70,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.invalidation) { names.append("invalidation") }
         if contains(.lastHop) { names.append("lastHop") }
         if contains(.leaving) { names.append("leaving") }
+        if contains(.warmUp) { names.append("warmUp") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -83,6 +83,14 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(
         help: """
+            Seconds after a cluster membership change (SIGHUP) during which a miss of a key this node did not \
+            own before is asked of its previous owner and kept (never for a key written here since); 0: off.
+            """
+    )
+    var warmUpSeconds = 300.0
+
+    @Option(
+        help: """
             Seconds a cluster node answers GETs of its own keys with a miss after it may have been away \
             (start, a stall, a lost network), so that stand-ins can tell it what they replaced; longer while \
             their invalidations keep arriving (until --forward-timeout + --probe-interval after the last, \
@@ -164,6 +172,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.clientStallTimeout = clientStallTimeout
             configuration.forwardTimeout = forwardTimeout
             configuration.probeInterval = probeInterval
+            configuration.warmUpSeconds = warmUpSeconds
             configuration.holdPeriod = holdPeriod
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             if let connectionMemory {

@@ -134,9 +134,11 @@ struct CachetRequestFlagsTests {
         #expect(CachetRequestFlags.forwarded.rawValue == 1 && CachetRequestFlags.cluster.rawValue == 2)
         #expect(CachetRequestFlags.invalidation.rawValue == 4 && CachetRequestFlags.lastHop.rawValue == 8)
         #expect(CachetRequestFlags.leaving.rawValue == 0x10)
-        let header = CachetFrameHeader(opcode: .get, word: 0xffe1, id: 1)
+        #expect(CachetRequestFlags.warmUp.rawValue == 0x20)
+        let header = CachetFrameHeader(opcode: .get, word: 0xffc1, id: 1)
         #expect(header.requestFlags == .forwarded)
-        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xffe0)
+        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xffc0)
+        #expect(CachetRequestFlags(rawValue: 0x0021).description == "forwarded|warmUp")
         #expect(CachetRequestFlags(rawValue: 0x0011).description == "forwarded|leaving")
         #expect(CachetRequestFlags(rawValue: 0x000d).description == "forwarded|invalidation|lastHop")
         #expect(CachetRequestFlags(rawValue: 0x8003).description == "forwarded|cluster|0x8000")
@@ -171,7 +173,7 @@ struct CachetRequestFlagsTests {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
                 let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
-                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0x1f)
+                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0x3f)
                 let decoded = try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame!, in: $0) }
                 #expect(decoded == command)
             }

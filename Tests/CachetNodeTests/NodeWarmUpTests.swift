@@ -1,0 +1,138 @@
+import CachetCluster
+import CachetIO
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Warm-up after a membership change (`Protocol/CLUSTER.md`, "Warm-up after a membership change"), on real
+/// node processes: a member added to a loaded cluster answers a miss of a key it took over by asking the
+/// key's previous owner, and keeps the value; a key written or deleted through it since the change never
+/// comes back from there.
+@Suite("Node: warm-up after a membership change", .serialized)
+struct NodeWarmUpTests {
+    typealias Cluster = NodeForwardingTests.Cluster
+
+    /// n4 added to a three-member cluster, every node sent SIGHUP; returns the four-member membership.
+    static func addN4(to cluster: Cluster) throws -> CachetMembership {
+        let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        close(fd)
+        cluster.ports["n4"] = port
+        let entries = ["n1", "n2", "n3", "n4"].map {
+            "{\"id\": \"\($0)\", \"host\": \"127.0.0.1\", \"port\": \(cluster.ports[$0]!)}"
+        }
+        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
+            .write(to: URL(fileURLWithPath: cluster.file))
+        let four = try CachetMembership(contentsOfFile: cluster.file)
+        try cluster.start("n4")
+        // As an operator would: the new member first, which sees the others still on the old file, then
+        // the others reloaded.
+        let seenBy = Date().addingTimeInterval(5)
+        while try cluster.stats("n4")["cluster_peers_disagreeing"] as? Int ?? 0 == 0 && Date() < seenBy {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        for id in ["n1", "n2", "n3"] { kill(cluster.node(id).process.processIdentifier, SIGHUP) }
+        // Every member reads the four members, and every one has seen every other read them too.
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let hashes = try ["n1", "n2", "n3", "n4"].map { try cluster.stats($0)["cluster_hash"] as? String }
+            let agreeing = try ["n1", "n2", "n3", "n4"].map {
+                try cluster.stats($0)["cluster_peers_disagreeing"] as? Int
+            }
+            if hashes.allSatisfy({ $0 == four.membershipHashText }) && agreeing.allSatisfy({ $0 == 0 }) { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return four
+    }
+
+    static func run(warmUpSeconds: Double) throws -> (hits: Int, of: Int, written: Bool, deleted: Bool) {
+        let cluster = try Cluster(
+            extraArguments: ["--probe-interval", "0.1", "--warm-up-seconds", "\(warmUpSeconds)"]
+        )
+        let keys = (0..<400).map { "warm:\($0)" }
+        let n1 = try cluster.node("n1").connect()
+        for key in keys {
+            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: Array(key.utf8), ttl: 0)).status == .ok)
+        }
+        // A cluster that started together asks no one: its members never saw another membership.
+        for id in ["n1", "n2", "n3"] {
+            #expect(try NodeForwardingTests.get("absent:\(id)", from: cluster.node(id).connect()).status == .notFound)
+            let stats = try cluster.stats(id)
+            #expect(stats["warm_up_hits"] as? Int == 0 && stats["warm_up_misses"] as? Int == 0, "\(id)")
+        }
+        let four = try addN4(to: cluster)
+        let moved = keys.filter { four.owner(of: $0).id == "n4" }
+        #expect(moved.count > 40, "\(moved.count) keys moved to n4")
+        // A key written and one deleted through n4 after the change: never read back from before.
+        let n4 = try cluster.node("n4").connect()
+        #expect(try n4.roundTrip(.put(key: Array(moved[0].utf8), value: Array("new".utf8), ttl: 0)).status == .ok)
+        #expect(try n4.roundTrip(.delete(key: Array(moved[1].utf8))).status == .notFound)
+        // Settled: membership comparisons every probe round until every peer agrees (at most a few).
+        Thread.sleep(forTimeInterval: 0.5)
+        var hits = 0
+        for key in moved.dropFirst(2) {
+            let reply = try NodeForwardingTests.get(key, from: n1)
+            if reply.status == .ok {
+                #expect(reply.body == Array(key.utf8), "\(key)")
+                hits += 1
+            }
+        }
+        let written = try NodeForwardingTests.get(moved[0], from: n1).body == Array("new".utf8)
+        let deleted = try NodeForwardingTests.get(moved[1], from: n1).status == .notFound
+        // A second read is served by n4 itself: it kept what it was given.
+        if warmUpSeconds > 0, let kept = moved.dropFirst(2).first {
+            let direct = try NodeForwardingTests.get(kept, from: n4, flags: .forwarded)
+            #expect(direct.body == Array(kept.utf8), "n4 kept the warmed value")
+        }
+        return (hits, moved.count - 2, written, deleted)
+    }
+
+    @Test func aMemberAddedToTheClusterAnswersTheKeysItTookOverFromTheirPreviousOwners() throws {
+        let result = try Self.run(warmUpSeconds: 300)
+        #expect(result.hits == result.of, "\(result.hits) of \(result.of) moved keys hit")
+        #expect(result.written, "a key written through n4 after the change keeps that value")
+        #expect(result.deleted, "a key deleted through n4 after the change stays deleted")
+    }
+
+    /// The other way: n4 removed from the file (the others sent SIGHUP; n4 still runs, on its old file),
+    /// its keys go back to the others, which ask n4 for them while it still serves them.
+    @Test func theMembersLeftAfterARemovalAskTheRemovedOneForItsKeys() throws {
+        let cluster = try Cluster(extraArguments: ["--probe-interval", "0.1"])
+        let four = try Self.addN4(to: cluster)
+        let keys = (0..<400).map { "gone:\($0)" }.filter { four.owner(of: $0).id == "n4" }
+        let n4 = try cluster.node("n4").connect()
+        for key in keys {
+            #expect(try n4.roundTrip(.put(key: Array(key.utf8), value: Array("v3".utf8), ttl: 0)).status == .ok)
+        }
+        let entries = ["n1", "n2", "n3"].map {
+            "{\"id\": \"\($0)\", \"host\": \"127.0.0.1\", \"port\": \(cluster.ports[$0]!)}"
+        }
+        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
+            .write(to: URL(fileURLWithPath: cluster.file))
+        let three = try CachetMembership(contentsOfFile: cluster.file)
+        for id in ["n1", "n2", "n3"] { kill(cluster.node(id).process.processIdentifier, SIGHUP) }
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let hashes = try ["n1", "n2", "n3"].map { try cluster.stats($0)["cluster_hash"] as? String }
+            if hashes.allSatisfy({ $0 == three.membershipHashText }) { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        let n1 = try cluster.node("n1").connect()
+        var hits = 0
+        for key in keys where try NodeForwardingTests.get(key, from: n1).body == Array("v3".utf8) { hits += 1 }
+        #expect(hits == keys.count, "\(hits) of \(keys.count) keys of the removed member hit")
+        let warmed = try ["n1", "n2", "n3"].map { try cluster.stats($0)["warm_up_hits"] as? Int ?? 0 }.reduce(0, +)
+        #expect(warmed == keys.count, "warm_up_hits \(warmed)")
+    }
+
+    @Test func withoutWarmUpTheKeysThatMovedMiss() throws {
+        let result = try Self.run(warmUpSeconds: 0)
+        #expect(result.hits == 0, "\(result.hits) of \(result.of) moved keys hit")
+        #expect(result.written && result.deleted)
+    }
+}
