@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""Rolling restart under load: a local 3-node cluster (deploy/local-cluster.sh), a read-through load, and each
-member sent SIGTERM and started again in turn (local-cluster.sh rolling-restart). Reports, second by second
-and in all, the requests that failed, the GETs that returned a value older than the last one acknowledged,
-and the hit ratio; exits 1 when a request failed, a read was stale, or the hit ratio 30 s after the last
-restart is more than --max-hit-drop points below the one before the first.
+"""Membership events under load: a local 3-node cluster (deploy/local-cluster.sh), a read-through load, and one
+event: each member sent SIGTERM and started again in turn (--event rolling-restart, the default:
+local-cluster.sh rolling-restart), a fourth member added (--event add: the cluster file gains n4, n4 starts,
+then the others reload), or a member removed (--event remove: n3 leaves the file, the others reload, n3 is
+stopped 20 s later). Reports, second by second and in all, the requests that failed, the GETs that returned a
+value older than the last one acknowledged, and the hit ratio; exits 1 when a request failed, a read was
+stale, or the hit ratio is more than --max-hit-drop points below the one before the event: 30 s after a
+rolling restart, or on average over the 30 s after an added or removed member (where the load follows the
+new membership at once, as CachetClient does within its refresh interval).
 
 Run by hand; nothing in CI runs it. Python 3.11, standard library only. Talks only to 127.0.0.1.
 
     python3 Benchmarks/rolling-restart.py                      # every request to the key's owner (as CachetClient)
     python3 Benchmarks/rolling-restart.py --through n1         # every request to n1, which forwards; n2 and n3 restart
     python3 Benchmarks/rolling-restart.py --bin-dir .build/debug --warm 10 --after 35
+    python3 Benchmarks/rolling-restart.py --event add           # scale out: 3 members to 4
+    python3 Benchmarks/rolling-restart.py --event remove        # scale in: 3 members to 2
+    python3 Benchmarks/rolling-restart.py --event add --node-flags "--warm-up-seconds 0"   # without warm-up
 
 The load: --threads threads, each with --keys-per-thread keys of its own (so each key has one writer and
 "older than the last acknowledged" is exact). A thread GETs a key; a hit must be the version it last wrote
@@ -23,8 +30,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -106,7 +115,14 @@ class Client:
             return self.request(targets[1], opcode, body)
 
 
-def load(index: int, args, ports: dict[str, int], key_map, tally: Tally, stop: threading.Event) -> None:
+class Routing:
+    """Where the load sends each key: the members' ring, replaced whole when the membership changes."""
+
+    def __init__(self, key_map) -> None:
+        self.key_map = key_map
+
+
+def load(index: int, args, ports: dict[str, int], routing: Routing, tally: Tally, stop: threading.Event) -> None:
     rng = random.Random(index + 1)
     client = Client(ports, args.timeout)
     keys = [f"roll:{index}:{k}" for k in range(args.keys_per_thread)]
@@ -114,7 +130,7 @@ def load(index: int, args, ports: dict[str, int], key_map, tally: Tally, stop: t
     version = 0
     while not stop.is_set():
         key = rng.choice(keys)
-        targets = [args.through] if args.through else key_map.preference[key][:2]
+        targets = [args.through] if args.through else routing.key_map.preference[key][:2]
         now = time.monotonic()
         try:
             if rng.random() < 0.1:
@@ -148,6 +164,38 @@ def load(index: int, args, ports: dict[str, int], key_map, tally: Tally, stop: t
             acknowledged.pop(key, None)
 
 
+def change_membership(event, cluster, env, ports, members, routing, key_map_type, all_keys, note) -> None:
+    """Adds n4 or removes n3: the cluster file rewritten, the new member started first (it sees the others
+    on the old file), then every node reloaded; the load follows the new members."""
+    path = os.path.join(env["CACHET_CLUSTER_DIR"], "cluster.json")
+    with open(path) as handle:
+        document = json.load(handle)
+    after = members + ["n4"] if event == "add" else [m for m in members if m != "n3"]
+    if event == "add":
+        document["members"].append({"id": "n4", "host": "127.0.0.1", "port": ports["n4"]})
+    else:
+        document["members"] = [m for m in document["members"] if m["id"] != "n3"]
+    # One member a line, as local-cluster.sh writes it (and reads it back).
+    lines = [f'    {{"id": "{m["id"]}", "host": "{m["host"]}", "port": {m["port"]}}}' for m in document["members"]]
+    temporary = path + ".new"
+    with open(temporary, "w") as handle:
+        handle.write('{\n  "members": [\n' + ",\n".join(lines) + "\n  ]\n}\n")
+    os.replace(temporary, path)
+    if event == "add":
+        note(cluster("start", "n4").stdout.strip())
+        cli = os.path.join(env["CACHET_BIN_DIR"], "cachet-cli")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            stats = subprocess.run([cli, "--port", str(ports["n4"]), "stats"], text=True, capture_output=True).stdout
+            if any(line.split()[:1] == ["cluster_peers_disagreeing"] and line.split()[1] != "0"
+                   for line in stats.splitlines()):
+                break
+            time.sleep(0.1)
+    cluster("reload", check=False)
+    note(f"cluster file now {', '.join(after)}; every node reloaded")
+    routing.key_map = key_map_type(after, all_keys)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin-dir", default=os.path.join(ROOT, ".build", "release"),
@@ -157,6 +205,7 @@ def main() -> int:
     parser.add_argument("--through", help="send every request to this member (the others are restarted)")
     parser.add_argument("--warm", type=float, default=15, help="seconds of load before the first restart")
     parser.add_argument("--after", type=float, default=35, help="seconds of load after the last restart")
+    parser.add_argument("--event", choices=["rolling-restart", "add", "remove"], default="rolling-restart")
     parser.add_argument("--pause", type=float, default=2, help="seconds between a member's return and the next")
     parser.add_argument("--timeout", type=float, default=2, help="seconds a request may take")
     parser.add_argument("--max-hit-drop", type=float, default=5, help="points the hit ratio may lose")
@@ -177,44 +226,64 @@ def main() -> int:
         return subprocess.run([script, *command], env=env, check=check, text=True, capture_output=True)
 
     members = ["n1", "n2", "n3"]
-    ports = {member: args.port + index for index, member in enumerate(members)}
+    ports = {member: args.port + index for index, member in enumerate(members + ["n4"])}
     if args.through and args.through not in members:
         parser.error(f"--through takes one of {', '.join(members)}")
+    if args.through and args.event != "rolling-restart":
+        parser.error("--through goes with --event rolling-restart")
     cluster("up", "3", "--port", str(args.port), "--", *args.node_flags.split())
-    key_map = load_key_map()(members, [f"roll:{i}:{k}" for i in range(args.threads)
-                                       for k in range(args.keys_per_thread)])
+    all_keys = [f"roll:{i}:{k}" for i in range(args.threads) for k in range(args.keys_per_thread)]
+    key_map_type = load_key_map()
+    routing = Routing(key_map_type(members, all_keys))
     start = time.monotonic()
     tally = Tally(start)
     stop = threading.Event()
-    threads = [threading.Thread(target=load, args=(i, args, ports, key_map, tally, stop), daemon=True)
+    threads = [threading.Thread(target=load, args=(i, args, ports, routing, tally, stop), daemon=True)
                for i in range(args.threads)]
     events: dict[int, list[str]] = {}
     try:
         for thread in threads:
             thread.start()
         time.sleep(args.warm)
-        restarted = [m for m in members if m != args.through]
-        first_restart = time.monotonic() - start
-        process = subprocess.Popen([script, "rolling-restart", "--pause", str(args.pause), *restarted], env=env,
-                                   text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for line in process.stdout:
+
+        def note(line: str) -> None:
             at = int(time.monotonic() - start)
-            events.setdefault(at, []).append(line.strip())
-            print(f"[{at:4d}s] {line.strip()}", file=sys.stderr)
-        if process.wait() != 0:
-            print("the rolling restart failed", file=sys.stderr)
-            return 2
+            events.setdefault(at, []).append(line)
+            print(f"[{at:4d}s] {line}", file=sys.stderr)
+
+        first_restart = time.monotonic() - start
+        if args.event == "rolling-restart":
+            restarted = [m for m in members if m != args.through]
+            process = subprocess.Popen([script, "rolling-restart", "--pause", str(args.pause), *restarted],
+                                       env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for line in process.stdout:
+                note(line.strip())
+            if process.wait() != 0:
+                print("the rolling restart failed", file=sys.stderr)
+                return 2
+        else:
+            change_membership(args.event, cluster, env, ports, members, routing, key_map_type, all_keys, note)
         last_restart = time.monotonic() - start
-        time.sleep(args.after)
+        if args.event == "remove":
+            time.sleep(20)
+            gone = os.path.join(env["CACHET_CLUSTER_DIR"], "n3", "node.pid")
+            with open(gone) as handle:
+                os.kill(int(handle.read().strip()), signal.SIGTERM)
+            note("n3 stopped (SIGTERM)")
+            time.sleep(max(0, args.after - 20))
+        else:
+            time.sleep(args.after)
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=args.timeout + 1)
         cluster("down", "--purge", check=False)
 
-    print(f"Rolling restart of {', '.join(m for m in members if m != args.through)} under {args.threads} threads "
+    what = {"rolling-restart": f"Rolling restart of {', '.join(m for m in members if m != args.through)}",
+            "add": "n4 added to n1, n2, n3", "remove": "n3 removed from n1, n2, n3"}[args.event]
+    print(f"{what} under {args.threads} threads "
           f"({'every request to ' + args.through if args.through else 'each request to its key owner'}), "
-          f"{args.threads * args.keys_per_thread} keys")
+          f"{args.threads * args.keys_per_thread} keys, node flags: {args.node_flags or 'none'}")
     print()
     print("| s | requests | hit % | failed | stale | events |")
     print("|---:|---:|---:|---:|---:|---|")
@@ -233,10 +302,16 @@ def main() -> int:
         return 100 * sum(row.hits for row in rows) / gets if gets else 0
 
     before = hit_ratio(first_restart - 5, first_restart)
-    after = hit_ratio(last_restart + 25, last_restart + 35)
+    if args.event == "rolling-restart":
+        after = hit_ratio(last_restart + 25, last_restart + 35)
+        window = "from 25 to 35 s after the last restart"
+    else:
+        after = hit_ratio(last_restart, last_restart + 30)
+        window = (f"over the 30 s after the change ({hit_ratio(last_restart, last_restart + 5):.1f}% over the "
+                  f"first 5 s)")
     print()
     print(f"requests {total.requests}, failed {total.failed}, stale {total.stale}; hit ratio {before:.1f}% in the "
-          f"5 s before the first restart, {after:.1f}% from 25 to 35 s after the last one")
+          f"5 s before the event, {after:.1f}% {window}")
     for example in tally.examples:
         print("  " + example)
     problems = []
@@ -245,7 +320,7 @@ def main() -> int:
     if total.stale:
         problems.append(f"{total.stale} stale reads")
     if before - after > args.max_hit_drop:
-        problems.append(f"the hit ratio is {before - after:.1f} points lower 30 s after the last restart")
+        problems.append(f"the hit ratio is {before - after:.1f} points lower {window}")
     for problem in problems:
         print("FAIL: " + problem)
     return 1 if problems else 0

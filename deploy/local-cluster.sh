@@ -53,6 +53,7 @@ build() {
 }
 
 # The nodes of the cluster file as "id port" lines (the file is written by this script, one member a line).
+# The members of the cluster file, "ID PORT" a line: the file must keep one member a line, as `up` writes it.
 members() {
     [ -f "$cluster_file" ] || return 0
     sed -n 's/.*"id": *"\([^"]*\)".*"port": *\([0-9]*\).*/\1 \2/p' "$cluster_file"

@@ -33,6 +33,8 @@ final class NodeWarmUp: Sendable {
         /// seen reading another membership (the others had not been told of it yet), which a cluster that
         /// starts together never shows.
         var joining = false
+        /// When the change the window is for happened (uptime nanoseconds; 0: none yet).
+        var changedAt: UInt64 = 0
     }
 
     private let membership: CachetNodeMembership
@@ -88,18 +90,24 @@ final class NodeWarmUp: Sendable {
         guard generation != seenGeneration.load(ordering: .relaxed), window > 0 else { return }
         let previous = membership.previous
         let nodeID = membership.nodeID
-        state.withLock { state in
-            guard state.generation != generation else { return }
-            state.generation = generation
-            state.noted = []
-            state.full = false
-            state.previous = previous?.membership
-            state.joining = false
-            state.nodeID = nodeID
-            state.until = (previous?.changedAt ?? 0) &+ window
+        let isOpen = state.withLock { state -> Bool in
+            if state.generation != generation {
+                state.generation = generation
+                // A reload that changed nothing (the same file, SIGHUP to every node) keeps the window.
+                if let previous, previous.changedAt != state.changedAt {
+                    state.changedAt = previous.changedAt
+                    state.noted = []
+                    state.full = false
+                    state.previous = previous.membership
+                    state.joining = false
+                    state.nodeID = nodeID
+                    state.until = previous.changedAt &+ window
+                }
+            }
+            return state.previous != nil
         }
         seenGeneration.store(generation, ordering: .relaxed)
-        open.store(previous != nil, ordering: .releasing)
+        open.store(isOpen, ordering: .releasing)
     }
 
     /// Notes a PUT or DEL of one of this node's keys, before it is applied: the key is never warmed in this
