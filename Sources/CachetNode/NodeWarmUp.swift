@@ -116,14 +116,19 @@ final class NodeWarmUp: Sendable {
     func noteWrite(_ key: UnsafeRawBufferPointer) {
         refreshIfChanged()
         guard open.load(ordering: .acquiring) else { return }
-        state.withLock { state in
-            guard state.previous != nil, !state.full else { return }
+        let full = state.withLock { state -> Bool in
+            guard state.previous != nil, !state.full else { return state.full }
             if state.noted.count >= Self.maximumNoted {
+                // Warm-up stops until the next change, and writes stop paying for the lock.
                 state.full = true
-                return
+                state.previous = nil
+                state.noted = []
+                return true
             }
             state.noted.insert(Array(key))
+            return false
         }
+        if full { open.store(false, ordering: .releasing) }
     }
 
     /// Whether this node may answer a peer's warm-up of `key`: it owns the key in the membership in force
