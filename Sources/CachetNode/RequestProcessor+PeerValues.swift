@@ -1,0 +1,111 @@
+import CachetCluster
+import CachetIO
+import CachetStore
+import CachetWire
+
+/// What a node gives its peers from its memory tier, and takes from them: warm-up after a membership change
+/// (`Protocol/CLUSTER.md`, "Warm-up after a membership change") and the values a stand-in hands back to a
+/// returned owner ("Handing back values").
+extension RequestProcessor {
+    /// The warm-up request for `key`, which this node missed (``NodeWarmUp``): a GET with `forwarded`,
+    /// `lastHop` and `warmUp` to the key's previous owner, with half the forward deadline; nil when the key
+    /// is not one to warm.
+    func warmUpRequest(_ key: UnsafeRawBufferPointer, id: UInt32) -> PendingOperation? {
+        let cluster = cluster.unsafelyUnwrapped
+        guard let warmUp = cluster.warmUp, let source = warmUp.source(for: key),
+            cluster.router.foreignOwner(of: key) == nil
+        else { return nil }
+        let frame = CachetCommand.get(key: Array(key)).encoded(id: 0, flags: [.forwarded, .lastHop, .warmUp])
+        return .forward(
+            ForwardRequest(frame: frame, opcode: .get, id: id, owner: source, secondHop: true, warmUp: true)
+        )
+    }
+
+    /// A peer's warm-up GET (`forwarded` and `warmUp`): the memory tier's value, its body the TTL left (4
+    /// bytes, big-endian seconds, 0 for none) and the value, when this node owns the key or owned it before
+    /// a recent membership change (``NodeWarmUp/servesWarmUp(_:)``: it is where the writes went); a miss
+    /// otherwise, while this node holds (its values may be older than a stand-in's), or when memory has no
+    /// live value.
+    func serveWarmUp(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout CachetByteBuffer, now: UInt32) {
+        RequestCounters.bump(counters.gets)
+        let cluster = cluster.unsafelyUnwrapped
+        let ownedBefore = cluster.warmUp?.servesWarmUp(key) ?? false
+        let holding = cluster.hold?.isHolding() == true
+        let served =
+            holding || !ownedBefore
+            ? nil
+            : store.withValue(forKey: key, now: now) { value, expiry -> Bool in
+                guard expiry == 0 || expiry > now else { return false }
+                let ttl = expiry == 0 ? 0 : expiry - now
+                var body = [UInt8](repeating: 0, count: 4)
+                body[0] = UInt8(ttl >> 24)
+                body[1] = UInt8(truncatingIfNeeded: ttl >> 16)
+                body[2] = UInt8(truncatingIfNeeded: ttl >> 8)
+                body[3] = UInt8(truncatingIfNeeded: ttl)
+                body.append(contentsOf: value)
+                body.withUnsafeBytes { appendReply(opcode: .get, status: .ok, id: id, body: $0, to: &output) }
+                return true
+            }
+        if served == true {
+            RequestCounters.bump(counters.hits)
+        } else {
+            RequestCounters.bump(counters.misses)
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        }
+    }
+
+    /// A warm-up's answer for the client: the value, kept in memory with the TTL it had left, when the
+    /// previous owner had it and no write of the key was noted meanwhile; a miss otherwise (never
+    /// UNAVAILABLE: the key was only asked for because it missed here).
+    func completeWarmUp(_ request: ForwardRequest, _ outcome: ForwardOutcome, output: inout CachetByteBuffer) {
+        let warmUp = cluster.unsafelyUnwrapped.warmUp
+        if case .answered(.ok, let body) = outcome, body.count >= 4, let warmUp,
+            let key = PeerForwarder.key(of: request)
+        {
+            let ttl = UInt32(body[0]) << 24 | UInt32(body[1]) << 16 | UInt32(body[2]) << 8 | UInt32(body[3])
+            let now = CachetClock.now()
+            let expiry = ttl == 0 ? 0 : now &+ ttl
+            let kept = warmUp.keep(key) {
+                key.withUnsafeBytes { key in
+                    body.withUnsafeBytes { body in
+                        _ = store.put(
+                            key: key,
+                            value: UnsafeRawBufferPointer(rebasing: body[4...]),
+                            expiry: expiry,
+                            now: now
+                        )
+                    }
+                }
+            }
+            if kept {
+                warmUp.hits.add(1, ordering: .relaxed)
+                RequestCounters.bump(counters.hits)
+                body.withUnsafeBytes {
+                    appendReply(
+                        opcode: .get,
+                        status: .ok,
+                        id: request.id,
+                        body: UnsafeRawBufferPointer(rebasing: $0[4...]),
+                        to: &output
+                    )
+                }
+                return
+            }
+        }
+        warmUp?.misses.add(1, ordering: .relaxed)
+        RequestCounters.bump(counters.misses)
+        appendReply(opcode: .get, status: .notFound, id: request.id, to: &output)
+    }
+
+    /// The memory tier's value of `key` and its TTL left in whole seconds (rounded up; 0 for none), for a
+    /// hand-back to a returned owner; nil when memory holds no live value (the disk tier is not read).
+    func localValue(_ key: [UInt8]) -> (value: [UInt8], ttl: UInt32)? {
+        let now = CachetClock.now()
+        return key.withUnsafeBytes { key in
+            store.withValue(forKey: key, now: now) { value, expiry -> (value: [UInt8], ttl: UInt32)? in
+                guard expiry == 0 || expiry > now else { return nil }
+                return (Array(value), expiry == 0 ? 0 : expiry - now)
+            } ?? nil
+        }
+    }
+}
