@@ -177,13 +177,16 @@ public struct CachetStandInLog: Sendable {
     ///     (another node's view): the key is recorded and delivered, but not served here until written
     ///     here again as its stand-in (the writes after it may go to the node this one takes for the
     ///     stand-in).
+    ///   - remember: false when the node cannot record another key (its file is full): a new key then
+    ///     overflows the owner's log, as past the limits.
     /// - Returns: invalidations to send now (only when delivering).
     /// - Complexity: O(k) on average for a key of k bytes.
     public mutating func recordWrite(
         _ key: [UInt8],
         owner: String,
         ownerRoutable: Bool,
-        servable: Bool = true
+        servable: Bool = true,
+        remember: Bool = true
     ) -> [Invalidation] {
         var log = owners[owner] ?? OwnerLog()
         defer { owners[owner] = log }
@@ -197,7 +200,9 @@ public struct CachetStandInLog: Sendable {
         }
         let isNew = !log.keys.contains(key)
         if isNew {
-            if log.overflowed || log.keys.count >= limits.maximumKeys || log.bytes + key.count > limits.maximumBytes {
+            if !remember || log.overflowed || log.keys.count >= limits.maximumKeys
+                || log.bytes + key.count > limits.maximumBytes
+            {
                 // Not remembered: its local value will not be served, and the owner must drop everything.
                 log.overflowed = true
             } else {

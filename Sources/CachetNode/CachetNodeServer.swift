@@ -70,6 +70,7 @@ public final class CachetNodeServer: Sendable {
                     store: store,
                     worker: CachetDiskWorker(store: store),
                     limit: diskConfiguration.limit + diskConfiguration.journalBytes
+                        + (configuration.cluster == nil ? 0 : CachetStandInLogFile.defaultMaximumFileBytes)
                 )
             } catch {
                 throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)

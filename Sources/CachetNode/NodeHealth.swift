@@ -223,13 +223,17 @@ final class NodeHealth: Sendable {
     /// - Returns: nil, or why the file could not record it: the write must be refused (SERVER_ERROR).
     func recordWrite(_ key: [UInt8], ownerID: String, servable: Bool = true) -> String? {
         withState { health, state -> String? in
+            var remember = true
             if let standInFile, let addition = state.duty.addition(forWrite: key, owner: ownerID) {
+                // A file at its budget (part of --disk-limit) takes the owner's overflow instead of the key:
+                // the owner then gets a CLEAR on its return, as when its log passes its limits.
+                remember = addition == .key && standInFile.hasRoom(forKey: key, owner: ownerID)
                 let record: CachetStandInLogFile.Record =
-                    addition == .key ? .key(owner: ownerID, key: key) : .overflowed(owner: ownerID)
+                    remember ? .key(owner: ownerID, key: key) : .overflowed(owner: ownerID)
                 if let failure = standInFile.append(record) { return failure.message }
             }
             let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
-            state.duty.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable)
+            state.duty.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable, remember: remember)
             return nil
         } ?? nil
     }

@@ -55,8 +55,9 @@ struct StandInDuty {
     }
 
     /// Records a write of `key` served here for `owner` (see ``CachetStandInLog/recordWrite(_:owner:ownerRoutable:servable:)``).
-    mutating func recordWrite(_ key: [UInt8], owner: String, ownerRoutable: Bool, servable: Bool) {
-        _ = log.recordWrite(key, owner: owner, ownerRoutable: ownerRoutable, servable: servable)
+    mutating func recordWrite(_ key: [UInt8], owner: String, ownerRoutable: Bool, servable: Bool, remember: Bool = true)
+    {
+        _ = log.recordWrite(key, owner: owner, ownerRoutable: ownerRoutable, servable: servable, remember: remember)
         // Written here while the owner is being delivered to: as the stand-in in this node's view, the local
         // value is again the latest this node accepted; otherwise (a peer's, or the owner's own write passed
         // on while it holds) it is not handed back.

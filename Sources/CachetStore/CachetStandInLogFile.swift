@@ -27,6 +27,8 @@ package final class CachetStandInLogFile: @unchecked Sendable {
     static let recordOverhead = 12
     static let maximumOwnerLength = 255
     static let maximumKeyLength = 4096
+    /// The file's budget by default: part of `--disk-limit` on a node of a cluster.
+    package static let defaultMaximumFileBytes = 4 << 20
     /// A file the rewrite would shrink to less than half is rewritten once it is at least this big.
     static let compactionThreshold = 64 << 10
 
@@ -93,7 +95,22 @@ package final class CachetStandInLogFile: @unchecked Sendable {
     /// The file's path.
     package var path: String { directory + "/" + Self.fileName }
 
-    private init(directory: String) { self.directory = directory }
+    /// The most bytes the file may take: a key that would take it past this is recorded as its owner's
+    /// overflow instead (``hasRoom(forKey:owner:)``).
+    package let maximumFileBytes: Int
+
+    private init(directory: String, maximumFileBytes: Int) {
+        self.directory = directory
+        self.maximumFileBytes = maximumFileBytes
+    }
+
+    /// Whether a record of `key` for `owner` fits in the file's budget (``maximumFileBytes``). When it
+    /// does not, the node records the owner's overflow instead: a few bytes, once per owner, after which its
+    /// return is a CLEAR.
+    package func hasRoom(forKey key: [UInt8], owner: String) -> Bool {
+        let size = Self.recordOverhead + owner.utf8.count + key.count
+        return state.withLock { $0.end + size <= maximumFileBytes }
+    }
 
     deinit {
         state.withLock { state in
@@ -107,13 +124,15 @@ package final class CachetStandInLogFile: @unchecked Sendable {
     ///   - directory: the data directory.
     ///   - maximumKeys: keys per owner before its log overflows.
     ///   - maximumBytes: key bytes per owner before its log overflows.
+    ///   - maximumFileBytes: the file's budget (``hasRoom(forKey:owner:)``).
     /// - Returns: the file, not yet writable, and what it held.
     package static func open(
         directory: String,
         maximumKeys: Int,
-        maximumBytes: Int
+        maximumBytes: Int,
+        maximumFileBytes: Int = defaultMaximumFileBytes
     ) -> (file: CachetStandInLogFile, replay: Replay) {
-        let file = CachetStandInLogFile(directory: directory)
+        let file = CachetStandInLogFile(directory: directory, maximumFileBytes: maximumFileBytes)
         switch DiskFiles.read(file.path) {
         case .missing:
             return (file, Replay())

@@ -186,19 +186,24 @@ struct CachetNodeCommand: ParsableCommand {
                 )
             }
             if diskBytes > 0 {
-                // --disk-limit is the tier's whole footprint: the journal's files, created at full size, and
-                // the entry files in what they leave.
+                // --disk-limit is the tier's whole footprint: the journal's files, created at full size, a
+                // cluster member's stand-in log at its budget, and the entry files in what they leave.
                 var disk = CachetDiskConfiguration(directory: dataDir, limit: 0)
-                let minimum = disk.journalBytes + CachetDiskConfiguration.minimumEntryBytes
+                let standInLog = configuration.cluster == nil ? 0 : CachetStandInLogFile.defaultMaximumFileBytes
+                let fixed = disk.journalBytes + standInLog
+                let minimum = fixed + CachetDiskConfiguration.minimumEntryBytes
                 guard diskBytes >= minimum else {
+                    let what =
+                        standInLog == 0
+                        ? "its journal files take \(fixed) bytes"
+                        : "its journal files and the stand-in log take \(fixed) bytes"
                     throw CachetNodeError(
                         code: .invalidConfiguration,
-                        message: "--disk-limit \(diskLimit) is too small for the disk tier: its journal files take "
-                            + "\(disk.journalBytes) bytes, so it needs at least \(minimum) bytes (6MiB will do), "
-                            + "or 0 to turn the disk tier off"
+                        message: "--disk-limit \(diskLimit) is too small for the disk tier: \(what), so it needs at "
+                            + "least \(minimum) bytes (\(standInLog == 0 ? 6 : 10)MiB will do), or 0 to turn the disk tier off"
                     )
                 }
-                disk.limit = diskBytes - disk.journalBytes
+                disk.limit = diskBytes - fixed
                 if let level = compressionLevel { disk.compressionLevel = level }
                 configuration.disk = disk
             }

@@ -182,6 +182,45 @@ struct NodeDiskTests {
         }
     }
 
+    /// A member of a cluster also keeps its stand-in log within `--disk-limit`, at its budget: a limit that
+    /// leaves the entries nothing once the journal and that budget are counted is refused with the minimum.
+    @Test func aClusterMembersDiskLimitCountsTheStandInLog() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        let file = data.appending("cluster.json")
+        try Data(
+            "{\"members\": [{\"id\": \"n1\", \"host\": \"127.0.0.1\", \"port\": 17431}, {\"id\": \"n2\", \"host\": \"127.0.0.1\", \"port\": 17432}]}"
+                .utf8
+        ).write(to: URL(fileURLWithPath: file))
+        let minimum =
+            CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes
+            + CachetStandInLogFile.defaultMaximumFileBytes + CachetDiskConfiguration.minimumEntryBytes
+        do {
+            // Enough for a node alone, not for a member.
+            _ = try NodeProcess(
+                arguments: [
+                    "--cluster", file, "--node-id", "n1", "--data-dir", data.appending("d"), "--disk-limit", "8MiB",
+                ],
+                timeout: 10
+            )
+            Issue.record("a member started with --disk-limit 8MiB")
+        } catch {
+            #expect("\(error)".contains("the stand-in log take"), "\(error)")
+            #expect("\(error)".contains("at least \(minimum) bytes"), "\(error)")
+        }
+        let node = try NodeProcess(
+            arguments: [
+                "--cluster", file, "--node-id", "n1", "--data-dir", data.appending("d"), "--disk-limit", "16MiB",
+            ]
+        )
+        let stats = try node.stats()
+        #expect(stats["disk_limit"] as? Int == 16 << 20, "the footprint, stand-in log included")
+        #expect(
+            stats["disk_entry_limit"] as? Int
+                == (16 << 20) - CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes
+                - CachetStandInLogFile.defaultMaximumFileBytes
+        )
+    }
+
     @Test func ttlIsHonouredAfterARestart() throws {
         let data = TemporaryDirectory(prefix: "cachet-node-data")
         do {

@@ -249,6 +249,45 @@ struct NodeFailoverTests {
         }!
     }
 
+    /// The stand-in log's file has a budget, which `--disk-limit` counts (`Protocol/DISK-FORMAT.md`, "Space
+    /// accounting"): past it, the owner's log overflows instead of growing, and the owner gets a CLEAR on its
+    /// return (a key it held from before, never overwritten, is gone).
+    @Test func aStandInLogAtItsBudgetOverflowsAndTheOwnerIsCleared() throws {
+        let cluster = try Cluster(extraArguments: Self.timings + ["--hold-period", "1"], disk: true)
+        let n1 = try cluster.node("n1").connect()
+        let control = Array(cluster.key(ownedBy: "n1", prefix: "control").utf8)
+        #expect(try n1.roundTrip(.put(key: control, value: Array("v1".utf8), ttl: 0)).status == .ok)
+        #expect(cluster.node("n1").stop(signal: SIGTERM, timeout: 5) == 0)
+        try Self.waitForDown("n1", cluster: cluster)
+        // Keys of 4,000 bytes that n2 stands in for: 1,100 records take more than the 4 MiB budget.
+        let padding = String(repeating: "x", count: 3990)
+        let keys = (0...).lazy.map { "\($0)-\(padding)" }.filter {
+            cluster.membership.preferenceList(for: Array($0.utf8), count: 3).map(\.id) == ["n1", "n2", "n3"]
+        }.prefix(1100)
+        let n2 = try cluster.node("n2").connect()
+        for key in keys {
+            #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0)).status == .ok)
+        }
+        let file = cluster.directory.appending("data-n2/standin-log")
+        let size = (try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? -1
+        #expect(size > 4_000_000 && size <= 4 << 20, "the stand-in log file holds \(size) bytes")
+
+        try cluster.start("n1")
+        // n2 delivers a CLEAR: the control key from before is gone from n1, once it serves again.
+        #expect(try Self.waitUntilServing("n1", cluster: cluster), "n1's hold ended")
+        let deadline = Date().addingTimeInterval(10)
+        var cleared = false
+        while !cleared && Date() < deadline {
+            cleared =
+                try NodeForwardingTests.get(String(decoding: control, as: UTF8.self), from: Self.n1Reconnected(cluster))
+                .status == .notFound
+            if !cleared { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        #expect(cleared, "the owner was cleared")
+    }
+
+    static func n1Reconnected(_ cluster: Cluster) throws -> TestSocket { try cluster.node("n1").connect() }
+
     /// The stand-in's log survives its own crash (`Protocol/CLUSTER.md`, "The stand-in's log"): v1 on the
     /// owner's disk, the owner killed, v2 taken by the stand-in, the stand-in killed before it could tell
     /// the owner and restarted, the owner restarted with v1 on its disk — no GET returns v1, during the
