@@ -50,6 +50,10 @@ public struct CachetStandInLog: Sendable {
         var phase: Phase = .clean
         /// The keys written in this episode, served locally while not clean.
         var keys: Set<[UInt8]> = []
+        /// When each key was last written here (a count of the owner's writes), so that its invalidations go
+        /// out in the order the writes were acknowledged.
+        var lastWrite: [[UInt8]: UInt64] = [:]
+        var writes: UInt64 = 0
         var bytes = 0
         /// The log lost track of a key: the owner must drop everything.
         var overflowed = false
@@ -149,6 +153,8 @@ public struct CachetStandInLog: Sendable {
                 log.keys.insert(key)
                 log.bytes += key.count
                 log.restored.insert(key)
+                log.writes += 1
+                log.lastWrite[key] = log.writes
             }
         }
         guard changed else { return }
@@ -209,6 +215,10 @@ public struct CachetStandInLog: Sendable {
                 log.keys.insert(key)
                 log.bytes += key.count
             }
+        }
+        if log.keys.contains(key) {
+            log.writes += 1
+            log.lastWrite[key] = log.writes
         }
         guard log.phase == .delivering || ownerRoutable else { return [] }
         if log.phase == .standingIn {
@@ -287,6 +297,19 @@ public struct CachetStandInLog: Sendable {
         return (true, Array(log.keys))
     }
 
+    /// The invalidations an owner still waits for, in the order the writes they stand for were acknowledged
+    /// here (a CLEAR first): the order they are sent in.
+    /// - Parameter owner: the owner's id.
+    /// - Complexity: O(m log m) in the outstanding invalidations.
+    public func outstandingInOrder(for owner: String) -> [Invalidation] {
+        guard let log = owners[owner] else { return [] }
+        func rank(_ invalidation: Invalidation) -> UInt64 {
+            guard case .delete(let key) = invalidation else { return 0 }
+            return log.lastWrite[key] ?? 0
+        }
+        return log.outstanding.sorted { rank($0) < rank($1) }
+    }
+
     /// The invalidations an owner still waits for (handed out, not acknowledged).
     /// - Parameter owner: the owner's id.
     /// - Returns: the outstanding invalidations.
@@ -297,7 +320,9 @@ public struct CachetStandInLog: Sendable {
             log.outstanding = [.clear]
             return [.clear]
         }
-        let deletes = log.keys.sorted { $0.lexicographicallyPrecedes($1) }.map { Invalidation.delete(key: $0) }
+        // In the order the writes were acknowledged here (the last write of each key counts).
+        let deletes = log.keys.sorted { (log.lastWrite[$0] ?? 0) < (log.lastWrite[$1] ?? 0) }
+            .map { Invalidation.delete(key: $0) }
         log.outstanding = Set(deletes)
         return deletes
     }

@@ -94,7 +94,7 @@ struct StandInDuty {
         for owner in log.ownersNotClean where log.phase(of: owner) == .delivering {
             guard let member = routableMember(owner) else { continue }
             let sent = delivering[owner, default: []]
-            for invalidation in log.outstanding(for: owner) where !sent.contains(invalidation) {
+            for invalidation in log.outstandingInOrder(for: owner) where !sent.contains(invalidation) {
                 due.append((member, invalidation))
                 delivering[owner, default: []].insert(invalidation)
             }

@@ -477,6 +477,20 @@ struct ClusterStateMachineTests {
 
     /// A second stand-in's copies: once another member came back (and may have taken newer writes where this
     /// node stood in), none is served until written here again, and every one is still delivered.
+    /// Invalidations go out in the order the writes were acknowledged, a key's last write counting, not in
+    /// the keys' order; a CLEAR goes alone.
+    @Test func invalidationsAreHandedOutInTheOrderTheWritesWereAcknowledged() {
+        var log = CachetStandInLog()
+        for key: UInt8 in [9, 3, 7, 1] { _ = log.recordWrite([key], owner: "A", ownerRoutable: false) }
+        _ = log.recordWrite([3], owner: "A", ownerRoutable: false)
+        let expected: [CachetStandInLog.Invalidation] = [[9], [7], [1], [3]].map { .delete(key: $0) }
+        #expect(log.ownerReturned("A") == expected)
+        #expect(log.outstandingInOrder(for: "A") == expected)
+        var full = CachetStandInLog(limits: .init(maximumKeys: 2))
+        for key: UInt8 in [5, 6, 4] { _ = full.recordWrite([key], owner: "A", ownerRoutable: false) }
+        #expect(full.ownerReturned("A") == [.clear])
+    }
+
     @Test func keysWrittenBeforeAnotherMemberReturnedAreDeliveredButNotServedUntilWrittenAgain() {
         var log = CachetStandInLog()
         _ = log.recordWrite([1], owner: "A", ownerRoutable: false)
