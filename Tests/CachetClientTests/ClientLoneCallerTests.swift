@@ -222,6 +222,14 @@ struct ClientLoneCallerTests {
             }
             #expect(took >= .milliseconds(900))
             #expect(took < .seconds(2) + stall)
+        }
+        // Cancelled: a client whose timeout no loaded machine reaches before the cancellation, so that only
+        // the cancellation can end the call.
+        let patient = cluster.configuration(timeout: .seconds(60)) {
+            $0.connectionsPerNode = 1
+            $0.timeoutsBeforeDown = 100
+        }
+        try await withClient(patient) { client in
             let call = Task { () throws(CachetClientError) -> [UInt8]? in try await client.get("k") }
             try await Task.sleep(for: .milliseconds(100))
             await expectCancelledPromptly(call)
