@@ -17,7 +17,7 @@ final class MembershipComparison: Sendable {
     /// Whether any peer was ever seen reading another membership than this node's.
     let sawDisagreement = Atomic<Bool>(false)
     /// Which peers are routable now (set by the probing loop), for ``everyRoutablePeerAgrees``.
-    private let routable = CachetLock<[String]>([])
+    private let routable = CachetLock<[String]?>(nil)
 
     /// - Parameter membership: the node's membership, whose hash the peers' are compared with.
     init(membership: CachetNodeMembership) {
@@ -58,10 +58,10 @@ final class MembershipComparison: Sendable {
     }
 
     /// Whether every routable peer was last seen reading this node's membership (false until each has
-    /// been asked since this node's last change).
+    /// been asked since this node's last change, and before the first comparison).
     var everyRoutablePeerAgrees: Bool {
         let own = membership.current.membershipHashText
-        let peers = routable.withLock { $0 }
+        guard let peers = routable.withLock({ $0 }) else { return false }
         return seen.withLock { seen in peers.allSatisfy { seen[$0] == own } }
     }
 

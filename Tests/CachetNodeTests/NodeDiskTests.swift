@@ -301,7 +301,7 @@ struct NodeDiskTests {
                 "\(written)"
             )
             var reply = try stats(client)
-            for _ in 0..<400 where reply["disk_items"] as? Int != 5 {
+            for _ in 0..<1500 where reply["disk_items"] as? Int != 5 {
                 Thread.sleep(forTimeInterval: 0.01)
                 reply = try stats(client)
             }

@@ -1,0 +1,119 @@
+import CachetCluster
+import CachetTestSupport
+import Foundation
+import Logging
+import Testing
+
+@testable import CachetNode
+
+/// When a node warms a key from its previous owner (``NodeWarmUp``), without sockets: the window a change
+/// opens, the gate of agreeing peers, the writes noted since, and the limit that closes the window.
+@Suite("Warm-up windows")
+struct NodeWarmUpStateTests {
+    static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    /// A node `id` of a cluster file listing `ids`, and the file's path.
+    static func node(_ id: String, of ids: [String], in directory: TemporaryDirectory) throws -> (
+        CachetNodeMembership, String
+    ) {
+        let file = directory.appending("cluster.json")
+        try write(ids, to: file)
+        var configuration = CachetNodeConfiguration()
+        try configuration.joinCluster(file: file, nodeID: id, host: nil, port: nil)
+        return (CachetNodeMembership(configuration: configuration), file)
+    }
+
+    static func write(_ ids: [String], to file: String) throws {
+        let entries = ids.enumerated().map { index, id in
+            "{\"id\": \"\(id)\", \"host\": \"127.0.0.1\", \"port\": \(17500 + index)}"
+        }
+        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}").utf8).write(
+            to: URL(fileURLWithPath: file)
+        )
+    }
+
+    /// Every member but `id` seen reading `membership`'s current file.
+    static func agree(_ comparison: MembershipComparison, _ membership: CachetNodeMembership, but id: String) {
+        let peers = membership.current.members.filter { $0.id != id }
+        comparison.setRoutable(peers)
+        for peer in peers { comparison.record(membership.current.membershipHashText, of: peer, logger: logger) }
+    }
+
+    static func keys(_ count: Int, ownedBy id: String, in membership: CachetMembership) -> [[UInt8]] {
+        Array((0...).lazy.map { Array("k\($0)".utf8) }.filter { membership.owner(of: $0).id == id }.prefix(count))
+    }
+
+    @Test func aJoiningMemberWarmsOnceItSawAnotherMembershipAndEveryPeerAgrees() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
+        let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
+        let comparison = MembershipComparison(membership: membership)
+        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
+        let key = Self.keys(1, ownedBy: "n4", in: membership.current)[0]
+        let before = try CachetMembership(
+            members: membership.current.members.filter { $0.id != "n4" },
+            virtualNodesPerMember: membership.current.virtualNodesPerMember
+        )
+        let source = { key.withUnsafeBytes { warmUp.source(for: $0) } }
+        #expect(source() == nil, "a cluster that starts together asks no one")
+        // A peer on the old file (the peers known routable by a first comparison), then every peer on this one.
+        comparison.setRoutable(membership.current.members.filter { $0.id != "n4" })
+        comparison.record(before.membershipHashText, of: membership.current.members[0], logger: Self.logger)
+        #expect(source() == nil, "a peer disagrees")
+        Self.agree(comparison, membership, but: "n4")
+        #expect(source()?.id == before.owner(of: key).id)
+        // A write here: never warmed, and a warm-up in flight is not kept.
+        key.withUnsafeBytes { warmUp.noteWrite($0) }
+        #expect(source() == nil)
+        var stored = false
+        #expect(!warmUp.keep(key) { stored = true } && !stored)
+        let other = Self.keys(2, ownedBy: "n4", in: membership.current)[1]
+        #expect(warmUp.keep(other) { stored = true } && stored)
+        // A CLEAR closes the window.
+        warmUp.noteClear()
+        #expect(other.withUnsafeBytes { warmUp.source(for: $0) } == nil)
+    }
+
+    @Test func aReloadOpensAWindowThatAnUnchangedReloadKeepsAndItsLimitCloses() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
+        let (membership, file) = try Self.node("n1", of: ["n1", "n2", "n3", "n4"], in: directory)
+        let comparison = MembershipComparison(membership: membership)
+        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: false)
+        let four = membership.current
+        // n4 leaves: its keys come to the others, n1 among them.
+        try Self.write(["n1", "n2", "n3"], to: file)
+        _ = membership.reload(logger: Self.logger)
+        Self.agree(comparison, membership, but: "n1")
+        let moved = Array(
+            (0...).lazy.map { Array("m\($0)".utf8) }.filter {
+                membership.current.owner(of: $0).id == "n1" && four.owner(of: $0).id == "n4"
+            }.prefix(3)
+        )
+        let stayed = Self.keys(1, ownedBy: "n1", in: four)[0]
+        #expect(moved[0].withUnsafeBytes { warmUp.source(for: $0) }?.id == "n4")
+        #expect(stayed.withUnsafeBytes { warmUp.source(for: $0) } == nil, "a key n1 owned before")
+        // The same file again: the window stays.
+        _ = membership.reload(logger: Self.logger)
+        Self.agree(comparison, membership, but: "n1")
+        #expect(moved[1].withUnsafeBytes { warmUp.source(for: $0) }?.id == "n4")
+        // Past its limit of noted writes, the window closes.
+        for index in 0...NodeWarmUp.maximumNoted {
+            Array("w\(index)".utf8).withUnsafeBytes { warmUp.noteWrite($0) }
+        }
+        #expect(moved[2].withUnsafeBytes { warmUp.source(for: $0) } == nil)
+    }
+
+    @Test func noWindowWithWarmUpOff() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
+        let (membership, file) = try Self.node("n1", of: ["n1", "n2", "n3", "n4"], in: directory)
+        let comparison = MembershipComparison(membership: membership)
+        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 0, joining: true)
+        let four = membership.current
+        try Self.write(["n1", "n2", "n3"], to: file)
+        _ = membership.reload(logger: Self.logger)
+        Self.agree(comparison, membership, but: "n1")
+        let moved = (0...).lazy.map { Array("m\($0)".utf8) }.first {
+            membership.current.owner(of: $0).id == "n1" && four.owner(of: $0).id == "n4"
+        }!
+        #expect(moved.withUnsafeBytes { warmUp.source(for: $0) } == nil)
+    }
+}
