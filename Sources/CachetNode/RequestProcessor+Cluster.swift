@@ -65,10 +65,13 @@ extension RequestProcessor {
         let foreignOwner = cluster.router.foreignOwner(of: keyBytes)
         if forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0 {
             // A stand-in's word on a key (`Protocol/CLUSTER.md`, "Handing back values"): its value is stored only
-            // by the key's owner while it holds, as the first word on the key in that hold; otherwise the key
-            // is deleted, as an invalidation deletes it. An invalidation (a confirmation too) is a word.
+            // by the key's owner while it holds, as the first word on the key in that hold, and only when its
+            // memory holds no value of the key (one there was written here, perhaps after the stand-in read
+            // its own, or handed back already); otherwise the key is deleted, as an invalidation deletes it.
+            // An invalidation (a confirmation too) is a word.
             if header.opcode == .put && header.flags & CachetRequestFlags.lastHop.rawValue == 0 {
-                guard foreignOwner == nil, cluster.hold?.takesHandBack(keyBytes) == true else {
+                let held = store.withValue(forKey: keyBytes, now: CachetClock.now()) { _, _ in true } ?? false
+                guard foreignOwner == nil, !held, cluster.hold?.takesHandBack(keyBytes) == true else {
                     if let failure = dropLocalCopy(keyBytes) {
                         appendMessage(failure, status: .serverError, opcode: .put, id: header.id, to: &output)
                     } else {

@@ -233,12 +233,10 @@ struct NodeFailoverTests {
         // Its memory still holds v1: it holds (a stall) until the stand-in has told it.
         let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
         #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner resumed")
-        // The stand-in handed v2 back: the owner serves it.
+        // The owner still had v1 in memory, so the stand-in's hand-back of v2 deleted the key there (a value
+        // in memory may be newer than what the stand-in read): a miss through every node.
         for id in ["n1", "n2", "n3"] {
-            #expect(
-                try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).body == Array("v2".utf8),
-                "\(id)"
-            )
+            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
         }
     }
 
