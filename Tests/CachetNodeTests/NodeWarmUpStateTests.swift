@@ -73,26 +73,36 @@ struct NodeWarmUpStateTests {
         #expect(other.withUnsafeBytes { warmUp.source(for: $0) } == nil)
     }
 
-    @Test func aReloadOpensAWindowThatAnUnchangedReloadKeepsAndItsLimitCloses() throws {
+    /// n1 of n1-n4, with a warm-up over `window` seconds, after n4 left the file (reloaded, every peer agreeing):
+    /// the warm-up, the membership, and three keys that moved from n4 to n1.
+    static func afterN4Left(window: Double, joining: Bool) throws -> (
+        NodeWarmUp, CachetNodeMembership, [[UInt8]], CachetMembership, MembershipComparison, TemporaryDirectory
+    ) {
         let directory = TemporaryDirectory(prefix: "cachet-warm-up")
-        let (membership, file) = try Self.node("n1", of: ["n1", "n2", "n3", "n4"], in: directory)
+        let (membership, file) = try node("n1", of: ["n1", "n2", "n3", "n4"], in: directory)
         let comparison = MembershipComparison(membership: membership)
-        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: false)
+        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: window, joining: joining)
         let four = membership.current
-        // n4 leaves: its keys come to the others, n1 among them.
-        try Self.write(["n1", "n2", "n3"], to: file)
-        _ = membership.reload(logger: Self.logger)
-        Self.agree(comparison, membership, but: "n1")
+        try write(["n1", "n2", "n3"], to: file)
+        _ = membership.reload(logger: logger)
+        agree(comparison, membership, but: "n1")
         let moved = Array(
             (0...).lazy.map { Array("m\($0)".utf8) }.filter {
                 membership.current.owner(of: $0).id == "n1" && four.owner(of: $0).id == "n4"
             }.prefix(3)
         )
+        return (warmUp, membership, moved, four, comparison, directory)
+    }
+
+    @Test func aReloadOpensAWindowThatAnUnchangedReloadKeepsAndItsLimitCloses() throws {
+        // n4 leaves: its keys come to the others, n1 among them.
+        let (warmUp, membership, moved, four, comparison, directory) = try Self.afterN4Left(window: 300, joining: false)
+        defer { withExtendedLifetime(directory) {} }
         let stayed = Self.keys(1, ownedBy: "n1", in: four)[0]
         #expect(moved[0].withUnsafeBytes { warmUp.source(for: $0) }?.id == "n4")
         #expect(stayed.withUnsafeBytes { warmUp.source(for: $0) } == nil, "a key n1 owned before")
-        // The same file again: the window stays.
-        _ = membership.reload(logger: Self.logger)
+        // The same file again (read, and found unchanged): the window stays.
+        #expect(membership.reload(logger: Self.logger)?.isEmpty == true)
         Self.agree(comparison, membership, but: "n1")
         #expect(moved[1].withUnsafeBytes { warmUp.source(for: $0) }?.id == "n4")
         // Past its limit of noted writes, the window closes.
@@ -103,17 +113,7 @@ struct NodeWarmUpStateTests {
     }
 
     @Test func noWindowWithWarmUpOff() throws {
-        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
-        let (membership, file) = try Self.node("n1", of: ["n1", "n2", "n3", "n4"], in: directory)
-        let comparison = MembershipComparison(membership: membership)
-        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 0, joining: true)
-        let four = membership.current
-        try Self.write(["n1", "n2", "n3"], to: file)
-        _ = membership.reload(logger: Self.logger)
-        Self.agree(comparison, membership, but: "n1")
-        let moved = (0...).lazy.map { Array("m\($0)".utf8) }.first {
-            membership.current.owner(of: $0).id == "n1" && four.owner(of: $0).id == "n4"
-        }!
-        #expect(moved.withUnsafeBytes { warmUp.source(for: $0) } == nil)
+        let (warmUp, _, moved, _, _, _) = try Self.afterN4Left(window: 0, joining: true)
+        #expect(moved[0].withUnsafeBytes { warmUp.source(for: $0) } == nil)
     }
 }
