@@ -30,6 +30,8 @@ final class NodeHealth: Sendable {
         var duty = StandInDuty()
         /// Whether this node reaches fewer than a majority of the members, as last counted.
         var minority = MinorityRule()
+        /// The hold's ``NodeReturnHold/absenceCount`` when the duty last took it into account.
+        var absencesSeen: UInt64 = 0
     }
 
     private let membership: CachetNodeMembership
@@ -344,6 +346,12 @@ final class NodeHealth: Sendable {
                     change = updateMinority(&health, &state)
                     state.health = health
                 }
+            }
+            // This node may have been away since the last look: its stand-in copies are not served again
+            // until written again, before anything reads or records them.
+            if let absences = hold?.absenceCount, absences != state.absencesSeen {
+                state.absencesSeen = absences
+                state.duty.thisNodeMayHaveBeenAway()
             }
             guard var health = state.health else { return nil }
             state.health = nil

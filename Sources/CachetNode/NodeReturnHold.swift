@@ -43,6 +43,10 @@ final class NodeReturnHold: Sendable {
     private let told = CachetLock<Set<[UInt8]>>([])
     /// Invalidations that made a hold last longer (STATS `hold_extensions`).
     let extensions = Atomic<Int>(0)
+    /// How many times a hold started because this node may have been away while it ran (a stall, or
+    /// contact regained after every peer had failed or after the minority): ``NodeHealth`` compares it
+    /// with the count it last saw, and then no longer serves the copies it wrote as a stand-in before.
+    private let absences = Atomic<UInt64>(0)
     /// Where a hold that starts is logged (one line per start, with its reason).
     private let logger: Logger?
     private static let tickInterval: UInt64 = 50_000_000
@@ -166,9 +170,15 @@ final class NodeReturnHold: Sendable {
         }
     }
 
+    /// How many times this node may have been away since it started (a stall, or contact regained), for
+    /// ``NodeHealth``: while it was away, the others may have given the keys it stood in for to another
+    /// member, which took writes of them; its own copies of those keys may be older. One atomic load.
+    var absenceCount: UInt64 { absences.load(ordering: .acquiring) }
+
     /// A peer answered after every peer had failed.
     func regainedContact() {
         let now = DispatchTime.now().uptimeNanoseconds
+        absences.wrappingAdd(1, ordering: .releasing)
         let (wasHolding, until) = state.withLock { hold in
             let wasHolding = hold.isHolding(now: now)
             hold.regainedContact(now: now)
@@ -242,6 +252,8 @@ final class NodeReturnHold: Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         let (holding, stalled, until) = state.withLock { hold in
             let stalled = hold.tick(now: now)
+            // Counted before the hold is published, so that a request that sees the hold sees the absence.
+            if stalled { absences.wrappingAdd(1, ordering: .releasing) }
             holdUntil.store(hold.holdUntil, ordering: .relaxed)
             lastTick.store(now, ordering: .relaxed)
             return (hold.isHolding(now: now), stalled, hold.holdUntil)

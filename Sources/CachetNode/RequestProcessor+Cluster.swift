@@ -172,6 +172,9 @@ extension RequestProcessor {
         case .deferred(let next):
             // Forwarded or not, the next stand-in takes it (a second hop for a forwarded one, its last); one
             // that already made its second hop is served here, recorded and delivered but not served later.
+            // Such a GET misses: while this node holds, the others send the key's writes to `next`, so any
+            // copy here may be older than one they took.
+            if lastHop && header.opcode == .get { return miss(header.id, output: &output) }
             guard lastHop else { return .pending(forward(frame, in: buffer, to: next, lastHop: forwarded)) }
             if let decision = disagreement(frame, in: buffer, key: keyBytes, routedTo: next, output: &output) {
                 return decision

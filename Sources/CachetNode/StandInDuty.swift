@@ -44,6 +44,16 @@ struct StandInDuty {
         if !log.ownerReturned(member).isEmpty { returnedAt[member] = (now, false) }
     }
 
+    /// This node may have been away (``NodeReturnHold/absenceCount`` moved: it stalled, or regained contact
+    /// after it was cut off or in the minority): the others may have given the keys it stood in for to
+    /// the next member of their preference lists, which took writes of them that this node never saw. So,
+    /// as when another member comes back, no local copy is served or handed back until written here again;
+    /// every key is still delivered to its owner.
+    mutating func thisNodeMayHaveBeenAway() {
+        log.memberReturned()
+        handBack = [:]
+    }
+
     /// Whether a GET of `key`, served here for `owner`, may return the local value.
     func mayServeLocally(_ key: [UInt8], owner: String) -> Bool {
         log.mayServeLocally(key, owner: owner)

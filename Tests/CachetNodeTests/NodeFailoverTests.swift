@@ -686,4 +686,53 @@ struct NodeFailoverTests {
         } while Date() < end
         #expect(stale.isEmpty, "\(stale.count) stale reads, the first: \(stale.prefix(3))")
     }
+
+    /// A stand-in stopped while it stands in (`Protocol/CLUSTER.md`, "A stand-in that may have been away"):
+    /// the owner n1 is down, its stand-in n2 takes v1, n2 is stopped and the others give the key to n3,
+    /// which takes v2; n2 resumes. No GET may return v1: neither one a returning owner would send n2 while
+    /// n2 holds (`forwarded` and `lastHop`), nor one through any node once n2's hold is over and it stands
+    /// in again. Fails when the node keeps serving its stand-in copies after a stall.
+    @Test func aStandInStoppedWhileItStandsInNeverServesItsCopyAfterwards() throws {
+        let cluster = try Cluster(members: 5, extraArguments: Self.timings, disk: true)
+        let key = (0...).lazy.map { "z\($0)" }.first {
+            cluster.membership.preferenceList(for: Array($0.utf8), count: 3).map(\.id) == ["n1", "n2", "n3"]
+        }!
+        let others = ["n3", "n4", "n5"]
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForState("n1", "down", on: ["n2"] + others, cluster: cluster)
+        let n4 = try cluster.node("n4").connect()
+        #expect(try n4.roundTrip(.put(key: Array(key.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        #expect(try NodeForwardingTests.get(key, from: try cluster.node("n2").connect()).body == Array("v1".utf8))
+
+        let pid = cluster.node("n2").process.processIdentifier
+        #expect(freeze(pid), "n2 stopped")
+        defer { kill(pid, SIGCONT) }
+        try Self.waitForState("n2", "down", on: others, cluster: cluster)
+        let put = try n4.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0))
+        #expect(put.status == .ok, "\(put.status): \(String(decoding: put.body, as: UTF8.self))")
+        kill(pid, SIGCONT)
+
+        // While n2 holds (a stall), then past its hold: a returning owner's GET, and GETs through every node.
+        let sockets = try (["n2"] + others).map { try cluster.node($0).connect() }
+        var seen: [String] = []
+        let watching = Date().addingTimeInterval(4)
+        repeat {
+            let flags: [CachetRequestFlags] = [[], [.forwarded, .lastHop]]
+            for flag in flags {
+                let reply = try NodeForwardingTests.get(key, from: sockets[0], flags: flag)
+                if reply.status == .ok { seen.append(String(decoding: reply.body, as: UTF8.self)) }
+            }
+            for socket in sockets.dropFirst() {
+                let reply = try NodeForwardingTests.get(key, from: socket)
+                if reply.status == .ok { seen.append(String(decoding: reply.body, as: UTF8.self)) }
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        } while Date() < watching
+        let older = seen.filter { $0 == "v1" }.count
+        #expect(
+            older == 0,
+            "\(older) of the \(seen.count) values served were v1, the stand-in's copy from before its stop"
+        )
+        #expect(try cluster.stats("n2")["holding"] as? Bool == false, "n2's hold is over: it stands in again")
+    }
 }
