@@ -41,6 +41,9 @@ What it does:
                      from Protocol/RING.md); after the pause restart both, in random order
     cascade-return   SIGKILL that stand-in, restart it, and SIGKILL the owner 0.3-1.7 s after the stand-in
                      is back; restart the owner after the pause
+    cascade-freeze   SIGKILL an owner, and 0.2-1 s later SIGSTOP its likely stand-in while it stands in;
+                     SIGCONT it after the pause (the others have given the owner's keys to the next member
+                     meanwhile), and restart the owner 0.3-3.5 s later: during the stand-in's hold, or after
     isolate          (--network lab) cut a node off from every peer, the clients still reaching it, and heal
                      after the pause: lost packets, not refusals (every namespace knows every address's MAC,
                      and the cut points a pair's entries at a MAC nobody has)
@@ -104,7 +107,8 @@ from soak import DEL, GET, NOT_FOUND, OK, PUT, STATUS_NAMES, Connection, key_bod
 UNAVAILABLE = 7
 OPS = {PUT: "PUT", DEL: "DEL", GET: "GET"}
 OUTCOMES = ["OK", "NOT_FOUND", "UNAVAILABLE", "ERROR", "TIMEOUT", "CUT_OFF", "REFUSED", "CONN_ERROR"]
-ACTION_KINDS = ["kill", "term", "stop", "cascade-standin", "cascade-return", "isolate", "split", "cutoff"]
+ACTION_KINDS = ["kill", "term", "stop", "cascade-standin", "cascade-return", "cascade-freeze", "isolate", "split",
+                "cutoff"]
 # Actions that cut the network: they need --network lab (root, iproute2).
 PARTITION_KINDS = {"isolate", "split", "cutoff"}
 
@@ -727,6 +731,22 @@ class Nemesis(threading.Thread):
         self.sleep(self.pause())
         self._restart(owner)
 
+    def action_cascade_freeze(self, owner: NodeProcess) -> None:
+        stand_in = self.cluster.by_id[self.key_map.stand_in[owner.id]]
+        self.current["victims"] = [owner.id, stand_in.id]
+        self._kill_node(owner)
+        self.sleep(self.rng.uniform(0.2, 1.0))
+        stand_in.send(signal.SIGSTOP)
+        stand_in.state = "frozen"
+        self.step(f"{stand_in.id} SIGSTOP")
+        self.sleep(self.pause())
+        stand_in.send(signal.SIGCONT)
+        stand_in.state = "up"
+        self.step(f"{stand_in.id} SIGCONT")
+        self.current.setdefault("restarts", []).append([stand_in.id, self.now()])
+        self.sleep(self.rng.uniform(0.3, 3.5))
+        self._restart(owner)
+
 
 # MARK: - Checker (offline)
 
@@ -1065,7 +1085,7 @@ def parse_args(argv=None):
                         help="record a refused connection as the request's outcome; by default the request is "
                              "sent once more to another node, since nothing was sent (as CachetClient fails over)")
     parser.add_argument("--request-timeout", type=float, default=3, help="seconds before a request is hung (default 3)")
-    parser.add_argument("--actions", default="kill,term,stop,cascade-standin,cascade-return",
+    parser.add_argument("--actions", default="kill,term,stop,cascade-standin,cascade-return,cascade-freeze",
                         help="comma-separated nemesis actions from " + ", ".join(ACTION_KINDS) +
                              ", 'all', or 'none' (default: every action that needs no --network lab)")
     parser.add_argument("--network", choices=["loopback", "lab"], default="loopback",
