@@ -378,9 +378,11 @@ public final class CachetNodeServer: Sendable {
         }
         timer?.cancel()
         let group = DispatchGroup()
-        // A cluster member answers nothing more once it stops: its peers take writes of its keys once they
-        // know, and it must not take any on connections opened before. Every loop has stopped answering
-        // before the peers are told, and closes its connections after.
+        // A node reads nothing more once it stops, answers what it had read (for a second at most), and
+        // closes every connection gracefully: a stop takes what the disk queue takes rather than the time a
+        // busy client needs to fall idle. A cluster member answers nothing more at all: its peers take
+        // writes of its keys once they know, and it must not take any on connections opened before. Every
+        // loop has stopped answering before the peers are told, and closes its connections after.
         let leaving = configuration.cluster != nil
         var told: (() -> (answered: Int, peers: Int))?
         if leaving {

@@ -111,8 +111,6 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// its bytes arrive, so that connections sharing the last of the budget cannot each hold part of a
     /// frame and none be able to complete it.
     @exclusivity(unchecked) var inputReserved = 0
-    /// When the last bytes arrived; kept only while the loop drains.
-    @exclusivity(unchecked) var lastReceived = DispatchTime(uptimeNanoseconds: 0)
     /// Bumped whenever the kernel takes reply bytes: a client that holds replies and does not read them
     /// leaves it unchanged (see `NodeIOQueue.evictStalledConnections`).
     @exclusivity(unchecked) var repliesTaken: UInt32 = 0

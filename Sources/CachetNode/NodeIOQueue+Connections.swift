@@ -33,7 +33,6 @@ extension NodeIOQueue {
     private func adopt(fd: Int32, counted: Bool) -> Connection? {
         let connection = Connection(owner: self, memory: memory, counted: counted)
         connectionCount += 1
-        if draining { connection.lastReceived = DispatchTime.now() }
         // Registered for the events its first phase needs; a socket epoll refuses is closed at once
         // (`connectionClosed` does the bookkeeping).
         loop.register(connection, fd: fd, isNonBlocking: true)

@@ -112,40 +112,43 @@ extension NodeIOQueue {
     }
 
     /// A cluster member that is leaving answers nothing more from now on, while its connections stay open
-    /// until the drain (``drain(timeout:quietPeriod:leaving:completion:)``) closes them: its peers are told
-    /// meanwhile, so that a forward they sent and find unanswered when the connection closes goes to a
-    /// stand-in rather than to this member again. Called on `queue`.
+    /// until the drain (``drain(timeout:leaving:completion:)``) closes them: its peers are told meanwhile, so that a
+    /// forward they sent and find unanswered when the connection closes goes to a stand-in rather than to
+    /// this member again. Called on `queue`.
     func stopAnswering() {
         leaving = true
     }
 
-    /// Winds the loop down within `timeout`. Connections go on being served; each one idle (nothing to
-    /// answer or send, nothing received for `quietPeriod`) is closed gracefully at once, and after three
-    /// quarters of `timeout` every connection is (one waiting for the disk loses that request's reply);
-    /// graceful closes end by 90% of `timeout` at the latest. Calls `completion` (on `queue`) once no
+    /// Winds the loop down within `timeout` (SIGTERM or SIGINT): nothing more is read from the moment the
+    /// drain starts. A node on its own answers the requests it had read, then closes the connection
+    /// gracefully (FIN after the last reply); one still answering a second later is closed (a client that
+    /// does not read its replies cannot keep the node up). A cluster member that is `leaving` answers
+    /// nothing more at all (``stopAnswering()``, before its peers were told), and closes every connection
+    /// at once. Either way a connection waiting for the disk or for forwards is closed once they have
+    /// answered, or at three quarters of `timeout` (it then loses that request's reply), and graceful
+    /// closes end by 90% of `timeout`. What a client sent and was not answered was not applied. So a stop
+    /// takes what the disk takes, not the time a busy client needs to fall idle, and a member that is
+    /// stopping never takes a write on a connection opened before, while its peers, which can no longer
+    /// connect to it, take writes of its keys on its behalf. Calls `completion` (on `queue`) once no
     /// connection is left. Called on `queue`.
-    ///
-    /// `leaving` (a cluster member): nothing more is answered from the moment the drain starts. Every
-    /// connection is closed gracefully at once, or as soon as the disk operation or the forwards it waits
-    /// for have answered; what it had sent and was not answered gets no reply, and was not applied. So a
-    /// member that is stopping never takes a write on a connection opened before, while its peers, which
-    /// can no longer connect to it, take writes of its keys on its behalf.
-    func drain(
-        timeout: Double,
-        quietPeriod: DispatchTimeInterval = .milliseconds(100),
-        leaving: Bool = false,
-        completion: @escaping @Sendable () -> Void
-    ) {
+    func drain(timeout: Double, leaving: Bool, completion: @escaping @Sendable () -> Void) {
         draining = true
         self.leaving = leaving
         // The queue is wanted for the drain's work now, not for waiting on more requests.
         loop.lingerMilliseconds = 0
         drainedCallback = completion
-        let start = DispatchTime.now()
-        drainSchedule = DrainSchedule(start: start, timeout: timeout, quietPeriod: quietPeriod, leaving: leaving)
-        forEachConnection { $0.lastReceived = start }
+        drainSchedule = DrainSchedule(start: DispatchTime.now(), timeout: timeout, leaving: leaving)
         scheduleHousekeeping()
-        drainStep(now: CachetClock.now())
+        let now = CachetClock.now()
+        if !leaving {
+            // Each connection answers what it had read, and is closed once that is done.
+            forEachConnection { connection in
+                guard case .reading(frameLength: _) = connection.phase, !connection.turnQueued else { return }
+                process(connection, now: now)
+                settle(connection, now: now)
+            }
+        }
+        drainStep(now: now)
     }
 
     private func drainStep(now: UInt32) {
@@ -161,10 +164,7 @@ extension NodeIOQueue {
                 // unless its forwards answer before the graceful close ends.
                 activity = .waiting
             default:
-                let idle =
-                    connection.output.readableBytes == 0 && connection.forwards == nil
-                    && schedule.isQuiet(since: connection.lastReceived, now: clock)
-                activity = .serving(idle: idle)
+                activity = .answering
             }
             guard schedule.closes(activity, now: clock) else { return }
             beginClosing(connection, deadline: schedule.closesEnd)

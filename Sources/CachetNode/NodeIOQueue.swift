@@ -65,7 +65,7 @@ final class NodeIOQueue: @unchecked Sendable {
     let onClose: @Sendable () -> Void
     @exclusivity(unchecked) var draining = false
     /// Nothing more is answered (a cluster member leaving: see ``stopAnswering()`` and
-    /// ``drain(timeout:quietPeriod:leaving:completion:)``).
+    /// ``drain(timeout:leaving:completion:)``).
     @exclusivity(unchecked) var leaving = false
     var drainedCallback: (@Sendable () -> Void)?
     /// When the drain closes each connection; set when it starts.
@@ -237,6 +237,11 @@ final class NodeIOQueue: @unchecked Sendable {
                     connection.unreadBytesPossible = true
                     return
                 }
+                if draining {
+                    // Stopping: nothing more is read; what was read is answered, then the connection closes.
+                    process(connection, now: now)
+                    return
+                }
                 guard connection.prepareInput(frameLength: frameLength) else {
                     connection.phase = .waitingForMemory(.input(frameLength: frameLength))
                     // This event's hang-up would not be reported again.
@@ -245,14 +250,12 @@ final class NodeIOQueue: @unchecked Sendable {
                 }
                 let result = connection.readOnce()
                 guard case .data = result else { return endRead(connection, result) }
-                if draining { connection.lastReceived = DispatchTime.now() }
                 let full = connection.input.writableBytes == 0
                 process(connection, now: now)
                 if !full && !peerClosed { return }
             case .receivingValue(let direct):
                 let result = connection.readValue(into: direct)
                 guard case .data = result else { return endRead(connection, result) }
-                if draining { connection.lastReceived = DispatchTime.now() }
                 if direct.isComplete {
                     connection.phase = .reading(frameLength: 0)
                     if let forwards = connection.forwards {
@@ -366,6 +369,8 @@ final class NodeIOQueue: @unchecked Sendable {
                 // `evictStalledConnections`.
                 if frameLength == 0 { connection.requestsTaken &+= 1 }
                 connection.phase = .reading(frameLength: frameLength)
+                // Stopping: every whole request it had read is answered (part of one is not, nor applied).
+                if draining { beginClosing(connection, deadline: drainSchedule?.closesEnd) }
             case .outputFull:
                 connection.phase = .waitingForOutput
             case .memoryFull:

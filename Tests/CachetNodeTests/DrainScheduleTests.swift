@@ -8,31 +8,30 @@ import Testing
 struct DrainScheduleTests {
     static let start = DispatchTime(uptimeNanoseconds: 1_000_000_000)
 
-    @Test func aNodeThatStaysServesUntilThreeQuartersOfTheTimeout() {
-        let schedule = DrainSchedule(start: Self.start, timeout: 10, quietPeriod: .milliseconds(100), leaving: false)
-        let early = Self.start + 1.0
-        let late = Self.start + 7.6
-        #expect(!schedule.closes(.serving(idle: false), now: early), "a busy connection is still answered")
-        #expect(schedule.closes(.serving(idle: true), now: early), "an idle one is closed at once")
-        #expect(!schedule.closes(.waiting, now: early))
-        #expect(schedule.closes(.serving(idle: false), now: late) && schedule.closes(.waiting, now: late))
-        #expect(!schedule.closes(.gone, now: late))
-        #expect(schedule.closesEnd == Self.start + 8.95, "graceful closes end before the server's deadline")
-    }
-
     @Test func aLeavingMemberAnswersNothingMoreFromTheStart() {
-        let schedule = DrainSchedule(start: Self.start, timeout: 10, quietPeriod: .milliseconds(100), leaving: true)
-        #expect(schedule.closes(.serving(idle: false), now: Self.start))
+        let schedule = DrainSchedule(start: Self.start, timeout: 10, leaving: true)
+        #expect(schedule.closes(.answering, now: Self.start))
+        #expect(!schedule.closes(.gone, now: Self.start + 9))
         // A connection waiting for the disk or its forwards still gets until three quarters of the timeout.
         #expect(!schedule.closes(.waiting, now: Self.start + 1.0))
+        #expect(!schedule.closes(.waiting, now: Self.start + 7.4))
         #expect(schedule.closes(.waiting, now: Self.start + 7.5))
     }
 
-    @Test func quietMeansNothingReceivedForTheQuietPeriod() {
-        let schedule = DrainSchedule(start: Self.start, timeout: 1, quietPeriod: .milliseconds(100), leaving: false)
-        let now = Self.start + 1.0
-        #expect(schedule.isQuiet(since: now - 0.2, now: now))
-        #expect(!schedule.isQuiet(since: now - 0.05, now: now))
-        #expect(schedule.closesEnd == Self.start + 0.85)
+    @Test func aNodeOnItsOwnAnswersWhatItHadReadForASecondAtMost() {
+        let schedule = DrainSchedule(start: Self.start, timeout: 10, leaving: false)
+        #expect(!schedule.closes(.answering, now: Self.start + 0.9))
+        #expect(schedule.closes(.answering, now: Self.start + 1.0))
+        #expect(!schedule.closes(.waiting, now: Self.start + 1.0))
+        #expect(schedule.closes(.waiting, now: Self.start + 7.5))
+        // A short timeout bounds it too.
+        let short = DrainSchedule(start: Self.start, timeout: 1, leaving: false)
+        #expect(short.closes(.answering, now: Self.start + 0.75))
+    }
+
+    @Test func gracefulClosesEndBeforeTheServersDeadline() {
+        #expect(DrainSchedule(start: Self.start, timeout: 10, leaving: false).closesEnd == Self.start + 8.95)
+        #expect(DrainSchedule(start: Self.start, timeout: 1, leaving: true).closesEnd == Self.start + 0.85)
+        #expect(DrainSchedule(start: Self.start, timeout: 0, leaving: true).closesEnd == Self.start + 0.05)
     }
 }
