@@ -14,8 +14,9 @@ struct DiskTier: Sendable {
 /// A request that waits for something outside the loop: the disk queue, or the member it is forwarded to.
 /// The connection reads and answers nothing more until it completes, so replies stay in request order.
 enum PendingOperation {
-    /// A GET that missed memory and may be on disk.
-    case get(key: [UInt8], id: UInt32)
+    /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
+    /// TTL left before the value and not kept in memory here.
+    case get(key: [UInt8], id: UInt32, warmUp: Bool)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty; the disk tier empties behind the queued writes.

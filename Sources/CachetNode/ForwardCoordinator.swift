@@ -124,7 +124,7 @@ final class ForwardCoordinator {
             forwarder.forward(again) { [self] outcome in
                 settle(again, outcome, retries: max(0, retries), answer: answer)
             }
-        case .suspended(.get(let key, let id)) where processor.disk != nil:
+        case .suspended(.get(let key, let id, let warmUp)) where processor.disk != nil:
             // The disk worker answers on its own thread; the reply is made back on this loop's queue.
             let loop = forwarder.loop
             let onLoop = LoopConfined((processor, answer))
@@ -132,7 +132,11 @@ final class ForwardCoordinator {
                 loop.execute {
                     let (processor, answer) = onLoop.value
                     var output = CachetByteBuffer(capacity: 256)
-                    processor.completeGet(key: key, id: id, entry: entry, output: &output, now: CachetClock.now())
+                    if warmUp {
+                        processor.completeWarmUpRead(id: id, entry: entry, output: &output, now: CachetClock.now())
+                    } else {
+                        processor.completeGet(key: key, id: id, entry: entry, output: &output, now: CachetClock.now())
+                    }
                     answer(Array(output.readableRegion))
                 }
             }
@@ -325,13 +329,6 @@ final class ForwardCoordinator {
         }
         return CachetClusterStatsReply(answeredBy: nodeID, clusterHash: clusterHash, members: results).encoded
     }
-}
-
-/// A value made on a loop's queue and used only there, carried through a closure that another thread holds
-/// meanwhile (the disk worker's completion hops back to the loop before touching it).
-private final class LoopConfined<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }
 
 /// The answers of a fan-out, gathered on the loop as they come.

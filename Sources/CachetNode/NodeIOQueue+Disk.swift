@@ -30,11 +30,15 @@ extension NodeIOQueue {
         }
         guard let disk = processor.disk else { return }
         switch operation {
-        case .get(let key, let id):
+        case .get(let key, let id, let warmUp):
             disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
                 execute { [self] in
                     resume(connection) { processor, output, now in
-                        processor.completeGet(key: key, id: id, entry: entry, output: &output, now: now)
+                        if warmUp {
+                            processor.completeWarmUpRead(id: id, entry: entry, output: &output, now: now)
+                        } else {
+                            processor.completeGet(key: key, id: id, entry: entry, output: &output, now: now)
+                        }
                     }
                 }
             }

@@ -162,7 +162,19 @@ final class NodeIOQueue: @unchecked Sendable {
         if let forwarder = forwardCoordinator?.forwarder {
             let processor = processor
             forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
-            forwarder.localValue = { key in processor.localValue(key) }
+            forwarder.readLocalValue = { [weak self] key, completion in
+                if let local = processor.localValue(key) { return completion(local) }
+                guard let self, let disk = processor.disk else { return completion(nil) }
+                // Evicted from memory to the disk tier: read there, and back on this loop with the answer.
+                let completion = LoopConfined(completion)
+                disk.worker.get(key: key, now: CachetClock.now()) { [weak self] entry in
+                    self?.execute {
+                        let now = CachetClock.now()
+                        guard let entry, entry.expiry == 0 || entry.expiry > now else { return completion.value(nil) }
+                        completion.value((entry.value, entry.expiry == 0 ? 0 : entry.expiry - now))
+                    }
+                }
+            }
             forwarder.start(probeInterval: probeInterval)
         }
         if stalls.timeout > 0 {

@@ -36,9 +36,10 @@ final class PeerForwarder: @unchecked Sendable {
     private var controlChannels: [CachetClusterMember: PeerChannel] = [:]
     /// Deletes the local copies of keys whose owner has been told (set by the loop: it has the store).
     var dropLocalCopies: (([[UInt8]]) -> Void)?
-    /// The memory tier's value of a key and its TTL left in seconds (0: none), or nil when it holds none
-    /// (set by the loop: it has the store).
-    var localValue: (([UInt8]) -> (value: [UInt8], ttl: UInt32)?)?
+    /// Reads the local value of a key and its TTL left in seconds (0: none), from the memory tier or else
+    /// the disk tier, and calls back on the loop with it, or with nil when neither holds a live one (set by
+    /// the loop: it has the store).
+    var readLocalValue: (([UInt8], @escaping ((value: [UInt8], ttl: UInt32)?) -> Void) -> Void)?
     /// Clients' GETs in the air, by key: a GET of a key already asked of the same member waits for that
     /// request's reply instead of sending its own.
     private var flights = CachetSingleflight<[UInt8], UInt64>()
@@ -318,34 +319,59 @@ final class PeerForwarder: @unchecked Sendable {
     }
 
     /// Sends the invalidations due to owners this node stood in for (`Protocol/CLUSTER.md`, "The exact
-    /// sequence on an owner's return"): a DEL per key or one CLEAR, with `forwarded` set; an OK (or a
-    /// NOT_FOUND for a DEL) acknowledges it, anything else leaves it to be sent again on a later tick.
+    /// sequence on an owner's return"): a DEL per key or one CLEAR, with `forwarded` set, or for a key whose
+    /// local value may be handed back, that value (read from memory, or else from the disk tier, which
+    /// answers later); an OK (or a NOT_FOUND for a DEL) acknowledges it, anything else leaves it to be sent
+    /// again on a later tick.
     private func deliverInvalidations() {
         guard let health else { return }
         for (owner, invalidation) in health.invalidationsToSend() {
-            var frame: [UInt8]
             switch invalidation {
             case .delete(let key):
-                if health.mayHandBack(key, ownerID: owner.id), let (value, ttl) = localValue?(key) {
-                    // The value itself, so that the owner is warm for the key (it takes it only if no other
-                    // stand-in has told it of the key in its hold).
-                    frame = CachetCommand.put(key: key, value: value, ttl: ttl).encoded(
-                        id: 0,
-                        flags: [.forwarded, .invalidation]
-                    )
-                } else {
-                    frame = CachetCommand.delete(key: key).encoded(id: 0, flags: [.forwarded, .invalidation])
+                guard health.mayHandBack(key, ownerID: owner.id), let readLocalValue else {
+                    sendInvalidation(invalidation, to: owner, value: nil)
+                    continue
                 }
-            case .clear: frame = CachetCommand.clear.encoded(id: 0, flags: [.forwarded, .invalidation])
-            }
-            forward(&frame, to: owner) { [weak self] outcome in
-                var acknowledged = false
-                if case .answered(let status, _) = outcome {
-                    acknowledged = status == .ok || (status == .notFound && invalidation != .clear)
+                readLocalValue(key) { [weak self] local in
+                    // Asked again: a write the owner passed on here meanwhile makes the local value one
+                    // not to hand back.
+                    let value = local.flatMap { health.mayHandBack(key, ownerID: owner.id) ? $0 : nil }
+                    self?.sendInvalidation(invalidation, to: owner, value: value)
                 }
-                let drop = health.invalidationAnswered(invalidation, ownerID: owner.id, acknowledged: acknowledged)
-                if !drop.isEmpty { self?.dropLocalCopies?(drop) }
+            case .clear:
+                sendInvalidation(invalidation, to: owner, value: nil)
             }
+        }
+    }
+
+    /// Sends one invalidation to `owner`: the value with its TTL when there is one to hand back (the owner
+    /// takes it only if no other stand-in has told it of the key in its hold), else the DEL or CLEAR.
+    private func sendInvalidation(
+        _ invalidation: CachetStandInLog.Invalidation,
+        to owner: CachetClusterMember,
+        value: (value: [UInt8], ttl: UInt32)?
+    ) {
+        guard let health else { return }
+        var frame: [UInt8]
+        switch invalidation {
+        case .delete(let key):
+            if let (value, ttl) = value {
+                frame = CachetCommand.put(key: key, value: value, ttl: ttl).encoded(
+                    id: 0,
+                    flags: [.forwarded, .invalidation]
+                )
+            } else {
+                frame = CachetCommand.delete(key: key).encoded(id: 0, flags: [.forwarded, .invalidation])
+            }
+        case .clear: frame = CachetCommand.clear.encoded(id: 0, flags: [.forwarded, .invalidation])
+        }
+        forward(&frame, to: owner) { [weak self] outcome in
+            var acknowledged = false
+            if case .answered(let status, _) = outcome {
+                acknowledged = status == .ok || (status == .notFound && invalidation != .clear)
+            }
+            let drop = health.invalidationAnswered(invalidation, ownerID: owner.id, acknowledged: acknowledged)
+            if !drop.isEmpty { self?.dropLocalCopies?(drop) }
         }
     }
 

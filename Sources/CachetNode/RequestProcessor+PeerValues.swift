@@ -21,37 +21,65 @@ extension RequestProcessor {
         )
     }
 
-    /// A peer's warm-up GET (`forwarded` and `warmUp`): the memory tier's value, its body the TTL left (4
-    /// bytes, big-endian seconds, 0 for none) and the value, when this node owns the key or owned it before
-    /// a recent membership change (``NodeWarmUp/servesWarmUp(_:)``: it is where the writes went); a miss
-    /// otherwise, while this node holds (its values may be older than a stand-in's), or when memory has no
-    /// live value.
-    func serveWarmUp(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout CachetByteBuffer, now: UInt32) {
+    /// A peer's warm-up GET (`forwarded` and `warmUp`): the value, its body the TTL left (4 bytes,
+    /// big-endian seconds, 0 for none) and the value, when this node owns the key or owned it before a
+    /// recent membership change (``NodeWarmUp/servesWarmUp(_:)``: it is where the writes went); a miss
+    /// otherwise, while this node holds (its values may be older than a stand-in's), or when neither tier
+    /// has a live value. A value only in the disk tier is read there (the returned operation), and not
+    /// kept in memory here: the key belongs to the member that asked.
+    func serveWarmUp(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout CachetByteBuffer, now: UInt32)
+        -> PendingOperation?
+    {
         RequestCounters.bump(counters.gets)
         let cluster = cluster.unsafelyUnwrapped
         let ownedBefore = cluster.warmUp?.servesWarmUp(key) ?? false
-        let holding = cluster.hold?.isHolding() == true
-        let served =
-            holding || !ownedBefore
-            ? nil
-            : store.withValue(forKey: key, now: now) { value, expiry -> Bool in
-                guard expiry == 0 || expiry > now else { return false }
-                let ttl = expiry == 0 ? 0 : expiry - now
-                var body = [UInt8](repeating: 0, count: 4)
-                body[0] = UInt8(ttl >> 24)
-                body[1] = UInt8(truncatingIfNeeded: ttl >> 16)
-                body[2] = UInt8(truncatingIfNeeded: ttl >> 8)
-                body[3] = UInt8(truncatingIfNeeded: ttl)
-                body.append(contentsOf: value)
-                body.withUnsafeBytes { appendReply(opcode: .get, status: .ok, id: id, body: $0, to: &output) }
-                return true
-            }
-        if served == true {
-            RequestCounters.bump(counters.hits)
-        } else {
+        guard ownedBefore, cluster.hold?.isHolding() != true else {
+            appendWarmUpReply(nil, id: id, output: &output, now: now)
+            return nil
+        }
+        let served = store.withValue(forKey: key, now: now) { value, expiry -> Bool in
+            guard expiry == 0 || expiry > now else { return false }
+            appendWarmUpReply((value, expiry), id: id, output: &output, now: now)
+            return true
+        }
+        if served == true { return nil }
+        if let disk, disk.worker.mayHold(key: key, now: now) {
+            return .get(key: Array(key), id: id, warmUp: true)
+        }
+        appendWarmUpReply(nil, id: id, output: &output, now: now)
+        return nil
+    }
+
+    /// Answers a warm-up GET whose key was read from the disk tier (``serveWarmUp(_:id:output:now:)``).
+    func completeWarmUpRead(id: UInt32, entry: CachetDiskEntry?, output: inout CachetByteBuffer, now: UInt32) {
+        guard let entry else { return appendWarmUpReply(nil, id: id, output: &output, now: now) }
+        entry.value.withUnsafeBytes { value in
+            appendWarmUpReply((value, entry.expiry), id: id, output: &output, now: now)
+        }
+    }
+
+    /// A warm-up GET's reply: OK with the TTL left (4 bytes, big-endian seconds, 0 for none) before the
+    /// value, or NOT_FOUND for none or an expired one; counted as a hit or a miss.
+    private func appendWarmUpReply(
+        _ found: (value: UnsafeRawBufferPointer, expiry: UInt32)?,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
+        guard let (value, expiry) = found, expiry == 0 || expiry > now else {
             RequestCounters.bump(counters.misses)
             appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            return
         }
+        RequestCounters.bump(counters.hits)
+        let ttl = expiry == 0 ? 0 : expiry - now
+        var body = [UInt8](repeating: 0, count: 4)
+        body[0] = UInt8(ttl >> 24)
+        body[1] = UInt8(truncatingIfNeeded: ttl >> 16)
+        body[2] = UInt8(truncatingIfNeeded: ttl >> 8)
+        body[3] = UInt8(truncatingIfNeeded: ttl)
+        body.append(contentsOf: value)
+        body.withUnsafeBytes { appendReply(opcode: .get, status: .ok, id: id, body: $0, to: &output) }
     }
 
     /// A warm-up's answer for the client: the value, kept in memory with the TTL it had left, when the
@@ -97,8 +125,8 @@ extension RequestProcessor {
         appendReply(opcode: .get, status: .notFound, id: request.id, to: &output)
     }
 
-    /// The memory tier's value of `key` and its TTL left in whole seconds (rounded up; 0 for none), for a
-    /// hand-back to a returned owner; nil when memory holds no live value (the disk tier is not read).
+    /// The memory tier's value of `key` and its TTL left in whole seconds (0 for none), for a hand-back to a
+    /// returned owner; nil when memory holds no live value (the loop then asks the disk tier).
     func localValue(_ key: [UInt8]) -> (value: [UInt8], ttl: UInt32)? {
         let now = CachetClock.now()
         return key.withUnsafeBytes { key in

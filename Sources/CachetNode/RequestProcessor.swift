@@ -182,13 +182,12 @@ struct RequestProcessor {
                 if forwards {
                     let warmUp = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.warmUp.rawValue
                     if header.flags & warmUp == warmUp {
-                        serveWarmUp(
+                        return serveWarmUp(
                             UnsafeRawBufferPointer(rebasing: buffer[key]),
                             id: header.id,
                             output: &output,
                             now: now
                         )
-                        return nil
                     }
                     switch route(frame, key: key, in: buffer, output: &output) {
                     case .here: break
@@ -309,7 +308,7 @@ struct RequestProcessor {
         // A miss in memory goes to the disk queue only when the key may be there, counting the writes
         // queued but not applied (the serial queue then answers after them, in order).
         if let disk, disk.worker.mayHold(key: key, now: now) {
-            return .get(key: Array(key), id: id)
+            return .get(key: Array(key), id: id, warmUp: false)
         }
         RequestCounters.bump(counters.misses)
         appendReply(opcode: .get, status: .notFound, id: id, to: &output)

@@ -179,6 +179,29 @@ struct NodeFailoverTests {
         #expect(try NodeForwardingTests.get(kept, from: n3).body == Array("v2".utf8))
     }
 
+    /// A value the stand-in keeps only in its disk tier (evicted from memory) is handed back too, read from
+    /// that tier: the owner is warm for it once its hold ends.
+    @Test func aStandInHandsBackAValueItKeepsOnlyOnDisk() throws {
+        let cluster = try Cluster(extraArguments: Self.timings + ["--memory-limit", "2MiB"], disk: true)
+        let key = Self.keyStoodInByN2(cluster)
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+        let n2 = try cluster.node("n2").connect()
+        #expect(try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0)).status == .ok)
+        // 4 MiB of n2's own keys through its 2 MiB memory tier: the key, the least recently used, leaves memory.
+        let filler = [UInt8](repeating: 7, count: 64 << 10)
+        for index in 0..<64 {
+            let own = cluster.key(ownedBy: "n2", prefix: "fill\(index)-")
+            #expect(try n2.roundTrip(.put(key: Array(own.utf8), value: filler, ttl: 0)).status == .ok)
+        }
+        #expect((try cluster.stats("n2")["evictions"] as? Int ?? 0) > 0, "n2's memory tier evicted")
+
+        try cluster.start("n1")
+        #expect(try Self.waitUntilServing("n1", cluster: cluster), "the owner's hold ended")
+        let direct = try NodeForwardingTests.get(key, from: try cluster.node("n1").connect(), flags: .forwarded)
+        #expect(direct.body == Array("v2".utf8), "the owner holds the value handed back from n2's disk tier")
+    }
+
     /// The owner's side of a hand-back: while it holds, the first word on a key stores the value; a second
     /// (another stand-in may hold another version) deletes it, and so does a hand-back after the hold.
     @Test func anOwnerStoresOnlyTheFirstHandBackOfAKeyInItsHold() throws {

@@ -131,6 +131,28 @@ struct NodeWarmUpTests {
         #expect(warmed == keys.count, "warm_up_hits \(warmed)")
     }
 
+    /// A previous owner whose memory tier no longer holds a key (evicted, kept in its disk tier) answers the
+    /// warm-up from its disk tier: every moved key hits, the evicted ones included.
+    @Test func aPreviousOwnerAnswersTheWarmUpFromItsDiskTier() throws {
+        let cluster = try Cluster(extraArguments: ["--probe-interval", "0.1", "--memory-limit", "2MiB"], disk: true)
+        // About 3 MiB of values per member through 2 MiB memory tiers: the first written leave memory.
+        let keys = (0..<150).map { "spill:\($0)" }
+        let value = { (key: String) in Array(key.utf8) + [UInt8](repeating: 0x2a, count: 64 << 10) }
+        let n1 = try cluster.node("n1").connect()
+        for key in keys {
+            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: value(key), ttl: 0)).status == .ok)
+        }
+        let evictions = try ["n1", "n2", "n3"].map { try cluster.stats($0)["evictions"] as? Int ?? 0 }
+        #expect(evictions.allSatisfy { $0 > 0 }, "every member's memory tier evicted: \(evictions)")
+        let four = try Self.addN4(to: cluster)
+        let moved = keys.filter { four.owner(of: $0).id == "n4" }
+        #expect(moved.count > 20, "\(moved.count) keys moved to n4")
+        Thread.sleep(forTimeInterval: 0.5)
+        var hits = 0
+        for key in moved where try NodeForwardingTests.get(key, from: n1).body == value(key) { hits += 1 }
+        #expect(hits == moved.count, "\(hits) of \(moved.count) moved keys hit")
+    }
+
     @Test func withoutWarmUpTheKeysThatMovedMiss() throws {
         let result = try Self.run(warmUpSeconds: 0)
         #expect(result.hits == 0, "\(result.hits) of \(result.of) moved keys hit")
