@@ -226,6 +226,78 @@ open class CachetChannel: @unchecked Sendable {
         }
     }
 
+    // MARK: - Socket I/O (call on the loop's queue)
+    //
+    // Every read and write of a channel's socket goes through these, the loop's own serving and the
+    // servers that read in their own way alike, so that what a transport adds (encryption, accounting) is
+    // added here once.
+
+    /// Reads once from the socket into `buffer`, retried on EINTR.
+    /// - Parameters:
+    ///   - buffer: where to read to.
+    ///   - count: the room in `buffer`.
+    /// - Returns: what happened.
+    public final func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> CachetSocket.IOResult {
+        CachetSocket.read(_fd, into: buffer, count: count)
+    }
+
+    /// Sends bytes once, bypassing ``output`` (what the socket does not take is the caller's to keep).
+    /// - Parameter bytes: what to send.
+    /// - Returns: what happened (`.bytes` may be fewer than offered).
+    public final func transmit(_ bytes: UnsafeRawBufferPointer) -> CachetSocket.IOResult {
+        CachetSocket.send(_fd, bytes)
+    }
+
+    /// Sends a header and a body in one call, bypassing ``output`` (a reply and its value, without copying
+    /// the value): only when ``output`` is empty, so that the bytes keep their order.
+    /// - Parameters:
+    ///   - header: the first bytes.
+    ///   - body: the bytes after them.
+    /// - Returns: what happened (`.bytes` may be fewer than offered).
+    public final func transmit(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer)
+        -> CachetSocket.IOResult
+    {
+        CachetSocket.send(_fd, header, body)
+    }
+
+    /// What ``sendOutput()`` did.
+    public enum OutputProgress: Sendable, Equatable {
+        /// The output is empty now; this many bytes went in this call (0 when it was empty already).
+        case drained(sent: Int)
+        /// The socket is full; this many bytes went in this call, the rest waits for `EPOLLOUT`.
+        case partial(sent: Int)
+        /// The send failed with this errno value (EPIPE, ECONNRESET...).
+        case failed(Int32)
+    }
+
+    /// Sends as much of ``output`` as the socket takes now, without touching the registration (what
+    /// ``flush()`` does besides).
+    /// - Returns: how far it got.
+    public final func sendOutput() -> OutputProgress {
+        var sent = 0
+        while output.readableBytes > 0 {
+            switch transmit(output.readableRegion) {
+            case .bytes(let count):
+                output.moveReadIndex(forwardBy: count)
+                sent += count
+            case .wouldBlock, .endOfStream:
+                return .partial(sent: sent)
+            case .failed(let code):
+                return .failed(code)
+            }
+        }
+        return .drained(sent: sent)
+    }
+
+    /// Ends the sending side (the peer reads the end of the stream after what was sent); reading goes on.
+    public final func shutdownOutput() {
+        guard _fd >= 0 else { return }
+        CachetSocket.shutdownOutput(_fd)
+    }
+
+    /// Bytes received and not read yet: the kernel's, not ``input``'s.
+    public final var unreadBytes: Int { _fd >= 0 ? CachetSocket.unreadBytes(_fd) : 0 }
+
     // MARK: - Hooks for the channel kinds of this module (CachetSharedChannel)
 
     /// Called by the loop right before ``channelActive()``.

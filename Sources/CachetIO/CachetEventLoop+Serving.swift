@@ -45,7 +45,7 @@ extension CachetEventLoop {
             reads += 1
             channel.input.reserveWritable(Self.minimumReadRoom)
             let room = channel.input.writableBytes
-            switch CachetSocket.read(channel.fd, into: channel.input.writePointer, count: room) {
+            switch channel.receive(into: channel.input.writePointer, count: room) {
             case .bytes(let count):
                 channel.input.moveWriteIndex(forwardBy: count)
                 channel.channelRead()
@@ -77,18 +77,9 @@ extension CachetEventLoop {
 
     /// Sends pending output; returns false if the channel was closed.
     private func send(_ channel: CachetChannel) -> Bool {
-        while channel.output.readableBytes > 0 {
-            switch CachetSocket.send(channel.fd, channel.output.readableRegion) {
-            case .bytes(let count):
-                channel.output.moveReadIndex(forwardBy: count)
-            case .wouldBlock, .endOfStream:
-                return true
-            case .failed(let code):
-                close(channel, error: closedError(channel, code: code))
-                return false
-            }
-        }
-        return true
+        guard case .failed(let code) = channel.sendOutput() else { return true }
+        close(channel, error: closedError(channel, code: code))
+        return false
     }
 
     /// Sends what the socket takes and updates the registration. Called by ``CachetChannel/flush()``.

@@ -264,6 +264,41 @@ public enum CachetSocket {
         }
     }
 
+    /// One `writev` of a header and a body, retried on EINTR: a reply and its value in one call, with no
+    /// copy of the value into an output buffer.
+    /// - Parameters:
+    ///   - fd: the socket.
+    ///   - header: the first bytes.
+    ///   - body: the bytes after them.
+    /// - Returns: what happened (`.bytes` may be fewer than offered; SIGPIPE is ignored by the process).
+    public static func send(_ fd: Int32, _ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> IOResult {
+        withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
+            vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress), iov_len: header.count)
+            vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count)
+            while true {
+                let n = writev(fd, vectors.baseAddress, 2)
+                if n > 0 { return .bytes(n) }
+                let code = errno
+                if n < 0 && code == EINTR { continue }
+                if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) { return .wouldBlock }
+                return .failed(n == 0 ? EPIPE : code)
+            }
+        }
+    }
+
+    /// Ends the sending side of a connection (`shutdown(SHUT_WR)`: the peer reads the end of the stream
+    /// after what was sent).
+    /// - Parameter fd: the socket.
+    public static func shutdownOutput(_ fd: Int32) { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+
+    /// Bytes the kernel holds for a socket that have not been read (`FIONREAD`); 0 when it cannot say.
+    /// - Parameter fd: the socket.
+    public static func unreadBytes(_ fd: Int32) -> Int {
+        var count: Int32 = 0
+        guard ioctl(fd, UInt(FIONREAD), &count) == 0 else { return 0 }
+        return Int(count)
+    }
+
     /// Closes a descriptor (not one a Dispatch source still watches).
     public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 }

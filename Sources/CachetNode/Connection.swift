@@ -10,8 +10,9 @@ import Glibc
 /// One client connection: a channel of its loop's ``CachetEventLoop`` (which owns the socket, the epoll
 /// registration and the buffers) with the node's state for it.
 ///
-/// Touched only on its event loop's queue. The connection does the system calls (read, send) and leaves
-/// protocol work to ``RequestProcessor``; its events go to its ``NodeIOQueue`` (``handleEvents(_:)``). What the
+/// Touched only on its event loop's queue. The connection reads and sends through its channel's I/O
+/// (``CachetChannel/receive(into:count:)``, ``CachetChannel/sendOutput()``) and leaves protocol work to
+/// ``RequestProcessor``; its events go to its ``NodeIOQueue`` (``handleEvents(_:)``). What the
 /// connection is doing is one value, ``phase``; the epoll events it is registered for are derived from it in
 /// one place, ``interest(for:outputPending:)``, so that no state can leave a live connection waiting for
 /// nothing.
@@ -298,82 +299,38 @@ final class Connection: CachetChannel, @unchecked Sendable {
         return true
     }
 
-    enum ReadResult {
-        case data
-        case wouldBlock
-        case endOfStream
-        case failed(Int32)
-    }
-
     /// Reads once into the input buffer's free room (see ``prepareInput(frameLength:)``).
-    func readOnce() -> ReadResult {
-        let (result, count) = readOnce(into: input.writePointer, count: input.writableBytes)
-        if count > 0 { input.moveWriteIndex(forwardBy: count) }
+    func readOnce() -> CachetSocket.IOResult {
+        let result = readOnce(into: input.writePointer, count: input.writableBytes)
+        if case .bytes(let count) = result { input.moveWriteIndex(forwardBy: count) }
         return result
     }
 
-    /// Reads once and throws the bytes away; returns how many there were with `.data`.
-    func discardOnce() -> (ReadResult, Int) {
+    /// Reads once and throws the bytes away.
+    func discardOnce() -> CachetSocket.IOResult {
         input.moveReadIndex(to: input.writeIndex)
         return readOnce(into: input.writePointer, count: input.writableBytes)
     }
 
     /// Reads once straight into a large PUT's entry, at most the bytes its value still lacks (so that the
     /// frames after it stay in the socket for the input buffer).
-    func readValue(into put: DirectPut) -> ReadResult {
+    func readValue(into put: DirectPut) -> CachetSocket.IOResult {
         let room = put.remaining
-        let (result, count) = readOnce(into: room.baseAddress!, count: room.count)
-        put.received += count
+        let result = readOnce(into: room.baseAddress!, count: room.count)
+        if case .bytes(let count) = result { put.received += count }
         return result
     }
 
-    /// One `read`, retried on EINTR; the bytes read come back with `.data`. Notes whether the socket may
-    /// hold more (``unreadBytesPossible``).
-    private func readOnce(into buffer: UnsafeMutableRawPointer, count: Int) -> (ReadResult, Int) {
-        while true {
-            let n = read(fd, buffer, count)
-            if n > 0 {
-                unreadBytesPossible = n == count
-                return (.data, n)
-            }
+    /// One read through the channel; notes whether the socket may hold more (``unreadBytesPossible``).
+    @inline(__always)
+    private func readOnce(into buffer: UnsafeMutableRawPointer, count: Int) -> CachetSocket.IOResult {
+        let result = receive(into: buffer, count: count)
+        if case .bytes(let read) = result {
+            unreadBytesPossible = read == count
+        } else {
             unreadBytesPossible = false
-            if n == 0 { return (.endOfStream, 0) }
-            let code = errno
-            if code == EINTR { continue }
-            if code == EAGAIN || code == EWOULDBLOCK { return (.wouldBlock, 0) }
-            return (.failed(code), 0)
         }
-    }
-
-    /// Bytes the kernel holds for this socket that have not been read.
-    var unreadSocketBytes: Int {
-        var count: Int32 = 0
-        guard ioctl(fd, UInt(FIONREAD), &count) == 0 else { return 0 }
-        return Int(count)
-    }
-
-    enum FlushResult {
-        case drained
-        case partial
-        case failed(Int32)
-    }
-
-    /// Sends as much pending output as the socket takes.
-    func sendOutput() -> FlushResult {
-        while output.readableBytes > 0 {
-            let region = output.readableRegion
-            let n = cachet_send(fd, region.baseAddress, UInt(region.count))
-            if n > 0 {
-                output.moveReadIndex(forwardBy: n)
-                repliesTaken &+= 1
-                continue
-            }
-            let code = errno
-            if n < 0 && code == EINTR { continue }
-            if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) { return .partial }
-            return .failed(code)
-        }
-        return .drained
+        return result
     }
 }
 

@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import CachetStore
 import Dispatch
 import Logging
@@ -21,8 +22,8 @@ extension NodeIOQueue {
     /// a flood of connections cannot hold descriptors. Called on `queue`.
     func reject(fd: Int32, reply: [UInt8]) {
         guard closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
-            _ = reply.withUnsafeBytes { cachet_send(fd, $0.baseAddress, UInt($0.count)) }
-            _ = Glibc.close(fd)
+            _ = reply.withUnsafeBytes { CachetSocket.send(fd, $0) }
+            CachetSocket.close(fd)
             return
         }
         reply.withUnsafeBytes { connection.output.append($0) }

@@ -261,13 +261,13 @@ final class NodeIOQueue: @unchecked Sendable {
                     return
                 }
                 let result = connection.readOnce()
-                guard case .data = result else { return endRead(connection, result) }
+                guard case .bytes = result else { return endRead(connection, result) }
                 let full = connection.input.writableBytes == 0
                 process(connection, now: now)
                 if !full && !peerClosed { return }
             case .receivingValue(let direct):
                 let result = connection.readValue(into: direct)
-                guard case .data = result else { return endRead(connection, result) }
+                guard case .bytes = result else { return endRead(connection, result) }
                 if direct.isComplete {
                     connection.phase = .reading(frameLength: 0)
                     if let forwards = connection.forwards {
@@ -282,8 +282,8 @@ final class NodeIOQueue: @unchecked Sendable {
                     return
                 }
             case .closing(var closing):
-                let (result, count) = connection.discardOnce()
-                guard case .data = result else { return endRead(connection, result) }
+                let result = connection.discardOnce()
+                guard case .bytes(let count) = result else { return endRead(connection, result) }
                 closing.discarded += count
                 connection.phase = .closing(closing)
                 if closing.discarded > Self.discardLimit {
@@ -302,9 +302,9 @@ final class NodeIOQueue: @unchecked Sendable {
     /// A read that brought no bytes: the socket is drained for now, or the stream has ended (a partial
     /// frame, or a large value still arriving, is dropped without a reply, and the older value, if any,
     /// stays; a closing connection notes that its peer is done), or it failed.
-    private func endRead(_ connection: Connection, _ result: Connection.ReadResult) {
+    private func endRead(_ connection: Connection, _ result: CachetSocket.IOResult) {
         switch result {
-        case .data, .wouldBlock:
+        case .bytes, .wouldBlock:
             return
         case .endOfStream:
             if case .closing(var closing) = connection.phase {
@@ -330,7 +330,7 @@ final class NodeIOQueue: @unchecked Sendable {
     private func peerClosedWhileWaiting(_ connection: Connection) {
         guard case .waitingForMemory(.input(let frameLength)) = connection.phase else { return }
         let missing = frameLength - connection.input.readableBytes
-        if frameLength == 0 || connection.unreadSocketBytes < missing {
+        if frameLength == 0 || connection.unreadBytes < missing {
             connection.phase = .finishing
         }
     }
@@ -372,7 +372,7 @@ final class NodeIOQueue: @unchecked Sendable {
                     connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
                 ),
                 now: now,
-                directSend: DirectSend(fd: connection.fd),
+                directSend: DirectSend(channel: connection),
                 requestLimit: Self.requestsPerTurn
             )
             switch result {
@@ -425,12 +425,16 @@ final class NodeIOQueue: @unchecked Sendable {
     /// Sends pending output; returns false if the connection was closed.
     func send(_ connection: Connection) -> Bool {
         guard !connection.isClosed else { return false }
-        if case .failed(let code) = connection.sendOutput() {
+        switch connection.sendOutput() {
+        case .drained(let sent), .partial(let sent):
+            // The kernel took reply bytes: progress, for `evictStalledConnections`.
+            if sent > 0 { connection.repliesTaken &+= 1 }
+            return true
+        case .failed(let code):
             logger.debug("send failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
             close(connection)
             return false
         }
-        return true
     }
 
     /// Brings a connection to a phase that waits for something, then its epoll registration and memory
@@ -468,7 +472,7 @@ final class NodeIOQueue: @unchecked Sendable {
                 return
             case .closing(var closing) where connection.output.readableBytes == 0 && connection.forwards == nil:
                 if !closing.writeShut {
-                    _ = Glibc.shutdown(connection.fd, Int32(SHUT_WR))
+                    connection.shutdownOutput()
                     closing.writeShut = true
                     connection.phase = .closing(closing)
                 }

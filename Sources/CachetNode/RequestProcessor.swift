@@ -10,20 +10,19 @@ import Glibc
 /// Writes a header and a body to a connection's socket with one non-blocking `writev`, so that a large
 /// value goes from the store's memory to the kernel without a copy into the output buffer.
 struct DirectSend {
-    let fd: Int32
+    /// The connection's channel, unretained (a retain and release per request otherwise): a `DirectSend`
+    /// lives only for the call that processes the connection's input, which the connection outlives.
+    let channel: Unmanaged<CachetChannel>
 
-    /// Returns the bytes the socket took: 0 on EAGAIN or an error (which the next flush reports).
+    init(channel: CachetChannel) {
+        self.channel = .passUnretained(channel)
+    }
+
+    /// Returns the bytes the socket took: 0 when it takes none now, or on an error (which the next flush
+    /// reports).
     func callAsFunction(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Int {
-        withUnsafeTemporaryAllocation(of: iovec.self, capacity: 2) { vectors in
-            vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress), iov_len: header.count)
-            vectors[1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count)
-            while true {
-                let n = writev(fd, vectors.baseAddress, 2)
-                if n >= 0 { return n }
-                if errno == EINTR { continue }
-                return 0
-            }
-        }
+        if case .bytes(let count) = channel._withUnsafeGuaranteedRef({ $0.transmit(header, body) }) { return count }
+        return 0
     }
 }
 
