@@ -33,13 +33,11 @@ public final class CachetNodeServer: Sendable {
     private let statistics: NodeStatistics
     private let nextLoop = Atomic<Int>(0)
     private let state = CachetLock(RunState())
-    private let acceptQueue = DispatchQueue(label: "cachet.accept", qos: .userInitiated)
     private let maintenanceQueue = DispatchQueue(label: "cachet.maintenance", qos: .utility)
 
     private struct RunState {
-        var listenFD: Int32 = -1
-        var acceptSource: (any DispatchSourceRead)?
-        var acceptPaused = false
+        /// Accepts on the first I/O loop (and hands connections to every loop, round robin).
+        var listener: CachetListener?
         var sweepTimer: (any DispatchSourceTimer)?
         var started = false
         var stopped = false
@@ -214,9 +212,16 @@ public final class CachetNodeServer: Sendable {
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
         hold?.start()
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: acceptQueue)
-        source.setEventHandler { [self] in acceptConnections(fd) }
-        source.setCancelHandler { _ = close(fd) }
+        let listener = CachetListener(
+            accepted: { [self] fd in admit(fd) },
+            failed: { [self] error in
+                logger.warning("accept failed", metadata: ["error.message": "\(error.message)"])
+                if error.code == .resourceExhausted {
+                    // Out of descriptors or memory: the listening socket stays readable.
+                    logger.warning("pausing accepts for 100 ms")
+                }
+            }
+        )
         let timer = DispatchSource.makeTimerSource(queue: maintenanceQueue)
         let interval = configuration.sweepInterval
         timer.schedule(deadline: .now() + interval, repeating: interval)
@@ -230,15 +235,15 @@ public final class CachetNodeServer: Sendable {
             diskWorker?.submitSweep(now: now, budget: budget)
         }
         state.withLockUnchecked { state in
-            state.listenFD = fd
-            state.acceptSource = source
+            state.listener = listener
             state.sweepTimer = timer
             state.started = true
             state.boundPort = port
         }
         // Connections wait in the listening socket's backlog until the peers are greeted.
         greetPeers()
-        source.activate()
+        let acceptingLoop = loops[0].loop
+        acceptingLoop.executeAndWait { acceptingLoop.register(listener, fd: fd, isNonBlocking: true) }
         timer.activate()
         logger.info(
             "node started",
@@ -287,53 +292,19 @@ public final class CachetNodeServer: Sendable {
         }
     }
 
-    /// Accepts every pending connection and hands each to an I/O loop, round robin.
-    private func acceptConnections(_ listenFD: Int32) {
-        while true {
-            let accepted: Int32?
-            do throws(CachetIOError) {
-                accepted = try CachetSocket.accept(listenFD)
-            } catch {
-                logger.warning("accept failed", metadata: ["error.message": "\(error.message)"])
-                if error.code == .resourceExhausted {
-                    // Out of descriptors or memory: the listening socket stays readable, so pause accepting
-                    // briefly instead of spinning on it.
-                    logger.warning("pausing accepts for 100 ms")
-                    pauseAccepting()
-                }
-                return
-            }
-            guard let fd = accepted else { return }
-            let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
-            if current > configuration.maximumConnections {
-                statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
-                statistics.connectionsRejected.add(1, ordering: .relaxed)
-                reject(fd)
-                continue
-            }
-            statistics.connectionsTotal.add(1, ordering: .relaxed)
-            let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
-            loop.execute { loop.register(fd: fd) }
+    /// Takes an accepted connection (on the accepting loop's queue): counts it, and hands it to an I/O
+    /// loop, round robin, or answers it UNAVAILABLE past `--max-connections`.
+    private func admit(_ fd: Int32) {
+        let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
+        if current > configuration.maximumConnections {
+            statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
+            statistics.connectionsRejected.add(1, ordering: .relaxed)
+            reject(fd)
+            return
         }
-    }
-
-    /// Suspends the accept source for 100 ms. Called on the accept queue, like everything that suspends,
-    /// resumes or cancels that source, so a suspended source is always resumed before it is cancelled.
-    private func pauseAccepting() {
-        let paused = state.withLockUnchecked { state -> Bool in
-            guard let source = state.acceptSource, !state.acceptPaused else { return false }
-            source.suspend()
-            state.acceptPaused = true
-            return true
-        }
-        guard paused else { return }
-        acceptQueue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
-            state.withLockUnchecked { state in
-                guard state.acceptPaused, let source = state.acceptSource else { return }
-                source.resume()
-                state.acceptPaused = false
-            }
-        }
+        statistics.connectionsTotal.add(1, ordering: .relaxed)
+        let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
+        loop.execute { loop.register(fd: fd) }
     }
 
     /// Answers a connection over the limit with UNAVAILABLE and closes it (gracefully, on an I/O loop).
@@ -356,26 +327,18 @@ public final class CachetNodeServer: Sendable {
     public func shutdown(timeout: Double? = nil) {
         let timeout = timeout ?? configuration.shutdownTimeout
         let started = DispatchTime.now()
-        typealias Sources = ((any DispatchSourceRead)?, (any DispatchSourceTimer)?)
-        let (source, timer) = state.withLockUnchecked { state -> Sources in
+        let (listener, timer) = state.withLockUnchecked { state -> (CachetListener?, (any DispatchSourceTimer)?) in
             guard state.started, !state.stopped else { return (nil, nil) }
             state.stopped = true
             defer {
-                state.acceptSource = nil
+                state.listener = nil
                 state.sweepTimer = nil
             }
-            return (state.acceptSource, state.sweepTimer)
+            return (state.listener, state.sweepTimer)
         }
-        guard let source else { return }
-        acceptQueue.sync {
-            state.withLockUnchecked { state in
-                if state.acceptPaused {
-                    source.resume()
-                    state.acceptPaused = false
-                }
-            }
-            source.cancel()
-        }
+        guard let listener else { return }
+        let acceptingLoop = loops[0].loop
+        acceptingLoop.executeAndWait { listener.close() }
         timer?.cancel()
         let group = DispatchGroup()
         // A node reads nothing more once it stops, answers what it had read (for a second at most), and

@@ -123,23 +123,24 @@ final class SelfClosingChannel: CachetChannel, @unchecked Sendable {
 final class EchoServer: @unchecked Sendable {
     let port: Int
     let loop: CachetEventLoop
-    private let source: any DispatchSourceRead
+    private let listener: CachetListener
 
     init(loop: CachetEventLoop, greeting: [UInt8] = []) throws {
         let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
         self.port = port
         self.loop = loop
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: loop.queue)
-        source.setEventHandler {
-            while let accepted = try? CachetSocket.accept(fd) {
-                loop.register(EchoChannel(greeting: greeting), fd: accepted)
-            }
-        }
-        source.setCancelHandler { CachetSocket.close(fd) }
-        source.activate()
+        listener = CachetListener(
+            accepted: { accepted in loop.register(EchoChannel(greeting: greeting), fd: accepted, isNonBlocking: true) },
+            failed: { _ in }
+        )
+        let listener = listener
+        loop.executeAndWait { loop.register(listener, fd: fd, isNonBlocking: true) }
     }
 
-    func stop() { source.cancel() }
+    func stop() {
+        let listener = listener
+        loop.executeAndWait { listener.close() }
+    }
 }
 
 /// The target of /proc/self/fd/N (`socket:[inode]` for a socket).
@@ -206,8 +207,8 @@ func waitUntil(
             #expect(channel.error == nil)
             #expect(clientLoop.channelCount == 0)
         }
-        // The server side sees the close and frees its channel.
-        #expect(waitUntil(serverLoop) { serverLoop.channelCount == 0 })
+        // The server side sees the close and frees its channel; the listener stays.
+        #expect(waitUntil(serverLoop) { serverLoop.channelCount == 1 })
     }
 
     @Test func pingPongRoundTripsInOrder() throws {
@@ -459,7 +460,8 @@ func waitUntil(
                 }
             }
             #expect(waitUntil(clientLoop) { channels.allSatisfy { $0.received.count == 4 } })
-            #expect(waitUntil(serverLoop) { serverLoop.channelCount == 20 })
+            // The 20 connections and the listener.
+            #expect(waitUntil(serverLoop) { serverLoop.channelCount == 21 })
             sockets = clientLoop.executeAndWait { channels.compactMap(\.socketIdentity) }
             #expect(sockets.count == 20)
             #expect(openDescriptorTargets().isSuperset(of: sockets))
@@ -470,7 +472,7 @@ func waitUntil(
                 #expect(channels.suffix(10).allSatisfy { $0.error?.code == .loopStopped })
                 #expect(clientLoop.channelCount == 0)
             }
-            #expect(waitUntil(serverLoop) { serverLoop.channelCount == 0 })
+            #expect(waitUntil(serverLoop) { serverLoop.channelCount == 1 }, "the listener alone")
             server.stop()
             serverLoop.stop()
         }
