@@ -34,6 +34,7 @@ let package = Package(
         .target(name: "CMalloc"),
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
         // The package's one lock type (a pthread mutex, which ThreadSanitizer sees).
         .target(name: "CachetLocking", swiftSettings: swiftSettings),
@@ -45,8 +46,9 @@ let package = Package(
         .target(name: "CachetRing", swiftSettings: swiftSettings),
 
         // The transport: addresses, connect and listen, the byte buffer, the epoll event loop on Dispatch
-        // sources hosting inbound and outbound channels, timers. Below the node, the client and the tools.
-        .target(name: "CachetIO", dependencies: ["CEpoll", "CachetLocking"], swiftSettings: swiftSettings),
+        // sources hosting inbound and outbound channels, timers, TLS (OpenSSL). Below the node, the client
+        // and the tools.
+        .target(name: "CachetIO", dependencies: ["CEpoll", "CachetLocking", "COpenSSL"], swiftSettings: swiftSettings),
 
         // Cluster membership: the cluster file, its members and their ring, the membership hash; no I/O but
         // reading the file.
@@ -121,6 +123,7 @@ let package = Package(
             name: "cachet-node",
             dependencies: [
                 "CachetNode",
+                "CachetIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

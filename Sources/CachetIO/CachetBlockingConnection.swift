@@ -26,6 +26,46 @@ public final class CachetBlockingConnection {
         fd = try CachetSocket.connect(to: address, timeout: timeout, blocking: false)
     }
 
+    /// The connection's TLS session; nil for a plain connection.
+    public private(set) var tls: CachetTLSSession?
+
+    /// Connects and completes a TLS handshake, waiting at most `timeout` for both.
+    /// - Parameters:
+    ///   - address: where to connect.
+    ///   - timeout: the time allowed for resolving, connecting and the handshake.
+    ///   - tls: a client context (its CA, its certificate if the server asks for one, the server's name).
+    /// - Throws: ``CachetIOError`` as ``init(to:timeout:)``, or `tlsHandshakeFailed` with OpenSSL's reason
+    ///   (a certificate that does not verify, a server that does not speak TLS) or when it takes too long.
+    public convenience init(to address: CachetAddress, timeout: Duration, tls context: CachetTLSContext)
+        throws(CachetIOError)
+    {
+        let deadline = CachetDeadline(after: timeout)
+        try self.init(to: address, timeout: timeout)
+        let session = try context.session(for: fd)
+        tls = session
+        while true {
+            switch session.handshake() {
+            case .bytes:
+                return
+            case .wouldBlock:
+                guard CachetSocket.wait(fd, for: session.waitsFor, until: deadline) else {
+                    close()
+                    throw CachetIOError(
+                        code: .tlsHandshakeFailed,
+                        message: "the TLS handshake with \(address) did not finish within \(timeout)",
+                        systemError: ETIMEDOUT
+                    )
+                }
+            case .endOfStream, .failed:
+                close()
+                throw CachetIOError(
+                    code: .tlsHandshakeFailed,
+                    message: "the TLS handshake with \(address) failed: \(session.lastFailure ?? "no reason given")"
+                )
+            }
+        }
+    }
+
     deinit { close() }
 
     /// Whether the connection is open.
@@ -33,6 +73,8 @@ public final class CachetBlockingConnection {
 
     /// Closes the socket.
     public func close() {
+        tls?.close()
+        tls = nil
         if fd >= 0 {
             CachetSocket.close(fd)
             fd = -1
@@ -49,11 +91,11 @@ public final class CachetBlockingConnection {
         while sent < bytes.count {
             guard fd >= 0 else { throw closedError("the connection is closed") }
             let rest = UnsafeRawBufferPointer(rebasing: bytes[sent...])
-            switch CachetSocket.send(fd, rest) {
+            switch tls.map({ $0.write(rest) }) ?? CachetSocket.send(fd, rest) {
             case .bytes(let count):
                 sent += count
             case .wouldBlock:
-                guard CachetSocket.wait(fd, for: Int16(POLLOUT), until: deadline) else {
+                guard CachetSocket.wait(fd, for: tls?.waitsFor ?? Int16(POLLOUT), until: deadline) else {
                     throw CachetIOError(
                         code: .timedOut,
                         message:
@@ -94,7 +136,10 @@ public final class CachetBlockingConnection {
         while true {
             guard fd >= 0 else { throw closedError("the connection is closed") }
             input.reserveWritable(16 << 10)
-            switch CachetSocket.read(fd, into: input.writePointer, count: input.writableBytes) {
+            let room = input.writableBytes
+            switch tls.map({ $0.read(into: input.writePointer, count: room) })
+                ?? CachetSocket.read(fd, into: input.writePointer, count: room)
+            {
             case .bytes(let count):
                 input.moveWriteIndex(forwardBy: count)
                 return count
@@ -104,7 +149,7 @@ public final class CachetBlockingConnection {
                 if code == ECONNRESET { return 0 }
                 throw closedError("reading from \(address) failed: \(CachetIOError.describe(code))", code)
             case .wouldBlock:
-                guard CachetSocket.wait(fd, for: Int16(POLLIN), until: deadline) else {
+                guard CachetSocket.wait(fd, for: tls?.waitsFor ?? Int16(POLLIN), until: deadline) else {
                     throw CachetIOError(
                         code: .timedOut,
                         message: "nothing from \(address) within \(deadline.timeout)",

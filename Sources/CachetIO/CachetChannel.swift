@@ -238,14 +238,16 @@ open class CachetChannel: @unchecked Sendable {
     ///   - count: the room in `buffer`.
     /// - Returns: what happened.
     public final func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> CachetSocket.IOResult {
-        CachetSocket.read(_fd, into: buffer, count: count)
+        if _usesTLS { return tls.unsafelyUnwrapped.read(into: buffer, count: count) }
+        return CachetSocket.read(_fd, into: buffer, count: count)
     }
 
     /// Sends bytes once, bypassing ``output`` (what the socket does not take is the caller's to keep).
     /// - Parameter bytes: what to send.
     /// - Returns: what happened (`.bytes` may be fewer than offered).
     public final func transmit(_ bytes: UnsafeRawBufferPointer) -> CachetSocket.IOResult {
-        CachetSocket.send(_fd, bytes)
+        if _usesTLS { return tls.unsafelyUnwrapped.write(bytes) }
+        return CachetSocket.send(_fd, bytes)
     }
 
     /// Sends a header and a body in one call, bypassing ``output`` (a reply and its value, without copying
@@ -257,7 +259,14 @@ open class CachetChannel: @unchecked Sendable {
     public final func transmit(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer)
         -> CachetSocket.IOResult
     {
-        CachetSocket.send(_fd, header, body)
+        guard _usesTLS, let tls else { return CachetSocket.send(_fd, header, body) }
+        // Two records; the count spans both, as one `writev` would.
+        let first = tls.write(header)
+        guard case .bytes(let sent) = first, sent == header.count else { return first }
+        switch tls.write(body) {
+        case .bytes(let more): return .bytes(sent + more)
+        case .wouldBlock, .endOfStream, .failed: return .bytes(sent)
+        }
     }
 
     /// What ``sendOutput()`` did.
@@ -292,11 +301,46 @@ open class CachetChannel: @unchecked Sendable {
     /// Ends the sending side (the peer reads the end of the stream after what was sent); reading goes on.
     public final func shutdownOutput() {
         guard _fd >= 0 else { return }
+        tls?.close()
         CachetSocket.shutdownOutput(_fd)
     }
 
-    /// Bytes received and not read yet: the kernel's, not ``input``'s.
-    public final var unreadBytes: Int { _fd >= 0 ? CachetSocket.unreadBytes(_fd) : 0 }
+    /// Bytes received and not read yet: the kernel's, not ``input``'s (with TLS, the decrypted bytes
+    /// OpenSSL holds and the kernel's still encrypted ones).
+    public final var unreadBytes: Int {
+        guard _fd >= 0 else { return 0 }
+        return (tls?.pending ?? 0) + CachetSocket.unreadBytes(_fd)
+    }
+
+    // MARK: - TLS
+
+    /// The channel's TLS session, once its socket is known (``useTLS(_:)``); nil for a plain channel.
+    @exclusivity(unchecked) public final private(set) var tls: CachetTLSSession?
+    /// Whether ``tls`` is set: the one test every read and write of a plain channel pays.
+    @exclusivity(unchecked) final var _usesTLS = false
+    /// The context the session is made from when the channel gets its socket.
+    final var tlsContext: CachetTLSContext?
+
+    /// Makes the channel speak TLS (the context's side of the handshake) from its first byte: call before
+    /// registering or connecting it. Every read and write then goes through the session.
+    /// - Parameter context: the server's or the client's context.
+    public final func useTLS(_ context: CachetTLSContext) {
+        precondition(state == .idle, "TLS is chosen before the channel has a socket")
+        tlsContext = context
+    }
+
+    /// Called by the loop when the channel gets its socket: the TLS session, if the channel uses TLS.
+    /// Returns false when OpenSSL cannot make one.
+    final func startTLS(fd: Int32) -> Bool {
+        guard let context = tlsContext else { return true }
+        do throws(CachetIOError) {
+            tls = try context.session(for: fd)
+            _usesTLS = true
+            return true
+        } catch {
+            return false
+        }
+    }
 
     // MARK: - Hooks for the channel kinds of this module (CachetSharedChannel)
 

@@ -242,6 +242,14 @@ public final class CachetEventLoop: @unchecked Sendable {
 
     /// Puts a channel with a socket into the epoll set. Returns false (and closes) when epoll refuses it.
     func adopt(_ channel: CachetChannel, fd: Int32, state: CachetChannel.State) -> Bool {
+        guard channel.startTLS(fd: fd) else {
+            CachetSocket.close(fd)
+            channel._state = .closed
+            channel.channelInactive(
+                error: CachetIOError(code: .resourceExhausted, message: "cannot create a TLS session")
+            )
+            return false
+        }
         let slot: Int
         if let free = freeSlots.popLast() {
             slot = free
@@ -391,6 +399,13 @@ public final class CachetEventLoop: @unchecked Sendable {
         if desired != channel.interest || rearm {
             channel.interest = desired
             _ = cachet_epoll_modify(epollFD, channel.fd, desired | cachet_EPOLLET, channel.token)
+        }
+        // Bytes OpenSSL decrypted and holds are no socket's to report: the channel is told again itself.
+        if rearm, let tls = channel.tls, tls.pending > 0, desired & cachet_EPOLLIN != 0 {
+            execute { [weak channel] in
+                guard let channel, channel.state == .active else { return }
+                channel.handleEvents(.readable)
+            }
         }
     }
 

@@ -17,6 +17,8 @@ public struct CachetIOError: Error, Sendable, Hashable, CustomStringConvertible 
             case listenFailed
             case resourceExhausted
             case loopStopped
+            case tlsConfiguration
+            case tlsHandshakeFailed
         }
 
         fileprivate var base: Base
@@ -40,6 +42,11 @@ public struct CachetIOError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let resourceExhausted = Code(.resourceExhausted)
         /// The event loop was stopped while the operation was pending.
         public static let loopStopped = Code(.loopStopped)
+        /// A TLS certificate, key or CA file cannot be read or does not fit (``CachetTLSContext``).
+        public static let tlsConfiguration = Code(.tlsConfiguration)
+        /// The TLS handshake failed (a certificate that does not verify, a peer that does not speak TLS) or
+        /// did not finish in time.
+        public static let tlsHandshakeFailed = Code(.tlsHandshakeFailed)
 
         /// The code's name.
         public var description: String {
@@ -53,6 +60,8 @@ public struct CachetIOError: Error, Sendable, Hashable, CustomStringConvertible 
             case .listenFailed: return "listenFailed"
             case .resourceExhausted: return "resourceExhausted"
             case .loopStopped: return "loopStopped"
+            case .tlsConfiguration: return "tlsConfiguration"
+            case .tlsHandshakeFailed: return "tlsHandshakeFailed"
             }
         }
     }

@@ -1,3 +1,4 @@
+public import CachetIO
 public import CachetStore
 import CachetWire
 
@@ -51,6 +52,15 @@ public struct CachetNodeConfiguration: Sendable {
     /// Seconds a shutdown may take to answer the requests already received and close the connections
     /// (`--shutdown-timeout`); queued disk writes are finished after that.
     public var shutdownTimeout: Double = 10
+    /// The TLS listener's port (`--tls-port`, beside the plain `--port`); nil: no TLS listener. 0 picks a
+    /// free port.
+    public var tlsPort: Int? = nil
+    /// The TLS listener's certificate, key, CA and client authentication (`--tls-cert`, `--tls-key`,
+    /// `--tls-ca`, `--tls-client-auth`); needed with ``tlsPort``. Re-read on SIGHUP.
+    public var tls: CachetTLSConfiguration? = nil
+    /// Seconds a TLS connection may take to finish its handshake before it is closed
+    /// (`--tls-handshake-timeout`).
+    public var tlsHandshakeTimeout: Double = 5
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
@@ -126,6 +136,18 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")
+        }
+        if tlsPort != nil && tls?.certificateFile == nil {
+            throw fail("--tls-port needs --tls-cert and --tls-key (PEM files)")
+        }
+        if tlsPort == nil && tls != nil {
+            throw fail("--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port")
+        }
+        if let tlsPort, !(0...65535).contains(tlsPort) || (tlsPort != 0 && tlsPort == port) {
+            throw fail("--tls-port \(tlsPort) must be a port from 0 to 65535 other than --port")
+        }
+        guard tlsHandshakeTimeout > 0 && tlsHandshakeTimeout <= 600 else {
+            throw fail("--tls-handshake-timeout \(tlsHandshakeTimeout) must be above 0 and at most 600 seconds")
         }
         guard memoryShardCount > 0 && memoryShardCount & (memoryShardCount - 1) == 0 else {
             throw fail("memory shard count \(memoryShardCount) must be a power of two")

@@ -38,6 +38,9 @@ public final class CachetNodeServer: Sendable {
     private struct RunState {
         /// Accepts on the first I/O loop (and hands connections to every loop, round robin).
         var listener: CachetListener?
+        /// Accepts TLS connections (`--tls-port`), on the same loop.
+        var tlsListener: CachetListener?
+        var tlsPort: Int?
         var sweepTimer: (any DispatchSourceTimer)?
         var started = false
         var stopped = false
@@ -195,6 +198,32 @@ public final class CachetNodeServer: Sendable {
     /// The port the node listens on, once started (useful with port 0).
     public var port: Int { state.withLockUnchecked { $0.boundPort } }
 
+    /// The TLS listener's port, once started; nil without `--tls-port`.
+    public var tlsPort: Int? { state.withLockUnchecked { $0.tlsPort } }
+
+    /// The context new TLS connections get: made at start, made again from the files on SIGHUP.
+    private let tlsContext = CachetLock<CachetTLSContext?>(nil)
+
+    /// Reads the TLS certificate, key and CA files again (SIGHUP): connections accepted from now on use
+    /// them, open ones keep theirs. Files that cannot be read or do not fit leave the previous ones in use,
+    /// with a log line saying why.
+    public func reloadTLS() {
+        guard let configuration = configuration.tls, configuration.certificateFile != nil else { return }
+        do throws(CachetIOError) {
+            let context = try CachetTLSContext(role: .server, configuration: configuration)
+            tlsContext.withLock { $0 = context }
+            logger.notice(
+                "TLS certificate and key read again",
+                metadata: ["tls.cert": "\(configuration.certificateFile ?? "")"]
+            )
+        } catch {
+            logger.error(
+                "TLS files not reloaded; the previous ones stay in use",
+                metadata: ["error.message": "\(error.message)"]
+            )
+        }
+    }
+
     /// The STATS reply body, as JSON.
     public var statisticsJSON: String { statistics.json() }
 
@@ -208,20 +237,32 @@ public final class CachetNodeServer: Sendable {
     public func start() throws(CachetNodeError) -> Int {
         signal(SIGPIPE, SIG_IGN)
         raiseDescriptorLimit()
+        var tls: (fd: Int32, port: Int)?
+        if let tlsPort = configuration.tlsPort, let tlsConfiguration = configuration.tls {
+            do throws(CachetIOError) {
+                let context = try CachetTLSContext(role: .server, configuration: tlsConfiguration)
+                tlsContext.withLock { $0 = context }
+            } catch {
+                throw CachetNodeError(code: .invalidConfiguration, message: error.message)
+            }
+            let (tlsFD, boundTLSPort) = try Self.listen(host: configuration.host, port: tlsPort)
+            tls = (tlsFD, boundTLSPort)
+        }
         let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
         hold?.start()
-        let listener = CachetListener(
-            accepted: { [self] fd in admit(fd) },
-            failed: { [self] error in
-                logger.warning("accept failed", metadata: ["error.message": "\(error.message)"])
-                if error.code == .resourceExhausted {
-                    // Out of descriptors or memory: the listening socket stays readable.
-                    logger.warning("pausing accepts for 100 ms")
-                }
+        let acceptFailed: (CachetIOError) -> Void = { [logger] error in
+            logger.warning("accept failed", metadata: ["error.message": "\(error.message)"])
+            if error.code == .resourceExhausted {
+                // Out of descriptors or memory: the listening socket stays readable.
+                logger.warning("pausing accepts for 100 ms")
             }
-        )
+        }
+        let listener = CachetListener(accepted: { [self] fd in admit(fd, tls: false) }, failed: acceptFailed)
+        let tlsListener = tls.map { _ in
+            CachetListener(accepted: { [self] fd in admit(fd, tls: true) }, failed: acceptFailed)
+        }
         let timer = DispatchSource.makeTimerSource(queue: maintenanceQueue)
         let interval = configuration.sweepInterval
         timer.schedule(deadline: .now() + interval, repeating: interval)
@@ -236,6 +277,8 @@ public final class CachetNodeServer: Sendable {
         }
         state.withLockUnchecked { state in
             state.listener = listener
+            state.tlsListener = tlsListener
+            state.tlsPort = tls?.port
             state.sweepTimer = timer
             state.started = true
             state.boundPort = port
@@ -243,7 +286,10 @@ public final class CachetNodeServer: Sendable {
         // Connections wait in the listening socket's backlog until the peers are greeted.
         greetPeers()
         let acceptingLoop = loops[0].loop
-        acceptingLoop.executeAndWait { acceptingLoop.register(listener, fd: fd, isNonBlocking: true) }
+        acceptingLoop.executeAndWait {
+            acceptingLoop.register(listener, fd: fd, isNonBlocking: true)
+            if let tlsListener, let tls { acceptingLoop.register(tlsListener, fd: tls.fd, isNonBlocking: true) }
+        }
         timer.activate()
         logger.info(
             "node started",
@@ -294,7 +340,7 @@ public final class CachetNodeServer: Sendable {
 
     /// Takes an accepted connection (on the accepting loop's queue): counts it, and hands it to an I/O
     /// loop, round robin, or answers it UNAVAILABLE past `--max-connections`.
-    private func admit(_ fd: Int32) {
+    private func admit(_ fd: Int32, tls: Bool) {
         let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
         if current > configuration.maximumConnections {
             statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
@@ -304,7 +350,13 @@ public final class CachetNodeServer: Sendable {
         }
         statistics.connectionsTotal.add(1, ordering: .relaxed)
         let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
-        loop.execute { loop.register(fd: fd) }
+        guard tls else { return loop.execute { loop.register(fd: fd) } }
+        guard let context = tlsContext.withLock({ $0 }) else {
+            statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
+            return CachetSocket.close(fd)
+        }
+        let deadline = configuration.tlsHandshakeTimeout
+        loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline) }
     }
 
     /// Answers a connection over the limit with UNAVAILABLE and closes it (gracefully, on an I/O loop).
@@ -327,18 +379,23 @@ public final class CachetNodeServer: Sendable {
     public func shutdown(timeout: Double? = nil) {
         let timeout = timeout ?? configuration.shutdownTimeout
         let started = DispatchTime.now()
-        let (listener, timer) = state.withLockUnchecked { state -> (CachetListener?, (any DispatchSourceTimer)?) in
-            guard state.started, !state.stopped else { return (nil, nil) }
+        typealias Stopping = (CachetListener?, CachetListener?, (any DispatchSourceTimer)?)
+        let (listener, tlsListener, timer) = state.withLockUnchecked { state -> Stopping in
+            guard state.started, !state.stopped else { return (nil, nil, nil) }
             state.stopped = true
             defer {
                 state.listener = nil
+                state.tlsListener = nil
                 state.sweepTimer = nil
             }
-            return (state.listener, state.sweepTimer)
+            return (state.listener, state.tlsListener, state.sweepTimer)
         }
         guard let listener else { return }
         let acceptingLoop = loops[0].loop
-        acceptingLoop.executeAndWait { listener.close() }
+        acceptingLoop.executeAndWait {
+            listener.close()
+            tlsListener?.close()
+        }
         timer?.cancel()
         let group = DispatchGroup()
         // A node reads nothing more once it stops, answers what it had read (for a second at most), and

@@ -16,6 +16,23 @@ extension NodeIOQueue {
         _ = adopt(fd: fd, counted: true)
     }
 
+    /// Adopts a socket accepted on the TLS port: its reads and writes go through a session of `context`,
+    /// whose handshake the first read does. One whose handshake has not finished `handshakeDeadline`
+    /// seconds later is closed, with a log line. Called on `queue`.
+    func register(fd: Int32, tls context: CachetTLSContext, handshakeDeadline: Double) {
+        guard let connection = adopt(fd: fd, counted: true, tls: context) else { return }
+        _ = loop.schedule(after: .milliseconds(Int(handshakeDeadline * 1000))) { [weak self, weak connection] in
+            guard let self, let connection, !connection.isClosed, connection.tls?.isEstablished == false else {
+                return
+            }
+            logger.notice(
+                "TLS handshake did not finish in time: connection closed",
+                metadata: ["connection.fd": "\(connection.fd)", "tls.handshake_timeout": "\(handshakeDeadline)"]
+            )
+            close(connection)
+        }
+    }
+
     /// Answers a connection over `--max-connections` with `reply` and closes it gracefully (a client that
     /// sent requests at once would otherwise get a reset, which may discard the reply). It is not counted
     /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
@@ -31,8 +48,9 @@ extension NodeIOQueue {
         settle(connection, now: CachetClock.now())
     }
 
-    private func adopt(fd: Int32, counted: Bool) -> Connection? {
+    private func adopt(fd: Int32, counted: Bool, tls: CachetTLSContext? = nil) -> Connection? {
         let connection = Connection(owner: self, memory: memory, counted: counted)
+        if let tls { connection.useTLS(tls) }
         connectionCount += 1
         // Registered for the events its first phase needs; a socket epoll refuses is closed at once
         // (`connectionClosed` does the bookkeeping).

@@ -319,7 +319,16 @@ final class NodeIOQueue: @unchecked Sendable {
     }
 
     private func readFailed(_ connection: Connection, _ code: Int32) {
-        logger.debug("read failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
+        if let tls = connection.tls, let failure = tls.lastFailure {
+            // A bad certificate, plain text on the TLS port...: the operator's to see.
+            let what = tls.isEstablished ? "TLS connection failed" : "TLS handshake failed"
+            logger.info(
+                "\(what): connection closed",
+                metadata: ["connection.fd": "\(connection.fd)", "tls.error": "\(failure)"]
+            )
+        } else {
+            logger.debug("read failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
+        }
         close(connection)
     }
 

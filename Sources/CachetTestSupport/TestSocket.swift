@@ -10,6 +10,10 @@ import Glibc
 public struct TestSocketError: Error, CustomStringConvertible {
     /// What failed.
     public var description: String
+
+    /// An error saying what failed.
+    /// - Parameter description: what failed.
+    public init(description: String) { self.description = description }
 }
 
 /// A blocking TCP client for tests: connects to 127.0.0.1, sends bytes, reads replies with a timeout.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CachetIO
 import CachetNode
 import CachetStore
 import Logging
@@ -131,6 +132,26 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "zlib level for the disk tier, 0 (store) to 9 (smallest).")
     var compressionLevel: Int32?
 
+    @Option(
+        help: "A TLS listener's port, beside the plain --port (0 picks a free one). Needs --tls-cert and --tls-key."
+    )
+    var tlsPort: Int?
+
+    @Option(help: "The TLS listener's certificate chain (PEM). Re-read on SIGHUP.")
+    var tlsCert: String?
+
+    @Option(help: "The certificate's private key (PEM). Re-read on SIGHUP.")
+    var tlsKey: String?
+
+    @Option(help: "CA certificates (PEM) that clients' certificates must chain to.")
+    var tlsCa: String?
+
+    @Option(help: "Whether TLS clients present a certificate: none, optional or required (mutual TLS; needs --tls-ca).")
+    var tlsClientAuth = "none"
+
+    @Option(help: "Seconds a TLS connection may take to finish its handshake before it is closed.")
+    var tlsHandshakeTimeout = 5.0
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
@@ -175,6 +196,22 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.warmUpSeconds = warmUpSeconds
             configuration.holdPeriod = holdPeriod
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
+            configuration.tlsPort = tlsPort
+            configuration.tlsHandshakeTimeout = tlsHandshakeTimeout
+            guard let clientAuthentication = CachetTLSConfiguration.ClientAuthentication(rawValue: tlsClientAuth) else {
+                throw CachetNodeError(
+                    code: .invalidConfiguration,
+                    message: "--tls-client-auth '\(tlsClientAuth)' is not one of none, optional, required"
+                )
+            }
+            if tlsCert != nil || tlsKey != nil || tlsCa != nil || clientAuthentication != .none {
+                configuration.tls = CachetTLSConfiguration(
+                    certificateFile: tlsCert,
+                    keyFile: tlsKey,
+                    caFile: tlsCa,
+                    clientAuthentication: clientAuthentication
+                )
+            }
             if let connectionMemory {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }
@@ -212,7 +249,10 @@ struct CachetNodeCommand: ParsableCommand {
             // announcement is never lost.
             let signals = CachetTerminationSignals.install()
             let membership = server.membership
-            let reload = CachetReloadSignal.install { membership.reload(logger: logger) }
+            let reload = CachetReloadSignal.install {
+                membership.reload(logger: logger)
+                server.reloadTLS()
+            }
             let boundPort = try server.start()
             membership.listening(host: configuration.host, port: boundPort)
             logger.info(
@@ -226,6 +266,9 @@ struct CachetNodeCommand: ParsableCommand {
             // An IPv6 host is bracketed ([::1]:7420), so the port is always what follows the last colon.
             let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
             print("cachet-node listening on \(host):\(boundPort)")
+            if let tlsPort = server.tlsPort {
+                print("cachet-node listening for TLS on \(host):\(tlsPort)")
+            }
             fflush(nil)
             server.run(until: signals)
             reload.cancel()

@@ -1,0 +1,228 @@
+import CachetIO
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// TLS on the node (`--tls-port` beside `--port`), with certificates made at test time and real node
+/// processes: a handshake that succeeds, and each way one fails ending in a closed connection and, on the
+/// node's side, a log line, never a stuck connection.
+@Suite("Node: TLS", .serialized, .dedicatedThreads)
+struct NodeTLSTests {
+    /// A free port for the TLS listener (bound and released: the node binds it right after).
+    static func freePort() throws -> Int {
+        let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        CachetSocket.close(fd)
+        return port
+    }
+
+    /// A node with a TLS listener on the test certificates; returns it and its TLS port.
+    static func node(_ certificates: TestCertificates, _ extra: [String] = []) throws -> (NodeProcess, Int) {
+        let tlsPort = try freePort()
+        let node = try NodeProcess(
+            arguments: [
+                "--tls-port", "\(tlsPort)", "--tls-cert", certificates.serverCertificate,
+                "--tls-key", certificates.serverKey, "--log-level", "info",
+            ] + extra
+        )
+        return (node, tlsPort)
+    }
+
+    /// A client context trusting `ca`, checking the name 127.0.0.1, presenting `certificate` if given.
+    static func client(ca: String, certificate: String? = nil, key: String? = nil) throws -> CachetTLSContext {
+        try CachetTLSContext(
+            role: .client,
+            configuration: CachetTLSConfiguration(
+                certificateFile: certificate,
+                keyFile: key,
+                caFile: ca,
+                serverName: "127.0.0.1"
+            )
+        )
+    }
+
+    /// One request and its reply over a blocking connection (TLS or plain).
+    static func roundTrip(_ command: CachetCommand, on connection: CachetBlockingConnection) throws -> CachetResponse {
+        try connection.send(command.encoded(id: 7), until: CachetDeadline(after: .seconds(5)))
+        while true {
+            let region = connection.input.readableRegion
+            if let frame = try CachetReplyDecoder.decodeReply(in: region, maximumPayloadLength: 1 << 20) {
+                let response = CachetResponse(frame: frame, in: region)
+                connection.input.moveReadIndex(forwardBy: frame.end)
+                return response
+            }
+            guard try connection.receive(until: CachetDeadline(after: .seconds(5))) > 0 else {
+                throw TestSocketError(description: "the node closed the connection")
+            }
+        }
+    }
+
+    /// Waits up to 5 s for `text` in the node's log.
+    static func logs(_ node: NodeProcess, _ text: String) -> Bool {
+        let deadline = Date().addingTimeInterval(5)
+        while !node.log.contains(text) {
+            guard Date() < deadline else { return false }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return true
+    }
+
+    @Test func aClientOnTheTLSPortIsServedAsOnThePlainOne() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, tlsPort) = try Self.node(certificates)
+        let secure = try CachetBlockingConnection(
+            to: CachetAddress(host: "127.0.0.1", port: tlsPort),
+            timeout: .seconds(5),
+            tls: try Self.client(ca: certificates.caFile)
+        )
+        #expect(secure.tls?.protocolVersion == "TLSv1.3")
+        let value = [UInt8](repeating: 0x42, count: 100_000)
+        #expect(try Self.roundTrip(.put(key: Array("k".utf8), value: value, ttl: 0), on: secure).status == .ok)
+        #expect(try Self.roundTrip(.get(key: Array("k".utf8)), on: secure).body == value)
+        // The plain port serves the same store.
+        #expect(try node.connect().roundTrip(.get(key: Array("k".utf8))).body == value)
+    }
+
+    @Test func plainTextOnTheTLSPortIsClosedWithALogLine() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, tlsPort) = try Self.node(certificates)
+        let plain = try TestSocket(port: tlsPort, timeout: 5)
+        try plain.send(CachetCommand.ping.encoded(id: 1))
+        #expect(plain.waitForClose(), "the node closed the connection")
+        #expect(Self.logs(node, "TLS handshake failed"), "\(node.log.suffix(800))")
+    }
+
+    @Test func TLSOnThePlainPortFailsTheHandshake() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, _) = try Self.node(certificates)
+        #expect(throws: CachetIOError.self) {
+            _ = try CachetBlockingConnection(
+                to: CachetAddress(host: "127.0.0.1", port: node.port),
+                timeout: .seconds(5),
+                tls: try Self.client(ca: certificates.caFile)
+            )
+        }
+        // The node answers the bytes as a bad frame and goes on serving.
+        #expect(try node.connect().roundTrip(.ping).status == .ok)
+    }
+
+    @Test func aClientThatTrustsAnotherCARefusesTheNode() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, tlsPort) = try Self.node(certificates)
+        var failure: CachetIOError?
+        do {
+            _ = try CachetBlockingConnection(
+                to: CachetAddress(host: "127.0.0.1", port: tlsPort),
+                timeout: .seconds(5),
+                tls: try Self.client(ca: certificates.otherCAFile)
+            )
+        } catch let error as CachetIOError {
+            failure = error
+        }
+        #expect(failure?.code == .tlsHandshakeFailed)
+        #expect(failure?.message.contains("certificate verify failed") == true, "\(failure?.message ?? "")")
+        #expect(Self.logs(node, "TLS handshake failed"))
+    }
+
+    @Test func aRequiredClientCertificateIsChecked() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, tlsPort) = try Self.node(
+            certificates,
+            ["--tls-ca", certificates.caFile, "--tls-client-auth", "required"]
+        )
+        let address = CachetAddress(host: "127.0.0.1", port: tlsPort)
+        // With its certificate: served.
+        let mutual = try CachetBlockingConnection(
+            to: address,
+            timeout: .seconds(5),
+            tls: try Self.client(
+                ca: certificates.caFile,
+                certificate: certificates.clientCertificate,
+                key: certificates.clientKey
+            )
+        )
+        #expect(try Self.roundTrip(.ping, on: mutual).status == .ok)
+        // Without: the node refuses the handshake (with TLS 1.3 the client learns it at its first read).
+        var refused = false
+        do {
+            let anonymous = try CachetBlockingConnection(
+                to: address,
+                timeout: .seconds(5),
+                tls: try Self.client(ca: certificates.caFile)
+            )
+            _ = try Self.roundTrip(.ping, on: anonymous)
+        } catch {
+            refused = true
+        }
+        #expect(refused, "a client without a certificate was served")
+        #expect(Self.logs(node, "TLS handshake failed"), "\(node.log.suffix(800))")
+    }
+
+    @Test func aHandshakeThatNeverStartsIsClosedAtItsDeadline() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, tlsPort) = try Self.node(certificates, ["--tls-handshake-timeout", "0.5"])
+        let silent = try TestSocket(port: tlsPort, timeout: 5)
+        let started = Date()
+        #expect(silent.waitForClose(), "the node closed the silent connection")
+        #expect(Date().timeIntervalSince(started) < 4)
+        #expect(Self.logs(node, "TLS handshake did not finish in time"))
+    }
+
+    @Test func SIGHUPReadsTheCertificateAgain() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        // The node's files are copies that the test replaces.
+        let certificate = certificates.directory.appending("live.pem")
+        let key = certificates.directory.appending("live.key")
+        try FileManager.default.copyItem(atPath: certificates.serverCertificate, toPath: certificate)
+        try FileManager.default.copyItem(atPath: certificates.serverKey, toPath: key)
+        let tlsPort = try Self.freePort()
+        let node = try NodeProcess(arguments: [
+            "--tls-port", "\(tlsPort)", "--tls-cert", certificate, "--tls-key", key, "--log-level", "info",
+        ])
+        let address = CachetAddress(host: "127.0.0.1", port: tlsPort)
+        _ = try CachetBlockingConnection(
+            to: address,
+            timeout: .seconds(5),
+            tls: try Self.client(ca: certificates.caFile)
+        )
+        for (source, target) in [
+            (certificates.otherServerCertificate, certificate), (certificates.otherServerKey, key),
+        ] {
+            try FileManager.default.removeItem(atPath: target)
+            try FileManager.default.copyItem(atPath: source, toPath: target)
+        }
+        kill(node.process.processIdentifier, SIGHUP)
+        #expect(Self.logs(node, "TLS certificate and key read again"))
+        let renewed = try CachetBlockingConnection(
+            to: address,
+            timeout: .seconds(5),
+            tls: try Self.client(ca: certificates.otherCAFile)
+        )
+        #expect(try Self.roundTrip(.ping, on: renewed).status == .ok)
+    }
+
+    @Test func unreadableFilesStopTheNodeAtStartSayingWhy() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        #expect(throws: (any Error).self) {
+            _ = try NodeProcess(
+                arguments: [
+                    "--tls-port", "0", "--tls-cert", certificates.serverCertificate,
+                    "--tls-key", certificates.clientKey,
+                ],
+                timeout: 5
+            )
+        }
+    }
+}
