@@ -133,6 +133,7 @@ let package = Package(
             name: "cachet-cli",
             dependencies: [
                 "CachetCLIKit",
+                "CachetIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -1,4 +1,4 @@
-import CachetIO
+public import CachetIO
 public import CachetWire
 
 /// A blocking connection to one node, with a timeout on connect and on each reply, over CachetIO's
@@ -14,6 +14,8 @@ public final class CachetCLIConnection {
     private var connection: CachetBlockingConnection?
     private let timeout: Double
     private let maximumReplyLength: Int
+    /// The TLS client context (`--tls`); nil for plain TCP.
+    private let tls: CachetTLSContext?
     private var nextID: UInt32 = 1
 
     /// Checks a host and port given on the command line, without connecting.
@@ -36,17 +38,21 @@ public final class CachetCLIConnection {
     ///   - timeout: seconds allowed for the connection and for each reply.
     ///   - maximumReplyLength: the largest reply payload accepted; a peer announcing a longer one (or one
     ///     shorter than the header) is reported at once.
-    /// - Throws: ``CachetCLIError`` `usage`, `connection` or `timeout` naming the address.
+    ///   - tls: a TLS client context, or nil for plain TCP.
+    /// - Throws: ``CachetCLIError`` `usage`, `connection` or `timeout` naming the address (a failed TLS
+    ///   handshake is a `connection` error with OpenSSL's reason).
     public init(
         host: String,
         port: Int,
         timeout: Double,
-        maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength
+        maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength,
+        tls: CachetTLSContext? = nil
     ) throws(CachetCLIError) {
         self.host = host
         self.port = port
         self.timeout = timeout
         self.maximumReplyLength = maximumReplyLength
+        self.tls = tls
         address = CachetAddress(host: host, port: port)
         try Self.validate(host: host, port: port)
         try open()
@@ -56,7 +62,11 @@ public final class CachetCLIConnection {
 
     private func open() throws(CachetCLIError) {
         do {
-            connection = try CachetBlockingConnection(to: address, timeout: .seconds(timeout))
+            if let tls {
+                connection = try CachetBlockingConnection(to: address, timeout: .seconds(timeout), tls: tls)
+            } else {
+                connection = try CachetBlockingConnection(to: address, timeout: .seconds(timeout))
+            }
         } catch {
             throw Self.translate(error, hint: error.code == .connectionRefused ? " (is cachet-node running?)" : "")
         }

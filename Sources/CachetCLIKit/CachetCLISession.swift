@@ -1,3 +1,4 @@
+public import CachetIO
 public import CachetWire
 import Foundation
 
@@ -29,6 +30,8 @@ public final class CachetCLISession {
     /// Whether `stats` and `clear` ask the whole cluster (`--cluster`): they send the `cluster` flag and
     /// print every member by id.
     public let cluster: Bool
+    /// The TLS client context (`--tls`); nil for plain TCP.
+    public let tls: CachetTLSContext?
     private var connection: CachetCLIConnection?
 
     /// Creates a session; it connects on the first command that needs the node.
@@ -46,8 +49,10 @@ public final class CachetCLISession {
         timeout: Double = 5,
         trace: Bool = false,
         maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength,
-        cluster: Bool = false
+        cluster: Bool = false,
+        tls: CachetTLSContext? = nil
     ) {
+        self.tls = tls
         self.cluster = cluster
         self.host = host
         self.port = port
@@ -175,7 +180,8 @@ public final class CachetCLISession {
                 host: host,
                 port: port,
                 timeout: timeout,
-                maximumReplyLength: maximumReplyLength
+                maximumReplyLength: maximumReplyLength,
+                tls: tls
             )
         }
         do throws(CachetCLIError) {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CachetCLIKit
+import CachetIO
 
 #if canImport(Glibc)
 import Glibc
@@ -41,6 +42,21 @@ struct CachetCLICommandLine: ParsableCommand {
     )
     var cluster = false
 
+    @Flag(help: "Speak TLS (to the node's --tls-port), checking its certificate against --tls-ca.")
+    var tls = false
+
+    @Option(help: "CA certificates (PEM) the node's certificate must chain to (with --tls; default: the system's).")
+    var tlsCa: String?
+
+    @Option(help: "A client certificate (PEM) to present, for a node that asks for one (with --tls-key).")
+    var tlsCert: String?
+
+    @Option(help: "The client certificate's private key (PEM).")
+    var tlsKey: String?
+
+    @Option(help: "The name the node's certificate must carry (default: --host).")
+    var tlsServerName: String?
+
     @Argument(parsing: .captureForPassthrough, help: "A command to run once, e.g. get k1")
     var command: [String] = []
 
@@ -52,6 +68,30 @@ struct CachetCLICommandLine: ParsableCommand {
         }
         guard timeout > 0 && timeout.isFinite else { throw ValidationError("--timeout must be a positive number") }
         guard maxFrame >= 8 else { throw ValidationError("--max-frame must be at least 8 (the header)") }
+        if !tls && (tlsCa != nil || tlsCert != nil || tlsKey != nil || tlsServerName != nil) {
+            throw ValidationError("--tls-ca, --tls-cert, --tls-key and --tls-server-name need --tls")
+        }
+        if (tlsCert == nil) != (tlsKey == nil) {
+            throw ValidationError("--tls-cert and --tls-key go together")
+        }
+    }
+
+    /// The TLS client context the flags ask for, nil without `--tls`.
+    private func tlsContext() throws -> CachetTLSContext? {
+        guard tls else { return nil }
+        do throws(CachetIOError) {
+            return try CachetTLSContext(
+                role: .client,
+                configuration: CachetTLSConfiguration(
+                    certificateFile: tlsCert,
+                    keyFile: tlsKey,
+                    caFile: tlsCa,
+                    serverName: tlsServerName ?? host
+                )
+            )
+        } catch {
+            throw ValidationError(error.message)
+        }
     }
 
     func run() throws {
@@ -61,7 +101,8 @@ struct CachetCLICommandLine: ParsableCommand {
             timeout: timeout,
             trace: trace,
             maximumReplyLength: maxFrame,
-            cluster: cluster
+            cluster: cluster,
+            tls: try tlsContext()
         )
         if !command.isEmpty {
             let parsed: CachetCLICommand?
