@@ -1,3 +1,4 @@
+public import CachetIO
 import CachetRing
 
 extension CachetClient {
@@ -71,6 +72,11 @@ extension CachetClient {
         /// The largest reply payload accepted from a node; larger is a protocol violation. The default is
         /// the protocol's default `--max-frame`.
         public var maximumFrameLength: Int = 64 << 20
+        /// TLS for every connection (the nodes' `--tls-port`s as the nodes' ports): the CA the nodes'
+        /// certificates chain to, a client certificate and key for nodes that require one, and the name
+        /// their certificates must carry (nil: the certificate must chain to the CA, any name). The files
+        /// are read when the client is created. Nil (the default): plain TCP.
+        public var tls: CachetTLSConfiguration?
 
         /// Creates a configuration of the given nodes with default timeouts.
         /// - Parameter nodes: the nodes, each once.

@@ -1,3 +1,4 @@
+import CachetIO
 import CachetLocking
 import CachetWire
 public import Logging
@@ -54,7 +55,24 @@ public final class CachetClient: Sendable {
         // between 1 and 10 ms.
         let shortest = min(configuration.requestTimeout, configuration.connectTimeout)
         let tick = max(.milliseconds(1), min(.milliseconds(10), shortest / 50))
-        transport = try ClientTransport(label: "cachet.client", tick: tick, linger: configuration.eventLoopLinger)
+        var tls: CachetTLSContext?
+        if let configuration = configuration.tls {
+            do throws(CachetIOError) {
+                tls = try CachetTLSContext(role: .client, configuration: configuration)
+            } catch {
+                throw CachetClientError(
+                    code: .invalidConfiguration,
+                    message: "tls: \(error.message)",
+                    underlying: error
+                )
+            }
+        }
+        transport = try ClientTransport(
+            label: "cachet.client",
+            tick: tick,
+            linger: configuration.eventLoopLinger,
+            tls: tls
+        )
         var nodes: [NodeClient] = []
         for (index, node) in configuration.nodes.enumerated() {
             nodes.append(

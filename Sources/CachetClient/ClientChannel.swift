@@ -17,7 +17,7 @@ final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
 
     init(slot: ConnectionSlot) {
         self.slot = slot
-        super.init(inputCapacity: 64 << 10, outputCapacity: 16 << 10)
+        super.init(inputCapacity: 64 << 10, outputCapacity: 16 << 10, sendsOnLoop: slot.transport.tls != nil)
     }
 
     /// Closes the channel with `failure` for its callers (on the loop). A channel whose connect is still

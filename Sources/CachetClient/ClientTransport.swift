@@ -23,6 +23,8 @@ import Synchronization
 /// queue only; the flags are atomics.
 final class ClientTransport: @unchecked Sendable {
     let loop: CachetEventLoop
+    /// The TLS client context every connection uses (``CachetClient/Configuration/tls``); nil for plain TCP.
+    let tls: CachetTLSContext?
     private let tickInterval: Duration
     private(set) var nodes: [NodeClient] = []
     private var tickWork: (() -> Void)?
@@ -42,7 +44,8 @@ final class ClientTransport: @unchecked Sendable {
     ///   - linger: how long the loop waits for more replies after reading some; rounded up to whole
     ///     milliseconds, the loop's unit.
     /// - Throws: ``CachetClientError`` `connectionFailed` when the loop's descriptors cannot be created.
-    init(label: String, tick: Duration, linger: Duration) throws(CachetClientError) {
+    init(label: String, tick: Duration, linger: Duration, tls: CachetTLSContext? = nil) throws(CachetClientError) {
+        self.tls = tls
         do {
             let nanoseconds = linger.nanoseconds
             loop = try CachetEventLoop(

@@ -210,12 +210,14 @@ final class ConnectionSlot: @unchecked Sendable {
         transport.startIfNeeded()
         let loop = transport.loop
         let timeout = node.connectTimeout
+        let tls = transport.tls
         loop.execute {
             // Closed before the loop got to it (the node went down, the client shut down): report that.
             if channel.failure != nil {
                 channel.slot.channelClosed(channel, error: nil)
                 return
             }
+            if let tls { channel.useTLS(tls) }
             loop.connect(channel, to: [address], timeout: timeout)
         }
     }

@@ -76,11 +76,17 @@ open class CachetSharedChannel: CachetChannel, @unchecked Sendable {
     /// The loop waits for `EPOLLOUT` to go on sending.
     @exclusivity(unchecked) private final var awaitingWritable = false
 
+    /// Whether only the loop sends (a TLS channel: its session is used on one thread): writers append and
+    /// hand the send to the loop instead of sending themselves.
+    public final let sendsOnLoop: Bool
+
     /// Creates a channel.
     /// - Parameters:
     ///   - inputCapacity: the input buffer's initial size.
     ///   - outputCapacity: the initial size of the pending output and of the buffer being sent (each).
-    public override init(inputCapacity: Int = 16 << 10, outputCapacity: Int = 16 << 10) {
+    ///   - sendsOnLoop: whether only the loop sends (required for a channel that will use TLS).
+    public init(inputCapacity: Int = 16 << 10, outputCapacity: Int = 16 << 10, sendsOnLoop: Bool = false) {
+        self.sendsOnLoop = sendsOnLoop
         shared = CachetLock(Shared(pending: CachetByteBuffer(capacity: outputCapacity)))
         sending = CachetByteBuffer(capacity: outputCapacity)
         // The loop-side output is not used by a shared channel.
@@ -102,16 +108,25 @@ open class CachetSharedChannel: CachetChannel, @unchecked Sendable {
     ///   the bytes wait for the connection, for a send under way, or were dropped because the channel is
     ///   closed.
     public final func writeShared(_ body: (inout CachetByteBuffer) -> Void) -> Bool {
-        shared.withLockUnchecked { state in
-            guard state.phase != .closed else { return false }
+        let handOff = shared.withLockUnchecked { state -> CachetEventLoop?? in
+            guard state.phase != .closed else { return nil }
             body(&state.pending)
             guard state.phase == .active, state.sender == .none, state.pending.readableBytes > 0 else {
-                return false
+                return nil
             }
-            state.sender = .caller
+            guard sendsOnLoop else {
+                state.sender = .caller
+                swap(&state.pending, &sending)
+                return .some(nil)
+            }
+            state.sender = .loop
             swap(&state.pending, &sending)
-            return true
+            return .some(state.loop)
         }
+        guard case .some(let loop) = handOff else { return false }
+        guard let loop else { return true }
+        loop.execute { [self] in runSender(onLoop: true) }
+        return false
     }
 
     /// Appends bytes to the pending output without becoming the sender, from any thread: they go out with
@@ -157,14 +172,22 @@ open class CachetSharedChannel: CachetChannel, @unchecked Sendable {
         while true {
             var blocked = false
             var failed = false
+            // A TLS channel is sent from the loop only, through its session; closed, it sends nothing.
+            let closedTLS = sendsOnLoop && !isActive
             while sending.readableBytes > 0 && !blocked && !failed {
-                switch CachetSocket.send(fd, sending.readableRegion) {
+                let result =
+                    sendsOnLoop
+                    ? (closedTLS ? .failed(EBADF) : transmit(sending.readableRegion))
+                    : CachetSocket.send(fd, sending.readableRegion)
+                switch result {
                 case .bytes(let count): sending.moveReadIndex(forwardBy: count)
                 case .wouldBlock: blocked = true
                 case .endOfStream, .failed: failed = true
                 }
             }
-            if failed {
+            if failed && closedTLS {
+                sending.clear()
+            } else if failed {
                 sending.clear()
                 // The loop learns of the broken connection from the socket (a shut-down socket reports a
                 // hang-up) and closes the channel; the error is its to report.
