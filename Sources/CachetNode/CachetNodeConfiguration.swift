@@ -58,6 +58,11 @@ public struct CachetNodeConfiguration: Sendable {
     /// The TLS listener's certificate, key, CA and client authentication (`--tls-cert`, `--tls-key`,
     /// `--tls-ca`, `--tls-client-auth`); needed with ``tlsPort``. Re-read on SIGHUP.
     public var tls: CachetTLSConfiguration? = nil
+    /// Whether the node's one port (`--port`, the cluster file's) speaks TLS only (`--tls-only`), with
+    /// ``tls``'s files; in a cluster, the node then reaches its peers over TLS too, presenting its own
+    /// certificate to them and checking theirs against ``tls``'s CA (mutual TLS when every member runs
+    /// with `--tls-client-auth required`).
+    public var tlsOnly: Bool = false
     /// Seconds a TLS connection may take to finish its handshake before it is closed
     /// (`--tls-handshake-timeout`).
     public var tlsHandshakeTimeout: Double = 5
@@ -137,11 +142,17 @@ public struct CachetNodeConfiguration: Sendable {
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")
         }
-        if tlsPort != nil && tls?.certificateFile == nil {
-            throw fail("--tls-port needs --tls-cert and --tls-key (PEM files)")
+        if (tlsPort != nil || tlsOnly) && tls?.certificateFile == nil {
+            throw fail("--tls-port and --tls-only need --tls-cert and --tls-key (PEM files)")
         }
-        if tlsPort == nil && tls != nil {
-            throw fail("--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port")
+        if tlsPort == nil && !tlsOnly && tls != nil {
+            throw fail("--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port or --tls-only")
+        }
+        if tlsOnly && tlsPort != nil {
+            throw fail("--tls-only makes --port speak TLS: leave out --tls-port")
+        }
+        if tlsOnly && cluster != nil && tls?.caFile == nil {
+            throw fail("a cluster member with --tls-only checks its peers' certificates: give --tls-ca")
         }
         if let tlsPort, !(0...65535).contains(tlsPort) || (tlsPort != 0 && tlsPort == port) {
             throw fail("--tls-port \(tlsPort) must be a port from 0 to 65535 other than --port")

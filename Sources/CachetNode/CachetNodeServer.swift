@@ -160,6 +160,22 @@ public final class CachetNodeServer: Sendable {
                 ) : nil
         }
         statistics.warmUp.withLock { $0 = warmUp }
+        // A member of a TLS-only cluster reaches its peers over TLS, presenting its own certificate.
+        var peerTLS: CachetTLSContext?
+        if configuration.tlsOnly, configuration.cluster != nil, let tls = configuration.tls {
+            do throws(CachetIOError) {
+                peerTLS = try CachetTLSContext(
+                    role: .client,
+                    configuration: CachetTLSConfiguration(
+                        certificateFile: tls.certificateFile,
+                        keyFile: tls.keyFile,
+                        caFile: tls.caFile
+                    )
+                )
+            } catch {
+                throw CachetNodeError(code: .invalidConfiguration, message: "peers' TLS: \(error.message)")
+            }
+        }
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never
             // forwards and pays nothing for it.
@@ -183,6 +199,7 @@ public final class CachetNodeServer: Sendable {
                     memory: connectionMemory,
                     stallTimeout: configuration.clientStallTimeout,
                     forwardTimeout: configuration.cluster == nil ? nil : configuration.forwardTimeout,
+                    peerTLS: peerTLS,
                     health: health,
                     // One loop probes for the node; every loop's forwards feed the same view.
                     probeInterval: index == 0 ? configuration.probeInterval : nil,
@@ -238,13 +255,15 @@ public final class CachetNodeServer: Sendable {
         signal(SIGPIPE, SIG_IGN)
         raiseDescriptorLimit()
         var tls: (fd: Int32, port: Int)?
-        if let tlsPort = configuration.tlsPort, let tlsConfiguration = configuration.tls {
+        if configuration.tlsPort != nil || configuration.tlsOnly, let tlsConfiguration = configuration.tls {
             do throws(CachetIOError) {
                 let context = try CachetTLSContext(role: .server, configuration: tlsConfiguration)
                 tlsContext.withLock { $0 = context }
             } catch {
                 throw CachetNodeError(code: .invalidConfiguration, message: error.message)
             }
+        }
+        if let tlsPort = configuration.tlsPort {
             let (tlsFD, boundTLSPort) = try Self.listen(host: configuration.host, port: tlsPort)
             tls = (tlsFD, boundTLSPort)
         }
@@ -259,7 +278,8 @@ public final class CachetNodeServer: Sendable {
                 logger.warning("pausing accepts for 100 ms")
             }
         }
-        let listener = CachetListener(accepted: { [self] fd in admit(fd, tls: false) }, failed: acceptFailed)
+        let tlsOnly = configuration.tlsOnly
+        let listener = CachetListener(accepted: { [self] fd in admit(fd, tls: tlsOnly) }, failed: acceptFailed)
         let tlsListener = tls.map { _ in
             CachetListener(accepted: { [self] fd in admit(fd, tls: true) }, failed: acceptFailed)
         }

@@ -98,6 +98,7 @@ final class NodeIOQueue: @unchecked Sendable {
         closeLinger: Double = 2,
         stallTimeout: Double = 0,
         forwardTimeout: Double? = nil,
+        peerTLS: CachetTLSContext? = nil,
         health: NodeHealth? = nil,
         probeInterval: Double? = nil,
         lingerMilliseconds: Int,
@@ -122,6 +123,7 @@ final class NodeIOQueue: @unchecked Sendable {
                     timeout: .nanoseconds(Int64(forwardTimeout * 1e9)),
                     maximumReplyLength: processor.maximumPayloadLength,
                     health: health,
+                    tls: peerTLS,
                     logger: logger
                 ),
                 router: router,

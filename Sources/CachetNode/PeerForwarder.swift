@@ -60,14 +60,20 @@ final class PeerForwarder: @unchecked Sendable {
         timeout: Duration,
         maximumReplyLength: Int,
         health: NodeHealth? = nil,
+        tls: CachetTLSContext? = nil,
         logger: Logger
     ) {
         self.loop = loop
         self.timeout = timeout
         self.maximumReplyLength = maximumReplyLength
         self.health = health
+        self.tls = tls
         self.logger = logger
     }
+
+    /// The context peer connections use in a TLS-only cluster (this node's certificate, the cluster's
+    /// CA); nil: plain TCP.
+    private let tls: CachetTLSContext?
 
     /// With `probeInterval`, starts the PING probes of every peer (routable ones each interval, down ones
     /// when their backoff has passed; at most one probe in flight per peer). Called once, after the loop
@@ -380,6 +386,7 @@ final class PeerForwarder: @unchecked Sendable {
             return channel
         }
         let channel = PeerChannel(member: member, loop: loop, maximumReplyLength: maximumReplyLength)
+        if let tls { channel.useTLS(tls) }
         channel.onClose = { [weak self] closed in
             guard let self else { return }
             if control {

@@ -137,6 +137,14 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var tlsPort: Int?
 
+    @Flag(
+        help: """
+            Make --port speak TLS only (no plain listener). In a cluster, members then reach each other over \
+            TLS too, presenting their certificate and checking their peers' against --tls-ca.
+            """
+    )
+    var tlsOnly = false
+
     @Option(help: "The TLS listener's certificate chain (PEM). Re-read on SIGHUP.")
     var tlsCert: String?
 
@@ -197,6 +205,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.holdPeriod = holdPeriod
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             configuration.tlsPort = tlsPort
+            configuration.tlsOnly = tlsOnly
             configuration.tlsHandshakeTimeout = tlsHandshakeTimeout
             guard let clientAuthentication = CachetTLSConfiguration.ClientAuthentication(rawValue: tlsClientAuth) else {
                 throw CachetNodeError(

@@ -1,3 +1,4 @@
+import CachetCluster
 import CachetIO
 import CachetTestSupport
 import CachetWire
@@ -46,8 +47,12 @@ struct NodeTLSTests {
     }
 
     /// One request and its reply over a blocking connection (TLS or plain).
-    static func roundTrip(_ command: CachetCommand, on connection: CachetBlockingConnection) throws -> CachetResponse {
-        try connection.send(command.encoded(id: 7), until: CachetDeadline(after: .seconds(5)))
+    static func roundTrip(
+        _ command: CachetCommand,
+        on connection: CachetBlockingConnection,
+        flags: CachetRequestFlags = []
+    ) throws -> CachetResponse {
+        try connection.send(command.encoded(id: 7, flags: flags), until: CachetDeadline(after: .seconds(5)))
         while true {
             let region = connection.input.readableRegion
             if let frame = try CachetReplyDecoder.decodeReply(in: region, maximumPayloadLength: 1 << 20) {
@@ -224,5 +229,60 @@ struct NodeTLSTests {
                 timeout: 5
             )
         }
+    }
+
+    /// A TLS-only cluster (`--tls-only`, `--tls-client-auth required`): members forward to each other over
+    /// mutual TLS, so a key owned by n2 written through n1 is read back through n3; a plain client on a
+    /// member's port is closed.
+    @Test func aTLSOnlyClusterForwardsOverMutualTLS() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let ports = try (0..<3).map { _ in try Self.freePort() }
+        let file = certificates.directory.appending("cluster.json")
+        let entries = ports.enumerated().map { "{\"id\": \"n\($0 + 1)\", \"host\": \"127.0.0.1\", \"port\": \($1)}" }
+        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8).write(
+            to: URL(fileURLWithPath: file)
+        )
+        let membership = try CachetMembership(contentsOfFile: file)
+        let nodes = try (1...3).map { index in
+            try NodeProcess(arguments: [
+                "--cluster", file, "--node-id", "n\(index)", "--port", "\(ports[index - 1])", "--tls-only",
+                "--tls-cert", certificates.serverCertificate, "--tls-key", certificates.serverKey,
+                "--tls-ca", certificates.caFile, "--tls-client-auth", "required", "--probe-interval", "0.1",
+                "--disk-limit", "0", "--log-level", "info",
+            ])
+        }
+        let key = (0...).lazy.map { "m\($0)" }.first { membership.owner(of: $0).id == "n2" }!
+        let client = try Self.client(
+            ca: certificates.caFile,
+            certificate: certificates.clientCertificate,
+            key: certificates.clientKey
+        )
+        func connect(_ index: Int) throws -> CachetBlockingConnection {
+            try CachetBlockingConnection(
+                to: CachetAddress(host: "127.0.0.1", port: ports[index]),
+                timeout: .seconds(5),
+                tls: client
+            )
+        }
+        let n1 = try connect(0)
+        var written = false
+        let deadline = Date().addingTimeInterval(15)
+        while !written && Date() < deadline {
+            written =
+                try Self.roundTrip(.put(key: Array(key.utf8), value: Array("over tls".utf8), ttl: 0), on: n1).status
+                == .ok
+            if !written { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        #expect(written, "the write through n1 reached n2")
+        #expect(try Self.roundTrip(.get(key: Array(key.utf8)), on: try connect(2)).body == Array("over tls".utf8))
+        // n2 holds it itself (a GET with `forwarded` is served from its own store): the forward went over TLS.
+        let direct = try Self.roundTrip(.get(key: Array(key.utf8)), on: try connect(1), flags: .forwarded)
+        #expect(direct.body == Array("over tls".utf8))
+        // Plain text on a member's port: closed, and logged.
+        let plain = try TestSocket(port: ports[0], timeout: 5)
+        try plain.send(CachetCommand.ping.encoded(id: 1))
+        #expect(plain.waitForClose())
+        #expect(Self.logs(nodes[0], "TLS handshake failed"))
     }
 }
