@@ -142,6 +142,7 @@ let package = Package(
             name: "cachet-bench",
             dependencies: [
                 "CachetBenchKit",
+                "CachetIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -14,6 +14,11 @@ static inline void cachet_tls_partial_writes(SSL *session) {
     SSL_set_mode(session, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 }
 
+/// Reads fetch as many bytes as the socket holds, not one record's header then its body (a macro).
+static inline void cachet_tls_ctx_read_ahead(SSL_CTX *context) {
+    SSL_CTX_set_read_ahead(context, 1);
+}
+
 /// The server name sent in the ClientHello (SNI; SSL_set_tlsext_host_name is a macro).
 static inline int cachet_tls_server_name(SSL *session, const char *name) {
     return (int)SSL_set_tlsext_host_name(session, name);

@@ -1,3 +1,4 @@
+public import CachetIO
 import CachetRing
 
 /// What a load run does. Field names follow the `cachet-bench` flags.
@@ -41,6 +42,10 @@ public struct BenchConfiguration: Sendable, Hashable {
     public var threads = 1
     /// Seed of the key and operation choice.
     public var seed: UInt64 = 42
+    /// TLS on every connection (`--tls`): the CA the servers' certificates chain to, a client certificate
+    /// if they ask for one, the name their certificates carry; nil: plain TCP. With `--driver client`,
+    /// CachetClient's own TLS.
+    public var tls: CachetTLSConfiguration? = nil
 
     /// Creates the default configuration.
     public init() {}

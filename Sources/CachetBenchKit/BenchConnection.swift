@@ -9,6 +9,8 @@ import Glibc
 /// and releases them when it goes away.
 struct BenchConnectionState: ~Copyable {
     let fd: Int32
+    /// The connection's TLS session (`--tls`), its handshake done; nil for plain TCP.
+    let tls: CachetTLSSession?
     /// Index of the server in ``BenchConfiguration/targets``.
     let target: Int
     /// Requests written and not yet (fully) sent: the read index is how far sending got.
@@ -23,8 +25,9 @@ struct BenchConnectionState: ~Copyable {
     /// Whether EPOLLOUT is armed.
     var writeInterest = false
 
-    init(fd: Int32, target: Int, pipeline: Int, requestBound: Int) {
+    init(fd: Int32, tls: CachetTLSSession?, target: Int, pipeline: Int, requestBound: Int) {
         self.fd = fd
+        self.tls = tls
         self.target = target
         output = CachetByteBuffer(capacity: min(pipeline * requestBound, 4 << 20))
         input = CachetByteBuffer(capacity: 64 << 10)
@@ -33,6 +36,7 @@ struct BenchConnectionState: ~Copyable {
     }
 
     deinit {
+        tls?.close()
         CachetSocket.close(fd)
         ring.deallocate()
     }
@@ -55,16 +59,27 @@ struct BenchConnectionState: ~Copyable {
     }
 }
 
-/// Opens a TCP connection through CachetIO: non-blocking, TCP_NODELAY, close-on-exec.
-/// - Throws: ``BenchError`` with code `connectionFailed` naming the server.
-func openConnection(to target: BenchTarget) throws(BenchError) -> Int32 {
+/// Opens a TCP connection through CachetIO: non-blocking, TCP_NODELAY, close-on-exec; with `tls`, also
+/// completes a TLS handshake (within the same 5 s).
+/// - Throws: ``BenchError`` with code `connectionFailed` naming the server (and OpenSSL's reason).
+func openConnection(to target: BenchTarget, tls: CachetTLSContext?) throws(BenchError) -> (
+    fd: Int32, tls: CachetTLSSession?
+) {
+    let deadline = CachetDeadline(after: .seconds(5))
+    let address = CachetAddress(host: target.host, port: target.port)
+    let fd: Int32
     do {
-        return try CachetSocket.connect(
-            to: CachetAddress(host: target.host, port: target.port),
-            timeout: .seconds(5),
-            blocking: false
-        )
+        fd = try CachetSocket.connect(to: address, timeout: .seconds(5), blocking: false)
     } catch {
+        throw BenchError(.connectionFailed, error.message)
+    }
+    guard let tls else { return (fd, nil) }
+    do {
+        let session = try tls.session(for: fd)
+        try session.completeHandshake(fd: fd, until: deadline, peer: "\(address)")
+        return (fd, session)
+    } catch {
+        CachetSocket.close(fd)
         throw BenchError(.connectionFailed, error.message)
     }
 }

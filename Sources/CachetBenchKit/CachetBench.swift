@@ -45,18 +45,29 @@ public enum CachetBench {
         // Connection i goes to server i % servers and to thread (i / servers) % threads, so that every
         // thread has a connection to every server.
         let serverCount = configuration.targets.count
-        var perThread = [[(fd: Int32, target: Int)]](repeating: [], count: configuration.threads)
+        var perThread = [[(fd: Int32, tls: CachetTLSSession?, target: Int)]](
+            repeating: [],
+            count: configuration.threads
+        )
         func closeAll() { for sockets in perThread { for socket in sockets { CachetSocket.close(socket.fd) } } }
+        var tls: CachetTLSContext?
+        if let settings = configuration.tls {
+            do {
+                tls = try CachetTLSContext(role: .client, configuration: settings)
+            } catch {
+                throw BenchError(.invalidConfiguration, "--tls: \(error.message)")
+            }
+        }
         for index in 0..<configuration.connections {
             let target = index % serverCount
-            let fd: Int32
+            let opened: (fd: Int32, tls: CachetTLSSession?)
             do {
-                fd = try openConnection(to: configuration.targets[target])
+                opened = try openConnection(to: configuration.targets[target], tls: tls)
             } catch {
                 closeAll()
                 throw error
             }
-            perThread[(index / serverCount) % configuration.threads].append((fd, target))
+            perThread[(index / serverCount) % configuration.threads].append((opened.fd, opened.tls, target))
         }
         let threads = perThread.enumerated().map { thread, sockets in
             BenchLoadThread(

@@ -96,6 +96,7 @@ public enum ClientBenchDriver {
         clientConfiguration.eventLoopLinger = linger
         clientConfiguration.requestTimeout = .seconds(5)
         clientConfiguration.connectTimeout = .seconds(5)
+        clientConfiguration.tls = configuration.tls
         let client: CachetClient
         do {
             client = try CachetClient(configuration: clientConfiguration)

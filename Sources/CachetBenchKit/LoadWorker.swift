@@ -1,4 +1,5 @@
 import CEpoll
+import CachetIO
 import CachetLocking
 import Histogram
 import Synchronization
@@ -97,12 +98,13 @@ final class BenchLoadThread: @unchecked Sendable {
     ///   - pipeline: requests in flight per connection.
     ///   - requestBound: the most bytes one request takes.
     ///   - seed: the random generator's seed.
-    init(sockets: [(fd: Int32, target: Int)], pipeline: Int, requestBound: Int, seed: UInt64) {
+    init(sockets: [(fd: Int32, tls: CachetTLSSession?, target: Int)], pipeline: Int, requestBound: Int, seed: UInt64) {
         connections = .allocate(capacity: sockets.count)
         for (index, socket) in sockets.enumerated() {
             (connections.baseAddress! + index).initialize(
                 to: BenchConnectionState(
                     fd: socket.fd,
+                    tls: socket.tls,
                     target: socket.target,
                     pipeline: pipeline,
                     requestBound: requestBound
@@ -373,7 +375,20 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         let connection = connections + index
         while connection.pointee.output.readableBytes > 0 {
             let pending = connection.pointee.output.readableRegion
-            let n = cachet_send(connection.pointee.fd, pending.baseAddress, UInt(pending.count))
+            var n: Int
+            if let tls = connection.pointee.tls {
+                switch tls.write(pending) {
+                case .bytes(let sent): n = sent
+                case .wouldBlock:
+                    n = -1
+                    errno = EAGAIN
+                case .endOfStream, .failed(_):
+                    n = -1
+                    errno = EPIPE
+                }
+            } else {
+                n = cachet_send(connection.pointee.fd, pending.baseAddress, UInt(pending.count))
+            }
             if n > 0 {
                 // Sending everything empties the buffer, which starts over at offset 0.
                 connection.pointee.output.moveReadIndex(forwardBy: n)
@@ -413,7 +428,21 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
             // Full: move the unparsed bytes to the front, or, if they fill the buffer, double it.
             if connection.pointee.input.writableBytes == 0 { connection.pointee.input.reserveWritable(1) }
             let room = connection.pointee.input.writableBytes
-            let n = read(connection.pointee.fd, connection.pointee.input.writePointer, room)
+            var n: Int
+            if let tls = connection.pointee.tls {
+                switch tls.read(into: connection.pointee.input.writePointer, count: room) {
+                case .bytes(let count): n = count
+                case .wouldBlock:
+                    n = -1
+                    errno = EAGAIN
+                case .endOfStream: n = 0
+                case .failed(let code):
+                    n = -1
+                    errno = code
+                }
+            } else {
+                n = read(connection.pointee.fd, connection.pointee.input.writePointer, room)
+            }
             if n > 0 {
                 connection.pointee.input.moveWriteIndex(forwardBy: n)
                 if n < room { break }

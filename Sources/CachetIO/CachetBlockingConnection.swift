@@ -43,26 +43,11 @@ public final class CachetBlockingConnection {
         try self.init(to: address, timeout: timeout)
         let session = try context.session(for: fd)
         tls = session
-        while true {
-            switch session.handshake() {
-            case .bytes:
-                return
-            case .wouldBlock:
-                guard CachetSocket.wait(fd, for: session.waitsFor, until: deadline) else {
-                    close()
-                    throw CachetIOError(
-                        code: .tlsHandshakeFailed,
-                        message: "the TLS handshake with \(address) did not finish within \(timeout)",
-                        systemError: ETIMEDOUT
-                    )
-                }
-            case .endOfStream, .failed:
-                close()
-                throw CachetIOError(
-                    code: .tlsHandshakeFailed,
-                    message: "the TLS handshake with \(address) failed: \(session.lastFailure ?? "no reason given")"
-                )
-            }
+        do throws(CachetIOError) {
+            try session.completeHandshake(fd: fd, until: deadline, peer: "\(address)")
+        } catch {
+            close()
+            throw error
         }
     }
 

@@ -317,7 +317,18 @@ open class CachetChannel: @unchecked Sendable {
     /// The channel's TLS session, once its socket is known (``useTLS(_:)``); nil for a plain channel.
     @exclusivity(unchecked) public final private(set) var tls: CachetTLSSession?
     /// Whether ``tls`` is set: the one test every read and write of a plain channel pays.
-    @exclusivity(unchecked) final var _usesTLS = false
+    @usableFromInline @exclusivity(unchecked) final var _usesTLS = false
+
+    /// Whether the channel speaks TLS (cheap: no reference counting, unlike reading ``tls``).
+    public final var usesTLS: Bool {
+        @inlinable get { _usesTLS }
+    }
+
+    /// How the channel is registered: edge-triggered (`EPOLLET`) for a plain socket, which every reader
+    /// drains (a short read means the socket is empty); level-triggered for a TLS one, whose reads stop
+    /// after the bytes one `recv` brought (draining would cost a `recv` that finds nothing, per request):
+    /// epoll reports a socket that still holds bytes again.
+    final var triggerMode: UInt32 { _usesTLS ? 0 : cachet_EPOLLET }
     /// The context the session is made from when the channel gets its socket.
     final var tlsContext: CachetTLSContext?
 

@@ -264,7 +264,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         channel._state = state
         channels[slot] = Unmanaged.passRetained(channel)
         channel.interest = channel.desiredInterest
-        if stopped || cachet_epoll_add(epollFD, fd, channel.interest | cachet_EPOLLET, channel.token) != 0 {
+        if stopped || cachet_epoll_add(epollFD, fd, channel.interest | channel.triggerMode, channel.token) != 0 {
             let error =
                 stopped
                 ? CachetIOError(code: .loopStopped, message: "the event loop was stopped")
@@ -398,7 +398,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         let desired = channel.desiredInterest
         if desired != channel.interest || rearm {
             channel.interest = desired
-            _ = cachet_epoll_modify(epollFD, channel.fd, desired | cachet_EPOLLET, channel.token)
+            _ = cachet_epoll_modify(epollFD, channel.fd, desired | channel.triggerMode, channel.token)
         }
         // Bytes OpenSSL decrypted and holds are no socket's to report: the channel is told again itself.
         if rearm, let tls = channel.tls, tls.pending > 0, desired & cachet_EPOLLIN != 0 {

@@ -86,6 +86,7 @@ public final class CachetTLSContext: @unchecked Sendable {
         self.role = role
         self.configuration = configuration
         guard cachet_tls_ctx_minimum_tls12(context) == 1 else { throw Self.failure("cannot require TLS 1.2") }
+        cachet_tls_ctx_read_ahead(context)
         if role == .server && configuration.certificateFile == nil {
             throw CachetIOError(code: .tlsConfiguration, message: "a TLS server needs a certificate (--tls-cert)")
         }
@@ -215,8 +216,39 @@ public final class CachetTLSSession {
         return outcome
     }
 
-    /// Reads decrypted bytes until `count` are read or the socket has no more for now: a short answer
-    /// means the socket is drained, as a plain `read` after an edge-triggered event.
+    /// Completes the handshake on a socket, waiting (with `poll`) for it as needed, at most until
+    /// `deadline`: for a thread that blocks (a tool, a load generator).
+    /// - Parameters:
+    ///   - fd: the session's socket.
+    ///   - deadline: when to give up.
+    ///   - peer: how to name the peer in errors.
+    /// - Throws: ``CachetIOError`` `tlsHandshakeFailed` with OpenSSL's reason, or when it takes too long.
+    public func completeHandshake(fd: Int32, until deadline: CachetDeadline, peer: String) throws(CachetIOError) {
+        while true {
+            switch handshake() {
+            case .bytes:
+                return
+            case .wouldBlock:
+                guard CachetSocket.wait(fd, for: waitsFor, until: deadline) else {
+                    throw CachetIOError(
+                        code: .tlsHandshakeFailed,
+                        message: "the TLS handshake with \(peer) did not finish within \(deadline.timeout)",
+                        systemError: ETIMEDOUT
+                    )
+                }
+            case .endOfStream, .failed:
+                throw CachetIOError(
+                    code: .tlsHandshakeFailed,
+                    message: "the TLS handshake with \(peer) failed: \(lastFailure ?? "no reason given")"
+                )
+            }
+        }
+    }
+
+    /// Reads decrypted bytes: what one `recv` brings (OpenSSL reads ahead: as many bytes as the socket
+    /// holds, up to its buffer), and what OpenSSL already holds, up to `count`. A short answer does not
+    /// mean the socket is drained: a channel using TLS is registered level-triggered, so that epoll
+    /// reports it again while it holds bytes.
     /// - Parameters:
     ///   - buffer: where to read to.
     ///   - count: the room in `buffer`.
@@ -229,6 +261,8 @@ public final class CachetTLSSession {
             let n = SSL_read(ssl, buffer + total, Int32(clamping: count - total))
             if n > 0 {
                 total += Int(n)
+                // Go on only while OpenSSL holds bytes it read (no `recv` needed for them).
+                if SSL_has_pending(ssl) == 0 { break }
                 continue
             }
             let outcome = settle(n)

@@ -156,7 +156,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     override var activeEvents: Events {
-        Events(rawValue: Self.interest(for: phase, outputPending: output.readableBytes > 0))
+        Events(rawValue: Self.interest(for: phase, outputPending: output.readableBytes > 0, levelTriggered: usesTLS))
     }
 
     override func channelInactive(error: CachetIOError?) {
@@ -175,13 +175,16 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// and always while waiting for the output to drain, so that even an empty output wakes the connection.
     /// Only `waitingForMemory`, `waitingForCompletion` and `waitingForForwards` wait on something else, and
     /// those are woken by the loop.
-    static func interest(for phase: Phase, outputPending: Bool) -> UInt32 {
+    /// A TLS connection is registered level-triggered (see `CachetChannel`): a peer's half-close would be
+    /// reported on every turn while the connection does not read, so it is watched only while reading.
+    static func interest(for phase: Phase, outputPending: Bool, levelTriggered: Bool = false) -> UInt32 {
         let write = outputPending ? cachet_EPOLLOUT : 0
+        let hangUp = levelTriggered ? 0 : cachet_EPOLLRDHUP
         switch phase {
         case .reading, .receivingValue, .closing: return readInterest | write
-        case .waitingForOutput: return cachet_EPOLLRDHUP | cachet_EPOLLOUT
+        case .waitingForOutput: return hangUp | cachet_EPOLLOUT
         case .waitingForMemory, .waitingForCompletion, .waitingForForwards, .finishing:
-            return cachet_EPOLLRDHUP | write
+            return hangUp | write
         case .closed: return 0
         }
     }

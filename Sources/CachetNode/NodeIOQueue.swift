@@ -508,7 +508,11 @@ final class NodeIOQueue: @unchecked Sendable {
         }
         // Derived from the phase (what `Connection.activeEvents` says too); applied when it changed, or
         // renewed while the connection reads and its socket may hold bytes no edge will report.
-        let desired = Connection.interest(for: connection.phase, outputPending: connection.output.readableBytes > 0)
+        let desired = Connection.interest(
+            for: connection.phase,
+            outputPending: connection.output.readableBytes > 0,
+            levelTriggered: connection.usesTLS
+        )
         if desired != connection.registeredEvents.rawValue || (connection.unreadBytesPossible && connection.wantsRead) {
             loop.updateInterest(of: connection, rearm: true)
         }

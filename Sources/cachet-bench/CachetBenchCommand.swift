@@ -1,5 +1,6 @@
 import ArgumentParser
 import CachetBenchKit
+import CachetIO
 import Foundation
 
 /// `cachet-bench`: a load generator for Cachet, memcached and Redis. All logic lives in CachetBenchKit.
@@ -58,6 +59,13 @@ struct CachetBenchCommand: ParsableCommand {
             """
     )
     var driver = "raw"
+    @Flag(help: "Speak TLS to the servers (their TLS ports: cachet-node --tls-port, memcached -Z, redis --tls-port).")
+    var tls = false
+    @Option(help: "With --tls: CA certificates (PEM) the servers' certificates chain to.") var tlsCa: String?
+    @Option(help: "With --tls: a client certificate (PEM), for servers that ask for one.") var tlsCert: String?
+    @Option(help: "With --tls: the client certificate's private key (PEM).") var tlsKey: String?
+    @Option(help: "With --tls: the name the servers' certificates must carry (default: none checked).")
+    var tlsServerName: String?
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
     @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
     var clientLingerUs = 500
@@ -111,6 +119,16 @@ struct CachetBenchCommand: ParsableCommand {
         configuration.prefill = prefill
         configuration.threads = threads
         configuration.seed = seed
+        if tls {
+            configuration.tls = CachetTLSConfiguration(
+                certificateFile: tlsCert,
+                keyFile: tlsKey,
+                caFile: tlsCa,
+                serverName: tlsServerName
+            )
+        } else if tlsCa != nil || tlsCert != nil || tlsKey != nil || tlsServerName != nil {
+            throw ValidationError("--tls-ca, --tls-cert, --tls-key and --tls-server-name need --tls")
+        }
         if let fill {
             guard requests == nil && duration == nil && warmup == 0 && rate == nil else {
                 throw ValidationError(
