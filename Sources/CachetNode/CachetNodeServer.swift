@@ -244,6 +244,14 @@ public final class CachetNodeServer: Sendable {
     /// The STATS reply body, as JSON.
     public var statisticsJSON: String { statistics.json() }
 
+    /// The node's figures in Prometheus's text format (`/metrics`), named as memcached_exporter names
+    /// memcached's. Read from the loops' counters at each call.
+    public var metricsText: String { statistics.prometheusText() }
+
+    /// Whether the node serves its keys now (`/health/ready`): not while it holds after an absence, is in
+    /// the minority, or rebuilds its disk index; with the reason.
+    public var readiness: (ready: Bool, reason: String) { statistics.readiness() }
+
     /// The node's cluster: its id, the membership in force, reloading on SIGHUP.
     public var membership: CachetNodeMembership { statistics.membership }
 

@@ -2,7 +2,9 @@ import ArgumentParser
 import CachetIO
 import CachetNode
 import CachetStore
+import Dispatch
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -160,8 +162,33 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "Seconds a TLS connection may take to finish its handshake before it is closed.")
     var tlsHandshakeTimeout = 5.0
 
+    @Option(
+        help: """
+            Port of an HTTP listener for /metrics (Prometheus text), /health/live and /health/ready \
+            (0 picks a free one); none by default.
+            """
+    )
+    var httpPort: Int?
+
+    @Option(help: "Address the HTTP listener binds (an IPv4 or IPv6 literal). Default: 127.0.0.1.")
+    var httpHost = "127.0.0.1"
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
+
+    /// Runs async work from this synchronous command and waits for its result.
+    static func waitFor<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) -> Result<T, any Error> {
+        let result = Mutex<Result<T, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let outcome: Result<T, any Error>
+            do { outcome = .success(try await work()) } catch { outcome = .failure(error) }
+            result.withLock { $0 = outcome }
+            done.signal()
+        }
+        done.wait()
+        return result.withLock { $0! }
+    }
 
     func run() throws {
         // Before any I/O queue's thread allocates (see CachetAllocatorSettings).
@@ -278,8 +305,29 @@ struct CachetNodeCommand: ParsableCommand {
             if let tlsPort = server.tlsPort {
                 print("cachet-node listening for TLS on \(host):\(tlsPort)")
             }
+            var metrics: MetricsServer?
+            if let httpPort {
+                guard (0...65535).contains(httpPort) else {
+                    throw CachetNodeError(code: .invalidConfiguration, message: "--http-port \(httpPort) is not a port")
+                }
+                let started = Self.waitFor {
+                    try await MetricsServer.start(node: server, host: httpHost, port: httpPort, logger: logger)
+                }
+                switch started {
+                case .success(let (server, port)):
+                    metrics = server
+                    let shown = httpHost.contains(":") ? "[\(httpHost)]" : httpHost
+                    print("cachet-node metrics and health on http://\(shown):\(port)")
+                case .failure(let error):
+                    throw CachetNodeError(
+                        code: .addressUnusable,
+                        message: "cannot listen for HTTP on --http-host \(httpHost) --http-port \(httpPort): \(error)"
+                    )
+                }
+            }
             fflush(nil)
             server.run(until: signals)
+            if let metrics { _ = Self.waitFor { await metrics.stop() } }
             reload.cancel()
         } catch {
             throw ValidationError(error.description)

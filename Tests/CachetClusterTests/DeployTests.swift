@@ -249,26 +249,31 @@ struct DeployTests {
         // A DNS name is not an address to listen on: the node is told where.
         #expect(value(of: "--host") == "0.0.0.0")
 
-        // Readiness means serving: a request answered.
-        let readiness = dictionary(container, "readinessProbe", "exec")["command"] as? [String]
-        #expect(readiness?.first == "cachet-cli" && readiness?.last == "ping")
+        // Readiness means serving its keys: the node's /health/ready, on its --http-port.
+        let readiness = dictionary(container, "readinessProbe", "httpGet")
+        #expect(readiness["path"] as? String == "/health/ready")
+        let http = ports.first { $0["name"] as? String == readiness["port"] as? String }?["containerPort"] as? Int
+        #expect(http != nil && value(of: "--http-port").flatMap { Int($0) } == http)
+        #expect(value(of: "--http-host") == "0.0.0.0")
+        #expect(dictionary(container, "livenessProbe", "httpGet")["path"] as? String == "/health/live")
         let dataMount = mounts.first { $0["name"] as? String == "data" }
         #expect(dataMount?["mountPath"] as? String == value(of: "--data-dir"))
         let claims = spec["volumeClaimTemplates"] as? [[String: Any]] ?? []
         #expect(claims.contains { dictionary($0, "metadata")["name"] as? String == "data" })
     }
 
-    @Test func theReadinessProbeAnswersOnlyWhileTheNodeServes() throws {
-        var command = try Self.flowList("command", in: "deploy/kubernetes/statefulset.yaml")
-        #expect(command.first == "cachet-cli")
-        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        let portIndex = try #require(command.firstIndex(of: "--port"))
-        command[portIndex + 1] = "\(node.port)"
-        let cli = BuiltProducts.path(of: "cachet-cli")
-        let serving = try DeployFiles.run(cli, Array(command.dropFirst()), timeout: 30)
+    @Test func theReadinessProbesPathAnswersOnlyWhileTheNodeServes() throws {
+        let (fd, httpPort) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+        close(fd)
+        let node = try NodeProcess(arguments: ["--disk-limit", "0", "--http-port", "\(httpPort)"])
+        let probe = [
+            "-c",
+            "import urllib.request; urllib.request.urlopen('http://127.0.0.1:\(httpPort)/health/ready', timeout=3)",
+        ]
+        let serving = try DeployFiles.run("/usr/bin/python3", probe, timeout: 30)
         #expect(serving.status == 0, "\(serving.output) \(serving.error)")
         #expect(node.stop() == 0)
-        let stopped = try DeployFiles.run(cli, Array(command.dropFirst()), timeout: 30)
+        let stopped = try DeployFiles.run("/usr/bin/python3", probe, timeout: 30)
         #expect(stopped.status != 0)
     }
 

@@ -1,0 +1,65 @@
+import CachetNode
+import FlyingFox
+import FlyingSocks
+import Foundation
+import Logging
+
+/// The node's HTTP side (`--http-port`): `/metrics` in Prometheus's text format, `/health/live` (200 while
+/// the process answers) and `/health/ready` (200 while the node serves its keys, 503 with the reason while
+/// it holds, is in the minority or rebuilds its disk index). Served by FlyingFox on its own threads, apart
+/// from the node's I/O loops; every answer is read from the node's counters when asked.
+struct MetricsServer {
+    let server: HTTPServer
+
+    /// Starts listening; returns once the port is bound.
+    /// - Parameters:
+    ///   - node: the node whose figures it serves.
+    ///   - host: an IPv4 or IPv6 literal to listen on.
+    ///   - port: the port (0 picks a free one).
+    ///   - logger: where failures go.
+    /// - Returns: the server and the port it listens on.
+    static func start(node: CachetNodeServer, host: String, port: Int, logger: Logger) async throws -> (
+        MetricsServer, Int
+    ) {
+        let address: any SocketAddress =
+            host.contains(":")
+            ? try sockaddr_in6.inet6(ip6: host, port: UInt16(port))
+            : try sockaddr_in.inet(ip4: host, port: UInt16(port))
+        let server = HTTPServer(address: address, timeout: 5, logger: .disabled)
+        await server.appendRoute("GET /metrics") { _ in
+            HTTPResponse(
+                statusCode: .ok,
+                headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: Data(node.metricsText.utf8)
+            )
+        }
+        await server.appendRoute("GET /health/live") { _ in
+            HTTPResponse(statusCode: .ok, headers: [.contentType: "text/plain"], body: Data("live\n".utf8))
+        }
+        await server.appendRoute("GET /health/ready") { _ in
+            let (ready, reason) = node.readiness
+            return HTTPResponse(
+                statusCode: ready ? .ok : .serviceUnavailable,
+                headers: [.contentType: "text/plain"],
+                body: Data("\(reason)\n".utf8)
+            )
+        }
+        Task {
+            do {
+                try await server.run()
+            } catch {
+                logger.error("the HTTP server stopped", metadata: ["error.message": "\(error)"])
+            }
+        }
+        try await server.waitUntilListening(timeout: 5)
+        var bound = port
+        switch await server.listeningAddress {
+        case .ip4(_, let listening), .ip6(_, let listening): bound = Int(listening)
+        default: break
+        }
+        return (MetricsServer(server: server), bound)
+    }
+
+    /// Stops accepting and closes the connections.
+    func stop() async { await server.stop(timeout: 1) }
+}
