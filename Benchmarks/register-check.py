@@ -648,16 +648,22 @@ class Nemesis(threading.Thread):
         self.sleep(self.pause())
         self._restart(node)
 
-    def action_stop(self, node: NodeProcess) -> None:
-        self.current["victims"] = [node.id]
+    def _freeze(self, node: NodeProcess) -> None:
         node.send(signal.SIGSTOP)
         node.state = "frozen"
         self.step(f"{node.id} SIGSTOP")
-        self.sleep(self.pause())
+
+    def _thaw(self, node: NodeProcess) -> None:
         node.send(signal.SIGCONT)
         node.state = "up"
         self.step(f"{node.id} SIGCONT")
         self.current.setdefault("restarts", []).append([node.id, self.now()])
+
+    def action_stop(self, node: NodeProcess) -> None:
+        self.current["victims"] = [node.id]
+        self._freeze(node)
+        self.sleep(self.pause())
+        self._thaw(node)
 
     def _heal(self, nodes: list[NodeProcess], what: str) -> None:
         self.step(what)
@@ -736,14 +742,9 @@ class Nemesis(threading.Thread):
         self.current["victims"] = [owner.id, stand_in.id]
         self._kill_node(owner)
         self.sleep(self.rng.uniform(0.2, 1.0))
-        stand_in.send(signal.SIGSTOP)
-        stand_in.state = "frozen"
-        self.step(f"{stand_in.id} SIGSTOP")
+        self._freeze(stand_in)
         self.sleep(self.pause())
-        stand_in.send(signal.SIGCONT)
-        stand_in.state = "up"
-        self.step(f"{stand_in.id} SIGCONT")
-        self.current.setdefault("restarts", []).append([stand_in.id, self.now()])
+        self._thaw(stand_in)
         self.sleep(self.rng.uniform(0.3, 3.5))
         self._restart(owner)
 
