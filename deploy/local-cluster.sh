@@ -173,7 +173,7 @@ launch() {
     (
         close_inherited_descriptors
         exec setsid "$node_bin" --cluster "$cluster_file" --node-id "$id" --data-dir "$dir/$id/data" \
-            "${flags[@]+"${flags[@]}"}" >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null
+            --http-port 0 "${flags[@]+"${flags[@]}"}" >"$dir/$id/node.out" 2>>"$dir/$id/node.log" </dev/null
     ) &
     echo $! >"$dir/$id/node.pid"
 }
@@ -313,15 +313,34 @@ cmd_rolling_restart() {
     echo "rolling restart done"
 }
 
+# The HTTP port a node printed ("cachet-node metrics and health on http://HOST:PORT"), empty if none.
+http_port_of() {
+    sed -n 's|^cachet-node metrics and health on http://.*:\([0-9]*\)$|\1|p' "$dir/$1/node.out" 2>/dev/null | tail -1
+}
+
+# "ready" when the node's /health/ready answers 200, "not-ready" for 503, "-" without an answer.
+readiness_of() {
+    local port answer
+    port="$(http_port_of "$1")"
+    [ -n "$port" ] || { echo "-"; return; }
+    answer="$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && printf 'GET /health/ready HTTP/1.0\r\n\r\n' >&3 && head -1 <&3" 2>/dev/null)"
+    case "$answer" in
+        *" 200 "*) echo ready ;;
+        *" 503 "*) echo not-ready ;;
+        *) echo "-" ;;
+    esac
+}
+
 cmd_status() {
     [ -f "$cluster_file" ] || { echo "no local cluster in $dir (start one with: $self up)"; return 1; }
     [ -n "${cli_bin:-}" ] || binaries
-    local id port pid stats state items hash hashes="" down=0
-    printf '%-4s %-15s %-8s %-8s %10s  %s\n' id address pid state items cluster_hash
+    local id port pid stats state items hash ready hashes="" down=0
+    printf '%-4s %-15s %-8s %-8s %10s  %-16s  %s\n' id address pid state items cluster_hash ready
     while read -r id port; do
         pid="$(running_pid "$id")"
         items="-"
         hash="-"
+        ready="-"
         if [ -z "$pid" ]; then
             state="stopped"
             pid="-"
@@ -331,11 +350,12 @@ cmd_status() {
             items="$(awk '$1 == "items" { print $2 }' <<<"$stats")"
             hash="$(awk '$1 == "cluster_hash" { print $2 }' <<<"$stats")"
             hashes+="$hash"$'\n'
+            ready="$(readiness_of "$id")"
         else
             state="silent"
             down=$((down + 1))
         fi
-        printf '%-4s %-15s %-8s %-8s %10s  %s\n' "$id" "127.0.0.1:$port" "$pid" "$state" "$items" "$hash"
+        printf '%-4s %-15s %-8s %-8s %10s  %-16s  %s\n' "$id" "127.0.0.1:$port" "$pid" "$state" "$items" "$hash" "$ready"
     done < <(members)
     if [ "$(sort -u <<<"$hashes" | grep -c .)" -gt 1 ]; then
         echo "the nodes disagree on the membership: run '$self reload'"

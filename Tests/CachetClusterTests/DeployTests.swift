@@ -341,6 +341,8 @@ struct DeployTests {
         let rows = status.output.split(separator: "\n").filter { $0.hasPrefix("n") }.map { $0.split(separator: " ") }
         #expect(rows.map { String($0[0]) } == ["n1", "n2", "n3"])
         #expect(rows.allSatisfy { $0[3] == "up" && $0[5] == membership.membershipHashText[...] })
+        // Each node's /health/ready, on the HTTP port it printed.
+        #expect(rows.allSatisfy { $0.count > 6 && $0[6] == "ready" }, "\(status.output)")
         #expect(rows.map { String($0[4]) } == ["0", "1", "0"])
 
         // Up again: already up, nothing started.
