@@ -51,6 +51,14 @@ let package = Package(
         // and the tools.
         .target(name: "CachetIO", dependencies: ["CEpoll", "CachetLocking", "COpenSSL"], swiftSettings: swiftSettings),
 
+        // Users, roles and key prefixes: the auth file, salted secret hashes, what a user may do, the limit
+        // on failed attempts; no I/O but reading the file.
+        .target(
+            name: "CachetAuth",
+            dependencies: ["CachetWire", "COpenSSLCrypto"],
+            swiftSettings: swiftSettings
+        ),
+
         // Cluster membership: the cluster file, its members and their ring, the membership hash; no I/O but
         // reading the file.
         .target(name: "CachetCluster", dependencies: ["CachetRing"], swiftSettings: swiftSettings),
@@ -155,6 +163,11 @@ let package = Package(
         .target(
             name: "CachetTestSupport",
             dependencies: ["CachetLocking", "CachetWire", "CachetIO"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetAuthTests",
+            dependencies: ["CachetAuth", "CachetWire"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
