@@ -79,6 +79,7 @@ let package = Package(
         .target(
             name: "CachetNode",
             dependencies: [
+                "CachetAuth",
                 "CachetLocking",
                 "CachetWire",
                 "CachetStore",
@@ -143,6 +144,7 @@ let package = Package(
         .executableTarget(
             name: "cachet-cli",
             dependencies: [
+                "CachetAuth",
                 "CachetCLIKit",
                 "CachetIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -16,6 +16,8 @@ public final class CachetCLIConnection {
     private let maximumReplyLength: Int
     /// The TLS client context (`--tls`); nil for plain TCP.
     private let tls: CachetTLSContext?
+    /// The user and secret sent as AUTH on each new connection (`--user`); nil for none.
+    private let credentials: (user: String, secret: [UInt8])?
     private var nextID: UInt32 = 1
 
     /// Checks a host and port given on the command line, without connecting.
@@ -39,6 +41,7 @@ public final class CachetCLIConnection {
     ///   - maximumReplyLength: the largest reply payload accepted; a peer announcing a longer one (or one
     ///     shorter than the header) is reported at once.
     ///   - tls: a TLS client context, or nil for plain TCP.
+    ///   - credentials: a user and secret to AUTH with on each new connection, or nil.
     /// - Throws: ``CachetCLIError`` `usage`, `connection` or `timeout` naming the address (a failed TLS
     ///   handshake is a `connection` error with OpenSSL's reason).
     public init(
@@ -46,13 +49,15 @@ public final class CachetCLIConnection {
         port: Int,
         timeout: Double,
         maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength,
-        tls: CachetTLSContext? = nil
+        tls: CachetTLSContext? = nil,
+        credentials: (user: String, secret: [UInt8])? = nil
     ) throws(CachetCLIError) {
         self.host = host
         self.port = port
         self.timeout = timeout
         self.maximumReplyLength = maximumReplyLength
         self.tls = tls
+        self.credentials = credentials
         address = CachetAddress(host: host, port: port)
         try Self.validate(host: host, port: port)
         try open()
@@ -69,6 +74,16 @@ public final class CachetCLIConnection {
             }
         } catch {
             throw Self.translate(error, hint: error.code == .connectionRefused ? " (is cachet-node running?)" : "")
+        }
+        guard let credentials else { return }
+        let (reply, _, _) = try send(.auth(user: Array(credentials.user.utf8), secret: credentials.secret))
+        guard reply.status == .ok else {
+            close()
+            throw CachetCLIError(
+                code: .connection,
+                message: "AUTH as \(credentials.user) refused by \(address): \(reply.status) "
+                    + String(decoding: reply.body, as: UTF8.self)
+            )
         }
     }
 

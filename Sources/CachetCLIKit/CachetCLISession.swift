@@ -32,6 +32,8 @@ public final class CachetCLISession {
     public let cluster: Bool
     /// The TLS client context (`--tls`); nil for plain TCP.
     public let tls: CachetTLSContext?
+    /// The user and secret to AUTH with (`--user`); nil for none.
+    let credentials: (user: String, secret: [UInt8])?
     private var connection: CachetCLIConnection?
 
     /// Creates a session; it connects on the first command that needs the node.
@@ -50,9 +52,11 @@ public final class CachetCLISession {
         trace: Bool = false,
         maximumReplyLength: Int = CachetProtocol.defaultMaximumPayloadLength,
         cluster: Bool = false,
-        tls: CachetTLSContext? = nil
+        tls: CachetTLSContext? = nil,
+        credentials: (user: String, secret: [UInt8])? = nil
     ) {
         self.tls = tls
+        self.credentials = credentials
         self.cluster = cluster
         self.host = host
         self.port = port
@@ -181,7 +185,8 @@ public final class CachetCLISession {
                 port: port,
                 timeout: timeout,
                 maximumReplyLength: maximumReplyLength,
-                tls: tls
+                tls: tls,
+                credentials: credentials
             )
         }
         do throws(CachetCLIError) {

@@ -258,6 +258,21 @@ public struct CachetSocketAddress: Hashable, @unchecked Sendable, CustomStringCo
         }
     }
 
+    /// The socket address of a connected descriptor's other end (`getpeername`).
+    /// - Parameter fd: a connected socket.
+    /// - Returns: the address, or nil if the call fails.
+    public static func remote(of fd: Int32) -> CachetSocketAddress? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let status = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+        }
+        guard status == 0 else { return nil }
+        return withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { CachetSocketAddress($0, length: length) }
+        }
+    }
+
     /// The port.
     public var port: Int {
         withUnsafeBytes(of: storage) { raw in

@@ -66,6 +66,10 @@ public struct CachetNodeConfiguration: Sendable {
     /// Seconds a TLS connection may take to finish its handshake before it is closed
     /// (`--tls-handshake-timeout`).
     public var tlsHandshakeTimeout: Double = 5
+    /// The auth file (`--auth-file`, `docs/security.md`): its users must AUTH before any other request,
+    /// and may then do what their role and key prefixes allow. Nil: every client may send every request.
+    /// Re-read on SIGHUP. For a node on its own for now (members would need a credential for their peers).
+    public var authFile: String? = nil
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
@@ -156,6 +160,12 @@ public struct CachetNodeConfiguration: Sendable {
         }
         if let tlsPort, !(0...65535).contains(tlsPort) || (tlsPort != 0 && tlsPort == port) {
             throw fail("--tls-port \(tlsPort) must be a port from 0 to 65535 other than --port")
+        }
+        if authFile != nil && cluster != nil {
+            throw fail(
+                "--auth-file is for a node on its own for now: cluster members do not yet authenticate to "
+                    + "their peers; secure a cluster with --tls-only and --tls-client-auth required"
+            )
         }
         guard tlsHandshakeTimeout > 0 && tlsHandshakeTimeout <= 600 else {
             throw fail("--tls-handshake-timeout \(tlsHandshakeTimeout) must be above 0 and at most 600 seconds")

@@ -176,6 +176,8 @@ public final class CachetNodeServer: Sendable {
                 throw CachetNodeError(code: .invalidConfiguration, message: "peers' TLS: \(error.message)")
             }
         }
+        let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
+        self.auth = auth
         for index in 0..<configuration.ioQueueCount {
             // A node with a cluster file may have peers (now or after a reload); a cluster of one never
             // forwards and pays nothing for it.
@@ -192,7 +194,8 @@ public final class CachetNodeServer: Sendable {
                         connectionMemory: connectionMemory,
                         cluster: router.flatMap { router in
                             health.map { ClusterRouting(router: router, health: $0, hold: hold, warmUp: warmUp) }
-                        }
+                        },
+                        auth: auth
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,
@@ -217,6 +220,24 @@ public final class CachetNodeServer: Sendable {
 
     /// The TLS listener's port, once started; nil without `--tls-port`.
     public var tlsPort: Int? { state.withLockUnchecked { $0.tlsPort } }
+
+    /// The node's users (`--auth-file`); nil without one.
+    private let auth: NodeAuth?
+
+    /// Reads the auth file again (SIGHUP): AUTH from now on uses the new users; connections authenticated
+    /// before keep theirs. A file that cannot be read leaves the previous users in force, with a log line.
+    public func reloadAuth() {
+        guard let auth else { return }
+        switch auth.reload() {
+        case .success(let users):
+            logger.notice("auth file read again", metadata: ["auth.file": "\(auth.path)", "auth.users": "\(users)"])
+        case .failure(let error):
+            logger.error(
+                "auth file not reloaded; the previous users stay in force",
+                metadata: ["error.message": "\(error.message)"]
+            )
+        }
+    }
 
     /// The context new TLS connections get: made at start, made again from the files on SIGHUP.
     private let tlsContext = CachetLock<CachetTLSContext?>(nil)

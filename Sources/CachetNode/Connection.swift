@@ -89,6 +89,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// UNAVAILABLE and closing does not.
     let counted: Bool
     @exclusivity(unchecked) var phase: Phase = .reading(frameLength: 0)
+    /// What the connection may send (its user, on a node with an auth file).
+    @exclusivity(unchecked) var access = ConnectionAccess.open
     /// The replies held in order while forwards of this connection's requests are in flight; nil while none
     /// is (replies then go straight to the output).
     @exclusivity(unchecked) var forwards: ForwardPipeline?

@@ -110,11 +110,14 @@ final class ForwardCoordinator {
         var input = CachetByteBuffer(capacity: frame.count)
         frame.withUnsafeBytes { input.append($0) }
         var output = CachetByteBuffer(capacity: 256)
+        // The client's connection already checked its user's rights.
+        var access = ConnectionAccess.open
         let result = processor.process(
             input: &input,
             output: &output,
             outputLimit: .max,
             now: CachetClock.now(),
+            access: &access,
             requestLimit: 1
         )
         switch result {

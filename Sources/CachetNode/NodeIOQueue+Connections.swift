@@ -51,6 +51,11 @@ extension NodeIOQueue {
     private func adopt(fd: Int32, counted: Bool, tls: CachetTLSContext? = nil) -> Connection? {
         let connection = Connection(owner: self, memory: memory, counted: counted)
         if let tls { connection.useTLS(tls) }
+        if processor.auth != nil {
+            // A node with users: AUTH first; failures are counted against the client's address.
+            let address = CachetSocketAddress.remote(of: fd)?.ipAddress ?? "unknown"
+            connection.access = ConnectionAccess(state: .anonymous, address: address)
+        }
         connectionCount += 1
         // Registered for the events its first phase needs; a socket epoll refuses is closed at once
         // (`connectionClosed` does the bookkeeping).

@@ -109,6 +109,7 @@ extension NodeIOQueue {
                     pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
                 ),
                 now: now,
+                access: &connection.access,
                 // Never straight to the socket: earlier replies are still held.
                 directSend: nil,
                 requestLimit: Self.requestsPerTurn

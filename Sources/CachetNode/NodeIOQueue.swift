@@ -383,6 +383,7 @@ final class NodeIOQueue: @unchecked Sendable {
                     connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
                 ),
                 now: now,
+                access: &connection.access,
                 directSend: DirectSend(channel: connection),
                 requestLimit: Self.requestsPerTurn
             )

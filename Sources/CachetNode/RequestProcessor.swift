@@ -67,6 +67,8 @@ struct RequestProcessor {
     /// Whether ``cluster`` is set: the one test a request pays on a node that never forwards (testing the
     /// optional reference itself cost about ten instructions per request, measured with callgrind).
     let forwards: Bool
+    /// The node's users (`--auth-file`); nil: every client may send every request.
+    let auth: NodeAuth?
 
     init(
         store: CachetMemoryStore,
@@ -75,8 +77,10 @@ struct RequestProcessor {
         maximumPayloadLength: Int,
         statistics: @escaping @Sendable () -> String,
         connectionMemory: ConnectionMemory,
-        cluster: ClusterRouting? = nil
+        cluster: ClusterRouting? = nil,
+        auth: NodeAuth? = nil
     ) {
+        self.auth = auth
         self.store = store
         self.disk = disk
         self.counters = counters
@@ -106,6 +110,7 @@ struct RequestProcessor {
         outputLimit: Int,
         outputCapacityLimit: Int = .max,
         now: UInt32,
+        access: inout ConnectionAccess,
         directSend: DirectSend? = nil,
         requestLimit: Int = .max
     ) -> ProcessingResult {
@@ -130,7 +135,7 @@ struct RequestProcessor {
                 let available = input.readableBytes
                 if available >= CachetProtocol.lengthPrefixSize {
                     let length = Int(region.loadUnaligned(fromByteOffset: input.readIndex, as: UInt32.self).bigEndian)
-                    if length >= Self.directPutThreshold,
+                    if length >= Self.directPutThreshold, access.isOpen,
                         let direct = startDirectPut(in: region, at: input.readIndex, payloadLength: length, now: now)
                     {
                         // Every buffered byte belongs to this frame and has been copied into the entry.
@@ -144,6 +149,17 @@ struct RequestProcessor {
             if answered == requestLimit { return .yielded }
             answered &+= 1
             var noRoom = false
+            if !access.isOpen {
+                // A node with users: AUTH, or the user's rights checked, before anything is served.
+                guard authorize(frame, in: region, access: &access, output: &output) else {
+                    input.moveReadIndex(to: frame.end)
+                    if access.closeRequested {
+                        input.moveReadIndex(to: input.writeIndex)
+                        return .closeAfterReply
+                    }
+                    continue
+                }
+            }
             let pending = dispatch(
                 frame,
                 in: region,
@@ -248,6 +264,16 @@ struct RequestProcessor {
                         to: &output
                     )
                 }
+            case .auth:
+                // A node with users answers AUTH before it gets here (``authorize``).
+                _ = try CachetBodyDecoder.decodeAuth(in: buffer, body: frame.body)
+                appendMessage(
+                    "this node has no users (no --auth-file): every client may send every request",
+                    status: .badRequest,
+                    opcode: .auth,
+                    id: header.id,
+                    to: &output
+                )
             default:
                 let leaving = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.leaving.rawValue
                 if forwards, header.flags & leaving == leaving {

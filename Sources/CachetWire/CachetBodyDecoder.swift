@@ -78,6 +78,39 @@ public enum CachetBodyDecoder {
         return keyStart..<(keyStart + keyLength)
     }
 
+    /// Parses an AUTH body: `user_len: u16 | user | secret`, the user 1 to 255 bytes, the secret at most
+    /// 1024.
+    ///
+    /// - Parameters:
+    ///   - buffer: the buffer the frame was decoded from.
+    ///   - body: the frame's body range.
+    /// - Returns: the user's and the secret's offsets.
+    /// - Throws: ``CachetWireError`` `malformedBody` for a body shorter than its declared user, an empty or
+    ///   longer user, or a longer secret.
+    public static func decodeAuth(
+        in buffer: UnsafeRawBufferPointer,
+        body: Range<Int>
+    ) throws(CachetWireError) -> (user: Range<Int>, secret: Range<Int>) {
+        guard body.count >= 2 else {
+            throw malformed("AUTH body of \(body.count) bytes is shorter than its 2-byte user length")
+        }
+        let userLength = Int(buffer.loadUnaligned(fromByteOffset: body.lowerBound, as: UInt16.self).bigEndian)
+        let userStart = body.lowerBound + 2
+        guard userLength >= 1 && userLength <= 255 else {
+            throw malformed("AUTH user of \(userLength) bytes: a user is 1 to 255 bytes")
+        }
+        guard userStart + userLength <= body.upperBound else {
+            throw malformed(
+                "AUTH body declares a \(userLength)-byte user but carries \(body.upperBound - userStart) bytes"
+            )
+        }
+        let secret = (userStart + userLength)..<body.upperBound
+        guard secret.count <= 1024 else {
+            throw malformed("AUTH secret of \(secret.count) bytes: a secret is at most 1024 bytes")
+        }
+        return (userStart..<(userStart + userLength), secret)
+    }
+
     /// Checks that a CLEAR, STATS or PING body is empty.
     ///
     /// - Parameter body: the frame's body range.

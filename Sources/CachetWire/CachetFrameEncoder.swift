@@ -80,6 +80,8 @@ public enum CachetCommand: Hashable, Sendable {
     case stats
     /// Ask for an empty OK reply.
     case ping
+    /// Authenticate the connection as `user` with `secret` (`Protocol/PROTOCOL.md`, "AUTH").
+    case auth(user: [UInt8], secret: [UInt8])
 
     /// The opcode of this command.
     public var opcode: CachetOpcode {
@@ -90,6 +92,7 @@ public enum CachetCommand: Hashable, Sendable {
         case .clear: return .clear
         case .stats: return .stats
         case .ping: return .ping
+        case .auth: return .auth
         }
     }
 
@@ -127,6 +130,15 @@ public enum CachetCommand: Hashable, Sendable {
             output.append(contentsOf: key)
         case .clear, .stats, .ping:
             CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: 0, to: &output)
+        case .auth(let user, let secret):
+            CachetFrameEncoder.appendPrefixAndHeader(
+                header: header,
+                bodyLength: 2 + user.count + secret.count,
+                to: &output
+            )
+            CachetFrameEncoder.appendBigEndian(UInt16(clamping: user.count), to: &output)
+            output.append(contentsOf: user)
+            output.append(contentsOf: secret)
         }
     }
 
@@ -186,6 +198,9 @@ public enum CachetCommand: Hashable, Sendable {
         case .stats:
             try CachetBodyDecoder.decodeEmpty(body: frame.body)
             return .stats
+        case .auth:
+            let (user, secret) = try CachetBodyDecoder.decodeAuth(in: buffer, body: frame.body)
+            return .auth(user: Array(buffer[user]), secret: Array(buffer[secret]))
         default:
             try CachetBodyDecoder.decodeEmpty(body: frame.body)
             return .ping

@@ -23,15 +23,17 @@ public struct CachetOpcode: RawRepresentable, Hashable, Sendable, CustomStringCo
     @inlinable public static var stats: CachetOpcode { CachetOpcode(rawValue: 0x05) }
     /// Asks for an empty OK reply.
     @inlinable public static var ping: CachetOpcode { CachetOpcode(rawValue: 0x06) }
+    /// Authenticates the connection as a user of the node's auth file.
+    @inlinable public static var auth: CachetOpcode { CachetOpcode(rawValue: 0x07) }
     /// The opcode of a reply to a frame that could not be trusted (framing errors); its id is 0 too.
     @inlinable public static var none: CachetOpcode { CachetOpcode(rawValue: 0x00) }
 
     /// Every opcode that protocol version 1 defines.
-    public static let allKnown: [CachetOpcode] = [.put, .get, .delete, .clear, .stats, .ping]
+    public static let allKnown: [CachetOpcode] = [.put, .get, .delete, .clear, .stats, .ping, .auth]
 
     /// Whether protocol version 1 defines this opcode.
     @inlinable
-    public var isKnown: Bool { rawValue >= 0x01 && rawValue <= 0x06 }
+    public var isKnown: Bool { rawValue >= 0x01 && rawValue <= 0x07 }
 
     /// The upper-case name used in the specification (`PUT`, `GET`...), or `0xNN` for an unknown byte.
     public var description: String {
@@ -43,6 +45,7 @@ public struct CachetOpcode: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 0x04: return "CLEAR"
         case 0x05: return "STATS"
         case 0x06: return "PING"
+        case 0x07: return "AUTH"
         default: return "0x" + hex2(rawValue)
         }
     }

@@ -27,6 +27,10 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
     @inlinable public static var serverError: CachetStatus { CachetStatus(rawValue: 6) }
     /// The node cannot serve the request now (shutting down, overloaded, owner unreachable).
     @inlinable public static var unavailable: CachetStatus { CachetStatus(rawValue: 7) }
+    /// The node requires AUTH first, or the user and secret given do not match.
+    @inlinable public static var notAuthenticated: CachetStatus { CachetStatus(rawValue: 8) }
+    /// The authenticated user may not send this request (its role, or its key prefixes).
+    @inlinable public static var forbidden: CachetStatus { CachetStatus(rawValue: 9) }
 
     /// The upper-case name used in the specification, or `STATUS_N` for an unknown value.
     public var description: String {
@@ -39,6 +43,8 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 5: return "UNSUPPORTED_VERSION"
         case 6: return "SERVER_ERROR"
         case 7: return "UNAVAILABLE"
+        case 8: return "NOT_AUTHENTICATED"
+        case 9: return "FORBIDDEN"
         default: return "STATUS_\(rawValue)"
         }
     }

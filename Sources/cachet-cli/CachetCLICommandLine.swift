@@ -1,6 +1,8 @@
 import ArgumentParser
+import CachetAuth
 import CachetCLIKit
 import CachetIO
+import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -57,7 +59,22 @@ struct CachetCLICommandLine: ParsableCommand {
     @Option(help: "The name the node's certificate must carry (default: --host).")
     var tlsServerName: String?
 
-    @Argument(parsing: .captureForPassthrough, help: "A command to run once, e.g. get k1")
+    @Option(
+        help: """
+            AUTH as this user of the node's auth file; the secret comes from --secret-file, or else the \
+            CACHET_SECRET environment variable (never the command line).
+            """
+    )
+    var user: String?
+
+    @Option(help: "A file whose first line is the --user's secret.")
+    var secretFile: String?
+
+    @Argument(
+        parsing: .captureForPassthrough,
+        help:
+            "A command to run once, e.g. get k1; or hash-secret, which reads a secret on standard input and prints the hash an auth file stores"
+    )
     var command: [String] = []
 
     func validate() throws {
@@ -74,6 +91,24 @@ struct CachetCLICommandLine: ParsableCommand {
         if (tlsCert == nil) != (tlsKey == nil) {
             throw ValidationError("--tls-cert and --tls-key go together")
         }
+        if secretFile != nil && user == nil { throw ValidationError("--secret-file needs --user") }
+    }
+
+    /// The user and secret `--user` asks for: the secret from `--secret-file`, else `CACHET_SECRET`.
+    private func credentials() throws -> (user: String, secret: [UInt8])? {
+        guard let user else { return nil }
+        if let secretFile {
+            guard let text = try? String(contentsOfFile: secretFile, encoding: .utf8) else {
+                throw ValidationError("--secret-file \(secretFile) cannot be read")
+            }
+            return (user, Array((text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "").utf8))
+        }
+        guard let secret = ProcessInfo.processInfo.environment["CACHET_SECRET"] else {
+            throw ValidationError(
+                "--user \(user) needs its secret: --secret-file FILE, or CACHET_SECRET in the environment"
+            )
+        }
+        return (user, Array(secret.utf8))
     }
 
     /// The TLS client context the flags ask for, nil without `--tls`.
@@ -95,6 +130,15 @@ struct CachetCLICommandLine: ParsableCommand {
     }
 
     func run() throws {
+        if command == ["hash-secret"] {
+            // The stored form of a secret read on standard input (its first line), for an auth file.
+            guard let secret = readLine(strippingNewline: true), !secret.isEmpty else {
+                emit(["ERROR: hash-secret reads the secret on standard input"])
+                throw ExitCode(2)
+            }
+            emit(["\(CachetSecretHash(hashing: Array(secret.utf8)))"])
+            return
+        }
         let session = CachetCLISession(
             host: host,
             port: port,
@@ -102,7 +146,8 @@ struct CachetCLICommandLine: ParsableCommand {
             trace: trace,
             maximumReplyLength: maxFrame,
             cluster: cluster,
-            tls: try tlsContext()
+            tls: try tlsContext(),
+            credentials: try credentials()
         )
         if !command.isEmpty {
             let parsed: CachetCLICommand?

@@ -164,6 +164,14 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(
         help: """
+            Users (JSON: name, salted secret hash, role read|write|admin, key prefixes): clients must AUTH \
+            first, then may do what their role and prefixes allow. Re-read on SIGHUP. A node on its own only.
+            """
+    )
+    var authFile: String?
+
+    @Option(
+        help: """
             Port of an HTTP listener for /metrics (Prometheus text), /health/live and /health/ready \
             (0 picks a free one); none by default.
             """
@@ -233,6 +241,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             configuration.tlsPort = tlsPort
             configuration.tlsOnly = tlsOnly
+            configuration.authFile = authFile
             configuration.tlsHandshakeTimeout = tlsHandshakeTimeout
             guard let clientAuthentication = CachetTLSConfiguration.ClientAuthentication(rawValue: tlsClientAuth) else {
                 throw CachetNodeError(
@@ -288,6 +297,7 @@ struct CachetNodeCommand: ParsableCommand {
             let reload = CachetReloadSignal.install {
                 membership.reload(logger: logger)
                 server.reloadTLS()
+                server.reloadAuth()
             }
             let boundPort = try server.start()
             membership.listening(host: configuration.host, port: boundPort)

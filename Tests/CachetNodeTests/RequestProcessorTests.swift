@@ -26,11 +26,13 @@ struct ProcessorHarness: ~Copyable {
 
     mutating func feed(_ bytes: [UInt8], outputLimit: Int = 1 << 30, requestLimit: Int = .max) -> ProcessingResult {
         input.append(bytes)
+        var open = ConnectionAccess.open
         return processor.process(
             input: &input,
             output: &output,
             outputLimit: outputLimit,
             now: 1_000,
+            access: &open,
             requestLimit: requestLimit
         )
     }
@@ -229,11 +231,13 @@ struct RequestProcessorTests {
             }
             #expect(harness.processor.connectionMemory.current == 1_500_000)
             otherInput.append(Array(second.prefix(2_000)))
+            var open = ConnectionAccess.open
             let result = harness.processor.process(
                 input: &otherInput,
                 output: &otherOutput,
                 outputLimit: .max,
-                now: 1_000
+                now: 1_000,
+                access: &open
             )
             guard case .needMoreBytes = result else {
                 Issue.record("over the budget the second PUT must wait in the input buffer, got \(result)")
@@ -244,7 +248,14 @@ struct RequestProcessorTests {
         // The first PUT abandoned (its connection closed): its reservation is returned.
         #expect(harness.processor.connectionMemory.current == 0)
         otherInput.append(Array(second.dropFirst(2_000)))
-        _ = harness.processor.process(input: &otherInput, output: &otherOutput, outputLimit: .max, now: 1_000)
+        var open = ConnectionAccess.open
+        _ = harness.processor.process(
+            input: &otherInput,
+            output: &otherOutput,
+            outputLimit: .max,
+            now: 1_000,
+            access: &open
+        )
         #expect(harness.processor.store.value(forKey: Array("b".utf8))?.count == 1_000_000)
         #expect(harness.processor.store.value(forKey: Array("a".utf8)) == nil)
     }

@@ -144,10 +144,10 @@ struct CachetFrameDecoderTests {
                 return error
             }
         }
-        for opcode in UInt8(1)...6 {
+        for opcode in UInt8(1)...7 {
             #expect(check(1, opcode) == nil)
         }
-        #expect(check(1, 0x07)?.message == "unknown opcode 0x07")
+        #expect(check(1, 0x08)?.message == "unknown opcode 0x08")
         #expect(check(1, 0x00)?.code == .unknownOpcode)
         #expect(check(1, 0xff)?.message == "unknown opcode 0xff")
         #expect(check(2, 0x02)?.code == .unsupportedVersion)

@@ -7,7 +7,8 @@ struct CachetWireValueTests {
     @Test(
         arguments: [
             (UInt8(0x00), "NONE", false), (0x01, "PUT", true), (0x02, "GET", true), (0x03, "DEL", true),
-            (0x04, "CLEAR", true), (0x05, "STATS", true), (0x06, "PING", true), (0x07, "0x07", false),
+            (0x04, "CLEAR", true), (0x05, "STATS", true), (0x06, "PING", true), (0x07, "AUTH", true),
+            (0x08, "0x08", false),
             (0x7f, "0x7f", false), (0xab, "0xab", false), (0xff, "0xff", false),
         ]
     )
@@ -20,9 +21,10 @@ struct CachetWireValueTests {
 
     @Test func namedOpcodesHaveTheirBytes() {
         #expect(
-            [CachetOpcode.put, .get, .delete, .clear, .stats, .ping, .none].map(\.rawValue) == [1, 2, 3, 4, 5, 6, 0]
+            [CachetOpcode.put, .get, .delete, .clear, .stats, .ping, .auth, .none].map(\.rawValue)
+                == [1, 2, 3, 4, 5, 6, 7, 0]
         )
-        #expect(CachetOpcode.allKnown.map(\.rawValue) == [1, 2, 3, 4, 5, 6])
+        #expect(CachetOpcode.allKnown.map(\.rawValue) == [1, 2, 3, 4, 5, 6, 7])
     }
 
     @Test(
@@ -30,7 +32,7 @@ struct CachetWireValueTests {
             (CachetStatus.ok, UInt16(0), "OK"), (.notFound, 1, "NOT_FOUND"), (.badRequest, 2, "BAD_REQUEST"),
             (.tooLarge, 3, "TOO_LARGE"), (.unknownOpcode, 4, "UNKNOWN_OPCODE"),
             (.unsupportedVersion, 5, "UNSUPPORTED_VERSION"), (.serverError, 6, "SERVER_ERROR"),
-            (.unavailable, 7, "UNAVAILABLE"),
+            (.unavailable, 7, "UNAVAILABLE"), (.notAuthenticated, 8, "NOT_AUTHENTICATED"), (.forbidden, 9, "FORBIDDEN"),
         ]
     )
     func statusValuesAndNames(status: CachetStatus, raw: UInt16, name: String) {
@@ -40,7 +42,7 @@ struct CachetWireValueTests {
     }
 
     @Test func unknownStatusesAreRepresentable() {
-        #expect(CachetStatus(rawValue: 8).description == "STATUS_8")
+        #expect(CachetStatus(rawValue: 10).description == "STATUS_10")
         #expect(CachetStatus(rawValue: 65535).description == "STATUS_65535")
     }
 

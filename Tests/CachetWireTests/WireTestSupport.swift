@@ -219,6 +219,14 @@ final class CodecModelNode: ProtocolVectorConnection {
             reply(.stats, .ok, id: id, Array(("{" + fields.joined(separator: ",") + "}").utf8))
         case .ping:
             reply(.ping, .ok, id: id)
+        case .auth:
+            // A node without an auth file, as the vectors' node is.
+            reply(
+                .auth,
+                .badRequest,
+                id: id,
+                Array("this node has no users (no --auth-file): every client may send every request".utf8)
+            )
         }
     }
 

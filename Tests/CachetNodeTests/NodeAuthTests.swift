@@ -1,0 +1,205 @@
+import CachetAuth
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Users on a real node (`--auth-file`): AUTH first, each role and prefix allowed and refused, the
+/// forwarded flag refused, repeated failures closing the connection and then refused per address, the
+/// file re-read on SIGHUP, and `cachet-cli --user`.
+@Suite("Node: users and roles", .serialized, .dedicatedThreads)
+struct NodeAuthTests {
+    static func writeAuthFile(
+        _ path: String,
+        _ users: [(name: String, secret: String, role: String, prefixes: [String])]
+    ) throws {
+        let entries = users.map { user in
+            let prefixes =
+                user.prefixes.isEmpty
+                ? "" : ", \"prefixes\": [" + user.prefixes.map { "\"\($0)\"" }.joined(separator: ", ") + "]"
+            return
+                "{\"name\": \"\(user.name)\", \"secret\": \"\(CachetSecretHash(hashing: Array(user.secret.utf8)))\", \"role\": \"\(user.role)\"\(prefixes)}"
+        }
+        try Data(("{\"users\": [" + entries.joined(separator: ", ") + "]}\n").utf8).write(
+            to: URL(fileURLWithPath: path)
+        )
+    }
+
+    static let users: [(name: String, secret: String, role: String, prefixes: [String])] = [
+        ("shop", "shop-secret-0123456789", "write", ["shop:"]),
+        ("reader", "reader-secret-0123456789", "read", []),
+        ("ops", "ops-secret-0123456789", "admin", []),
+    ]
+
+    static func node(_ directory: TemporaryDirectory) throws -> NodeProcess {
+        let file = directory.appending("users.json")
+        try writeAuthFile(file, users)
+        return try NodeProcess(arguments: ["--auth-file", file, "--disk-limit", "0", "--log-level", "info"])
+    }
+
+    static func auth(_ socket: TestSocket, _ user: String, _ secret: String) throws -> CachetResponse {
+        try socket.roundTrip(.auth(user: Array(user.utf8), secret: Array(secret.utf8)))
+    }
+
+    @Test func nothingButAuthBeforeAuthenticating() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth")
+        defer { directory.remove() }
+        let node = try Self.node(directory)
+        let socket = try node.connect()
+        for command in [CachetCommand.ping, .get(key: Array("k".utf8)), .stats, .clear] {
+            let reply = try socket.roundTrip(command)
+            #expect(reply.status == .notAuthenticated, "\(command)")
+        }
+        #expect(try Self.auth(socket, "shop", "wrong").status == .notAuthenticated)
+        #expect(try Self.auth(socket, "nobody", "shop-secret-0123456789").status == .notAuthenticated)
+        #expect(try Self.auth(socket, "shop", "shop-secret-0123456789").status == .ok)
+        #expect(try socket.roundTrip(.ping).status == .ok)
+    }
+
+    @Test func eachRoleAndPrefixIsEnforced() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth")
+        defer { directory.remove() }
+        let node = try Self.node(directory)
+        let shop = try node.connect()
+        #expect(try Self.auth(shop, "shop", "shop-secret-0123456789").status == .ok)
+        #expect(try shop.roundTrip(.put(key: Array("shop:1".utf8), value: [1], ttl: 0)).status == .ok)
+        #expect(try shop.roundTrip(.get(key: Array("shop:1".utf8))).body == [1])
+        let outside = try shop.roundTrip(.put(key: Array("user:1".utf8), value: [2], ttl: 0))
+        #expect(outside.status == .forbidden)
+        #expect(String(decoding: outside.body, as: UTF8.self).contains("'shop:'"))
+        #expect(try shop.roundTrip(.clear).status == .forbidden)
+        #expect(try shop.roundTrip(.stats).status == .forbidden)
+        // A node's own flag is no client's.
+        let forwarded = try NodeForwardingTests.get("shop:1", from: shop, flags: .forwarded)
+        #expect(forwarded.status == .forbidden)
+        // A large PUT (received in place on an open node) is checked too.
+        let large = [UInt8](repeating: 7, count: 300_000)
+        #expect(try shop.roundTrip(.put(key: Array("user:big".utf8), value: large, ttl: 0)).status == .forbidden)
+        #expect(try shop.roundTrip(.put(key: Array("shop:big".utf8), value: large, ttl: 0)).status == .ok)
+
+        let reader = try node.connect()
+        #expect(try Self.auth(reader, "reader", "reader-secret-0123456789").status == .ok)
+        #expect(try reader.roundTrip(.get(key: Array("shop:1".utf8))).body == [1])
+        #expect(try reader.roundTrip(.delete(key: Array("shop:1".utf8))).status == .forbidden)
+
+        let ops = try node.connect()
+        #expect(try Self.auth(ops, "ops", "ops-secret-0123456789").status == .ok)
+        #expect(try ops.roundTrip(.stats).status == .ok)
+        #expect(try ops.roundTrip(.clear).status == .ok)
+        #expect(try ops.roundTrip(.get(key: Array("shop:1".utf8))).status == .notFound)
+    }
+
+    @Test func repeatedFailuresCloseTheConnectionThenHoldTheAddressBack() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth")
+        defer { directory.remove() }
+        let node = try Self.node(directory)
+        // Three failures on one connection close it.
+        let first = try node.connect()
+        for _ in 0..<3 { #expect(try Self.auth(first, "ops", "guess").status == .notAuthenticated) }
+        #expect(first.waitForClose())
+        // Ten failures from the address within a minute: the right secret is refused too.
+        for _ in 0..<3 {
+            let socket = try node.connect()
+            for _ in 0..<3 { _ = try? Self.auth(socket, "ops", "guess") }
+        }
+        let late = try node.connect()
+        let refused = try Self.auth(late, "ops", "ops-secret-0123456789")
+        #expect(refused.status == .notAuthenticated)
+        #expect(String(decoding: refused.body, as: UTF8.self).contains("too many failed attempts"))
+        // Nothing secret in the log.
+        #expect(!node.log.contains("guess") && !node.log.contains("ops-secret"))
+    }
+
+    @Test func sighupReadsTheUsersAgain() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth")
+        defer { directory.remove() }
+        let node = try Self.node(directory)
+        let file = directory.appending("users.json")
+        try Self.writeAuthFile(file, Self.users + [("new", "new-secret-0123456789", "read", [])])
+        kill(node.process.processIdentifier, SIGHUP)
+        let deadline = Date().addingTimeInterval(5)
+        while !node.log.contains("auth file read again") && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(try Self.auth(try node.connect(), "new", "new-secret-0123456789").status == .ok)
+        // A bad file leaves the users in force.
+        try Data("{\"users\": [{\"name\": \"x\"}]}".utf8).write(to: URL(fileURLWithPath: file))
+        kill(node.process.processIdentifier, SIGHUP)
+        let bad = Date().addingTimeInterval(5)
+        while !node.log.contains("auth file not reloaded") && Date() < bad { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(node.log.contains("auth file not reloaded"))
+        #expect(try Self.auth(try node.connect(), "new", "new-secret-0123456789").status == .ok)
+    }
+
+    @Test func aNodeWithoutUsersAnswersAuthWithABadRequest() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let reply = try Self.auth(try node.connect(), "anyone", "secret")
+        #expect(reply.status == .badRequest)
+        #expect(String(decoding: reply.body, as: UTF8.self).contains("no users"))
+    }
+
+    @Test func aBadAuthFileStopsTheNodeAtStart() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth")
+        defer { directory.remove() }
+        let file = directory.appending("users.json")
+        try Data("{\"users\": [{\"name\": \"x\", \"secret\": \"sha256$00$00\", \"role\": \"read\"}]}".utf8)
+            .write(to: URL(fileURLWithPath: file))
+        #expect(throws: (any Error).self) { _ = try NodeProcess(arguments: ["--auth-file", file], timeout: 5) }
+    }
+
+    @Test func cachetCliAuthenticatesWithItsUser() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth")
+        defer { directory.remove() }
+        let node = try Self.node(directory)
+        let secretFile = directory.appending("secret")
+        try Data("shop-secret-0123456789\n".utf8).write(to: URL(fileURLWithPath: secretFile))
+        func cli(_ arguments: [String], environment: [String: String] = [:]) throws -> (String, Int32) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
+            process.arguments = ["--port", "\(node.port)"] + arguments
+            process.environment = environment
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (String(decoding: data, as: UTF8.self), process.terminationStatus)
+        }
+        let (put, putStatus) = try cli(["--user", "shop", "--secret-file", secretFile, "put", "shop:a", "v"])
+        #expect(putStatus == 0 && put == "OK\n", "\(put)")
+        let (get, _) = try cli(
+            ["--user", "shop", "get", "shop:a"],
+            environment: ["CACHET_SECRET": "shop-secret-0123456789"]
+        )
+        #expect(get == "v\n", "\(get)")
+        let (refused, refusedStatus) = try cli(
+            ["--user", "shop", "get", "shop:a"],
+            environment: ["CACHET_SECRET": "wrong"]
+        )
+        #expect(refusedStatus == 2 && refused.contains("AUTH as shop refused"), "\(refused)")
+        let (anonymous, _) = try cli(["get", "shop:a"])
+        #expect(anonymous.contains("NOT_AUTHENTICATED"), "\(anonymous)")
+    }
+
+    @Test func cachetCliHashSecretMakesWhatTheFileStores() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
+        process.arguments = ["hash-secret"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        input.fileHandleForWriting.write(Data("a-long-random-secret\n".utf8))
+        try input.fileHandleForWriting.close()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let hash = try CachetSecretHash(parsing: String(text.dropLast()))
+        #expect(hash.matches(Array("a-long-random-secret".utf8)))
+        #expect(!hash.matches(Array("a-long-random-secret\n".utf8)))
+    }
+}
