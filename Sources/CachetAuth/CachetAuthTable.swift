@@ -122,8 +122,8 @@ public struct CachetSecretHash: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// The users of an auth file: who may authenticate, and what each may do. (The node does not read one
-/// yet: the wire's AUTH request, the node's checks and the clients' credentials come next.)
+/// The users of an auth file (`--auth-file`, `docs/security.md`): who may authenticate, and what each
+/// may do.
 ///
 /// ```json
 /// {"users": [
