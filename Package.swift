@@ -202,7 +202,7 @@ let package = Package(
         .testTarget(
             name: "CachetNodeTests",
             dependencies: [
-                "CachetNode", "CachetCluster", "CachetIO", "CachetWire", "CachetStore", "CachetLocking",
+                "CachetAuth", "CachetNode", "CachetCluster", "CachetIO", "CachetWire", "CachetStore", "CachetLocking",
                 "CachetTestSupport", "cachet-node",
             ],
             swiftSettings: swiftSettings
@@ -215,8 +215,8 @@ let package = Package(
         .testTarget(
             name: "CachetClientTests",
             dependencies: [
-                "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire", "CachetTestSupport",
-                "cachet-node",
+                "CachetAuth", "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire",
+                "CachetTestSupport", "cachet-node",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

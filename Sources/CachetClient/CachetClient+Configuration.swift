@@ -2,6 +2,26 @@ public import CachetIO
 import CachetRing
 
 extension CachetClient {
+    /// A user of the nodes' auth file and its secret (``Configuration/credentials``). The secret is kept
+    /// only to be sent: it is not in the type's description.
+    public struct Credentials: Sendable, Hashable, CustomStringConvertible {
+        /// The user's name.
+        public var user: String
+        /// Its secret.
+        public var secret: String
+
+        /// Credentials.
+        /// - Parameters:
+        ///   - user: the user's name.
+        ///   - secret: its secret.
+        public init(user: String, secret: String) {
+            self.user = user
+            self.secret = secret
+        }
+
+        public var description: String { "Credentials(user: \(user))" }
+    }
+
     /// A node the client talks to: where to connect, and the name the ring places it by.
     public struct Node: Sendable, Hashable, CustomStringConvertible {
         /// The member name the ring places this node by (see `Protocol/RING.md`); `host:port` by default.
@@ -72,6 +92,11 @@ extension CachetClient {
         /// The largest reply payload accepted from a node; larger is a protocol violation. The default is
         /// the protocol's default `--max-frame`.
         public var maximumFrameLength: Int = 64 << 20
+        /// The user every connection authenticates as (AUTH, before any request) on nodes started with
+        /// `--auth-file`; nil (the default): none. A refused AUTH fails the connection's requests with
+        /// ``CachetClientError/Code/notAuthenticated``; a request the user may not send fails with
+        /// ``CachetClientError/Code/forbidden``.
+        public var credentials: Credentials?
         /// TLS for every connection (the nodes' `--tls-port`s as the nodes' ports): the CA the nodes'
         /// certificates chain to, a client certificate and key for nodes that require one, and the name
         /// their certificates must carry (nil: the certificate must chain to the CA, any name). The files

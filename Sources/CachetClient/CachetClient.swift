@@ -71,7 +71,8 @@ public final class CachetClient: Sendable {
             label: "cachet.client",
             tick: tick,
             linger: configuration.eventLoopLinger,
-            tls: tls
+            tls: tls,
+            credentials: configuration.credentials
         )
         var nodes: [NodeClient] = []
         for (index, node) in configuration.nodes.enumerated() {
@@ -359,6 +360,8 @@ public final class CachetClient: Sendable {
         case .badRequest, .unknownOpcode, .unsupportedVersion: code = .badRequest
         case .tooLarge: code = .tooLarge
         case .unavailable: code = .unavailable
+        case .notAuthenticated: code = .notAuthenticated
+        case .forbidden: code = .forbidden
         default: code = .serverError
         }
         return CachetClientError(

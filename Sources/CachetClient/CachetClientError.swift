@@ -17,6 +17,8 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case shutdown
             case cancelled
             case invalidConfiguration
+            case notAuthenticated
+            case forbidden
         }
 
         fileprivate var base: Base
@@ -44,6 +46,11 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
         public static let cancelled = Code(.cancelled)
         /// The configuration cannot be used (no nodes, a node named twice, a timeout out of range).
         public static let invalidConfiguration = Code(.invalidConfiguration)
+        /// The node requires a user and the configured credentials are missing or refused
+        /// (NOT_AUTHENTICATED).
+        public static let notAuthenticated = Code(.notAuthenticated)
+        /// The configured user may not send this request: its role or key prefixes (FORBIDDEN).
+        public static let forbidden = Code(.forbidden)
 
         /// The code's name.
         public var description: String {
@@ -58,6 +65,8 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case .shutdown: return "shutdown"
             case .cancelled: return "cancelled"
             case .invalidConfiguration: return "invalidConfiguration"
+            case .notAuthenticated: return "notAuthenticated"
+            case .forbidden: return "forbidden"
             }
         }
     }

@@ -18,6 +18,8 @@ final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
     init(slot: ConnectionSlot) {
         self.slot = slot
         super.init(inputCapacity: 64 << 10, outputCapacity: 16 << 10, sendsOnLoop: slot.transport.tls != nil)
+        // The first bytes the connection carries: the requests written later go out after it.
+        if let auth = slot.transport.authRequest { appendShared { $0.append(auth) } }
     }
 
     /// Closes the channel with `failure` for its callers (on the loop). A channel whose connect is still
@@ -74,6 +76,21 @@ final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
                     )
                 )
                 return
+            }
+            if frame.header.opcode == .auth && frame.header.id == 0 {
+                // The reply to the AUTH this channel opened with: a refusal fails every request on it.
+                guard frame.header.status == .ok else {
+                    let text = String(decoding: UnsafeRawBufferPointer(rebasing: region[frame.body]), as: UTF8.self)
+                    fail(
+                        CachetClientError(
+                            code: frame.header.status == .notAuthenticated ? .notAuthenticated : .badRequest,
+                            message: "the node refused the configured credentials (\(frame.header.status)): \(text)",
+                            node: slot.node.id
+                        )
+                    )
+                    return
+                }
+                continue
             }
             guard slot.replyReceived(frame, in: region, on: self) else { return }
         }

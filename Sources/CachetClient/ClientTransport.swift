@@ -1,4 +1,5 @@
 import CachetIO
+import CachetWire
 import Synchronization
 
 /// The client's share of the transport: one `CachetEventLoop` hosting every connection of the client
@@ -25,6 +26,9 @@ final class ClientTransport: @unchecked Sendable {
     let loop: CachetEventLoop
     /// The TLS client context every connection uses (``CachetClient/Configuration/tls``); nil for plain TCP.
     let tls: CachetTLSContext?
+    /// The AUTH request every new connection sends first (``CachetClient/Configuration/credentials``); nil
+    /// for none.
+    let authRequest: [UInt8]?
     private let tickInterval: Duration
     private(set) var nodes: [NodeClient] = []
     private var tickWork: (() -> Void)?
@@ -44,8 +48,17 @@ final class ClientTransport: @unchecked Sendable {
     ///   - linger: how long the loop waits for more replies after reading some; rounded up to whole
     ///     milliseconds, the loop's unit.
     /// - Throws: ``CachetClientError`` `connectionFailed` when the loop's descriptors cannot be created.
-    init(label: String, tick: Duration, linger: Duration, tls: CachetTLSContext? = nil) throws(CachetClientError) {
+    init(
+        label: String,
+        tick: Duration,
+        linger: Duration,
+        tls: CachetTLSContext? = nil,
+        credentials: CachetClient.Credentials? = nil
+    ) throws(CachetClientError) {
         self.tls = tls
+        authRequest = credentials.map {
+            CachetCommand.auth(user: Array($0.user.utf8), secret: Array($0.secret.utf8)).encoded(id: 0)
+        }
         do {
             let nanoseconds = linger.nanoseconds
             loop = try CachetEventLoop(
