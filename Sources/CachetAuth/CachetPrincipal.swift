@@ -2,11 +2,11 @@ public import CachetWire
 
 /// What a user may do (`docs/security.md`).
 public enum CachetRole: String, Sendable, Hashable, CaseIterable {
-    /// GET and PING, of the keys its prefixes allow.
+    /// GET and PING, of the keys its prefixes allow, and STATS without the cluster's member list.
     case read
     /// As `read`, and PUT and DEL.
     case write
-    /// Everything: CLEAR, STATS, the `cluster` flag (cluster-wide CLEAR and STATS).
+    /// Everything: CLEAR, STATS with the member list, the `cluster` flag (cluster-wide CLEAR and STATS).
     case admin
 }
 
@@ -32,7 +32,7 @@ public struct CachetPrincipal: Sendable, Hashable {
 
     /// Whether the user may send a request: its opcode by role, its key by prefix, and never a node's own
     /// flags (`forwarded`: a client that sets it would skip the checks its forwarding node makes). An
-    /// admin limited to prefixes may not CLEAR (a CLEAR by prefix is not there yet) nor ask the cluster.
+    /// admin limited to prefixes may not CLEAR (a CLEAR by prefix is not there yet).
     /// - Parameters:
     ///   - opcode: the request's opcode.
     ///   - flags: its flags word.
@@ -45,9 +45,12 @@ public struct CachetPrincipal: Sendable, Hashable {
         switch opcode {
         case .get, .ping:
             break
+        case .stats:
+            // Any user may read the counters; the member list and cluster-wide STATS are an admin's.
+            break
         case .put, .delete:
             guard role != .read else { return "user \(name) may only read (role read)" }
-        case .clear, .stats:
+        case .clear:
             guard role == .admin else { return "\(opcode) needs the admin role; user \(name) has \(role.rawValue)" }
             guard prefixes.isEmpty else {
                 return "user \(name) is limited to key prefixes, so it may not \(opcode) the node"

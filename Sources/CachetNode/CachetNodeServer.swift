@@ -190,7 +190,7 @@ public final class CachetNodeServer: Sendable {
                         disk: disk,
                         counters: statistics.loopCounters[index],
                         maximumPayloadLength: configuration.maximumPayloadLength,
-                        statistics: { statistics.json() },
+                        statistics: { statistics.json(includingMembers: $0) },
                         connectionMemory: connectionMemory,
                         cluster: router.flatMap { router in
                             health.map { ClusterRouting(router: router, health: $0, hold: hold, warmUp: warmUp) }

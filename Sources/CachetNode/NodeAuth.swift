@@ -85,6 +85,15 @@ struct ConnectionAccess {
     /// A node without an auth file: everything allowed.
     static let open = ConnectionAccess(state: .open, address: "")
 
+    /// Whether STATS may list the cluster's members: on a node without users, or to an admin.
+    var mayReadMembers: Bool {
+        switch state {
+        case .open: return true
+        case .anonymous: return false
+        case .user(let principal): return principal.role == .admin
+        }
+    }
+
     /// Whether the node has no auth file (the one test every request pays then).
     @inline(__always)
     var isOpen: Bool {

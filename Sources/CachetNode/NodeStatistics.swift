@@ -44,7 +44,9 @@ final class NodeStatistics: Sendable {
 
     /// The STATS reply body: one JSON object of integers and strings. Field meanings are in
     /// `Protocol/PROTOCOL.md`, "STATS".
-    func json() -> String {
+    /// - Parameter includingMembers: whether to list the cluster's members (`cluster_members`): not to a
+    ///   user that is not an admin, on a node with users.
+    func json(includingMembers: Bool = true) -> String {
         let requests = requestCounts
         let memory = memory.statistics
         var fields: [(String, String)] = [
@@ -103,6 +105,7 @@ final class NodeStatistics: Sendable {
         }
         let health = self.health.withLock { $0 }
         fields += membership.statisticsFields { health?.stateAndAnswer(ofID: $0) ?? (.unknown, false) }
+            .filter { includingMembers || $0.0 != "cluster_members" }
         fields.append(("cluster_peers_disagreeing", "\(health?.membershipComparison.disagreeingPeers ?? 0)"))
         fields.append(("stand_in_delivery_overdue", "\(health?.overdueDeliveries ?? 0)"))
         let hold = self.hold.withLock { $0 }

@@ -57,7 +57,9 @@ struct RequestProcessor {
     let disk: DiskTier?
     let counters: RequestCounters
     let maximumPayloadLength: Int
-    let statistics: @Sendable () -> String
+    /// The STATS body; `true` for the whole of it, `false` without the cluster's member list (a user
+    /// that is not an admin, on a node with users).
+    let statistics: @Sendable (Bool) -> String
     /// The budget shared by every connection's buffers and large PUTs still arriving.
     let connectionMemory: ConnectionMemory
     /// The cluster parts a request may need (routing, health and stand-ins, the hold); nil on a node that
@@ -75,7 +77,7 @@ struct RequestProcessor {
         disk: DiskTier?,
         counters: RequestCounters,
         maximumPayloadLength: Int,
-        statistics: @escaping @Sendable () -> String,
+        statistics: @escaping @Sendable (Bool) -> String,
         connectionMemory: ConnectionMemory,
         cluster: ClusterRouting? = nil,
         auth: NodeAuth? = nil
@@ -167,7 +169,8 @@ struct RequestProcessor {
                 outputCapacityLimit: outputCapacityLimit,
                 noRoom: &noRoom,
                 now: now,
-                directSend: directSend
+                directSend: directSend,
+                fullStatistics: access.mayReadMembers
             )
             if noRoom { return .memoryFull }
             input.moveReadIndex(to: frame.end)
@@ -185,7 +188,8 @@ struct RequestProcessor {
         outputCapacityLimit: Int,
         noRoom: inout Bool,
         now: UInt32,
-        directSend: DirectSend?
+        directSend: DirectSend?,
+        fullStatistics: Bool
     ) -> PendingOperation? {
         let header = frame.header
         do {
@@ -254,7 +258,7 @@ struct RequestProcessor {
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
-                var json = statistics()
+                var json = statistics(fullStatistics)
                 json.withUTF8 {
                     appendReply(
                         opcode: .stats,

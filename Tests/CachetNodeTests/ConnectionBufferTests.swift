@@ -16,7 +16,7 @@ struct ConnectionBufferTests {
             disk: nil,
             counters: RequestCounters(),
             maximumPayloadLength: 1 << 20,
-            statistics: { "{}" },
+            statistics: { _ in "{}" },
             connectionMemory: memory
         )
         let loop = try NodeIOQueue(

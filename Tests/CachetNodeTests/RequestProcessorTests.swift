@@ -19,7 +19,7 @@ struct ProcessorHarness: ~Copyable {
             disk: nil,
             counters: RequestCounters(),
             maximumPayloadLength: maximumPayloadLength,
-            statistics: { "{}" },
+            statistics: { _ in "{}" },
             connectionMemory: ConnectionMemory(limit: memoryLimit / 4)
         )
     }
