@@ -262,6 +262,31 @@ struct DeployTests {
         #expect(claims.contains { dictionary($0, "metadata")["name"] as? String == "data" })
     }
 
+    /// The Grafana dashboard is JSON whose every query names only metrics the node exports.
+    @Test func theDashboardChartsOnlyMetricsTheNodeExports() throws {
+        let text = try DeployFiles.text("deploy/grafana/cachet-dashboard.json")
+        let dashboard = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        let panels = dashboard["panels"] as? [[String: Any]] ?? []
+        #expect(panels.count >= 10)
+        let exported = try DeployFiles.text("Sources/CachetNode/NodeStatistics+Prometheus.swift")
+        var charted = Set<String>()
+        for panel in panels {
+            for target in panel["targets"] as? [[String: Any]] ?? [] {
+                let expression = target["expr"] as? String ?? ""
+                var rest = Substring(expression)
+                while let start = rest.range(of: "cachet_") {
+                    let name = rest[start.lowerBound...].prefix { $0.isLetter || $0 == "_" }
+                    charted.insert(String(name))
+                    rest = rest[start.upperBound...]
+                }
+            }
+        }
+        #expect(charted.count >= 15)
+        for name in charted {
+            #expect(exported.contains("\"\(name)\""), "the dashboard charts \(name), which the node does not export")
+        }
+    }
+
     @Test func theReadinessProbesPathAnswersOnlyWhileTheNodeServes() throws {
         let (fd, httpPort) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
         close(fd)
