@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swhitty/FlyingFox", from: "0.27.1"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         // C shims and system libraries.
@@ -104,6 +105,7 @@ let package = Package(
                 "CachetIO",
                 "CEpoll",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
@@ -217,6 +219,7 @@ let package = Package(
             dependencies: [
                 "CachetAuth", "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire",
                 "CachetTestSupport", "cachet-node",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

@@ -57,7 +57,8 @@ extension CachetClient {
                     configuration: configuration,
                     transport: transport,
                     firstSlot: firstSlot,
-                    logger: logger
+                    logger: logger,
+                    metrics: metrics
                 )
             )
         }

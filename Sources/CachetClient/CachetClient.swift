@@ -1,6 +1,7 @@
 import CachetIO
 import CachetLocking
 import CachetWire
+public import CoreMetrics
 public import Logging
 import Synchronization
 
@@ -35,6 +36,8 @@ public final class CachetClient: Sendable {
     let logger: Logger
     private let isShutDown = Atomic<Bool>(false)
     private let requestTimeoutNanoseconds: UInt64
+    /// What the client reports to the app's metrics backend (swift-metrics).
+    let metrics: ClientMetrics
     /// How a call that is the only one in flight waits for its reply.
     let loneCallerSpin: LoneCallerSpin
 
@@ -43,10 +46,13 @@ public final class CachetClient: Sendable {
     ///   - configuration: the nodes and timeouts.
     ///   - logger: where the client logs (node up and down, at `info`; probes at `debug`). Logs nothing
     ///     by default.
+    ///   - metricsFactory: where the client reports its requests and its nodes' states (swift-metrics,
+    ///     see ``ClientMetrics``); by default the backend the app bootstrapped, if any.
     /// - Throws: ``CachetClientError`` with code `invalidConfiguration` for an unusable configuration.
     public init(
         configuration: Configuration,
-        logger: Logger = Logger(label: "cachet.client", factory: { _ in SwiftLogNoOpLogHandler() })
+        logger: Logger = Logger(label: "cachet.client", factory: { _ in SwiftLogNoOpLogHandler() }),
+        metricsFactory: any MetricsFactory = MetricsSystem.factory
     ) throws(CachetClientError) {
         try configuration.validate()
         self.configuration = configuration
@@ -74,6 +80,8 @@ public final class CachetClient: Sendable {
             tls: tls,
             credentials: configuration.credentials
         )
+        let metrics = ClientMetrics(factory: metricsFactory)
+        self.metrics = metrics
         var nodes: [NodeClient] = []
         for (index, node) in configuration.nodes.enumerated() {
             nodes.append(
@@ -82,7 +90,8 @@ public final class CachetClient: Sendable {
                     configuration: configuration,
                     transport: transport,
                     firstSlot: index * configuration.connectionsPerNode,
-                    logger: logger
+                    logger: logger,
+                    metrics: metrics
                 )
             )
         }
@@ -256,15 +265,42 @@ public final class CachetClient: Sendable {
         throw statusError(status, body: body, opcode: .delete, node: node)
     }
 
-    /// Sends one keyed request to the node that serves its key, failing over along the key's
-    /// preference list while the deadline allows.
+    /// Sends one keyed request (``send(key:value:opcode:ttl:started:)``) and reports it to the app's
+    /// metrics backend (``ClientMetrics``): its outcome and how long it took.
     private func execute(
         key: some Collection<UInt8>,
         value: some Collection<UInt8>,
         opcode: CachetOpcode,
         ttl: UInt32
     ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
-        let deadline = monotonicNanoseconds() &+ requestTimeoutNanoseconds
+        let started = monotonicNanoseconds()
+        do {
+            let result = try await send(key: key, value: value, opcode: opcode, ttl: ttl, started: started)
+            let outcome =
+                ClientMetrics.outcome(of: result.0)
+                ?? ClientMetrics.outcome(of: statusError(result.0, body: result.1, opcode: opcode))
+            metrics.record(opcode, outcome: outcome, nanoseconds: monotonicNanoseconds() &- started)
+            return result
+        } catch {
+            metrics.record(
+                opcode,
+                outcome: ClientMetrics.outcome(of: error),
+                nanoseconds: monotonicNanoseconds() &- started
+            )
+            throw error
+        }
+    }
+
+    /// Sends one keyed request to the node that serves its key, failing over along the key's
+    /// preference list while the deadline allows.
+    private func send(
+        key: some Collection<UInt8>,
+        value: some Collection<UInt8>,
+        opcode: CachetOpcode,
+        ttl: UInt32,
+        started: UInt64
+    ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
+        let deadline = started &+ requestTimeoutNanoseconds
         let failover = configuration.failover
         var attempts = 0
         var lastError: CachetClientError?

@@ -16,6 +16,8 @@ final class NodeClient: @unchecked Sendable {
     let requestTimeoutNanoseconds: UInt64
     let maximumFrameLength: Int
     let logger: Logger
+    /// Where node state changes are reported (swift-metrics).
+    let metrics: ClientMetrics
     private(set) var slots: [ConnectionSlot] = []
     /// The node's health by the same rules a node applies to its peers (`Protocol/CLUSTER.md`, "Health").
     private let health: CachetLock<CachetPeerHealth>
@@ -34,9 +36,11 @@ final class NodeClient: @unchecked Sendable {
         configuration: CachetClient.Configuration,
         transport: ClientTransport,
         firstSlot: Int,
-        logger: Logger
+        logger: Logger,
+        metrics: ClientMetrics
     ) {
         self.node = node
+        self.metrics = metrics
         connectTimeout = configuration.connectTimeout
         requestTimeout = configuration.requestTimeout
         connectTimeoutNanoseconds = configuration.connectTimeout.nanoseconds
@@ -61,6 +65,7 @@ final class NodeClient: @unchecked Sendable {
         slots = (0..<configuration.connectionsPerNode).map {
             ConnectionSlot(node: self, transport: transport, index: firstSlot + $0)
         }
+        metrics.nodeState(node.id, up: true)
     }
 
     /// The node's ring id.
@@ -119,6 +124,7 @@ final class NodeClient: @unchecked Sendable {
         if transition == .cameUp {
             up.store(true, ordering: .relaxed)
             logger.info("cachet node is up again")
+            metrics.nodeState(node.id, up: true)
         }
     }
 
@@ -152,6 +158,7 @@ final class NodeClient: @unchecked Sendable {
     private func markedDown(reason: String) {
         up.store(false, ordering: .relaxed)
         logger.info("cachet node marked down", metadata: ["cachet.reason": "\(reason)"])
+        metrics.nodeState(node.id, up: false)
         let failure = CachetClientError(
             code: .unavailable,
             message: "the node was marked down (\(reason)); it is probed again with backoff",
