@@ -204,7 +204,7 @@ public struct CachetAuthTable: Sendable {
             guard let roleName = entry.role, let role = CachetRole(rawValue: roleName) else {
                 throw CachetAuthError(
                     code: .invalidUser,
-                    message: "user \(name) needs a \"role\": read, write or admin"
+                    message: "user \(name) needs a \"role\": read, write, admin or peer"
                 )
             }
             let prefixes = entry.prefixes ?? []

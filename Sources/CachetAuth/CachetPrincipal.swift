@@ -8,6 +8,9 @@ public enum CachetRole: String, Sendable, Hashable, CaseIterable {
     case write
     /// Everything: CLEAR, STATS with the member list, the `cluster` flag (cluster-wide CLEAR and STATS).
     case admin
+    /// A cluster member (its `--peer-user`): everything, the node-to-node flags included. Its forwards
+    /// carry requests the forwarding member has already checked against their client's user.
+    case peer
 }
 
 /// An authenticated user: its name, role and the key prefixes it may touch (empty: every key).
@@ -39,6 +42,7 @@ public struct CachetPrincipal: Sendable, Hashable {
     ///   - key: its key (nil for requests without one).
     /// - Returns: nil when allowed, else why not (for a FORBIDDEN reply).
     public func refusal(opcode: CachetOpcode, flags: UInt16, key: UnsafeRawBufferPointer?) -> String? {
+        if role == .peer { return nil }
         if flags & CachetRequestFlags.forwarded.rawValue != 0 {
             return "user \(name) may not send node-to-node requests (the forwarded flag)"
         }

@@ -68,8 +68,12 @@ public struct CachetNodeConfiguration: Sendable {
     public var tlsHandshakeTimeout: Double = 5
     /// The auth file (`--auth-file`, `docs/security.md`): its users must AUTH before any other request,
     /// and may then do what their role and key prefixes allow. Nil: every client may send every request.
-    /// Re-read on SIGHUP. For a node on its own for now (members would need a credential for their peers).
+    /// Re-read on SIGHUP. A cluster member with one authenticates to its peers with ``peerCredential``.
     public var authFile: String? = nil
+    /// The user (of role `peer` in the members' auth files) and secret this member authenticates as to
+    /// its peers (`--peer-user`, with `--peer-secret-file` or `CACHET_PEER_SECRET`); needed in a cluster
+    /// whose members have an auth file.
+    public var peerCredential: (user: String, secret: [UInt8])? = nil
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
@@ -161,10 +165,10 @@ public struct CachetNodeConfiguration: Sendable {
         if let tlsPort, !(0...65535).contains(tlsPort) || (tlsPort != 0 && tlsPort == port) {
             throw fail("--tls-port \(tlsPort) must be a port from 0 to 65535 other than --port")
         }
-        if authFile != nil && cluster != nil {
+        if authFile != nil && cluster != nil && peerCredential == nil {
             throw fail(
-                "--auth-file is for a node on its own for now: cluster members do not yet authenticate to "
-                    + "their peers; secure a cluster with --tls-only and --tls-client-auth required"
+                "a cluster member with --auth-file authenticates to its peers: give --peer-user (a user of role "
+                    + "peer) and its secret (--peer-secret-file or CACHET_PEER_SECRET)"
             )
         }
         guard tlsHandshakeTimeout > 0 && tlsHandshakeTimeout <= 600 else {

@@ -203,6 +203,9 @@ public final class CachetNodeServer: Sendable {
                     stallTimeout: configuration.clientStallTimeout,
                     forwardTimeout: configuration.cluster == nil ? nil : configuration.forwardTimeout,
                     peerTLS: peerTLS,
+                    peerAuth: configuration.peerCredential.map {
+                        CachetCommand.auth(user: Array($0.user.utf8), secret: $0.secret).encoded(id: 0)
+                    },
                     health: health,
                     // One loop probes for the node; every loop's forwards feed the same view.
                     probeInterval: index == 0 ? configuration.probeInterval : nil,

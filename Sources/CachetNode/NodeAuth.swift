@@ -90,7 +90,7 @@ struct ConnectionAccess {
         switch state {
         case .open: return true
         case .anonymous: return false
-        case .user(let principal): return principal.role == .admin
+        case .user(let principal): return principal.role == .admin || principal.role == .peer
         }
     }
 

@@ -99,6 +99,7 @@ final class NodeIOQueue: @unchecked Sendable {
         stallTimeout: Double = 0,
         forwardTimeout: Double? = nil,
         peerTLS: CachetTLSContext? = nil,
+        peerAuth: [UInt8]? = nil,
         health: NodeHealth? = nil,
         probeInterval: Double? = nil,
         lingerMilliseconds: Int,
@@ -124,6 +125,7 @@ final class NodeIOQueue: @unchecked Sendable {
                     maximumReplyLength: processor.maximumPayloadLength,
                     health: health,
                     tls: peerTLS,
+                    authRequest: peerAuth,
                     logger: logger
                 ),
                 router: router,

@@ -114,6 +114,20 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
             guard let frame else { break }
             let body = Array(input.wholeRegion[frame.body])
             input.moveReadIndex(to: frame.end)
+            if frame.header.opcode == .auth && frame.header.id == 0 {
+                // The reply to the AUTH this channel opened with (a cluster whose members have users).
+                guard frame.header.status == .ok else {
+                    let text = String(decoding: body, as: UTF8.self)
+                    close(
+                        error: CachetIOError(
+                            code: .connectionFailed,
+                            message: "\(name) refused this member's peer credential (\(frame.header.status)): \(text)"
+                        )
+                    )
+                    return
+                }
+                continue
+            }
             // A reply for a forward whose deadline passed is dropped.
             guard let waiting = pending.removeValue(forKey: frame.header.id) else { continue }
             loop.cancelTimer(waiting.timer)

@@ -61,6 +61,7 @@ final class PeerForwarder: @unchecked Sendable {
         maximumReplyLength: Int,
         health: NodeHealth? = nil,
         tls: CachetTLSContext? = nil,
+        authRequest: [UInt8]? = nil,
         logger: Logger
     ) {
         self.loop = loop
@@ -68,8 +69,13 @@ final class PeerForwarder: @unchecked Sendable {
         self.maximumReplyLength = maximumReplyLength
         self.health = health
         self.tls = tls
+        self.authRequest = authRequest
         self.logger = logger
     }
+
+    /// The AUTH every peer connection sends first, as this member's peer user, in a cluster whose members
+    /// have users; nil: none.
+    private let authRequest: [UInt8]?
 
     /// The context peer connections use in a TLS-only cluster (this node's certificate, the cluster's
     /// CA); nil: plain TCP.
@@ -387,6 +393,8 @@ final class PeerForwarder: @unchecked Sendable {
         }
         let channel = PeerChannel(member: member, loop: loop, maximumReplyLength: maximumReplyLength)
         if let tls { channel.useTLS(tls) }
+        // Written before the connection exists: the first bytes it carries, before any forward.
+        if let authRequest { channel.write(authRequest) }
         channel.onClose = { [weak self] closed in
             guard let self else { return }
             if control {

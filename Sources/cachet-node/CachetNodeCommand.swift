@@ -3,6 +3,7 @@ import CachetIO
 import CachetNode
 import CachetStore
 import Dispatch
+import Foundation
 import Logging
 import Synchronization
 
@@ -172,6 +173,17 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(
         help: """
+            In a cluster whose members have --auth-file: the user (of role peer) this member authenticates \
+            as to its peers; its secret from --peer-secret-file, or CACHET_PEER_SECRET.
+            """
+    )
+    var peerUser: String?
+
+    @Option(help: "A file whose first line is the --peer-user's secret.")
+    var peerSecretFile: String?
+
+    @Option(
+        help: """
             Port of an HTTP listener for /metrics (Prometheus text), /health/live and /health/ready \
             (0 picks a free one); none by default.
             """
@@ -242,6 +254,27 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.tlsPort = tlsPort
             configuration.tlsOnly = tlsOnly
             configuration.authFile = authFile
+            if let peerUser {
+                let secret: String
+                if let peerSecretFile {
+                    guard let text = try? String(contentsOfFile: peerSecretFile, encoding: .utf8) else {
+                        throw CachetNodeError(
+                            code: .invalidConfiguration,
+                            message: "--peer-secret-file \(peerSecretFile) cannot be read"
+                        )
+                    }
+                    secret = String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
+                } else if let fromEnvironment = ProcessInfo.processInfo.environment["CACHET_PEER_SECRET"] {
+                    secret = fromEnvironment
+                } else {
+                    throw CachetNodeError(
+                        code: .invalidConfiguration,
+                        message:
+                            "--peer-user \(peerUser) needs its secret: --peer-secret-file FILE or CACHET_PEER_SECRET"
+                    )
+                }
+                configuration.peerCredential = (peerUser, Array(secret.utf8))
+            }
             configuration.tlsHandshakeTimeout = tlsHandshakeTimeout
             guard let clientAuthentication = CachetTLSConfiguration.ClientAuthentication(rawValue: tlsClientAuth) else {
                 throw CachetNodeError(

@@ -1,4 +1,6 @@
 import CachetAuth
+import CachetCluster
+import CachetIO
 import CachetTestSupport
 import CachetWire
 import Foundation
@@ -205,5 +207,69 @@ struct NodeAuthTests {
         let hash = try CachetSecretHash(parsing: String(text.dropLast()))
         #expect(hash.matches(Array("a-long-random-secret".utf8)))
         #expect(!hash.matches(Array("a-long-random-secret\n".utf8)))
+    }
+
+    /// A cluster whose members have users: each member authenticates to its peers as the `peer` user, so
+    /// a client's write of another member's key is forwarded (and its rights were checked where it came
+    /// in); a client still may not send the forwarded flag; a member with a wrong peer secret is refused
+    /// by its peers.
+    @Test func aClusterWithUsersForwardsBetweenAuthenticatedMembers() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth-cluster")
+        defer { directory.remove() }
+        let users = directory.appending("users.json")
+        try Self.writeAuthFile(users, Self.users + [("member", "member-secret-0123456789", "peer", [])])
+        let secret = directory.appending("member.secret")
+        try Data("member-secret-0123456789\n".utf8).write(to: URL(fileURLWithPath: secret))
+        let ports = try (0..<3).map { _ in
+            let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
+            CachetSocket.close(fd)
+            return port
+        }
+        let file = directory.appending("cluster.json")
+        let entries = ports.enumerated().map { "{\"id\": \"n\($0 + 1)\", \"host\": \"127.0.0.1\", \"port\": \($1)}" }
+        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
+            .write(to: URL(fileURLWithPath: file))
+        let membership = try CachetMembership(contentsOfFile: file)
+        let nodes = try (1...3).map { index in
+            try NodeProcess(arguments: [
+                "--cluster", file, "--node-id", "n\(index)", "--port", "\(ports[index - 1])", "--auth-file", users,
+                "--peer-user", "member", "--peer-secret-file", secret, "--probe-interval", "0.1", "--disk-limit", "0",
+            ])
+        }
+        let key = (0...).lazy.map { "shop:\($0)" }.first { membership.owner(of: $0).id == "n2" }!
+        func connect(_ index: Int, as user: String, _ secret: String) throws -> TestSocket {
+            let socket = try TestSocket(port: ports[index], timeout: 5)
+            #expect(try Self.auth(socket, user, secret).status == .ok)
+            return socket
+        }
+        let n1 = try connect(0, as: "shop", "shop-secret-0123456789")
+        var written = false
+        let deadline = Date().addingTimeInterval(15)
+        while !written && Date() < deadline {
+            written = try n1.roundTrip(.put(key: Array(key.utf8), value: Array("v".utf8), ttl: 0)).status == .ok
+            if !written { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        #expect(written, "the write through n1 reached n2")
+        let n3 = try connect(2, as: "reader", "reader-secret-0123456789")
+        #expect(try n3.roundTrip(.get(key: Array(key.utf8))).body == Array("v".utf8))
+        // n2 holds it itself: the forward was served by n2 (a member asks with the forwarded flag).
+        let member = try connect(1, as: "member", "member-secret-0123456789")
+        #expect(try NodeForwardingTests.get(key, from: member, flags: .forwarded).body == Array("v".utf8))
+        #expect(try NodeForwardingTests.get(key, from: n3, flags: .forwarded).status == .forbidden)
+        _ = nodes
+
+        // A fourth process with the wrong peer secret: its peers refuse it, and say so in its log.
+        let wrong = directory.appending("wrong.secret")
+        try Data("not-the-secret\n".utf8).write(to: URL(fileURLWithPath: wrong))
+        nodes[0].stop(signal: SIGKILL)
+        let impostor = try NodeProcess(arguments: [
+            "--cluster", file, "--node-id", "n1", "--port", "\(ports[0])", "--auth-file", users,
+            "--peer-user", "member", "--peer-secret-file", wrong, "--probe-interval", "0.1", "--disk-limit", "0",
+        ])
+        let refused = Date().addingTimeInterval(5)
+        while !impostor.log.contains("refused this member's peer credential") && Date() < refused {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(impostor.log.contains("refused this member's peer credential"), "\(impostor.log.suffix(1500))")
     }
 }
