@@ -116,6 +116,10 @@ struct CachetAuthTests {
         let limitedAdmin = CachetPrincipal(name: "x", role: .admin, prefixes: [Array("x:".utf8)])
         #expect(Self.refusal(limitedAdmin, .clear)?.contains("prefixes") == true)
         #expect(Self.refusal(ops, CachetOpcode(rawValue: 0x33)) != nil)
+        // A cluster member's user: everything, the node-to-node flags included.
+        let member = CachetPrincipal(name: "member", role: .peer)
+        #expect(Self.refusal(member, .get, key: "any", flags: .forwarded) == nil)
+        #expect(Self.refusal(member, .clear, flags: [.forwarded, .invalidation]) == nil)
     }
 
     @Test func anAddressPastItsFailuresWaitsForItsWindow() {
