@@ -32,6 +32,8 @@ final class NodeHealth: Sendable {
         var minority = MinorityRule()
         /// The hold's ``NodeReturnHold/absenceCount`` when the duty last took it into account.
         var absencesSeen: UInt64 = 0
+        /// Forwards and probes to each member by outcome (`/metrics`), counted with the outcome's record.
+        var outcomes: [String: [String: Int]] = [:]
     }
 
     private let membership: CachetNodeMembership
@@ -106,6 +108,7 @@ final class NodeHealth: Sendable {
         var change: MinorityRule.Change?
         var memberChange: CachetPeerHealth.Transition?
         let regained = withState { health, state -> Bool in
+            state.outcomes[member.id, default: [:]][outcome.metricName, default: 0] += 1
             guard let index = health.membership.index(ofID: member.id) else { return false }
             let wasCutOff = health.isCutOff
             let wasUp = health.state(of: index) == .up
@@ -327,6 +330,9 @@ final class NodeHealth: Sendable {
     private func withHealth<T>(_ body: (inout CachetClusterHealth, inout SystemRandomNumberGenerator) -> T) -> T? {
         withState { health, state in body(&health, &state.random) }
     }
+
+    /// Forwards and probes to each member, by outcome, since start (`/metrics`).
+    var forwardOutcomes: [String: [String: Int]] { withState { _, state in state.outcomes } ?? [:] }
 
     func withState<T>(_ body: (inout CachetClusterHealth, inout State) -> T) -> T? {
         let generation = membership.generation

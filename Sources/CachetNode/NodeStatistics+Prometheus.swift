@@ -80,6 +80,20 @@ extension NodeStatistics {
         )
         let health = self.health.withLock { $0 }
         let hold = self.hold.withLock { $0 }
+        let outcomes = health?.forwardOutcomes ?? [:]
+        if !outcomes.isEmpty {
+            var samples: [(String, Int)] = []
+            for member in outcomes.keys.sorted() {
+                for (outcome, count) in outcomes[member, default: [:]].sorted(by: { $0.key < $1.key }) {
+                    samples.append(("member=\"\(Self.escaped(member))\",outcome=\"\(outcome)\"", count))
+                }
+            }
+            text.counter(
+                "cachet_forward_outcomes_total",
+                "Forwards and probes to each peer, by outcome (answered, timed_out, refused...).",
+                samples
+            )
+        }
         let nodeID = membership.nodeID
         let members = membership.current.members.map(\.id)
         if members.count > 1 {

@@ -27,6 +27,19 @@ enum ForwardOutcome {
         /// The member is marked down: it was not asked.
         case markedDown
     }
+
+    /// The outcome's name in `/metrics` (`cachet_forward_outcomes_total{outcome}`).
+    var metricName: String {
+        switch self {
+        case .answered: "answered"
+        case .unavailable(_, .timedOut): "timed_out"
+        case .unavailable(_, .connectionFailed): "connection_failed"
+        case .unavailable(_, .closed): "closed"
+        case .unavailable(_, .refused): "refused"
+        case .unavailable(_, .overloaded): "overloaded"
+        case .unavailable(_, .markedDown): "marked_down"
+        }
+    }
 }
 
 /// One outbound connection from this node to a peer, carrying many forwarded requests at once, each with

@@ -116,6 +116,8 @@ struct NodeMetricsTests {
         let samples = try Self.fetch(httpPort, "/metrics", parse: true)
         #expect(samples.contains("cachet_holding{} 1"))
         #expect(samples.contains(#"cachet_cluster_member_state{member="n2",state="up"}"#))
+        // The probes n1 sent n2, answered.
+        #expect(samples.contains(#"cachet_forward_outcomes_total{member="n2",outcome="answered"}"#), "\(samples)")
         // Ready again once the hold is over.
         let over = Date().addingTimeInterval(10)
         repeat {
