@@ -60,19 +60,10 @@ public final class TestCertificates: Sendable {
     }
 
     private func openssl(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
+        let (output, status) = try runProcess("/usr/bin/openssl", arguments)
+        guard status == 0 else {
             throw TestSocketError(
-                description: "openssl \(arguments.prefix(2).joined(separator: " ")) failed: "
-                    + String(decoding: text, as: UTF8.self)
+                description: "openssl \(arguments.prefix(2).joined(separator: " ")) failed: \(output)"
             )
         }
     }

@@ -162,17 +162,11 @@ struct NodeAuthTests {
         let secretFile = directory.appending("secret")
         try Data("shop-secret-0123456789\n".utf8).write(to: URL(fileURLWithPath: secretFile))
         func cli(_ arguments: [String], environment: [String: String] = [:]) throws -> (String, Int32) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
-            process.arguments = ["--port", "\(node.port)"] + arguments
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (String(decoding: data, as: UTF8.self), process.terminationStatus)
+            try runProcess(
+                BuiltProducts.path(of: "cachet-cli"),
+                ["--port", "\(node.port)"] + arguments,
+                environment: environment
+            )
         }
         let (put, putStatus) = try cli(["--user", "shop", "--secret-file", secretFile, "put", "shop:a", "v"])
         #expect(putStatus == 0 && put == "OK\n", "\(put)")
@@ -191,19 +185,12 @@ struct NodeAuthTests {
     }
 
     @Test func cachetCliHashSecretMakesWhatTheFileStores() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
-        process.arguments = ["hash-secret"]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        input.fileHandleForWriting.write(Data("a-long-random-secret\n".utf8))
-        try input.fileHandleForWriting.close()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        let (text, status) = try runProcess(
+            BuiltProducts.path(of: "cachet-cli"),
+            ["hash-secret"],
+            input: "a-long-random-secret\n"
+        )
+        #expect(status == 0)
         let hash = try CachetSecretHash(parsing: String(text.dropLast()))
         #expect(hash.matches(Array("a-long-random-secret".utf8)))
         #expect(!hash.matches(Array("a-long-random-secret\n".utf8)))

@@ -35,17 +35,8 @@ struct NodeMetricsTests {
             else:
                 print(status, body.strip())
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = ["-c", script]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard process.terminationStatus == 0 else {
+        let (text, status) = try runProcess(python, ["-c", script])
+        guard status == 0 else {
             throw TestSocketError(
                 description: "fetching \(path) failed (is python3-prometheus-client installed?): \(text)"
             )
