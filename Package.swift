@@ -134,6 +134,7 @@ let package = Package(
         .executableTarget(
             name: "cachet-node",
             dependencies: [
+                "CachetAuth",
                 "CachetNode",
                 "CachetIO",
                 .product(name: "FlyingFox", package: "FlyingFox"),

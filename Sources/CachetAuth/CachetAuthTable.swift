@@ -240,3 +240,23 @@ public struct CachetAuthTable: Sendable {
 
     private static let decoy = CachetSecretHash(hashing: [])
 }
+
+/// Where a tool reads a secret from: never its command line (which `ps` shows), but a file's first line or
+/// an environment variable.
+public enum CachetSecretSource {
+    /// The secret in the first line of `file` when one is given, else in the environment variable
+    /// `variable`; nil when neither is there.
+    /// - Parameters:
+    ///   - file: a file whose first line is the secret.
+    ///   - variable: the environment variable to read otherwise.
+    /// - Throws: ``CachetAuthError`` `unreadable` when `file` cannot be read.
+    public static func read(file: String?, environmentVariable variable: String) throws(CachetAuthError) -> [UInt8]? {
+        if let file {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw CachetAuthError(code: .unreadable, message: "the secret file \(file) cannot be read")
+            }
+            return Array((text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "").utf8)
+        }
+        return ProcessInfo.processInfo.environment[variable].map { Array($0.utf8) }
+    }
+}

@@ -97,18 +97,18 @@ struct CachetCLICommandLine: ParsableCommand {
     /// The user and secret `--user` asks for: the secret from `--secret-file`, else `CACHET_SECRET`.
     private func credentials() throws -> (user: String, secret: [UInt8])? {
         guard let user else { return nil }
-        if let secretFile {
-            guard let text = try? String(contentsOfFile: secretFile, encoding: .utf8) else {
-                throw ValidationError("--secret-file \(secretFile) cannot be read")
-            }
-            return (user, Array((text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "").utf8))
+        let secret: [UInt8]?
+        do throws(CachetAuthError) {
+            secret = try CachetSecretSource.read(file: secretFile, environmentVariable: "CACHET_SECRET")
+        } catch {
+            throw ValidationError("--secret-file: \(error.message)")
         }
-        guard let secret = ProcessInfo.processInfo.environment["CACHET_SECRET"] else {
+        guard let secret else {
             throw ValidationError(
                 "--user \(user) needs its secret: --secret-file FILE, or CACHET_SECRET in the environment"
             )
         }
-        return (user, Array(secret.utf8))
+        return (user, secret)
     }
 
     /// The TLS client context the flags ask for, nil without `--tls`.

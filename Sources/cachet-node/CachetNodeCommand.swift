@@ -1,4 +1,5 @@
 import ArgumentParser
+import CachetAuth
 import CachetIO
 import CachetNode
 import CachetStore
@@ -255,25 +256,20 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.tlsOnly = tlsOnly
             configuration.authFile = authFile
             if let peerUser {
-                let secret: String
-                if let peerSecretFile {
-                    guard let text = try? String(contentsOfFile: peerSecretFile, encoding: .utf8) else {
-                        throw CachetNodeError(
-                            code: .invalidConfiguration,
-                            message: "--peer-secret-file \(peerSecretFile) cannot be read"
-                        )
-                    }
-                    secret = String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
-                } else if let fromEnvironment = ProcessInfo.processInfo.environment["CACHET_PEER_SECRET"] {
-                    secret = fromEnvironment
-                } else {
+                let read: [UInt8]?
+                do throws(CachetAuthError) {
+                    read = try CachetSecretSource.read(file: peerSecretFile, environmentVariable: "CACHET_PEER_SECRET")
+                } catch {
+                    throw CachetNodeError(code: .invalidConfiguration, message: "--peer-secret-file: \(error.message)")
+                }
+                guard let secret = read else {
                     throw CachetNodeError(
                         code: .invalidConfiguration,
                         message:
                             "--peer-user \(peerUser) needs its secret: --peer-secret-file FILE or CACHET_PEER_SECRET"
                     )
                 }
-                configuration.peerCredential = (peerUser, Array(secret.utf8))
+                configuration.peerCredential = (peerUser, secret)
             }
             configuration.tlsHandshakeTimeout = tlsHandshakeTimeout
             guard let clientAuthentication = CachetTLSConfiguration.ClientAuthentication(rawValue: tlsClientAuth) else {
