@@ -37,29 +37,17 @@ echo "subjectAltName=IP:127.0.0.1" >"$CERTS/ext"
 openssl x509 -req -in "$CERTS/server.csr" -CA "$CERTS/ca.pem" -CAkey "$CERTS/ca.key" -CAcreateserial \
     -out "$CERTS/server.pem" -days 2 -extfile "$CERTS/ext" 2>/dev/null
 
-SERVER_CPU=(taskset -c 0)
-BENCH_CPU=(taskset -c 1)
-if ! command -v taskset >/dev/null || [ "$(nproc)" -lt 2 ]; then SERVER_CPU=(); BENCH_CPU=(); fi
+# shellcheck source=Benchmarks/servers.sh
+. Benchmarks/servers.sh
 MEMCACHED_USER=()
 [ "$(id -u)" = 0 ] && MEMCACHED_USER=(-u root)
 
-pids=()
-stop_pid() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 cleanup() {
     for pid in "${pids[@]+"${pids[@]}"}"; do stop_pid "$pid"; done
     rm -rf "$CERTS"
 }
 trap cleanup EXIT INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-    for _ in $(seq 1 100); do
-        if python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
-        sleep 0.1
-    done
-    echo "nothing listens on port $1" >&2
-    return 1
-}
 
 # start_server NAME -> PORT (the one to load), PID
 start_server() {

@@ -67,32 +67,12 @@ done
 MEMCACHED_USER=()
 [ "$(id -u)" -eq 0 ] && MEMCACHED_USER=(-u nobody)
 
-SERVER_CPU=(taskset -c 0)
-BENCH_CPU=(taskset -c 1)
-if ! command -v taskset >/dev/null || [ "$(nproc)" -lt 2 ]; then SERVER_CPU=(); BENCH_CPU=(); fi
-
-pids=()
-stop_pid() {
-    kill -TERM "$1" 2>/dev/null || return 0
-    for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    # memcached may have inherited an ignored SIGTERM from the calling shell.
-    kill -KILL "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
+# shellcheck source=Benchmarks/servers.sh
+. Benchmarks/servers.sh
 cleanup() { for pid in "${pids[@]}"; do stop_pid "$pid"; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-wait_port() {
-    for _ in $(seq 1 200); do
-        if python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "server on port $1 did not start" >&2
-    exit 2
-}
 
 # start_server NAME -> sets PORT and PID
 start_server() {
