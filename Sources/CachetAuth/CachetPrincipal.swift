@@ -34,8 +34,8 @@ public struct CachetPrincipal: Sendable, Hashable {
     }
 
     /// Whether the user may send a request: its opcode by role, its key by prefix, and never a node's own
-    /// flags (`forwarded`: a client that sets it would skip the checks its forwarding node makes). An
-    /// admin limited to prefixes may not CLEAR (a CLEAR by prefix is not there yet).
+    /// flags (`forwarded`: a client that sets it would skip the checks its forwarding node makes). Which
+    /// keys a CLEAR may remove is ``clearScope(requested:)``'s to say.
     /// - Parameters:
     ///   - opcode: the request's opcode.
     ///   - flags: its flags word.
@@ -55,10 +55,8 @@ public struct CachetPrincipal: Sendable, Hashable {
         case .put, .delete:
             guard role != .read else { return "user \(name) may only read (role read)" }
         case .clear:
+            // Which keys it may clear is ``clearScope(requested:)``'s to say, from the CLEAR's body.
             guard role == .admin else { return "\(opcode) needs the admin role; user \(name) has \(role.rawValue)" }
-            guard prefixes.isEmpty else {
-                return "user \(name) is limited to key prefixes, so it may not \(opcode) the node"
-            }
         default:
             return "user \(name) may not send \(opcode)"
         }
@@ -72,6 +70,35 @@ public struct CachetPrincipal: Sendable, Hashable {
         return "user \(name) may only touch keys that start with "
             + prefixes.map { "'\(String(decoding: $0, as: UTF8.self))'" }.joined(separator: ", ")
     }
+}
+
+extension CachetPrincipal {
+    /// The key prefixes a CLEAR by this user removes, or why it may not: a user limited to prefixes clears
+    /// only keys under them (all of them for a CLEAR without prefixes; those it names, when each lies within
+    /// one of them); any other user clears what it asks (every key for a CLEAR without prefixes). Call only
+    /// for a user ``refusal(opcode:flags:key:)`` allows to CLEAR.
+    /// - Parameter requested: the prefixes the CLEAR names (its body), empty for every key.
+    /// - Returns: the prefixes to clear (empty: every key), or the reason for a FORBIDDEN reply.
+    public func clearScope(requested: [[UInt8]]) -> Result<[[UInt8]], CachetAuthRefusal> {
+        guard !prefixes.isEmpty, role != .peer else { return .success(requested) }
+        guard !requested.isEmpty else { return .success(prefixes) }
+        for prefix in requested where !prefixes.contains(where: { prefix.starts(with: $0) }) {
+            return .failure(
+                CachetAuthRefusal(
+                    message: "user \(name) may only clear keys that start with "
+                        + prefixes.map { "'\(String(decoding: $0, as: UTF8.self))'" }.joined(separator: ", ")
+                        + "; '\(String(decoding: prefix, as: UTF8.self))' is wider"
+                )
+            )
+        }
+        return .success(requested)
+    }
+}
+
+/// Why a user may not do what it asked: the message of a FORBIDDEN reply.
+public struct CachetAuthRefusal: Error, Sendable, Hashable {
+    /// What to tell the client.
+    public let message: String
 }
 
 /// Failed authentications per address, so that a client guessing secrets is slowed to a few tries a

@@ -1,3 +1,5 @@
+import CachetWire
+
 /// Where a PUT's value comes from.
 public enum CachetCLIValueSource: Sendable, Equatable {
     /// The bytes typed on the line.
@@ -14,8 +16,8 @@ public enum CachetCLICommand: Sendable, Equatable {
     case get(key: [UInt8], output: String?)
     /// `del KEY`.
     case delete(key: [UInt8])
-    /// `clear`.
-    case clear
+    /// `clear [PREFIX...]`: every key, or those that start with one of the prefixes.
+    case clear(prefixes: [[UInt8]])
     /// `stats`.
     case stats
     /// `ping`.
@@ -33,7 +35,8 @@ public enum CachetCLICommand: Sendable, Equatable {
           get KEY [--out FILE]            print the value (UTF-8 as text, anything else as 0x-hex),
                                           or write its raw bytes to FILE
           del KEY                         remove KEY
-          clear                           remove every entry of the node
+          clear [PREFIX...]               remove every entry of the node, or those whose keys
+                                          start with one of the prefixes
           stats                           the node's counters
           ping                            round-trip time to the node
           help                            this text
@@ -93,10 +96,15 @@ public enum CachetCLICommand: Sendable, Equatable {
         case "del", "delete":
             guard arguments.count == 1 else { throw usage("del KEY") }
             return .delete(key: arguments[0])
-        case "clear", "stats", "ping", "help", "quit", "exit":
+        case "clear":
+            guard arguments.count <= CachetBodyDecoder.maximumClearPrefixes, !arguments.contains(where: \.isEmpty)
+            else {
+                throw usage("clear [PREFIX...] (at most \(CachetBodyDecoder.maximumClearPrefixes) non-empty prefixes)")
+            }
+            return .clear(prefixes: arguments)
+        case "stats", "ping", "help", "quit", "exit":
             guard arguments.isEmpty else { throw usage("\(name) takes no arguments") }
             switch name {
-            case "clear": return .clear
             case "stats": return .stats
             case "ping": return .ping
             case "help": return .help

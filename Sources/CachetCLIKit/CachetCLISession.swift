@@ -127,8 +127,8 @@ public final class CachetCLISession {
         case .delete(let key):
             let reply = try send(.delete(key: key), lines: &lines)
             return answer(reply, lines: &lines) { _ in "OK" }
-        case .clear where cluster:
-            let reply = try send(.clear, flags: .cluster, lines: &lines)
+        case .clear(let prefixes) where cluster:
+            let reply = try send(prefixes.isEmpty ? .clear : .clearPrefixes(prefixes), flags: .cluster, lines: &lines)
             guard reply.status == .ok else { return answer(reply, lines: &lines) { _ in "" } }
             let (rendered, allAnswered) = CachetCLIFormatter.clusterClear(reply.body)
             lines += rendered
@@ -139,8 +139,8 @@ public final class CachetCLISession {
             let (rendered, allAnswered) = CachetCLIFormatter.clusterStats(reply.body)
             lines += rendered
             return allAnswered ? .ok : .error
-        case .clear:
-            let reply = try send(.clear, lines: &lines)
+        case .clear(let prefixes):
+            let reply = try send(prefixes.isEmpty ? .clear : .clearPrefixes(prefixes), lines: &lines)
             return answer(reply, lines: &lines) { reply in
                 guard let result = try? CachetClearResult(decoding: reply.body) else { return "OK" }
                 return "OK (removed \(result.items) items, \(result.bytes) bytes)"

@@ -32,11 +32,28 @@ public struct CachetNodePing: Sendable, Hashable {
 }
 
 extension CachetClient {
-    /// Removes every entry of every node.
+    /// Removes every entry of every node, or only those whose keys start with one of `prefixes`.
+    ///
+    /// On a node with users, a user limited to key prefixes clears only keys under them: all of them
+    /// without `prefixes`, and `forbidden` for a prefix wider than its own (`docs/security.md`).
+    /// - Parameter prefixes: key prefixes, each non-empty (at most 64); none for every key.
     /// - Returns: per node, in configuration order, the entries and bytes removed.
-    /// - Throws: ``CachetClientError`` naming the first node that failed (the others were cleared).
-    public func clear() async throws(CachetClientError) -> [CachetNodeClearResult] {
-        let replies = try await everyNode(.clear)
+    /// - Throws: ``CachetClientError`` naming the first node that failed (the others were cleared);
+    ///   `badRequest` for an empty prefix or more than 64.
+    public func clear(prefixes: [String] = []) async throws(CachetClientError) -> [CachetNodeClearResult] {
+        let encodedPrefixes = prefixes.map { Array($0.utf8) }
+        guard encodedPrefixes.count <= CachetBodyDecoder.maximumClearPrefixes,
+            encodedPrefixes.allSatisfy({ (1...CachetProtocol.maximumKeyLength).contains($0.count) })
+        else {
+            throw CachetClientError(
+                code: .badRequest,
+                message: "CLEAR takes none or 1 to \(CachetBodyDecoder.maximumClearPrefixes) key prefixes, "
+                    + "each 1 to \(CachetProtocol.maximumKeyLength) bytes"
+            )
+        }
+        var body = CachetCommand.clearPrefixes(encodedPrefixes).encoded(id: 0)
+        body.removeFirst(CachetProtocol.frameOverhead)
+        let replies = try await everyNode(.clear, body: body)
         var results: [CachetNodeClearResult] = []
         for (node, body) in replies {
             do {
@@ -86,12 +103,16 @@ extension CachetClient {
 
     /// Sends a bare request to every node at once, each with the request timeout (whatever its health:
     /// a node marked down is tried too).
-    private func everyNode(_ opcode: CachetOpcode) async throws(CachetClientError) -> [(CachetClient.Node, [UInt8])] {
-        try await everyNodeTimed(opcode).map { ($0.0, $0.1) }
+    private func everyNode(
+        _ opcode: CachetOpcode,
+        body: [UInt8] = []
+    ) async throws(CachetClientError) -> [(CachetClient.Node, [UInt8])] {
+        try await everyNodeTimed(opcode, body: body).map { ($0.0, $0.1) }
     }
 
     private func everyNodeTimed(
-        _ opcode: CachetOpcode
+        _ opcode: CachetOpcode,
+        body: [UInt8] = []
     ) async throws(CachetClientError) -> [(CachetClient.Node, [UInt8], ContinuousClock.Instant)] {
         let deadline = monotonicNanoseconds() &+ configuration.requestTimeout.nanoseconds
         let topology = topology
@@ -103,7 +124,9 @@ extension CachetClient {
                     group.addTask {
                         guard !self.isShutDownNow else { return (index, .failure(node.shutdownError()), .now) }
                         let outcome = await self.send(on: node, deadline: deadline) { slot, id, waiter, deadline in
-                            slot.issue(.bare(opcode), id: id, waiter: waiter, deadline: deadline)
+                            body.withUnsafeBytes { body in
+                                slot.issue(.withBody(opcode, body: body), id: id, waiter: waiter, deadline: deadline)
+                            }
                         }
                         return (index, outcome, .now)
                     }

@@ -17,6 +17,11 @@ struct ClientRequest {
         ClientRequest(opcode: opcode, key: key, value: UnsafeRawBufferPointer(start: nil, count: 0), ttl: 0)
     }
 
+    /// A request whose whole body is `body` (a CLEAR naming key prefixes).
+    static func withBody(_ opcode: CachetOpcode, body: UnsafeRawBufferPointer) -> ClientRequest {
+        ClientRequest(opcode: opcode, key: UnsafeRawBufferPointer(start: nil, count: 0), value: body, ttl: 0)
+    }
+
     static func bare(_ opcode: CachetOpcode) -> ClientRequest {
         let empty = UnsafeRawBufferPointer(start: nil, count: 0)
         return ClientRequest(opcode: opcode, key: empty, value: empty, ttl: 0)
@@ -27,7 +32,7 @@ struct ClientRequest {
         switch opcode {
         case .put: return CachetProtocol.frameOverhead + CachetProtocol.putBodyPrefixSize + key.count + value.count
         case .get, .delete: return CachetProtocol.frameOverhead + CachetProtocol.keyBodyPrefixSize + key.count
-        default: return CachetProtocol.frameOverhead
+        default: return CachetProtocol.frameOverhead + key.count + value.count
         }
     }
 

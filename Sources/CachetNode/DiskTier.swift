@@ -19,8 +19,9 @@ enum PendingOperation {
     case get(key: [UInt8], id: UInt32, warmUp: Bool)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
-    /// A CLEAR: memory is empty; the disk tier empties behind the queued writes.
-    case clear(id: UInt32, memoryOnlyItems: Int, memoryOnlyBytes: Int)
+    /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties
+    /// (of those keys) behind the queued writes.
+    case clear(id: UInt32, prefixes: [[UInt8]], memoryOnlyItems: Int, memoryOnlyBytes: Int)
     /// A GET, PUT or DEL of a key another member owns (`Protocol/CLUSTER.md`, "Forwarding").
     case forward(ForwardRequest)
     /// A CLEAR or STATS with the `cluster` flag: asked of every member (`Protocol/PROTOCOL.md`,

@@ -94,6 +94,16 @@ struct ConnectionAccess {
         }
     }
 
+    /// The key prefixes a CLEAR from this connection removes (empty: every key): its user's, when it is
+    /// limited to prefixes (``CachetPrincipal/clearScope(requested:)``; a CLEAR it may not send has been
+    /// refused before this is asked).
+    /// - Parameter requested: the prefixes the CLEAR names.
+    func clearScope(requested: [[UInt8]]) -> [[UInt8]] {
+        guard case .user(let principal) = state, case .success(let scope) = principal.clearScope(requested: requested)
+        else { return requested }
+        return scope
+    }
+
     /// Whether the node has no auth file (the one test every request pays then).
     @inline(__always)
     var isOpen: Bool {

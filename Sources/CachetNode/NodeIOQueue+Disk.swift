@@ -68,8 +68,8 @@ extension NodeIOQueue {
                     }
                 }
             }
-        case .clear(let id, let memoryOnlyItems, let memoryOnlyBytes):
-            disk.worker.removeAll { [self] removed in
+        case .clear(let id, let prefixes, let memoryOnlyItems, let memoryOnlyBytes):
+            let completion: @Sendable (CachetDiskClearResult) -> Void = { [self] removed in
                 execute { [self] in
                     resume(connection) { processor, output, _ in
                         processor.completeClear(
@@ -81,6 +81,11 @@ extension NodeIOQueue {
                         )
                     }
                 }
+            }
+            if prefixes.isEmpty {
+                disk.worker.removeAll(completion: completion)
+            } else {
+                disk.worker.removeAll(prefixes: prefixes, completion: completion)
             }
         case .forward, .fanOut:
             break

@@ -50,9 +50,19 @@ extension RequestProcessor {
                 flags: header.flags,
                 key: key.map { UnsafeRawBufferPointer(rebasing: buffer[$0]) }
             )
-            guard let refusal else { return true }
-            appendMessage(refusal, status: .forbidden, opcode: header.opcode, id: header.id, to: &output)
-            return false
+            if let refusal {
+                appendMessage(refusal, status: .forbidden, opcode: header.opcode, id: header.id, to: &output)
+                return false
+            }
+            if header.opcode == .clear,
+                case .failure(let refusal) = principal.clearScope(
+                    requested: try CachetBodyDecoder.decodeClear(in: buffer, body: frame.body)
+                )
+            {
+                appendMessage(refusal.message, status: .forbidden, opcode: .clear, id: header.id, to: &output)
+                return false
+            }
+            return true
         } catch {
             // Served as usual: the request's own error is what it gets.
             return true

@@ -379,10 +379,17 @@ extension RequestProcessor {
     /// The fan-out of a CLEAR or STATS with the `cluster` flag (and without `forwarded`, which cancels it):
     /// the same request, `forwarded` set and `cluster` clear, for every member, this node included.
     @inline(never)
-    func fanOut(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer) -> PendingOperation? {
+    func fanOut(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        clearPrefixes: [[UInt8]]? = nil
+    ) -> PendingOperation? {
         let flags = CachetRequestFlags(rawValue: frame.header.flags)
         guard flags.contains(.cluster), !flags.contains(.forwarded) else { return nil }
-        var request = Self.requestBytes(frame, in: buffer)
+        // A CLEAR whose user's prefixes narrow it carries them to every member in its body.
+        var request =
+            clearPrefixes.map { CachetCommand.clearPrefixes($0).encoded(id: frame.header.id, flags: flags) }
+            ?? Self.requestBytes(frame, in: buffer)
         let word = (frame.header.flags | CachetRequestFlags.forwarded.rawValue) & ~CachetRequestFlags.cluster.rawValue
         request.withUnsafeMutableBytes { $0.storeBytes(of: word.bigEndian, toByteOffset: 6, as: UInt16.self) }
         let nobody = CachetClusterMember(id: "", host: "", port: 0)

@@ -170,7 +170,7 @@ struct RequestProcessor {
                 noRoom: &noRoom,
                 now: now,
                 directSend: directSend,
-                fullStatistics: access.mayReadMembers
+                access: access
             )
             if noRoom { return .memoryFull }
             input.moveReadIndex(to: frame.end)
@@ -189,7 +189,7 @@ struct RequestProcessor {
         noRoom: inout Bool,
         now: UInt32,
         directSend: DirectSend?,
-        fullStatistics: Bool
+        access: borrowing ConnectionAccess
     ) -> PendingOperation? {
         let header = frame.header
         do {
@@ -248,17 +248,21 @@ struct RequestProcessor {
                 }
                 delete(UnsafeRawBufferPointer(rebasing: buffer[key]), id: header.id, output: &output, now: now)
             case .clear:
-                try CachetBodyDecoder.decodeEmpty(body: frame.body)
+                let requested = try CachetBodyDecoder.decodeClear(in: buffer, body: frame.body)
+                // A user limited to key prefixes clears only keys under them (checked by `authorize`).
+                let prefixes = access.clearScope(requested: requested)
                 if forwards {
-                    if let fanOut = fanOut(frame, in: buffer) { return fanOut }
+                    if let fanOut = fanOut(frame, in: buffer, clearPrefixes: prefixes == requested ? nil : prefixes) {
+                        return fanOut
+                    }
                     noteInvalidation(header)
                     cluster.unsafelyUnwrapped.warmUp?.noteClear()
                 }
-                return clear(id: header.id, output: &output)
+                return clear(prefixes: prefixes, id: header.id, output: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
-                var json = statistics(fullStatistics)
+                var json = statistics(access.mayReadMembers)
                 json.withUTF8 {
                     appendReply(
                         opcode: .stats,
@@ -426,9 +430,10 @@ struct RequestProcessor {
         appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
 
-    private func clear(id: UInt32, output: inout CachetByteBuffer) -> PendingOperation? {
+    /// A CLEAR of every key, or of the keys under `prefixes` when there are any.
+    private func clear(prefixes: [[UInt8]], id: UInt32, output: inout CachetByteBuffer) -> PendingOperation? {
         guard let disk else {
-            let removed = store.removeAll()
+            let removed = prefixes.isEmpty ? store.removeAll() : store.removeAll(prefixes: prefixes)
             appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)
             return nil
         }
@@ -439,13 +444,18 @@ struct RequestProcessor {
         var memoryOnlyBytes = 0
         let now = CachetClock.now()
         disk.worker.beginClear()
-        _ = store.removeAll { key, valueLength in
+        let visit: (UnsafeRawBufferPointer, Int) -> Void = { key, valueLength in
             if !disk.worker.mayHold(key: key, now: now) {
                 memoryOnlyItems += 1
                 memoryOnlyBytes += key.count + valueLength
             }
         }
-        return .clear(id: id, memoryOnlyItems: memoryOnlyItems, memoryOnlyBytes: memoryOnlyBytes)
+        if prefixes.isEmpty {
+            _ = store.removeAll(visit: visit)
+        } else {
+            _ = store.removeAll(prefixes: prefixes, visit: visit)
+        }
+        return .clear(id: id, prefixes: prefixes, memoryOnlyItems: memoryOnlyItems, memoryOnlyBytes: memoryOnlyBytes)
     }
 
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,

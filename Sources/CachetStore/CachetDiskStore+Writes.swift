@@ -207,6 +207,60 @@ extension CachetDiskStore {
         return answer
     }
 
+    /// Deletes the entries whose keys start with one of `prefixes` (a CLEAR limited to prefixes). The index
+    /// names entries by digest only, so this reads the key from each entry file's header: one small read
+    /// per entry on disk, on the disk queue. A file that cannot be deleted is never read again and is
+    /// recorded as such in the journal, as for DEL.
+    /// - Parameter prefixes: the key prefixes; an empty list deletes nothing.
+    /// - Returns: the entries deleted and their key and value bytes.
+    func clear(prefixes: [[UInt8]]) -> CachetDiskClearResult {
+        io.withLock { _ -> CachetDiskClearResult in
+            var result = CachetDiskClearResult(items: 0, bytes: 0)
+            guard !prefixes.isEmpty else { return result }
+            let (closed, recovering, nodes) = state.withLock { state in
+                (state.closed, state.recovering, state.recovering ? [] : state.index.inRecencyOrder())
+            }
+            guard !closed else { return result }
+            func removeIfMatching(_ path: String) {
+                guard let (key, logicalSize) = Self.readKey(path),
+                    prefixes.contains(where: { key.starts(with: $0) })
+                else { return }
+                let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+                let indexed = invalidate(digest, countFailure: true)
+                if indexed || recovering {
+                    result.items += 1
+                    result.bytes += logicalSize
+                }
+            }
+            if recovering {
+                // Entries not indexed yet are on disk all the same: every file is read.
+                Self.forEachEntryFile(directory: configuration.directory) { path, _ in
+                    removeIfMatching(path)
+                    return true
+                }
+            } else {
+                for node in nodes { removeIfMatching(path(for: node.digest).file) }
+            }
+            return result
+        }
+    }
+
+    /// The key of an entry file and its key and value bytes, or nil for a file that is gone or not a valid
+    /// entry.
+    static func readKey(_ path: String) -> (key: [UInt8], logicalSize: Int)? {
+        guard
+            let prefix = DiskFiles.readPrefix(
+                path,
+                count: DiskEntryFormat.headerSize + DiskEntryFormat.maximumKeyLength
+            )
+        else { return nil }
+        return prefix.bytes.withUnsafeBytes { raw in
+            guard let header = DiskEntryFormat.decodeHeader(raw) else { return nil }
+            let key = Array(raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)])
+            return (key, header.keyLength + header.valueLength)
+        }
+    }
+
     /// Removes an entry's index record and file. Called with the I/O lock held.
     func discard(_ digest: KeyDigest, reason: CachetStoreError.Code?) {
         let removed = state.withLock { state -> Bool in

@@ -386,6 +386,24 @@ public final class CachetDiskWorker: Sendable {
         }
     }
 
+    /// Queues a delete of the entries whose keys start with one of `prefixes` (a CLEAR limited to
+    /// prefixes), behind the writes already queued; call ``beginClear()`` first, as for
+    /// ``removeAll(completion:)``. Its completion comes after the files are gone.
+    /// - Parameters:
+    ///   - prefixes: the key prefixes.
+    ///   - completion: receives the entries and bytes deleted, on the disk queue.
+    public func removeAll(prefixes: [[UInt8]], completion: @escaping @Sendable (CachetDiskClearResult) -> Void) {
+        writes.withLock { tracking in
+            enqueue { [self] in completion(store.clear(prefixes: prefixes)) }
+            // Reads queued before it must not put back what it deletes (``mayKeepPromotion(key:of:)``);
+            // writes queued before it are deleted when it runs, so `mayHold` may still say yes: the read it
+            // sends to the disk queue runs after the delete and misses.
+            tracking.sequence += 1
+            tracking.lastClear = tracking.sequence
+            tracking.clearsInFlight = max(0, tracking.clearsInFlight - 1)
+        }
+    }
+
     /// Blocks until every queued operation has run.
     public func drain() {
         queue.sync {}

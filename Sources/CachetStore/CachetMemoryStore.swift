@@ -261,6 +261,31 @@ public final class CachetMemoryStore: @unchecked Sendable {
         return (items, bytes)
     }
 
+    /// Removes the entries whose keys start with one of `prefixes` (a CLEAR limited to prefixes).
+    /// - Parameters:
+    ///   - prefixes: the key prefixes; an empty list removes nothing.
+    ///   - visit: called with each removed key and its value's length, under the shard's lock.
+    /// - Returns: entries removed and their key and value bytes.
+    /// - Complexity: O(n), n the entries of the whole tier.
+    @discardableResult
+    public func removeAll(
+        prefixes: [[UInt8]],
+        visit: ((UnsafeRawBufferPointer, Int) -> Void)? = nil
+    ) -> (items: Int, bytes: Int) {
+        var items = 0
+        var bytes = 0
+        guard !prefixes.isEmpty else { return (0, 0) }
+        for index in shards.indices {
+            withShard(index) { shard in
+                let removed = shard.removeAll(prefixes: prefixes, visit: visit)
+                items += removed.items
+                bytes += removed.payloadBytes
+                used.subtract(removed.accountedBytes, ordering: .relaxed)
+            }
+        }
+        return (items, bytes)
+    }
+
     /// Removes expired entries incrementally: examines at most `budget` entries per shard, resuming where
     /// the previous call stopped.
     /// - Parameters:

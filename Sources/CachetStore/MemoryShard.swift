@@ -269,6 +269,28 @@ final class MemoryShard {
         return result
     }
 
+    /// Removes the entries whose keys start with one of `prefixes`, calling `visit` with each key and value
+    /// length. Returns items, payload bytes and accounted bytes removed.
+    func removeAll(
+        prefixes: [[UInt8]],
+        visit: ((UnsafeRawBufferPointer, Int) -> Void)?
+    ) -> (items: Int, payloadBytes: Int, accountedBytes: Int) {
+        var result = (items: 0, payloadBytes: 0, accountedBytes: 0)
+        var entry = head
+        while let current = entry {
+            entry = current.next
+            let key = current.key
+            guard prefixes.contains(where: { prefix in key.starts(with: prefix) }),
+                let index = find(key, hash: current.hash)
+            else { continue }
+            visit?(key, current.valueLength)
+            result.items += 1
+            result.payloadBytes += current.payloadSize
+            result.accountedBytes += discard(at: index)
+        }
+        return result
+    }
+
     /// Examines up to `budget` entries, walking from the least recently used end and resuming where the
     /// previous sweep stopped; removes the expired ones. Returns (removed, bytes freed).
     func sweep(now: UInt32, budget: Int) -> (removed: Int, freed: Int) {

@@ -111,6 +111,49 @@ public enum CachetBodyDecoder {
         return (userStart..<(userStart + userLength), secret)
     }
 
+    /// The most key prefixes one CLEAR may name.
+    public static let maximumClearPrefixes = 64
+
+    /// Parses a CLEAR body: empty (every key), or one or more `prefix_len: u16 | prefix` pairs, each prefix
+    /// 1 to ``CachetProtocol/maximumKeyLength`` bytes, at most ``maximumClearPrefixes`` of them: only keys
+    /// that start with one of them are removed. Not on the hot path: it copies the prefixes.
+    ///
+    /// - Parameters:
+    ///   - buffer: the buffer the frame was decoded from.
+    ///   - body: the frame's body range.
+    /// - Returns: the prefixes, empty for a CLEAR of every key.
+    /// - Throws: ``CachetWireError`` `malformedBody` for a truncated pair, an empty or too long prefix, or
+    ///   too many prefixes.
+    public static func decodeClear(
+        in buffer: UnsafeRawBufferPointer,
+        body: Range<Int>
+    ) throws(CachetWireError) -> [[UInt8]] {
+        var prefixes: [[UInt8]] = []
+        var offset = body.lowerBound
+        while offset < body.upperBound {
+            guard prefixes.count < maximumClearPrefixes else {
+                throw malformed("CLEAR names more than \(maximumClearPrefixes) key prefixes")
+            }
+            guard body.upperBound - offset >= 2 else {
+                throw malformed("CLEAR body ends inside a 2-byte prefix length")
+            }
+            let length = Int(buffer.loadUnaligned(fromByteOffset: offset, as: UInt16.self).bigEndian)
+            guard length >= 1 && length <= CachetProtocol.maximumKeyLength else {
+                throw malformed(
+                    "CLEAR prefix of \(length) bytes: a prefix is 1 to \(CachetProtocol.maximumKeyLength) bytes"
+                )
+            }
+            guard offset + 2 + length <= body.upperBound else {
+                throw malformed(
+                    "CLEAR body declares a \(length)-byte prefix but carries \(body.upperBound - offset - 2) bytes"
+                )
+            }
+            prefixes.append(Array(buffer[(offset + 2)..<(offset + 2 + length)]))
+            offset += 2 + length
+        }
+        return prefixes
+    }
+
     /// Checks that a CLEAR, STATS or PING body is empty.
     ///
     /// - Parameter body: the frame's body range.

@@ -76,6 +76,9 @@ public enum CachetCommand: Hashable, Sendable {
     case delete(key: [UInt8])
     /// Remove every entry.
     case clear
+    /// Remove the entries whose keys start with one of `prefixes` (1 to
+    /// ``CachetBodyDecoder/maximumClearPrefixes`` of them, each non-empty): a CLEAR with a body.
+    case clearPrefixes([[UInt8]])
     /// Read the node's counters.
     case stats
     /// Ask for an empty OK reply.
@@ -89,7 +92,7 @@ public enum CachetCommand: Hashable, Sendable {
         case .put: return .put
         case .get: return .get
         case .delete: return .delete
-        case .clear: return .clear
+        case .clear, .clearPrefixes: return .clear
         case .stats: return .stats
         case .ping: return .ping
         case .auth: return .auth
@@ -130,6 +133,13 @@ public enum CachetCommand: Hashable, Sendable {
             output.append(contentsOf: key)
         case .clear, .stats, .ping:
             CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: 0, to: &output)
+        case .clearPrefixes(let prefixes):
+            let bodyLength = prefixes.reduce(0) { $0 + 2 + $1.count }
+            CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: bodyLength, to: &output)
+            for prefix in prefixes {
+                CachetFrameEncoder.appendBigEndian(UInt16(clamping: prefix.count), to: &output)
+                output.append(contentsOf: prefix)
+            }
         case .auth(let user, let secret):
             CachetFrameEncoder.appendPrefixAndHeader(
                 header: header,
@@ -193,8 +203,8 @@ public enum CachetCommand: Hashable, Sendable {
         case .delete:
             return .delete(key: Array(buffer[try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)]))
         case .clear:
-            try CachetBodyDecoder.decodeEmpty(body: frame.body)
-            return .clear
+            let prefixes = try CachetBodyDecoder.decodeClear(in: buffer, body: frame.body)
+            return prefixes.isEmpty ? .clear : .clearPrefixes(prefixes)
         case .stats:
             try CachetBodyDecoder.decodeEmpty(body: frame.body)
             return .stats

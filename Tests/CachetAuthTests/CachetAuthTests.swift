@@ -112,9 +112,18 @@ struct CachetAuthTests {
 
         // A node's own flags are no client's: forwarding never widens rights.
         #expect(Self.refusal(ops, .get, key: "k", flags: .forwarded)?.contains("forwarded") == true)
-        // An admin limited to prefixes may not clear the whole node.
-        let limitedAdmin = CachetPrincipal(name: "x", role: .admin, prefixes: [Array("x:".utf8)])
-        #expect(Self.refusal(limitedAdmin, .clear)?.contains("prefixes") == true)
+        // An admin limited to prefixes clears only under them: all of them, or narrower ones it names.
+        let limitedAdmin = CachetPrincipal(name: "x", role: .admin, prefixes: [Array("x:".utf8), Array("y".utf8)])
+        #expect(Self.refusal(limitedAdmin, .clear) == nil)
+        #expect(try limitedAdmin.clearScope(requested: []).get() == [Array("x:".utf8), Array("y".utf8)])
+        #expect(try limitedAdmin.clearScope(requested: [Array("x:1".utf8)]).get() == [Array("x:1".utf8)])
+        guard case .failure(let wider) = limitedAdmin.clearScope(requested: [Array("x:1".utf8), Array("x".utf8)]) else {
+            Issue.record("a prefix wider than the user's was allowed")
+            return
+        }
+        #expect(wider.message.contains("'x' is wider"))
+        #expect(try ops.clearScope(requested: []).get() == [])
+        #expect(try ops.clearScope(requested: [Array("a".utf8)]).get() == [Array("a".utf8)])
         #expect(Self.refusal(ops, CachetOpcode(rawValue: 0x33)) != nil)
         // A cluster member's user: everything, the node-to-node flags included.
         let member = CachetPrincipal(name: "member", role: .peer)

@@ -34,6 +34,12 @@ struct ClientSingleNodeTests {
             let pings = try await client.ping()
             #expect(pings.map(\.node) == [cluster.node(0).id])
 
+            try await client.put("user:1", value: "x")
+            let byPrefix = try await client.clear(prefixes: ["user:", "nothing:"])
+            #expect(byPrefix == [CachetNodeClearResult(node: cluster.node(0).id, items: 1, bytes: 6 + 1)])
+            #expect(try await client.getString("greeting") == "héllo")
+            await #expect(throws: CachetClientError.self) { try await client.clear(prefixes: [""]) }
+
             let cleared = try await client.clear()
             #expect(cleared == [CachetNodeClearResult(node: cluster.node(0).id, items: 2, bytes: 3 + 0 + 8 + 6)])
             #expect(try await client.get("greeting") == nil)

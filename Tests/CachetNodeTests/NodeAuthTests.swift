@@ -99,6 +99,60 @@ struct NodeAuthTests {
         #expect(try ops.roundTrip(.get(key: Array("shop:1".utf8))).status == .notFound)
     }
 
+    @Test func aClearByAUserLimitedToPrefixesRemovesOnlyTheirKeysFromBothTiers() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-auth-clear")
+        defer { directory.remove() }
+        let file = directory.appending("users.json")
+        try Self.writeAuthFile(
+            file,
+            Self.users + [("shopadmin", "shopadmin-secret-0123456789", "admin", ["shop:", "cart:"])]
+        )
+        let data = directory.appending("data")
+        let arguments = ["--auth-file", file, "--data-dir", data]
+        var node = try NodeProcess(arguments: arguments)
+        let ops = try node.connect()
+        #expect(try Self.auth(ops, "ops", "ops-secret-0123456789").status == .ok)
+        let keys = ["shop:1", "shop:2", "cart:1", "user:1", "shopping", "user:shop:1"]
+        for key in keys {
+            #expect(try ops.roundTrip(.put(key: Array(key.utf8), value: Array("v-\(key)".utf8), ttl: 0)).status == .ok)
+        }
+        let admin = try node.connect()
+        #expect(try Self.auth(admin, "shopadmin", "shopadmin-secret-0123456789").status == .ok)
+        // A prefix wider than the user's own is refused; a narrower one clears only what it names.
+        let wider = try admin.roundTrip(.clearPrefixes([Array("sh".utf8)]))
+        #expect(wider.status == .forbidden)
+        #expect(String(decoding: wider.body, as: UTF8.self).contains("'sh' is wider"))
+        let narrow = try admin.roundTrip(.clearPrefixes([Array("shop:2".utf8)]))
+        #expect(narrow.status == .ok)
+        #expect(try CachetClearResult(decoding: narrow.body).items == 1)
+        #expect(try ops.roundTrip(.get(key: Array("shop:2".utf8))).status == .notFound)
+        #expect(try ops.roundTrip(.get(key: Array("shop:1".utf8))).status == .ok)
+        // A CLEAR without prefixes clears the user's: shop:1 and cart:1, on disk too.
+        let reply = try admin.roundTrip(.clear)
+        #expect(reply.status == .ok)
+        let removed = try CachetClearResult(decoding: reply.body)
+        #expect(removed.items == 2, "\(removed)")
+        #expect(removed.bytes == UInt64(("shop:1" + "v-shop:1" + "cart:1" + "v-cart:1").utf8.count))
+        let left = ["user:1", "shopping", "user:shop:1"]
+        for key in keys {
+            let status = try ops.roundTrip(.get(key: Array(key.utf8))).status
+            #expect(status == (left.contains(key) ? .ok : .notFound), "\(key)")
+        }
+        // What survives a restart is what the disk tier kept: the same keys.
+        #expect(node.stop() == 0)
+        node = try NodeProcess(arguments: arguments)
+        let again = try node.connect()
+        #expect(try Self.auth(again, "ops", "ops-secret-0123456789").status == .ok)
+        for key in keys {
+            let status = try again.roundTrip(.get(key: Array(key.utf8))).status
+            #expect(status == (left.contains(key) ? .ok : .notFound), "after a restart: \(key)")
+        }
+        // An admin without prefixes may clear any prefix.
+        let any = try again.roundTrip(.clearPrefixes([Array("user:".utf8)]))
+        #expect(try CachetClearResult(decoding: any.body).items == 2)
+        #expect(try again.roundTrip(.get(key: Array("shopping".utf8))).status == .ok)
+    }
+
     @Test func repeatedFailuresCloseTheConnectionThenHoldTheAddressBack() throws {
         let directory = TemporaryDirectory(prefix: "cachet-auth")
         defer { directory.remove() }
@@ -204,7 +258,13 @@ struct NodeAuthTests {
         let directory = TemporaryDirectory(prefix: "cachet-auth-cluster")
         defer { directory.remove() }
         let users = directory.appending("users.json")
-        try Self.writeAuthFile(users, Self.users + [("member", "member-secret-0123456789", "peer", [])])
+        try Self.writeAuthFile(
+            users,
+            Self.users + [
+                ("member", "member-secret-0123456789", "peer", []),
+                ("shopadmin", "shopadmin-secret-0123456789", "admin", ["shop:"]),
+            ]
+        )
         let secret = directory.appending("member.secret")
         try Data("member-secret-0123456789\n".utf8).write(to: URL(fileURLWithPath: secret))
         let ports = try (0..<3).map { _ in
@@ -244,6 +304,20 @@ struct NodeAuthTests {
         #expect(try NodeForwardingTests.get(key, from: member, flags: .forwarded).body == Array("v".utf8))
         #expect(try NodeForwardingTests.get(key, from: n3, flags: .forwarded).status == .forbidden)
         _ = nodes
+
+        // A cluster-wide CLEAR by an admin limited to prefixes carries them to every member.
+        let ops = try connect(0, as: "ops", "ops-secret-0123456789")
+        let other = (0...).lazy.map { "user:\($0)" }.first { membership.owner(of: $0).id == "n2" }!
+        #expect(try ops.roundTrip(.put(key: Array(other.utf8), value: Array("w".utf8), ttl: 0)).status == .ok)
+        let shopAdmin = try connect(2, as: "shopadmin", "shopadmin-secret-0123456789")
+        try shopAdmin.send(CachetCommand.clear.encoded(id: 5, flags: .cluster))
+        let cleared = try shopAdmin.readResponse()
+        #expect(cleared.status == .ok)
+        let reply = try CachetClusterClearReply(decoding: cleared.body)
+        #expect(reply.members.count == 3 && reply.members.allSatisfy { $0.status == .ok }, "\(reply.members)")
+        #expect(reply.total.items == 1, "\(reply.members)")
+        #expect(try ops.roundTrip(.get(key: Array(key.utf8))).status == .notFound)
+        #expect(try ops.roundTrip(.get(key: Array(other.utf8))).body == Array("w".utf8))
 
         // A fourth process with the wrong peer secret: its peers refuse it, and say so in its log.
         let wrong = directory.appending("wrong.secret")

@@ -142,6 +142,30 @@ struct CachetMemoryStoreTests {
         store._checkInvariants()
     }
 
+    @Test(arguments: [1, 4])
+    func removingByPrefixKeepsEveryOtherEntryAndTheAccounts(shards: Int) {
+        let store = Self.store(limit: 1 << 20, shards: shards)
+        var kept: [[UInt8]: [UInt8]] = [:]
+        var removedBytes = 0
+        for index in 0..<200 {
+            let key = Array((["a:", "b:", "ab", "c"][index % 4] + "\(index)").utf8)
+            let value = [UInt8](repeating: UInt8(index & 0xff), count: index % 7)
+            store.put(key: key, value: value)
+            if key.starts(with: Array("a:".utf8)) || key.starts(with: Array("c".utf8)) {
+                removedBytes += key.count + value.count
+            } else {
+                kept[key] = value
+            }
+        }
+        var visited = 0
+        let removed = store.removeAll(prefixes: [Array("a:".utf8), Array("c".utf8)]) { _, _ in visited += 1 }
+        #expect(removed.items == 100 && visited == 100 && removed.bytes == removedBytes)
+        #expect(store.statistics.items == kept.count)
+        for (key, value) in kept { #expect(store.value(forKey: key) == value) }
+        #expect(store.removeAll(prefixes: []) == (items: 0, bytes: 0))
+        store._checkInvariants()
+    }
+
     @Test func whenEveryEntryWasReadTheOldestStillMakesRoom() {
         let entry = CachetMemoryStore.accountedSize(keyLength: 1, valueLength: 100)
         let store = Self.store(limit: entry * 3)

@@ -119,7 +119,41 @@ struct CachetBodyDecoderTests {
         #expect(Self.error(Self.request(.put, body: Self.putBody(declared: 0xffff, rest: 0)))?.code == .keyTooLong)
     }
 
-    @Test(arguments: [CachetOpcode.clear, .stats, .ping])
+    @Test func clearTakesNothingOrKeyPrefixes() throws {
+        func prefixes(_ body: [UInt8]) throws -> [[UInt8]] {
+            try body.withUnsafeBytes { buffer in
+                try CachetBodyDecoder.decodeClear(in: buffer, body: 0..<buffer.count)
+            }
+        }
+        #expect(try prefixes([]) == [])
+        #expect(try prefixes([0, 2, 0x61, 0x3a, 0, 1, 0x63]) == [Array("a:".utf8), Array("c".utf8)])
+        let tooMany: [UInt8] = (0...CachetBodyDecoder.maximumClearPrefixes).flatMap { _ -> [UInt8] in [0, 1, 0x61] }
+        let cases: [([UInt8], String)] = [
+            ([UInt8(0)], "CLEAR body ends inside a 2-byte prefix length"),
+            ([0, 0], "CLEAR prefix of 0 bytes: a prefix is 1 to 4096 bytes"),
+            (
+                [0x10, 0x01] + [UInt8](repeating: 0x61, count: 4097),
+                "CLEAR prefix of 4097 bytes: a prefix is 1 to 4096 bytes"
+            ),
+            ([0, 5, 0x61, 0x62], "CLEAR body declares a 5-byte prefix but carries 2 bytes"),
+            (tooMany, "CLEAR names more than 64 key prefixes"),
+        ]
+        for (body, message) in cases {
+            let error = #expect(throws: CachetWireError.self) { try prefixes(body) }
+            #expect(error?.code == .malformedBody && error?.message == message, "\(message)")
+        }
+        let command = CachetCommand.clearPrefixes([Array("a:".utf8), Array("c".utf8)])
+        let bytes = command.encoded(id: 7)
+        let decoded = try bytes.withUnsafeBytes { buffer in
+            try CachetCommand.decode(
+                frame: try #require(try CachetFrameDecoder.decodeFrame(in: buffer, at: 0)),
+                in: buffer
+            )
+        }
+        #expect(decoded == command)
+    }
+
+    @Test(arguments: [CachetOpcode.stats, .ping])
     func emptyBodyOpcodesRefuseABody(opcode: CachetOpcode) {
         let bytes = Self.request(opcode, body: [])
         #expect(decodeOne(bytes) != nil && Self.error(bytes) == nil)

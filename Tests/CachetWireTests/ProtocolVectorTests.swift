@@ -8,7 +8,8 @@ struct ProtocolVectorTests {
 
     /// The vectors the specification promises, one per opcode and per error class.
     static let required = [
-        "put-get", "get-missing", "del", "del-missing", "clear", "stats", "ping", "put-with-ttl", "empty-value",
+        "put-get", "get-missing", "del", "del-missing", "clear", "clear-prefixes", "stats", "ping", "put-with-ttl",
+        "empty-value",
         "binary-key", "pipelined", "unknown-opcode", "unsupported-version", "empty-key", "key-too-long",
         "body-shorter-than-key", "trailing-bytes-after-key", "nonempty-ping-body", "payload-too-short",
         "payload-too-large", "truncated-frame", "reserved-flags", "request-flags",
@@ -85,7 +86,7 @@ struct ProtocolVectorTests {
     private func checkOKBody(of command: CachetCommand, status: CachetStatus, body: [UInt8], in vector: ProtocolVector)
     {
         switch (command, status) {
-        case (.clear, .ok):
+        case (.clear, .ok), (.clearPrefixes, .ok):
             #expect(body.count == CachetProtocol.clearReplySize, "\(vector.name): CLEAR reply is 16 bytes")
         case (.get, .ok):
             break  // the value

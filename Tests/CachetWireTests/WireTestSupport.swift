@@ -211,6 +211,11 @@ final class CodecModelNode: ProtocolVectorConnection {
             let result = CachetClearResult(items: UInt64(entries.count), bytes: UInt64(bytes))
             entries.removeAll()
             reply(.clear, .ok, id: id, result.encoded)
+        case .clearPrefixes(let prefixes):
+            let removed = entries.filter { entry in prefixes.contains { entry.key.starts(with: $0) } }
+            let bytes = removed.reduce(0) { $0 + $1.key.count + $1.value.count }
+            for key in removed.keys { entries.removeValue(forKey: key) }
+            reply(.clear, .ok, id: id, CachetClearResult(items: UInt64(removed.count), bytes: UInt64(bytes)).encoded)
         case .stats:
             var fields = ProtocolVector.requiredStatsFields.filter { $0 != "version" }.map { name in
                 "\"\(name)\":\(name == "items" ? entries.count : counters[name, default: 0])"
