@@ -120,6 +120,11 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// Bumped whenever every request received has been answered (the input holds no partial frame): a
     /// client that holds part of a frame and does not finish it leaves it unchanged.
     @exclusivity(unchecked) var requestsTaken: UInt32 = 0
+    /// When the loop's latest turn on this connection began (``CachetDeadline/now()``): requests that wait
+    /// for the disk, a peer or a fan-out are timed from it (``RequestLatencies``).
+    @exclusivity(unchecked) var turnStarted: UInt64 = 0
+    /// The command of the request the connection waits for (``NodeIOQueue/wait(for:_:)``).
+    @exclusivity(unchecked) var waitingCommand = LatencyCommand.other
     /// The two counters when the loop last looked, and since when (`DispatchTime`s in nanoseconds) each
     /// has not changed; kept up to date only while connections wait for memory.
     @exclusivity(unchecked) var repliesSeen: UInt32 = 0

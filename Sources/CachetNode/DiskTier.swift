@@ -34,6 +34,18 @@ enum PendingOperation {
 /// reply needs back. A class, so that ``PendingOperation`` (and the result every batch of requests
 /// returns) stays as small as before forwarding: a larger payload cost about 30 instructions per request
 /// in copies and destroys of that result (callgrind).
+extension PendingOperation {
+    /// The command its duration is counted under (``RequestLatencies``).
+    var latencyCommand: LatencyCommand {
+        switch self {
+        case .get: return .get
+        case .put: return .set
+        case .clear: return .other
+        case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
+        }
+    }
+}
+
 final class ForwardRequest: Sendable {
     let frame: [UInt8]
     let opcode: CachetOpcode

@@ -112,12 +112,15 @@ final class ForwardCoordinator {
         var output = CachetByteBuffer(capacity: 256)
         // The client's connection already checked its user's rights.
         var access = ConnectionAccess.open
+        // Timed where the client's connection waits for it.
+        var tally = RequestTally()
         let result = processor.process(
             input: &input,
             output: &output,
             outputLimit: .max,
             now: CachetClock.now(),
             access: &access,
+            tally: &tally,
             requestLimit: 1
         )
         switch result {

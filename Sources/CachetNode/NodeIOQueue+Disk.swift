@@ -11,6 +11,7 @@ extension NodeIOQueue {
     /// takes it (``start(_:for:)`` gives it back).
     func wait(for operation: PendingOperation, _ connection: Connection) {
         connection.phase = .waitingForCompletion
+        connection.waitingCommand = operation.latencyCommand
         if case .put(let key, let value, _, _) = operation { memory.charge(key.count + value.count) }
         start(operation, for: connection)
     }
@@ -99,6 +100,10 @@ extension NodeIOQueue {
         reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
     ) {
         guard case .waitingForCompletion = connection.phase else { return }
+        processor.counters.latencies.observe(
+            connection.waitingCommand,
+            nanoseconds: CachetDeadline.now() &- connection.turnStarted
+        )
         let now = CachetClock.now()
         if let forwards = connection.forwards {
             reply(processor, &forwards.pending, now)

@@ -36,11 +36,16 @@ extension NodeIOQueue {
             completeForward(Array(reply.readableRegion), slot: slot, pipeline: pipeline, connection: connection)
             return
         }
+        let started = connection.turnStarted
         forwardCoordinator.forward(
             request,
             // The connection closed meanwhile: nobody waits for this reply.
             isWanted: { connection.forwards === pipeline }
         ) { [self] reply in
+            processor.counters.latencies.observe(
+                LatencyCommand(request.opcode),
+                nanoseconds: CachetDeadline.now() &- started
+            )
             completeForward(reply, slot: slot, pipeline: pipeline, connection: connection)
         }
     }
@@ -82,7 +87,7 @@ extension NodeIOQueue {
     /// the phase the input calls for; sends nothing (``process(_:now:)`` does).
     /// - Returns: true when the last forward has answered meanwhile (at once: its owner marked down) and
     ///   the connection is still reading: the caller goes on processing as usual.
-    func processHeld(_ connection: Connection, now: UInt32) -> Bool {
+    func processHeld(_ connection: Connection, now: UInt32, tally: inout RequestTally) -> Bool {
         var yielded = false
         processing: while let pipeline = connection.forwards {
             let replyRoom = memory.replyRoom
@@ -110,6 +115,7 @@ extension NodeIOQueue {
                 ),
                 now: now,
                 access: &connection.access,
+                tally: &tally,
                 // Never straight to the socket: earlier replies are still held.
                 directSend: nil,
                 requestLimit: Self.requestsPerTurn
@@ -130,9 +136,11 @@ extension NodeIOQueue {
                 beginClosing(connection)
                 break processing
             case .suspended(.forward(let request)):
+                tally.uncount(LatencyCommand(request.opcode))
                 startForward(request, for: connection)
                 connection.chargeForwards()
             case .suspended(let operation):
+                tally.uncount(operation.latencyCommand)
                 wait(for: operation, connection)
                 break processing
             case .receivingValue(let direct):

@@ -368,7 +368,16 @@ final class NodeIOQueue: @unchecked Sendable {
             if draining { beginClosing(connection) }
             return
         }
-        if connection.forwards != nil && !processHeld(connection, now: now) {
+        // Requests answered in this turn are timed together, once their replies are handed to the socket.
+        let started = CachetDeadline.now()
+        connection.turnStarted = started
+        var tally = RequestTally()
+        defer {
+            if !tally.isEmpty {
+                processor.counters.latencies.observe(tally, nanoseconds: CachetDeadline.now() &- started)
+            }
+        }
+        if connection.forwards != nil && !processHeld(connection, now: now, tally: &tally) {
             _ = send(connection)
             return
         }
@@ -386,6 +395,7 @@ final class NodeIOQueue: @unchecked Sendable {
                 ),
                 now: now,
                 access: &connection.access,
+                tally: &tally,
                 directSend: DirectSend(channel: connection),
                 requestLimit: Self.requestsPerTurn
             )
@@ -404,11 +414,13 @@ final class NodeIOQueue: @unchecked Sendable {
             case .closeAfterReply:
                 beginClosing(connection)
             case .suspended(.forward(let request)):
+                tally.uncount(LatencyCommand(request.opcode))
                 startForward(request, for: connection)
                 // Answered already (its owner marked down), it leaves no forward in flight: carry on here
                 // (a loop, not a call, so that a long run of such forwards cannot deepen the stack).
-                if processHeld(connection, now: now) { continue }
+                if processHeld(connection, now: now, tally: &tally) { continue }
             case .suspended(let operation):
+                tally.uncount(operation.latencyCommand)
                 wait(for: operation, connection)
             case .receivingValue(let direct):
                 connection.phase = .receivingValue(direct)

@@ -26,6 +26,15 @@ extension NodeStatistics {
                 (#"command="delete",status="ok""#, requests.deletes),
             ]
         )
+        text.histogram(
+            "cachet_request_duration_seconds",
+            "Requests by command, from the turn that read them to their reply handed to the socket.",
+            LatencyCommand.allCases.map { command in
+                var histogram = LatencyHistogram()
+                for counters in loopCounters { counters.latencies.add(command, to: &histogram) }
+                return (#"command=""# + command.label + #"""#, histogram)
+            }
+        )
         text.counter("cachet_bad_requests_total", "Requests refused as malformed.", requests.badRequests)
         text.counter("cachet_items_evicted_total", "Entries evicted from the memory tier.", memory.evictions)
         text.counter("cachet_items_expired_total", "Entries dropped from memory once their TTL passed.", memory.expired)
@@ -189,6 +198,33 @@ struct PrometheusText {
 
     mutating func counter(_ name: String, _ help: String, _ samples: [(labels: String, value: Int)]) {
         family(name, help, "counter", samples)
+    }
+
+    /// A histogram per label set: cumulative `_bucket`s with `le` (in seconds), `_sum` and `_count`.
+    mutating func histogram(_ name: String, _ help: String, _ samples: [(labels: String, histogram: LatencyHistogram)])
+    {
+        output += "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        for (labels, histogram) in samples {
+            var cumulative = 0
+            for (bucket, count) in histogram.buckets.enumerated() {
+                cumulative += count
+                let bound =
+                    bucket < RequestLatencies.bounds.count
+                    ? Self.seconds(fromNanoseconds: Int(RequestLatencies.bounds[bucket])) : "+Inf"
+                output += "\(name)_bucket{\(labels),le=\"\(bound)\"} \(cumulative)\n"
+            }
+            output += "\(name)_sum{\(labels)} \(Self.seconds(fromNanoseconds: histogram.sumNanoseconds))\n"
+            output += "\(name)_count{\(labels)} \(cumulative)\n"
+        }
+    }
+
+    /// Nanoseconds as seconds in decimal, exactly (no floating point): 25000 is "0.000025".
+    static func seconds(fromNanoseconds nanoseconds: Int) -> String {
+        let whole = nanoseconds / 1_000_000_000
+        var fraction = String(nanoseconds % 1_000_000_000)
+        fraction = String(repeating: "0", count: 9 - fraction.count) + fraction
+        while fraction.hasSuffix("0") { fraction.removeLast() }
+        return fraction.isEmpty ? "\(whole)" : "\(whole).\(fraction)"
     }
 
     private mutating func family(

@@ -113,6 +113,7 @@ struct RequestProcessor {
         outputCapacityLimit: Int = .max,
         now: UInt32,
         access: inout ConnectionAccess,
+        tally: inout RequestTally,
         directSend: DirectSend? = nil,
         requestLimit: Int = .max
     ) -> ProcessingResult {
@@ -150,6 +151,7 @@ struct RequestProcessor {
             }
             if answered == requestLimit { return .yielded }
             answered &+= 1
+            tally.count(frame.header.opcode)
             var noRoom = false
             if !access.isOpen {
                 // A node with users: AUTH, or the user's rights checked, before anything is served.

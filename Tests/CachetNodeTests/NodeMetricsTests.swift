@@ -50,6 +50,26 @@ struct NodeMetricsTests {
         return port
     }
 
+    @Test func aRequestThatWaitsForTheDiskIsTimedOnceWhenItCompletes() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-metrics-disk")
+        defer { directory.remove() }
+        var node = try NodeProcess(arguments: ["--data-dir", directory.path])
+        #expect(try node.connect().roundTrip(.put(key: Array("k".utf8), value: [1], ttl: 0)).status == .ok)
+        #expect(node.stop() == 0)
+        let httpPort = try Self.freePort()
+        node = try NodeProcess(arguments: ["--data-dir", directory.path, "--http-port", "\(httpPort)"])
+        let socket = try node.connect()
+        // Read from the disk tier (memory is empty after the restart), then from memory.
+        #expect(try socket.roundTrip(.get(key: Array("k".utf8))).body == [1])
+        #expect(try socket.roundTrip(.get(key: Array("k".utf8))).body == [1])
+        let samples = Set(try Self.fetch(httpPort, "/metrics", parse: true).split(separator: "\n").map(String.init))
+        #expect(
+            samples.contains(#"cachet_request_duration_seconds_count{command="get"} 2"#),
+            "\(samples.filter { $0.contains("duration_seconds_count") }.sorted())"
+        )
+        #expect(samples.contains(#"cachet_disk_hits_total{} 1"#))
+    }
+
     @Test func metricsParseAndMatchStats() throws {
         let httpPort = try Self.freePort()
         let node = try NodeProcess(arguments: ["--http-port", "\(httpPort)", "--disk-limit", "0"])
@@ -66,6 +86,21 @@ struct NodeMetricsTests {
         #expect(samples.contains(#"cachet_commands_total{command="get",status="miss"} 15"#))
         #expect(samples.contains(#"cachet_commands_total{command="set",status="ok"} 25"#))
         #expect(samples.contains("cachet_current_bytes{} \(stats["memory_bytes"] as? Int ?? -1)"))
+        // Every request is timed once, under its command; buckets are cumulative up to +Inf.
+        for (command, count) in [("get", 40), ("set", 25), ("delete", 0)] {
+            #expect(samples.contains(#"cachet_request_duration_seconds_count{command="\#(command)"} \#(count)"#))
+            #expect(
+                samples.contains(#"cachet_request_duration_seconds_bucket{command="\#(command)",le="+Inf"} \#(count)"#),
+                "\(samples.filter { $0.contains("duration") }.sorted())"
+            )
+        }
+        let getBuckets = samples.filter { $0.hasPrefix(#"cachet_request_duration_seconds_bucket{command="get""#) }
+        #expect(getBuckets.count == 16)
+        let cumulative = getBuckets.map { line -> (Double, Int) in
+            let bound = line.split(separator: "le=\"")[1].prefix { $0 != "\"" }
+            return (bound == "+Inf" ? .infinity : Double(bound) ?? -1, Int(line.split(separator: " ").last!) ?? -1)
+        }.sorted { $0.0 < $1.0 }.map(\.1)
+        #expect(cumulative == cumulative.sorted() && cumulative.last == 40, "\(cumulative)")
         #expect(try Self.fetch(httpPort, "/health/live", parse: false).hasPrefix("200"))
         #expect(try Self.fetch(httpPort, "/health/ready", parse: false).hasPrefix("200 serving"))
     }

@@ -11,6 +11,8 @@ struct ProcessorHarness: ~Copyable {
     let processor: RequestProcessor
     var input = CachetByteBuffer(capacity: 64)
     var output = CachetByteBuffer(capacity: 64)
+    /// The requests answered so far, by command.
+    var tally = RequestTally()
 
     init(maximumPayloadLength: Int = 1 << 20, memoryLimit: Int = 8 << 20) {
         let store = CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: memoryLimit))
@@ -33,6 +35,7 @@ struct ProcessorHarness: ~Copyable {
             outputLimit: outputLimit,
             now: 1_000,
             access: &open,
+            tally: &tally,
             requestLimit: requestLimit
         )
     }
@@ -232,12 +235,14 @@ struct RequestProcessorTests {
             #expect(harness.processor.connectionMemory.current == 1_500_000)
             otherInput.append(Array(second.prefix(2_000)))
             var open = ConnectionAccess.open
+            var tally = RequestTally()
             let result = harness.processor.process(
                 input: &otherInput,
                 output: &otherOutput,
                 outputLimit: .max,
                 now: 1_000,
-                access: &open
+                access: &open,
+                tally: &tally
             )
             guard case .needMoreBytes = result else {
                 Issue.record("over the budget the second PUT must wait in the input buffer, got \(result)")
@@ -249,12 +254,14 @@ struct RequestProcessorTests {
         #expect(harness.processor.connectionMemory.current == 0)
         otherInput.append(Array(second.dropFirst(2_000)))
         var open = ConnectionAccess.open
+        var tally = RequestTally()
         _ = harness.processor.process(
             input: &otherInput,
             output: &otherOutput,
             outputLimit: .max,
             now: 1_000,
-            access: &open
+            access: &open,
+            tally: &tally
         )
         #expect(harness.processor.store.value(forKey: Array("b".utf8))?.count == 1_000_000)
         #expect(harness.processor.store.value(forKey: Array("a".utf8)) == nil)
