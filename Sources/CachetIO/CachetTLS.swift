@@ -311,12 +311,21 @@ public final class CachetTLSSession {
             let system = errno
             let text = Self.takeErrorText()
             if text == nil && (system == 0 || n == 0) { return .endOfStream }
-            lastFailure = text ?? CachetIOError.describe(system)
+            lastFailure = (text ?? CachetIOError.describe(system)) + verificationFailure
             return .failed(system == 0 ? ECONNRESET : system)
         default:
-            lastFailure = Self.takeErrorText() ?? "TLS error \(code)"
+            lastFailure = (Self.takeErrorText() ?? "TLS error \(code)") + verificationFailure
             return .failed(EPROTO)
         }
+    }
+
+    /// Why the peer's certificate did not verify, when it did not ("certificate has expired", "unable to
+    /// get local issuer certificate", a name that does not match...), after a colon; else empty. OpenSSL's
+    /// error queue only says "certificate verify failed".
+    private var verificationFailure: String {
+        let result = SSL_get_verify_result(ssl)
+        guard result != X509_V_OK, let text = X509_verify_cert_error_string(result) else { return "" }
+        return " (\(String(cString: text)))"
     }
 
     /// OpenSSL's error queue as text (its first entry), emptied; nil when empty.

@@ -3,8 +3,9 @@ import Foundation
 /// Certificates made at test time with the `openssl` command (never checked in): a CA, a server
 /// certificate it signed for `localhost` and `127.0.0.1`, a client certificate it signed, and a second,
 /// unrelated CA with a server certificate of its own (for a client that trusts the wrong CA, or a server
-/// whose files are replaced). Keys are P-256, certificates valid for two days. In a temporary directory,
-/// removed by ``remove()``.
+/// whose files are replaced), and a server and a client certificate the CA signed that have expired. Keys
+/// are P-256, certificates valid for two days (the expired ones ended a day before they began). In a
+/// temporary directory, removed by ``remove()``.
 public final class TestCertificates: Sendable {
     /// Where the files are.
     public let directory: TemporaryDirectory
@@ -21,6 +22,12 @@ public final class TestCertificates: Sendable {
     public var otherCAFile: String { directory.appending("other-ca.pem") }
     public var otherServerCertificate: String { directory.appending("other-server.pem") }
     public var otherServerKey: String { directory.appending("other-server.key") }
+    /// A server certificate for `localhost` and `127.0.0.1` and a client certificate, signed by the CA,
+    /// both expired, and their keys.
+    public var expiredServerCertificate: String { directory.appending("expired-server.pem") }
+    public var expiredServerKey: String { directory.appending("expired-server.key") }
+    public var expiredClientCertificate: String { directory.appending("expired-client.pem") }
+    public var expiredClientKey: String { directory.appending("expired-client.key") }
 
     /// Makes every file.
     /// - Throws: when `openssl` is missing or fails (its output in the message).
@@ -31,6 +38,14 @@ public final class TestCertificates: Sendable {
         try makeLeaf("server", ca: "ca", name: "localhost", alternativeNames: "DNS:localhost,IP:127.0.0.1")
         try makeLeaf("client", ca: "ca", name: "cachet-client", alternativeNames: "DNS:cachet-client")
         try makeLeaf("other-server", ca: "other-ca", name: "localhost", alternativeNames: "DNS:localhost,IP:127.0.0.1")
+        try makeLeaf(
+            "expired-server",
+            ca: "ca",
+            name: "localhost",
+            alternativeNames: "DNS:localhost,IP:127.0.0.1",
+            days: -1
+        )
+        try makeLeaf("expired-client", ca: "ca", name: "cachet-client", alternativeNames: "DNS:cachet-client", days: -1)
     }
 
     /// Removes the directory.
@@ -44,7 +59,9 @@ public final class TestCertificates: Sendable {
         ])
     }
 
-    private func makeLeaf(_ base: String, ca: String, name: String, alternativeNames: String) throws {
+    /// A certificate the CA `ca` signs, valid for `days` from now (a negative count: it ended before it
+    /// began, so it has expired).
+    private func makeLeaf(_ base: String, ca: String, name: String, alternativeNames: String, days: Int = 2) throws {
         let request = directory.appending("\(base).csr")
         let extensions = directory.appending("\(base).ext")
         try Data("subjectAltName=\(alternativeNames)\n".utf8).write(to: URL(fileURLWithPath: extensions))
@@ -55,7 +72,7 @@ public final class TestCertificates: Sendable {
         try openssl([
             "x509", "-req", "-in", request, "-CA", directory.appending("\(ca).pem"),
             "-CAkey", directory.appending("\(ca).key"), "-CAcreateserial", "-out", directory.appending("\(base).pem"),
-            "-days", "2", "-extfile", extensions,
+            "-days", "\(days)", "-extfile", extensions,
         ])
     }
 

@@ -275,8 +275,10 @@ struct DeployTests {
                 let expression = target["expr"] as? String ?? ""
                 var rest = Substring(expression)
                 while let start = rest.range(of: "cachet_") {
-                    let name = rest[start.lowerBound...].prefix { $0.isLetter || $0 == "_" }
-                    charted.insert(String(name))
+                    var name = String(rest[start.lowerBound...].prefix { $0.isLetter || $0 == "_" })
+                    // A histogram's series are its name with `_bucket`, `_sum` or `_count`.
+                    if name.hasSuffix("_seconds_bucket") { name.removeLast("_bucket".count) }
+                    charted.insert(name)
                     rest = rest[start.upperBound...]
                 }
             }

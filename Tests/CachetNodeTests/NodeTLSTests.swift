@@ -137,6 +137,53 @@ struct NodeTLSTests {
         #expect(Self.logs(node, "TLS handshake failed"))
     }
 
+    @Test func anExpiredCertificateFailsTheHandshakeOnEitherSide() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        // The node's certificate has expired: a client that trusts its CA refuses it.
+        let tlsPort = try Self.freePort()
+        let expired = try NodeProcess(arguments: [
+            "--tls-port", "\(tlsPort)", "--tls-cert", certificates.expiredServerCertificate,
+            "--tls-key", certificates.expiredServerKey, "--log-level", "info",
+        ])
+        var failure: CachetIOError?
+        do {
+            _ = try CachetBlockingConnection(
+                to: CachetAddress(host: "127.0.0.1", port: tlsPort),
+                timeout: .seconds(5),
+                tls: try Self.client(ca: certificates.caFile)
+            )
+        } catch let error as CachetIOError {
+            failure = error
+        }
+        #expect(failure?.code == .tlsHandshakeFailed)
+        #expect(failure?.message.contains("certificate has expired") == true, "\(failure?.message ?? "")")
+        #expect(Self.logs(expired, "TLS handshake failed"))
+
+        // The client's certificate has expired: a node that requires one refuses it, and says why.
+        let (node, port) = try Self.node(
+            certificates,
+            ["--tls-ca", certificates.caFile, "--tls-client-auth", "required"]
+        )
+        var refused = false
+        do {
+            let connection = try CachetBlockingConnection(
+                to: CachetAddress(host: "127.0.0.1", port: port),
+                timeout: .seconds(5),
+                tls: try Self.client(
+                    ca: certificates.caFile,
+                    certificate: certificates.expiredClientCertificate,
+                    key: certificates.expiredClientKey
+                )
+            )
+            _ = try Self.roundTrip(.ping, on: connection)
+        } catch {
+            refused = true
+        }
+        #expect(refused, "a client with an expired certificate was served")
+        #expect(Self.logs(node, "certificate has expired"), "\(node.log.suffix(800))")
+    }
+
     @Test func aRequiredClientCertificateIsChecked() throws {
         let certificates = try TestCertificates()
         defer { certificates.remove() }
