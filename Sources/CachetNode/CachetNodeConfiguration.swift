@@ -74,6 +74,9 @@ public struct CachetNodeConfiguration: Sendable {
     /// its peers (`--peer-user`, with `--peer-secret-file` or `CACHET_PEER_SECRET`); needed in a cluster
     /// whose members have an auth file.
     public var peerCredential: (user: String, secret: [UInt8])? = nil
+    /// The file ``peerCredential``'s secret was read from (`--peer-secret-file`), read again on SIGHUP;
+    /// nil when it came from `CACHET_PEER_SECRET`.
+    public var peerSecretFile: String? = nil
     /// Shards of the memory tier, each with its own lock.
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.

@@ -1,4 +1,5 @@
 import CEpoll
+import CachetAuth
 import CachetCluster
 import CachetIO
 import CachetLocking
@@ -164,18 +165,18 @@ public final class CachetNodeServer: Sendable {
         var peerTLS: CachetTLSContext?
         if configuration.tlsOnly, configuration.cluster != nil, let tls = configuration.tls {
             do throws(CachetIOError) {
-                peerTLS = try CachetTLSContext(
-                    role: .client,
-                    configuration: CachetTLSConfiguration(
-                        certificateFile: tls.certificateFile,
-                        keyFile: tls.keyFile,
-                        caFile: tls.caFile
-                    )
-                )
+                peerTLS = try CachetTLSContext(role: .client, configuration: Self.peerTLSConfiguration(tls))
             } catch {
                 throw CachetNodeError(code: .invalidConfiguration, message: "peers' TLS: \(error.message)")
             }
         }
+        let peerCredentials = PeerCredentials(
+            tls: peerTLS,
+            authRequest: configuration.peerCredential.map {
+                PeerCredentials.authRequest(user: $0.user, secret: $0.secret)
+            }
+        )
+        self.peerCredentials = peerCredentials
         let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
         self.auth = auth
         for index in 0..<configuration.ioQueueCount {
@@ -202,10 +203,7 @@ public final class CachetNodeServer: Sendable {
                     memory: connectionMemory,
                     stallTimeout: configuration.clientStallTimeout,
                     forwardTimeout: configuration.cluster == nil ? nil : configuration.forwardTimeout,
-                    peerTLS: peerTLS,
-                    peerAuth: configuration.peerCredential.map {
-                        CachetCommand.auth(user: Array($0.user.utf8), secret: $0.secret).encoded(id: 0)
-                    },
+                    peerCredentials: peerCredentials,
                     health: health,
                     // One loop probes for the node; every loop's forwards feed the same view.
                     probeInterval: index == 0 ? configuration.probeInterval : nil,
@@ -227,9 +225,26 @@ public final class CachetNodeServer: Sendable {
     /// The node's users (`--auth-file`); nil without one.
     private let auth: NodeAuth?
 
+    /// What this member presents to its peers, read again on SIGHUP.
+    private let peerCredentials: PeerCredentials
+
     /// Reads the auth file again (SIGHUP): AUTH from now on uses the new users; connections authenticated
     /// before keep theirs. A file that cannot be read leaves the previous users in force, with a log line.
+    /// The peer secret's file (`--peer-secret-file`) is read again too: new peer connections send it.
     public func reloadAuth() {
+        if let (user, _) = configuration.peerCredential, let file = configuration.peerSecretFile {
+            do throws(CachetAuthError) {
+                if let secret = try CachetSecretSource.read(file: file, environmentVariable: "CACHET_PEER_SECRET") {
+                    peerCredentials.replaceAuthRequest(PeerCredentials.authRequest(user: user, secret: secret))
+                    logger.notice("peer secret read again", metadata: ["auth.peer_secret_file": "\(file)"])
+                }
+            } catch {
+                logger.error(
+                    "peer secret not reloaded; the previous one stays in use",
+                    metadata: ["error.message": "\(error.message)"]
+                )
+            }
+        }
         guard let auth else { return }
         switch auth.reload() {
         case .success(let users):
@@ -242,6 +257,12 @@ public final class CachetNodeServer: Sendable {
         }
     }
 
+    /// The TLS configuration of peer connections: this node's certificate and key as the client's, the
+    /// cluster's CA.
+    static func peerTLSConfiguration(_ tls: CachetTLSConfiguration) -> CachetTLSConfiguration {
+        CachetTLSConfiguration(certificateFile: tls.certificateFile, keyFile: tls.keyFile, caFile: tls.caFile)
+    }
+
     /// The context new TLS connections get: made at start, made again from the files on SIGHUP.
     private let tlsContext = CachetLock<CachetTLSContext?>(nil)
 
@@ -252,7 +273,12 @@ public final class CachetNodeServer: Sendable {
         guard let configuration = configuration.tls, configuration.certificateFile != nil else { return }
         do throws(CachetIOError) {
             let context = try CachetTLSContext(role: .server, configuration: configuration)
+            // A TLS-only member presents the same certificate to its peers.
+            let peerContext =
+                self.configuration.tlsOnly && self.configuration.cluster != nil
+                ? try CachetTLSContext(role: .client, configuration: Self.peerTLSConfiguration(configuration)) : nil
             tlsContext.withLock { $0 = context }
+            if let peerContext { peerCredentials.replaceTLS(peerContext) }
             logger.notice(
                 "TLS certificate and key read again",
                 metadata: ["tls.cert": "\(configuration.certificateFile ?? "")"]

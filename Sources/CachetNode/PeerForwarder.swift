@@ -60,26 +60,20 @@ final class PeerForwarder: @unchecked Sendable {
         timeout: Duration,
         maximumReplyLength: Int,
         health: NodeHealth? = nil,
-        tls: CachetTLSContext? = nil,
-        authRequest: [UInt8]? = nil,
+        credentials: PeerCredentials? = nil,
         logger: Logger
     ) {
         self.loop = loop
         self.timeout = timeout
         self.maximumReplyLength = maximumReplyLength
         self.health = health
-        self.tls = tls
-        self.authRequest = authRequest
+        self.credentials = credentials
         self.logger = logger
     }
 
-    /// The AUTH every peer connection sends first, as this member's peer user, in a cluster whose members
-    /// have users; nil: none.
-    private let authRequest: [UInt8]?
-
-    /// The context peer connections use in a TLS-only cluster (this node's certificate, the cluster's
-    /// CA); nil: plain TCP.
-    private let tls: CachetTLSContext?
+    /// The TLS context peer connections use in a TLS-only cluster and the AUTH they send first in a
+    /// cluster whose members have users; nil: plain TCP, no AUTH.
+    private let credentials: PeerCredentials?
 
     /// With `probeInterval`, starts the PING probes of every peer (routable ones each interval, down ones
     /// when their backoff has passed; at most one probe in flight per peer). Called once, after the loop
@@ -392,6 +386,7 @@ final class PeerForwarder: @unchecked Sendable {
             return channel
         }
         let channel = PeerChannel(member: member, loop: loop, maximumReplyLength: maximumReplyLength)
+        let (tls, authRequest) = credentials?.inForce ?? (nil, nil)
         if let tls { channel.useTLS(tls) }
         // Written before the connection exists: the first bytes it carries, before any forward.
         if let authRequest { channel.write(authRequest) }

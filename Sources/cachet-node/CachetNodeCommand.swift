@@ -270,6 +270,7 @@ struct CachetNodeCommand: ParsableCommand {
                     )
                 }
                 configuration.peerCredential = (peerUser, secret)
+                configuration.peerSecretFile = peerSecretFile
             }
             configuration.tlsHandshakeTimeout = tlsHandshakeTimeout
             guard let clientAuthentication = CachetTLSConfiguration.ClientAuthentication(rawValue: tlsClientAuth) else {

@@ -281,6 +281,101 @@ struct NodeTLSTests {
     /// A TLS-only cluster (`--tls-only`, `--tls-client-auth required`): members forward to each other over
     /// mutual TLS, so a key owned by n2 written through n1 is read back through n3; a plain client on a
     /// member's port is closed.
+    /// A member renews what it presents to its peers on SIGHUP: its certificate (here, moved to another CA)
+    /// and its peer secret. Its peer restarts with the new files only; the member's new connections to it
+    /// must carry the new certificate and secret, or the peer refuses them and writes never reach it.
+    @Test func SIGHUPRenewsWhatAMemberPresentsToItsPeers() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let directory = certificates.directory
+        func install(certificate: String, key: String, ca: String, peerSecret: String) throws {
+            for (from, to) in [(certificate, "node.pem"), (key, "node.key"), (ca, "cluster-ca.pem")] {
+                try? FileManager.default.removeItem(atPath: directory.appending(to))
+                try FileManager.default.copyItem(atPath: from, toPath: directory.appending(to))
+            }
+            try NodeAuthTests.writeAuthFile(
+                directory.appending("users.json"),
+                [("shop", "shop-secret-0123456789", "write", []), ("member", peerSecret, "peer", [])]
+            )
+            try Data((peerSecret + "\n").utf8).write(to: URL(fileURLWithPath: directory.appending("member.secret")))
+        }
+        try install(
+            certificate: certificates.serverCertificate,
+            key: certificates.serverKey,
+            ca: certificates.caFile,
+            peerSecret: "member-secret-0123456789"
+        )
+        let ports = try (0..<2).map { _ in try Self.freePort() }
+        let file = directory.appending("cluster.json")
+        let entries = ports.enumerated().map { "{\"id\": \"n\($0 + 1)\", \"host\": \"127.0.0.1\", \"port\": \($1)}" }
+        try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8).write(
+            to: URL(fileURLWithPath: file)
+        )
+        let membership = try CachetMembership(contentsOfFile: file)
+        func start(_ index: Int) throws -> NodeProcess {
+            try NodeProcess(arguments: [
+                "--cluster", file, "--node-id", "n\(index)", "--port", "\(ports[index - 1])", "--tls-only",
+                "--tls-cert", directory.appending("node.pem"), "--tls-key", directory.appending("node.key"),
+                "--tls-ca", directory.appending("cluster-ca.pem"), "--tls-client-auth", "required",
+                "--auth-file", directory.appending("users.json"), "--peer-user", "member",
+                "--peer-secret-file", directory.appending("member.secret"), "--probe-interval", "0.1",
+                "--disk-limit", "0", "--log-level", "info",
+            ])
+        }
+        let n1 = try start(1)
+        var n2 = try start(2)
+        let keys: [String] = Array((0..<1000).map { "r\($0)" }.filter { membership.owner(of: $0).id == "n2" }.prefix(2))
+        func writeThroughN1(_ key: String, certificate: String, key clientKey: String, ca: String) throws -> Bool {
+            let deadline = Date().addingTimeInterval(15)
+            while Date() < deadline {
+                if let connection = try? CachetBlockingConnection(
+                    to: CachetAddress(host: "127.0.0.1", port: ports[0]),
+                    timeout: .seconds(5),
+                    tls: try Self.client(ca: ca, certificate: certificate, key: clientKey)
+                ),
+                    (try? Self.roundTrip(
+                        .auth(user: Array("shop".utf8), secret: Array("shop-secret-0123456789".utf8)),
+                        on: connection
+                    ).status) == .ok,
+                    (try? Self.roundTrip(.put(key: Array(key.utf8), value: [1], ttl: 0), on: connection).status) == .ok
+                {
+                    return true
+                }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            return false
+        }
+        #expect(
+            try writeThroughN1(
+                keys[0],
+                certificate: certificates.clientCertificate,
+                key: certificates.clientKey,
+                ca: certificates.caFile
+            )
+        )
+        // Renewal: another CA, another certificate, another peer secret; n1 is told with SIGHUP, n2 restarts.
+        try install(
+            certificate: certificates.otherServerCertificate,
+            key: certificates.otherServerKey,
+            ca: certificates.otherCAFile,
+            peerSecret: "renewed-member-secret-0123456789"
+        )
+        kill(n1.process.processIdentifier, SIGHUP)
+        #expect(Self.logs(n1, "peer secret read again") && Self.logs(n1, "TLS certificate and key read again"))
+        #expect(n2.stop(signal: SIGKILL) != nil)
+        n2 = try start(2)
+        #expect(
+            try writeThroughN1(
+                keys[1],
+                certificate: certificates.otherServerCertificate,
+                key: certificates.otherServerKey,
+                ca: certificates.otherCAFile
+            ),
+            "n1 reached the restarted n2: \(n1.log.suffix(1200))"
+        )
+        #expect(!n1.log.contains("refused this member's peer credential"))
+    }
+
     @Test func aTLSOnlyClusterForwardsOverMutualTLS() throws {
         let certificates = try TestCertificates()
         defer { certificates.remove() }
