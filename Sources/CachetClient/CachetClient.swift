@@ -40,6 +40,10 @@ public final class CachetClient: Sendable {
     let metrics: ClientMetrics
     /// How a call that is the only one in flight waits for its reply.
     let loneCallerSpin: LoneCallerSpin
+    /// How typed values become bytes and back.
+    public let coder: any CachetCoder
+    /// The loads in flight of ``get(_:as:ttl:loader:)``, by key: concurrent misses of one key share one.
+    let loads = CachetLock<[[UInt8]: ReadThroughLoad]>([:])
 
     /// Creates a client. Nothing is connected yet: the first request to each node opens its connection.
     /// - Parameters:
@@ -48,14 +52,18 @@ public final class CachetClient: Sendable {
     ///     by default.
     ///   - metricsFactory: where the client reports its requests and its nodes' states (swift-metrics,
     ///     see ``ClientMetrics``); by default the backend the app bootstrapped, if any.
+    ///   - coder: how typed values become bytes and back (``put(_:value:ttl:)-(_,Value,_)``,
+    ///     ``get(_:as:)-(_,Value.Type)``); JSON by default.
     /// - Throws: ``CachetClientError`` with code `invalidConfiguration` for an unusable configuration.
     public init(
         configuration: Configuration,
         logger: Logger = Logger(label: "cachet.client", factory: { _ in SwiftLogNoOpLogHandler() }),
-        metricsFactory: any MetricsFactory = MetricsSystem.factory
+        metricsFactory: any MetricsFactory = MetricsSystem.factory,
+        coder: any CachetCoder = CachetJSONCoder()
     ) throws(CachetClientError) {
         try configuration.validate()
         self.configuration = configuration
+        self.coder = coder
         self.logger = logger
         // The timer's period bounds how late a timeout fires: a fiftieth of the shortest timeout,
         // between 1 and 10 ms.
@@ -235,7 +243,7 @@ public final class CachetClient: Sendable {
 
     var isShutDownNow: Bool { isShutDown.load(ordering: .relaxed) }
 
-    private func put(
+    func put(
         key: some Collection<UInt8>,
         value: some Collection<UInt8>,
         ttl: Duration?
@@ -249,7 +257,7 @@ public final class CachetClient: Sendable {
         guard status == .ok else { throw statusError(status, body: body, opcode: .put, node: node) }
     }
 
-    private func get(key: some Collection<UInt8>) async throws(CachetClientError) -> [UInt8]? {
+    func get(key: some Collection<UInt8>) async throws(CachetClientError) -> [UInt8]? {
         try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
         let (status, body, node) = try await execute(key: key, value: EmptyCollection(), opcode: .get, ttl: 0)
         if status == .ok { return body }
@@ -257,7 +265,7 @@ public final class CachetClient: Sendable {
         throw statusError(status, body: body, opcode: .get, node: node)
     }
 
-    private func delete(key: some Collection<UInt8>) async throws(CachetClientError) -> Bool {
+    func delete(key: some Collection<UInt8>) async throws(CachetClientError) -> Bool {
         try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
         let (status, body, node) = try await execute(key: key, value: EmptyCollection(), opcode: .delete, ttl: 0)
         if status == .ok { return true }

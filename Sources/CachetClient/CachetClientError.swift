@@ -19,6 +19,8 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case invalidConfiguration
             case notAuthenticated
             case forbidden
+            case encodingFailed
+            case decodingFailed
         }
 
         fileprivate var base: Base
@@ -51,6 +53,11 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
         public static let notAuthenticated = Code(.notAuthenticated)
         /// The configured user may not send this request: its role or key prefixes (FORBIDDEN).
         public static let forbidden = Code(.forbidden)
+        /// A typed value could not be turned into bytes by the client's ``CachetCoder`` (nothing was sent).
+        public static let encodingFailed = Code(.encodingFailed)
+        /// The bytes under a key are not a value of the type asked for in the client's ``CachetCoder``'s
+        /// format (written by another type, or another coder); the message names the key and the type.
+        public static let decodingFailed = Code(.decodingFailed)
 
         /// The code's name.
         public var description: String {
@@ -67,6 +74,8 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case .invalidConfiguration: return "invalidConfiguration"
             case .notAuthenticated: return "notAuthenticated"
             case .forbidden: return "forbidden"
+            case .encodingFailed: return "encodingFailed"
+            case .decodingFailed: return "decodingFailed"
             }
         }
     }

@@ -66,9 +66,34 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "With --tls: the client certificate's private key (PEM).") var tlsKey: String?
     @Option(help: "With --tls: the name the servers' certificates must carry (default: none checked).")
     var tlsServerName: String?
+    @Flag(
+        help: "Measure CachetClient's coders (JSON and binary) on a typical app value and exit; no server is loaded."
+    )
+    var coders = false
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
     @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
     var clientLingerUs = 500
+
+    /// `--coders`: CachetClient's JSON and binary coders on a typical app value, best of three rounds of
+    /// `--duration` seconds (1 by default) each way.
+    func runCoders() throws {
+        let (json, binary) = try CoderBench.run(seconds: duration ?? 1)
+        func rate(_ value: Double) -> String { String(Int(value.rounded())) }
+        print("| coder | bytes | encodes/s | decodes/s |")
+        print("|---|---|---|---|")
+        for result in [json, binary] {
+            print(
+                "| \(result.name) | \(result.bytes) | \(rate(result.encodesPerSecond)) | \(rate(result.decodesPerSecond)) |"
+            )
+        }
+        let roundTrip = { (result: CoderBench.Result) in 1 / (1 / result.encodesPerSecond + 1 / result.decodesPerSecond)
+        }
+        print(
+            "binary / JSON: encode \(String(format: "%.2f", binary.encodesPerSecond / json.encodesPerSecond))x, "
+                + "decode \(String(format: "%.2f", binary.decodesPerSecond / json.decodesPerSecond))x, "
+                + "round trip \(String(format: "%.2f", roundTrip(binary) / roundTrip(json)))x"
+        )
+    }
 
     /// Runs the command, with usage errors ending in exit status 2 like connection errors.
     static func main() {
@@ -149,6 +174,10 @@ struct CachetBenchCommand: ParsableCommand {
     }
 
     func run() throws {
+        if coders {
+            try runCoders()
+            return
+        }
         let configuration = try makeConfiguration()
         guard driver == "raw" || driver == "client" else { throw ValidationError("--driver must be raw or client") }
         if driver == "client" {

@@ -1,0 +1,91 @@
+import CachetClient
+import CachetTestSupport
+import Synchronization
+import Testing
+
+/// Typed values and read-through against a real node: the app's own Codable types in and out with each
+/// coder, a value that does not decode named in the error, and concurrent misses of one key calling
+/// the loader once.
+@Suite("CachetClient: typed values and read-through")
+struct ClientTypedValueTests {
+    struct User: Codable, Sendable, Equatable {
+        var id: Int
+        var name: String
+        var roles: [String]
+    }
+
+    struct Order: Codable, Sendable { var total: Double }
+
+    @Test(arguments: [0, 1])
+    func typedValuesRoundTripAndAMismatchIsAnError(coder index: Int) async throws {
+        let coder: any CachetCoder = index == 0 ? CachetJSONCoder() : CachetBinaryCoder()
+        let cluster = try await NodeCluster.start(count: 1)
+        let client = try CachetClient(configuration: cluster.configuration(), coder: coder)
+        defer { Task { await client.shutdown() } }
+        let user = User(id: 42, name: "Ada", roles: ["admin"])
+        try await client.put("user:42", value: user, ttl: .seconds(60))
+        #expect(try await client.get("user:42", as: User.self) == user)
+        #expect(try await client.get("user:43", as: User.self) == nil)
+        // Keys of any CustomStringConvertible type, and of bytes.
+        try await client.put(42, value: user)
+        #expect(try await client.get("42", as: User.self) == user)
+        try await client.put([0xff, 0], value: user)
+        #expect(try await client.get([0xff, 0], as: User.self) == user)
+        // Raw bytes stored by another consumer are not a User: an error naming the key and the type.
+        try await client.put("raw", value: [0x01, 0x02, 0x03])
+        do {
+            _ = try await client.get("raw", as: User.self)
+            Issue.record("three raw bytes decoded as a User")
+        } catch {
+            #expect(error.code == .decodingFailed)
+            #expect(error.message.contains("'raw'") && error.message.contains("User"), "\(error.message)")
+        }
+        do {
+            _ = try await client.get("user:42", as: Order.self)
+            Issue.record("a User decoded as an Order")
+        } catch {
+            #expect(error.code == .decodingFailed && error.message.contains("Order"), "\(error.message)")
+        }
+        await client.shutdown()
+    }
+
+    @Test func concurrentMissesOfOneKeyCallTheLoaderOnce() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            let loads = LoadCounter()
+            let users = try await withThrowingTaskGroup(of: User.self) { group in
+                for _ in 0..<50 {
+                    group.addTask {
+                        try await client.get("user:7", as: User.self, ttl: .seconds(30)) {
+                            loads.add()
+                            try await Task.sleep(for: .milliseconds(100))
+                            return User(id: 7, name: "Grace", roles: [])
+                        }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(loads.count == 1)
+            #expect(users.count == 50 && users.allSatisfy { $0.id == 7 })
+            // Stored: the next read is a hit, and the loader is not called.
+            let again = try await client.get("user:7", as: User.self, ttl: .seconds(30)) {
+                loads.add()
+                return User(id: 0, name: "", roles: [])
+            }
+            #expect(again.name == "Grace" && loads.count == 1)
+            // A loader that fails fails every caller that waited for it, and stores nothing.
+            struct Unreachable: Error {}
+            await #expect(throws: Unreachable.self) {
+                _ = try await client.get("user:8", as: User.self) { throw Unreachable() }
+            }
+            #expect(try await client.get("user:8") == nil)
+        }
+    }
+}
+
+/// Counts a loader's calls from any task.
+final class LoadCounter: Sendable {
+    private let calls = Mutex(0)
+    func add() { calls.withLock { $0 += 1 } }
+    var count: Int { calls.withLock { $0 } }
+}
