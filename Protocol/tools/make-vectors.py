@@ -267,6 +267,20 @@ def main():
     v.expect(resp(GET, NOT_FOUND, 6))
     v.write()
 
+    v = Vector("lease", "Leases, the parts that do not depend on the random token: a GET with the lease flag (0x0040) that hits\n"
+               "is answered as any GET; a PUT with the flag and a token no GET granted is NOT_STORED and stores nothing.")
+    v.send(req(PUT, 1, put_body(b"k", b"v1")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"k"), flags=0x0040))
+    v.expect(resp(GET, OK, 2, b"v1"), note="GET flags=lease, a hit")
+    v.send(req(PUT, 3, struct.pack(">Q", 7) + put_body(b"k", b"v0"), flags=0x0040))
+    v.expect(resp(PUT, 10, 3, msg("not stored: the lease on this key was lost (a DEL, PUT or CLEAR of it since the lease "
+                                  "was granted, or the lease expired); the value may be older than what the cache holds now")),
+             note="PUT flags=lease token=7: NOT_STORED")
+    v.send(req(GET, 4, key_body(b"k")))
+    v.expect(resp(GET, OK, 4, b"v1"))
+    v.write()
+
     v = Vector("stats", "STATS answers OK with a JSON object; its length and body vary, so only the header is fixed.")
     v.send(req(STATS, 3))
     v.expect_header(STATS, OK, 3, note="body: a UTF-8 JSON object with the fields PROTOCOL.md lists")

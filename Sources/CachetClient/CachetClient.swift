@@ -248,12 +248,23 @@ public final class CachetClient: Sendable {
         value: some Collection<UInt8>,
         ttl: Duration?
     ) async throws(CachetClientError) {
+        try await put(key: key, value: value, ttl: ttl, lease: .none)
+    }
+
+    /// A PUT, with a lease token or without; with one, NOT_STORED is thrown as `leaseLost`... (see
+    /// ``CachetClient/get(_:as:ttl:loader:)``).
+    func put(
+        key: some Collection<UInt8>,
+        value: some Collection<UInt8>,
+        ttl: Duration?,
+        lease: ClientLease
+    ) async throws(CachetClientError) {
         let seconds = try ClientRequest.ttlSeconds(ttl)
         let maximum = configuration.maximumFrameLength
         try withBytes(key) { (key) throws(CachetClientError) in
             try ClientRequest.validatePut(key: key, valueCount: value.count, maximumFrameLength: maximum)
         }
-        let (status, body, node) = try await execute(key: key, value: value, opcode: .put, ttl: seconds)
+        let (status, body, node) = try await execute(key: key, value: value, opcode: .put, ttl: seconds, lease: lease)
         guard status == .ok else { throw statusError(status, body: body, opcode: .put, node: node) }
     }
 
@@ -275,15 +286,23 @@ public final class CachetClient: Sendable {
 
     /// Sends one keyed request (``send(key:value:opcode:ttl:started:)``) and reports it to the app's
     /// metrics backend (``ClientMetrics``): its outcome and how long it took.
-    private func execute(
+    func execute(
         key: some Collection<UInt8>,
         value: some Collection<UInt8>,
         opcode: CachetOpcode,
-        ttl: UInt32
+        ttl: UInt32,
+        lease: ClientLease = .none
     ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
         let started = monotonicNanoseconds()
         do {
-            let result = try await send(key: key, value: value, opcode: opcode, ttl: ttl, started: started)
+            let result = try await send(
+                key: key,
+                value: value,
+                opcode: opcode,
+                ttl: ttl,
+                lease: lease,
+                started: started
+            )
             let outcome =
                 ClientMetrics.outcome(of: result.0)
                 ?? ClientMetrics.outcome(of: statusError(result.0, body: result.1, opcode: opcode))
@@ -306,6 +325,7 @@ public final class CachetClient: Sendable {
         value: some Collection<UInt8>,
         opcode: CachetOpcode,
         ttl: UInt32,
+        lease: ClientLease,
         started: UInt64
     ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
         let deadline = started &+ requestTimeoutNanoseconds
@@ -325,10 +345,17 @@ public final class CachetClient: Sendable {
             let outcome = await send(on: node, deadline: deadline) { slot, id, waiter, deadline in
                 withBytes(key) { key in
                     withBytes(value) { value in
-                        let request =
+                        var request =
                             opcode == .put
                             ? ClientRequest.put(key: key, value: value, ttl: ttl)
                             : ClientRequest.keyed(opcode, key: key)
+                        switch lease {
+                        case .none: break
+                        case .get: request.flags = CachetRequestFlags.lease.rawValue
+                        case .put(let token):
+                            request.flags = CachetRequestFlags.lease.rawValue
+                            request.token = token
+                        }
                         slot.issue(request, id: id, waiter: waiter, deadline: deadline)
                     }
                 }
@@ -406,6 +433,7 @@ public final class CachetClient: Sendable {
         case .unavailable: code = .unavailable
         case .notAuthenticated: code = .notAuthenticated
         case .forbidden: code = .forbidden
+        case .notStored: code = .notStored
         default: code = .serverError
         }
         return CachetClientError(

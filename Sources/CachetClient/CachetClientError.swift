@@ -21,6 +21,7 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case forbidden
             case encodingFailed
             case decodingFailed
+            case notStored
         }
 
         fileprivate var base: Base
@@ -58,6 +59,9 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
         /// The bytes under a key are not a value of the type asked for in the client's ``CachetCoder``'s
         /// format (written by another type, or another coder); the message names the key and the type.
         public static let decodingFailed = Code(.decodingFailed)
+        /// A PUT that carried a read-through lease was not stored: the key was written or deleted since
+        /// the lease was granted, or the lease expired (NOT_STORED).
+        public static let notStored = Code(.notStored)
 
         /// The code's name.
         public var description: String {
@@ -76,6 +80,7 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case .forbidden: return "forbidden"
             case .encodingFailed: return "encodingFailed"
             case .decodingFailed: return "decodingFailed"
+            case .notStored: return "notStored"
             }
         }
     }

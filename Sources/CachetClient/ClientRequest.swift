@@ -8,6 +8,10 @@ struct ClientRequest {
     var key: UnsafeRawBufferPointer
     var value: UnsafeRawBufferPointer
     var ttl: UInt32
+    /// The header's flags word: 0, or `lease` for read-through (`Protocol/PROTOCOL.md`, "Leases").
+    var flags: UInt16 = 0
+    /// A PUT's lease token, written before its body when `flags` has `lease`.
+    var token: UInt64 = 0
 
     static func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, ttl: UInt32) -> ClientRequest {
         ClientRequest(opcode: .put, key: key, value: value, ttl: ttl)
@@ -30,7 +34,9 @@ struct ClientRequest {
     /// Bytes of the whole frame.
     var frameLength: Int {
         switch opcode {
-        case .put: return CachetProtocol.frameOverhead + CachetProtocol.putBodyPrefixSize + key.count + value.count
+        case .put:
+            return CachetProtocol.frameOverhead + CachetProtocol.putBodyPrefixSize + key.count + value.count
+                + (flags & CachetRequestFlags.lease.rawValue != 0 ? 8 : 0)
         case .get, .delete: return CachetProtocol.frameOverhead + CachetProtocol.keyBodyPrefixSize + key.count
         default: return CachetProtocol.frameOverhead + key.count + value.count
         }
@@ -44,11 +50,15 @@ struct ClientRequest {
         CachetFrameEncoder.writePrefixAndHeader(
             to: base,
             bodyLength: length - CachetProtocol.frameOverhead,
-            header: CachetFrameHeader(opcode: opcode, word: 0, id: id)
+            header: CachetFrameHeader(opcode: opcode, word: flags, id: id)
         )
         var offset = CachetProtocol.frameOverhead
         switch opcode {
         case .put:
+            if flags & CachetRequestFlags.lease.rawValue != 0 {
+                base.storeBytes(of: token.bigEndian, toByteOffset: offset, as: UInt64.self)
+                offset += 8
+            }
             base.storeBytes(of: ttl.bigEndian, toByteOffset: offset, as: UInt32.self)
             base.storeBytes(of: UInt16(key.count).bigEndian, toByteOffset: offset + 4, as: UInt16.self)
             offset += 6

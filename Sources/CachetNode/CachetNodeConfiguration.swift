@@ -39,6 +39,9 @@ public struct CachetNodeConfiguration: Sendable {
     /// have been away (`--hold-period`); nil takes twice the longest probe backoff (5 × `probeInterval`) plus
     /// `forwardTimeout`, 11 s by default; 0 turns the hold off. See `Protocol/CLUSTER.md`, "The owner's hold".
     public var holdPeriod: Double? = nil
+    /// Seconds a read-through lease stands (`--lease-time`, `Protocol/PROTOCOL.md`, "Leases"): how long the
+    /// callers that miss a key wait for the one loading it before another may load it.
+    public var leaseSeconds: Double = 10
     /// Whether a node of a cluster of more than one goes on serving its own keys while it reaches fewer than
     /// a majority of the members (`--serve-own-keys-in-minority`). Off by default: such a node holds its
     /// keys, since it may be cut off while another member stands in for them; on gives up the guarantee that
@@ -146,6 +149,9 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard probeInterval >= 0.01 && probeInterval <= 3600 else {
             throw fail("--probe-interval \(probeInterval) must be between 0.01 and 3600 seconds")
+        }
+        if !(leaseSeconds >= 0.1 && leaseSeconds <= 3600) {
+            throw fail("--lease-time \(leaseSeconds) must be between 0.1 and 3600 seconds")
         }
         if let holdPeriod, !(holdPeriod >= 0 && holdPeriod <= 3600) {
             throw fail("--hold-period \(holdPeriod) must be between 0 (no hold) and 3600 seconds")

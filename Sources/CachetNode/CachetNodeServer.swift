@@ -177,6 +177,8 @@ public final class CachetNodeServer: Sendable {
             }
         )
         self.peerCredentials = peerCredentials
+        let leases = NodeLeases(lifetime: configuration.leaseSeconds)
+        statistics.leases.withLock { $0 = leases }
         let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
         self.auth = auth
         for index in 0..<configuration.ioQueueCount {
@@ -196,7 +198,8 @@ public final class CachetNodeServer: Sendable {
                         cluster: router.flatMap { router in
                             health.map { ClusterRouting(router: router, health: $0, hold: hold, warmUp: warmUp) }
                         },
-                        auth: auth
+                        auth: auth,
+                        leases: leases
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,

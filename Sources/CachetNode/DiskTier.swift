@@ -16,7 +16,7 @@ struct DiskTier: Sendable {
 enum PendingOperation {
     /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
     /// TTL left before the value and not kept in memory here.
-    case get(key: [UInt8], id: UInt32, warmUp: Bool)
+    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties

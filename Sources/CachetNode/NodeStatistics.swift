@@ -15,6 +15,8 @@ final class NodeStatistics: Sendable {
     let hold = CachetLock<NodeReturnHold?>(nil)
     /// Warm-up after a membership change, for `warm_up_hits` and `warm_up_misses`.
     let warmUp = CachetLock<NodeWarmUp?>(nil)
+    /// The leases of read-through, for `leases_outstanding` (set once at start).
+    let leases = CachetLock<NodeLeases?>(nil)
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
@@ -72,6 +74,7 @@ final class NodeStatistics: Sendable {
             ("connections_current", "\(connectionsCurrent.load(ordering: .relaxed))"),
             ("connections_total", "\(connectionsTotal.load(ordering: .relaxed))"),
             ("connections_rejected", "\(connectionsRejected.load(ordering: .relaxed))"),
+            ("leases_outstanding", "\(leases.withLock { $0?.count ?? 0 })"),
             ("max_connections", "\(configuration.maximumConnections)"),
             ("max_frame", "\(configuration.maximumPayloadLength)"),
             ("io_queues", "\(configuration.ioQueueCount)"),

@@ -303,8 +303,11 @@ final class PeerForwarder: @unchecked Sendable {
                 guard let range = try? CachetBodyDecoder.decodeKey(in: buffer, body: frame.body) else { return nil }
                 key = range
             case .put:
-                guard let put = try? CachetBodyDecoder.decodePut(in: buffer, body: frame.body) else { return nil }
-                key = put.key
+                let leased = frame.header.flags & CachetRequestFlags.lease.rawValue != 0
+                guard let put = try? CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased) else {
+                    return nil
+                }
+                key = put.put.key
             default:
                 return nil
             }

@@ -42,7 +42,9 @@ extension RequestProcessor {
             let key: Range<Int>?
             switch header.opcode {
             case .get, .delete: key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
-            case .put: key = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body).key
+            case .put:
+                let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
+                key = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased).put.key
             default: key = nil
             }
             let refusal = principal.refusal(

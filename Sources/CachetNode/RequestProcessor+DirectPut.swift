@@ -20,13 +20,15 @@ extension RequestProcessor {
         let bodyStart = start + CachetProtocol.headerSize
         guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize,
             let header = CachetFrameDecoder.decodeHeader(in: buffer, at: offset),
-            header.opcode == .put, (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
+            header.opcode == .put, header.flags & CachetRequestFlags.lease.rawValue == 0,
+            (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,
             connectionMemory.allows(put.value.count),
             cluster?.router.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[put.key])) == nil
         else { return nil }
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
+        leases.invalidate(key)
         guard
             let pending = store.reservePut(
                 key: key,

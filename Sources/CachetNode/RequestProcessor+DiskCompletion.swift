@@ -5,10 +5,21 @@ import CachetWire
 /// Completing operations that went to the disk tier, on the loop's queue.
 extension RequestProcessor {
     /// Answers a GET that went to disk, promoting a hit into memory.
-    func completeGet(key: [UInt8], id: UInt32, entry: CachetDiskEntry?, output: inout CachetByteBuffer, now: UInt32) {
+    func completeGet(
+        key: [UInt8],
+        id: UInt32,
+        entry: CachetDiskEntry?,
+        lease: Bool = false,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
         guard let entry, entry.expiry == 0 || entry.expiry > now else {
             RequestCounters.bump(counters.misses)
-            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            if lease {
+                key.withUnsafeBytes { appendLeaseMiss($0, id: id, to: &output) }
+            } else {
+                appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            }
             return
         }
         RequestCounters.bump(counters.hits)

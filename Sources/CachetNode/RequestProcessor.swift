@@ -71,6 +71,8 @@ struct RequestProcessor {
     let forwards: Bool
     /// The node's users (`--auth-file`); nil: every client may send every request.
     let auth: NodeAuth?
+    /// The leases of read-through, shared by every loop.
+    let leases: NodeLeases
 
     init(
         store: CachetMemoryStore,
@@ -80,9 +82,11 @@ struct RequestProcessor {
         statistics: @escaping @Sendable (Bool) -> String,
         connectionMemory: ConnectionMemory,
         cluster: ClusterRouting? = nil,
-        auth: NodeAuth? = nil
+        auth: NodeAuth? = nil,
+        leases: NodeLeases = NodeLeases(lifetime: 10)
     ) {
         self.auth = auth
+        self.leases = leases
         self.store = store
         self.disk = disk
         self.counters = counters
@@ -225,10 +229,12 @@ struct RequestProcessor {
                     noRoom: &noRoom,
                     now: now,
                     directSend: directSend,
-                    warmable: warmable
+                    warmable: warmable,
+                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0
                 )
             case .put:
-                let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
+                let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
+                let (put, token) = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased)
                 if forwards {
                     cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[put.key]))
                     switch route(frame, key: put.key, in: buffer, output: &output) {
@@ -237,7 +243,8 @@ struct RequestProcessor {
                     case .pending(let operation): return operation
                     }
                 }
-                return self.put(put, in: buffer, id: header.id, output: &output, now: now)
+                guard leased else { return self.put(put, in: buffer, id: header.id, output: &output, now: now) }
+                return leasedPut(put, token: token, in: buffer, id: header.id, output: &output, now: now)
             case .delete:
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
                 if forwards {
@@ -309,7 +316,8 @@ struct RequestProcessor {
         noRoom: inout Bool,
         now: UInt32,
         directSend: DirectSend?,
-        warmable: Bool = false
+        warmable: Bool = false,
+        lease: Bool = false
     ) -> PendingOperation? {
         let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
@@ -343,11 +351,55 @@ struct RequestProcessor {
         // A miss in memory goes to the disk queue only when the key may be there, counting the writes
         // queued but not applied (the serial queue then answers after them, in order).
         if let disk, disk.worker.mayHold(key: key, now: now) {
-            return .get(key: Array(key), id: id, warmUp: false)
+            return .get(key: Array(key), id: id, warmUp: false, lease: lease)
         }
         RequestCounters.bump(counters.misses)
-        appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        if lease {
+            appendLeaseMiss(key, id: id, to: &output)
+        } else {
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        }
         return nil
+    }
+
+    /// The NOT_FOUND of a GET with the `lease` flag: with a lease on the key for the caller, or, when
+    /// another caller holds it, how long to wait (`Protocol/PROTOCOL.md`, "Leases").
+    func appendLeaseMiss(_ key: UnsafeRawBufferPointer, id: UInt32, to output: inout CachetByteBuffer) {
+        let reply: CachetLeaseReply
+        switch leases.acquire(key) {
+        case .granted(let token): reply = CachetLeaseReply(token: token, waitMilliseconds: 0)
+        case .held: reply = CachetLeaseReply(token: 0, waitMilliseconds: NodeLeases.waitMilliseconds)
+        case .none:
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            return
+        }
+        reply.encoded.withUnsafeBytes { appendReply(opcode: .get, status: .notFound, id: id, body: $0, to: &output) }
+    }
+
+    /// A PUT with a lease token: stored as any PUT while its lease stands, else NOT_STORED.
+    private func leasedPut(
+        _ body: CachetPutBody,
+        token: UInt64,
+        in buffer: UnsafeRawBufferPointer,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) -> PendingOperation? {
+        let key = UnsafeRawBufferPointer(rebasing: buffer[body.key])
+        let stored = leases.complete(key, token: token) {
+            put(body, in: buffer, id: id, output: &output, now: now, invalidatingLease: false)
+        }
+        guard let stored else {
+            appendMessage(
+                CachetLeaseReply.notStoredMessage,
+                status: .notStored,
+                opcode: .put,
+                id: id,
+                to: &output
+            )
+            return nil
+        }
+        return stored
     }
 
     @inline(__always)
@@ -356,12 +408,15 @@ struct RequestProcessor {
         in buffer: UnsafeRawBufferPointer,
         id: UInt32,
         output: inout CachetByteBuffer,
-        now: UInt32
+        now: UInt32,
+        invalidatingLease: Bool = true
     ) -> PendingOperation? {
         RequestCounters.bump(counters.puts)
         let expiry = Self.expiry(ttl: put.ttl, now: now)
         let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
         let value = UnsafeRawBufferPointer(rebasing: buffer[put.value])
+        // Before the store changes: a lease granted before this write must not store a value loaded before it.
+        if invalidatingLease { leases.invalidate(key) }
         // Before memory changes, so that a disk read queued earlier does not put the older value back.
         disk?.worker.beginWrite(key: key)
         let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
@@ -419,6 +474,7 @@ struct RequestProcessor {
 
     private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout CachetByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.deletes)
+        leases.invalidate(key)
         disk?.worker.beginWrite(key: key)
         var removed = store.remove(key: key, now: now)
         if let disk {
@@ -434,6 +490,7 @@ struct RequestProcessor {
 
     /// A CLEAR of every key, or of the keys under `prefixes` when there are any.
     private func clear(prefixes: [[UInt8]], id: UInt32, output: inout CachetByteBuffer) -> PendingOperation? {
+        leases.invalidateAll()
         guard let disk else {
             let removed = prefixes.isEmpty ? store.removeAll() : store.removeAll(prefixes: prefixes)
             appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)

@@ -51,6 +51,30 @@ public enum CachetBodyDecoder {
         )
     }
 
+    /// Parses a PUT body, after the 8-byte lease token when the request carries the `lease` flag
+    /// (`token: u64 | ttl: u32 | key_len: u16 | key | value`).
+    ///
+    /// - Parameters:
+    ///   - buffer: the buffer the frame was decoded from.
+    ///   - body: the frame's body range.
+    ///   - leased: whether the request has the ``CachetRequestFlags/lease`` flag.
+    /// - Returns: the PUT body, and the token (0 without the flag).
+    /// - Throws: ``CachetWireError`` as ``decodePut(in:body:)``, and `malformedBody` for a leased body
+    ///   shorter than its token.
+    @inlinable
+    public static func decodePut(
+        in buffer: UnsafeRawBufferPointer,
+        body: Range<Int>,
+        leased: Bool
+    ) throws(CachetWireError) -> (put: CachetPutBody, token: UInt64) {
+        guard leased else { return (try decodePut(in: buffer, body: body), 0) }
+        guard body.count >= 8 else {
+            throw malformed("leased PUT body of \(body.count) bytes is shorter than its 8-byte token")
+        }
+        let token = buffer.loadUnaligned(fromByteOffset: body.lowerBound, as: UInt64.self).bigEndian
+        return (try decodePut(in: buffer, body: (body.lowerBound + 8)..<body.upperBound), token)
+    }
+
     /// Parses a GET or DEL body: `key_len: u16 | key`, with nothing after the key.
     ///
     /// - Parameters:

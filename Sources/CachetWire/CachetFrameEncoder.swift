@@ -70,6 +70,9 @@ public enum CachetFrameEncoder {
 public enum CachetCommand: Hashable, Sendable {
     /// Store `value` under `key` for `ttl` seconds (0 = no expiry).
     case put(key: [UInt8], value: [UInt8], ttl: UInt32)
+    /// A PUT with the lease `token` a GET's miss granted (`Protocol/PROTOCOL.md`, "Leases"): encoded with
+    /// the ``CachetRequestFlags/lease`` flag and the token before the body.
+    case leasedPut(key: [UInt8], value: [UInt8], ttl: UInt32, token: UInt64)
     /// Read the value under `key`.
     case get(key: [UInt8])
     /// Remove `key`.
@@ -89,7 +92,7 @@ public enum CachetCommand: Hashable, Sendable {
     /// The opcode of this command.
     public var opcode: CachetOpcode {
         switch self {
-        case .put: return .put
+        case .put, .leasedPut: return .put
         case .get: return .get
         case .delete: return .delete
         case .clear, .clearPrefixes: return .clear
@@ -111,8 +114,21 @@ public enum CachetCommand: Hashable, Sendable {
     ///     what a client that is not a node sends, but for ``CachetRequestFlags/cluster``.
     ///   - output: the buffer to append to.
     public func encode(id: UInt32, flags: CachetRequestFlags = [], to output: inout [UInt8]) {
+        var flags = flags
+        if case .leasedPut = self { flags.insert(.lease) }
         let header = CachetFrameHeader(opcode: opcode, word: flags.rawValue, id: id)
         switch self {
+        case .leasedPut(let key, let value, let ttl, let token):
+            CachetFrameEncoder.appendPrefixAndHeader(
+                header: header,
+                bodyLength: 8 + CachetProtocol.putBodyPrefixSize + key.count + value.count,
+                to: &output
+            )
+            CachetFrameEncoder.appendBigEndian(token, to: &output)
+            CachetFrameEncoder.appendBigEndian(ttl, to: &output)
+            CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
+            output.append(contentsOf: key)
+            output.append(contentsOf: value)
         case .put(let key, let value, let ttl):
             CachetFrameEncoder.appendPrefixAndHeader(
                 header: header,
@@ -196,8 +212,12 @@ public enum CachetCommand: Hashable, Sendable {
         try CachetFrameDecoder.validateRequestHeader(frame.header)
         switch frame.header.opcode {
         case .put:
-            let put = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body)
-            return .put(key: Array(buffer[put.key]), value: Array(buffer[put.value]), ttl: put.ttl)
+            let leased = frame.header.flags & CachetRequestFlags.lease.rawValue != 0
+            let (put, token) = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased)
+            let (key, value) = (Array(buffer[put.key]), Array(buffer[put.value]))
+            return leased
+                ? .leasedPut(key: key, value: value, ttl: put.ttl, token: token)
+                : .put(key: key, value: value, ttl: put.ttl)
         case .get:
             return .get(key: Array(buffer[try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)]))
         case .delete:

@@ -45,8 +45,15 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// seconds, 0 for none) followed by the value. Ignored otherwise.
     @inlinable public static var warmUp: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0020) }
 
+    /// `0x0040`: on GET and PUT, read-through with leases (`Protocol/PROTOCOL.md`, "Leases"). A GET that
+    /// misses is answered with a lease on the key (a token) when nobody holds one, else with how long to
+    /// wait before asking again; a PUT carries the token before its usual body, and stores only while its
+    /// lease stands (no DEL, PUT or CLEAR of the key since it was granted, not expired), else answers
+    /// NOT_STORED. Clients may send it. Ignored on the other opcodes.
+    @inlinable public static var lease: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0040) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x003f) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x007f) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -71,6 +78,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.lastHop) { names.append("lastHop") }
         if contains(.leaving) { names.append("leaving") }
         if contains(.warmUp) { names.append("warmUp") }
+        if contains(.lease) { names.append("lease") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -31,6 +31,9 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
     @inlinable public static var notAuthenticated: CachetStatus { CachetStatus(rawValue: 8) }
     /// The authenticated user may not send this request (its role, or its key prefixes).
     @inlinable public static var forbidden: CachetStatus { CachetStatus(rawValue: 9) }
+    /// A PUT with a lease token was not stored: its lease was lost (a DEL, PUT or CLEAR of the key since
+    /// it was granted, or it expired), so its value may be older than what the cache was told since.
+    @inlinable public static var notStored: CachetStatus { CachetStatus(rawValue: 10) }
 
     /// The upper-case name used in the specification, or `STATUS_N` for an unknown value.
     public var description: String {
@@ -45,6 +48,7 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 7: return "UNAVAILABLE"
         case 8: return "NOT_AUTHENTICATED"
         case 9: return "FORBIDDEN"
+        case 10: return "NOT_STORED"
         default: return "STATUS_\(rawValue)"
         }
     }

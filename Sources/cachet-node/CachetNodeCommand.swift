@@ -104,6 +104,13 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var holdPeriod: Double?
 
+    @Option(
+        help: """
+            Seconds a read-through lease stands: a client whose GET missed loads the value while the others             wait for it, at most this long (0.1 to 3600).
+            """
+    )
+    var leaseTime: Double = 10
+
     @Flag(
         help: """
             Keep serving this node's own keys while it reaches fewer than a majority of the cluster's members. \
@@ -251,6 +258,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.probeInterval = probeInterval
             configuration.warmUpSeconds = warmUpSeconds
             configuration.holdPeriod = holdPeriod
+            configuration.leaseSeconds = leaseTime
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             configuration.tlsPort = tlsPort
             configuration.tlsOnly = tlsOnly

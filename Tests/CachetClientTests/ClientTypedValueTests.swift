@@ -49,6 +49,29 @@ struct ClientTypedValueTests {
         await client.shutdown()
     }
 
+    @Test func clientsThatMissTheSameKeyWaitForTheLeaseHoldersValue() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        let loads = LoadCounter()
+        let clients = try (0..<4).map { _ in try CachetClient(configuration: cluster.configuration()) }
+        let names = try await withThrowingTaskGroup(of: String.self) { group in
+            for client in clients {
+                for _ in 0..<10 {
+                    group.addTask {
+                        try await client.get("shared", as: User.self, ttl: .seconds(30)) {
+                            loads.add()
+                            try await Task.sleep(for: .milliseconds(200))
+                            return User(id: 1, name: "loaded once", roles: [])
+                        }.name
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(names.count == 40 && names.allSatisfy { $0 == "loaded once" })
+        #expect(loads.count == 1, "four clients missed one key together: the node's lease lets one load")
+        for client in clients { await client.shutdown() }
+    }
+
     @Test func concurrentMissesOfOneKeyCallTheLoaderOnce() async throws {
         let cluster = try await NodeCluster.start(count: 1)
         try await withClient(cluster.configuration()) { client in

@@ -135,9 +135,11 @@ struct CachetRequestFlagsTests {
         #expect(CachetRequestFlags.invalidation.rawValue == 4 && CachetRequestFlags.lastHop.rawValue == 8)
         #expect(CachetRequestFlags.leaving.rawValue == 0x10)
         #expect(CachetRequestFlags.warmUp.rawValue == 0x20)
-        let header = CachetFrameHeader(opcode: .get, word: 0xffc1, id: 1)
+        #expect(CachetRequestFlags.lease.rawValue == 0x40)
+        let header = CachetFrameHeader(opcode: .get, word: 0xff81, id: 1)
         #expect(header.requestFlags == .forwarded)
-        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xffc0)
+        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xff80)
+        #expect(CachetRequestFlags(rawValue: 0x0040).description == "lease")
         #expect(CachetRequestFlags(rawValue: 0x0021).description == "forwarded|warmUp")
         #expect(CachetRequestFlags(rawValue: 0x0011).description == "forwarded|leaving")
         #expect(CachetRequestFlags(rawValue: 0x000d).description == "forwarded|invalidation|lastHop")
@@ -168,16 +170,22 @@ struct CachetRequestFlagsTests {
         let commands: [CachetCommand] = [.put(key: [1], value: [2], ttl: 3), .get(key: [4]), .clear, .stats]
         for command in commands {
             for flags: CachetRequestFlags in [
-                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xffff),
+                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xffbf),
             ] {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
                 let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
-                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0x3f)
+                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0x7f)
                 let decoded = try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame!, in: $0) }
                 #expect(decoded == command)
             }
             #expect(command.encoded(id: 9) == command.encoded(id: 9, flags: []))
         }
+        // A leased PUT carries the lease flag and its token before the PUT body, and decodes as itself.
+        let leased = CachetCommand.leasedPut(key: [1], value: [2], ttl: 3, token: 0x0102_0304_0506_0708)
+        let bytes = leased.encoded(id: 9)
+        #expect(bytes[7] == 0x40 && Array(bytes[12..<20]) == [1, 2, 3, 4, 5, 6, 7, 8])
+        let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
+        #expect(try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame!, in: $0) } == leased)
     }
 }

@@ -190,6 +190,9 @@ final class CodecModelNode: ProtocolVectorConnection {
 
     private func answer(_ command: CachetCommand, id: UInt32) {
         switch command {
+        case .leasedPut:
+            // The model grants no leases: every token is unknown.
+            reply(.put, .notStored, id: id, Array(CachetLeaseReply.notStoredMessage.utf8))
         case .put(let key, let value, _):
             counters["puts", default: 0] += 1
             entries[key] = value
