@@ -70,6 +70,17 @@ struct CachetBenchCommand: ParsableCommand {
         help: "Measure CachetClient's coders (JSON and binary) on a typical app value and exit; no server is loaded."
     )
     var coders = false
+    @Option(
+        help: """
+            Read one hot KEY through CachetClient's read-through (leases) with --connections tasks for --duration \
+            seconds, against a database directory (--herd-database, files version and deleted) another process \
+            updates; prints reads, loads and stale reads as JSON.
+            """
+    )
+    var herd: String?
+    @Option(help: "With --herd: the key's TTL in seconds.") var herdTtl = 1
+    @Option(help: "With --herd: the database directory (files version and deleted).") var herdDatabase: String?
+    @Option(help: "With --herd: milliseconds each load takes (the slow database).") var herdLoadMs = 50
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
     @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
     var clientLingerUs = 500
@@ -179,6 +190,24 @@ struct CachetBenchCommand: ParsableCommand {
             return
         }
         let configuration = try makeConfiguration()
+        if let herd {
+            guard let database = herdDatabase else { throw ValidationError("--herd needs --herd-database DIRECTORY") }
+            do {
+                let report = try HerdBench.run(
+                    configuration,
+                    key: herd,
+                    ttl: herdTtl,
+                    database: database,
+                    loadMilliseconds: herdLoadMs
+                )
+                print(report.json)
+                if report.stale + report.errors > 0 { throw ExitCode(1) }
+            } catch let error as BenchError {
+                FileHandle.standardError.write(Data("cachet-bench: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
+            return
+        }
         guard driver == "raw" || driver == "client" else { throw ValidationError("--driver must be raw or client") }
         if driver == "client" {
             try runClientDriver(configuration)
