@@ -47,7 +47,8 @@ public struct CachetPrincipal: Sendable, Hashable {
             return "user \(name) may not send node-to-node requests (the forwarded flag)"
         }
         switch opcode {
-        case .get, .ping:
+        case .get, .ping, .watch, .unwatch:
+            // WATCH's key is its prefix: a user limited to prefixes watches only under them.
             break
         case .stats:
             // Any user may read the counters; the member list and cluster-wide STATS are an admin's.

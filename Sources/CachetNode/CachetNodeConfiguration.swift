@@ -42,6 +42,14 @@ public struct CachetNodeConfiguration: Sendable {
     /// Seconds a read-through lease stands (`--lease-time`, `Protocol/PROTOCOL.md`, "Leases"): how long the
     /// callers that miss a key wait for the one loading it before another may load it.
     public var leaseSeconds: Double = 10
+    /// Bytes of recent changes kept for WATCH (`--watch-buffer`): what a watcher that falls behind or
+    /// reconnects can still be sent before it is told it missed some (a GAP).
+    public var watchBufferBytes: Int = 16 << 20
+    /// Seconds a watched prefix stays recorded after its last watcher leaves (`--watch-retain`), so that a
+    /// watcher that reconnects within it resumes without a GAP.
+    public var watchRetainSeconds: Double = 60
+    /// Bytes a watcher may have queued for sending (`--watch-send-limit`); past it, it waits for its peer.
+    public var watchSendLimit: Int = 1 << 20
     /// Whether a node of a cluster of more than one goes on serving its own keys while it reaches fewer than
     /// a majority of the members (`--serve-own-keys-in-minority`). Off by default: such a node holds its
     /// keys, since it may be cut off while another member stands in for them; on gives up the guarantee that
@@ -149,6 +157,15 @@ public struct CachetNodeConfiguration: Sendable {
         }
         guard probeInterval >= 0.01 && probeInterval <= 3600 else {
             throw fail("--probe-interval \(probeInterval) must be between 0.01 and 3600 seconds")
+        }
+        if !(watchBufferBytes >= 64 << 10 && watchBufferBytes <= 1 << 34) {
+            throw fail("--watch-buffer \(watchBufferBytes) must be between 64KiB and 16GiB")
+        }
+        if !(watchRetainSeconds >= 0 && watchRetainSeconds <= 86_400) {
+            throw fail("--watch-retain \(watchRetainSeconds) must be between 0 and 86400 seconds")
+        }
+        if !(watchSendLimit >= 64 << 10 && watchSendLimit <= 1 << 30) {
+            throw fail("--watch-send-limit \(watchSendLimit) must be between 64KiB and 1GiB")
         }
         if !(leaseSeconds >= 0.1 && leaseSeconds <= 3600) {
             throw fail("--lease-time \(leaseSeconds) must be between 0.1 and 3600 seconds")

@@ -179,6 +179,12 @@ public final class CachetNodeServer: Sendable {
         self.peerCredentials = peerCredentials
         let leases = NodeLeases(lifetime: configuration.leaseSeconds)
         statistics.leases.withLock { $0 = leases }
+        let watches = NodeWatchHub(
+            ringLimit: configuration.watchBufferBytes,
+            retain: configuration.watchRetainSeconds,
+            sendLimit: configuration.watchSendLimit
+        )
+        statistics.watches.withLock { $0 = watches }
         let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
         self.auth = auth
         for index in 0..<configuration.ioQueueCount {
@@ -199,7 +205,8 @@ public final class CachetNodeServer: Sendable {
                             health.map { ClusterRouting(router: router, health: $0, hold: hold, warmUp: warmUp) }
                         },
                         auth: auth,
-                        leases: leases
+                        leases: leases,
+                        watches: watches
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,

@@ -94,6 +94,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// The replies held in order while forwards of this connection's requests are in flight; nil while none
     /// is (replies then go straight to the output).
     @exclusivity(unchecked) var forwards: ForwardPipeline?
+    /// The connection's WATCH, while it watches (`NodeIOQueue+Watch.swift`).
+    @exclusivity(unchecked) var watch: WatchStream?
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false

@@ -13,14 +13,17 @@ import CachetStore
 final class DirectPut {
     let pending: CachetPendingPut
     let id: UInt32
+    /// The PUT's TTL in seconds, for its WATCH event.
+    let ttl: UInt32
     /// Value bytes written so far.
     var received: Int
     private let budget: ConnectionMemory
     /// Bytes charged to the budget for the value, from start to release.
     let reserved: Int
 
-    init(pending: CachetPendingPut, id: UInt32, received: Int, budget: ConnectionMemory) {
+    init(pending: CachetPendingPut, id: UInt32, ttl: UInt32, received: Int, budget: ConnectionMemory) {
         self.pending = pending
+        self.ttl = ttl
         self.id = id
         self.received = received
         self.budget = budget

@@ -27,6 +27,8 @@ enum PendingOperation {
     /// A CLEAR or STATS with the `cluster` flag: asked of every member (`Protocol/PROTOCOL.md`,
     /// "Cluster-wide CLEAR and STATS"). The request's `owner` is unused.
     case fanOut(ForwardRequest)
+    /// A WATCH: the connection becomes a stream of changes (`NodeIOQueue+Watch.swift`).
+    case watch(CachetWatchRequest, id: UInt32)
 }
 
 /// A request on its way to the member that owns its key: the whole frame as received, with the
@@ -40,7 +42,7 @@ extension PendingOperation {
         switch self {
         case .get: return .get
         case .put: return .set
-        case .clear: return .other
+        case .clear, .watch: return .other
         case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
         }
     }

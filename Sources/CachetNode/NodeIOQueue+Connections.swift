@@ -101,6 +101,10 @@ extension NodeIOQueue {
         connection.charged = 0
         // Forwards still in flight find their pipeline gone and write nothing.
         connection.dropForwards()
+        if let stream = connection.watch {
+            processor.watches.unregister(stream)
+            connection.watch = nil
+        }
         if connection.countedAsWaiting {
             connection.countedAsWaiting = false
             memory.countPaused(-1)

@@ -26,6 +26,9 @@ extension NodeIOQueue {
         case .fanOut(let request):
             startFanOut(request, for: connection)
             return
+        case .watch(let request, let id):
+            startWatch(request, id: id, for: connection)
+            return
         default:
             break
         }
@@ -95,7 +98,7 @@ extension NodeIOQueue {
             } else {
                 disk.worker.removeAll(prefixes: prefixes, completion: completion)
             }
-        case .forward, .fanOut:
+        case .forward, .fanOut, .watch:
             break
         }
     }

@@ -213,6 +213,8 @@ final class NodeIOQueue: @unchecked Sendable {
         }
         if mask & cachet_EPOLLOUT != 0 {
             guard send(connection) else { return }
+            // A watcher whose peer read goes on with the changes it was not sent yet.
+            if connection.watch != nil { drainWatch(connection, settling: false) }
         }
         let peerClosed = mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0
         if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 {
@@ -364,6 +366,10 @@ final class NodeIOQueue: @unchecked Sendable {
             // Leaving the cluster: what is left in the input is not answered. Connections are closed once
             // the drain starts (after the peers were told; until then they are kept open, unanswered).
             if draining { beginClosing(connection) }
+            return
+        }
+        if connection.watch != nil {
+            processWatching(connection, now: now)
             return
         }
         // Requests answered in this turn are timed together, once their replies are handed to the socket.

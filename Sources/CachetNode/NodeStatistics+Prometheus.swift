@@ -36,6 +36,9 @@ extension NodeStatistics {
             }
         )
         text.counter("cachet_bad_requests_total", "Requests refused as malformed.", requests.badRequests)
+        let watchFigures = watchFigures
+        text.gauge("cachet_watchers", "Connections watching changes (WATCH).", watchFigures.watchers)
+        text.gauge("cachet_watch_buffer_bytes", "Bytes of recent changes kept for watchers.", watchFigures.bytes)
         text.counter("cachet_items_evicted_total", "Entries evicted from the memory tier.", memory.evictions)
         text.counter("cachet_items_expired_total", "Entries dropped from memory once their TTL passed.", memory.expired)
         text.gauge(

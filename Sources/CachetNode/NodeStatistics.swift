@@ -17,6 +17,8 @@ final class NodeStatistics: Sendable {
     let warmUp = CachetLock<NodeWarmUp?>(nil)
     /// The leases of read-through, for `leases_outstanding` (set once at start).
     let leases = CachetLock<NodeLeases?>(nil)
+    /// WATCH's hub, for `watchers` and the ring's figures (set once at start).
+    let watches = CachetLock<NodeWatchHub?>(nil)
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
@@ -48,6 +50,11 @@ final class NodeStatistics: Sendable {
     /// `Protocol/PROTOCOL.md`, "STATS".
     /// - Parameter includingMembers: whether to list the cluster's members (`cluster_members`): not to a
     ///   user that is not an admin, on a node with users.
+    /// WATCH's figures: watchers, prefixes recorded, changes and bytes in the ring.
+    var watchFigures: (watchers: Int, prefixes: Int, changes: Int, bytes: Int) {
+        watches.withLock { $0 }?.figures ?? (0, 0, 0, 0)
+    }
+
     func json(includingMembers: Bool = true) -> String {
         let requests = requestCounts
         let memory = memory.statistics
@@ -75,6 +82,10 @@ final class NodeStatistics: Sendable {
             ("connections_total", "\(connectionsTotal.load(ordering: .relaxed))"),
             ("connections_rejected", "\(connectionsRejected.load(ordering: .relaxed))"),
             ("leases_outstanding", "\(leases.withLock { $0?.count ?? 0 })"),
+            ("watchers", "\(watchFigures.watchers)"),
+            ("watch_prefixes", "\(watchFigures.prefixes)"),
+            ("watch_buffer_changes", "\(watchFigures.changes)"),
+            ("watch_buffer_bytes", "\(watchFigures.bytes)"),
             ("max_connections", "\(configuration.maximumConnections)"),
             ("max_frame", "\(configuration.maximumPayloadLength)"),
             ("io_queues", "\(configuration.ioQueueCount)"),

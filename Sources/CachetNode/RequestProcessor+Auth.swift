@@ -45,6 +45,7 @@ extension RequestProcessor {
             case .put:
                 let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
                 key = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased).put.key
+            case .watch: key = try CachetWatchRequest.prefixRange(in: buffer, body: frame.body)
             default: key = nil
             }
             let refusal = principal.refusal(

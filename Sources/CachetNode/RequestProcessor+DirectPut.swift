@@ -40,12 +40,19 @@ extension RequestProcessor {
         if buffered.count > 0 {
             pending.value.baseAddress!.copyMemory(from: buffered.baseAddress!, byteCount: buffered.count)
         }
-        return DirectPut(pending: pending, id: header.id, received: buffered.count, budget: connectionMemory)
+        return DirectPut(
+            pending: pending,
+            id: header.id,
+            ttl: put.ttl,
+            received: buffered.count,
+            budget: connectionMemory
+        )
     }
 
     /// Stores a PUT received in place and answers it.
     func completeDirectPut(_ put: DirectPut, output: inout CachetByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.puts)
+        watches.publish(.put, key: put.pending.key, value: UnsafeRawBufferPointer(put.pending.value), ttl: put.ttl)
         store.commit(put.pending, now: now)
         appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
     }

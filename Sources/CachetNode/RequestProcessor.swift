@@ -73,6 +73,8 @@ struct RequestProcessor {
     let auth: NodeAuth?
     /// The leases of read-through, shared by every loop.
     let leases: NodeLeases
+    /// The changes WATCH streams, shared by every loop.
+    let watches: NodeWatchHub
 
     init(
         store: CachetMemoryStore,
@@ -83,10 +85,12 @@ struct RequestProcessor {
         connectionMemory: ConnectionMemory,
         cluster: ClusterRouting? = nil,
         auth: NodeAuth? = nil,
-        leases: NodeLeases = NodeLeases(lifetime: 10)
+        leases: NodeLeases = NodeLeases(lifetime: 10),
+        watches: NodeWatchHub = NodeWatchHub(ringLimit: 1 << 20, retain: 60, sendLimit: 1 << 20)
     ) {
         self.auth = auth
         self.leases = leases
+        self.watches = watches
         self.store = store
         self.disk = disk
         self.counters = counters
@@ -268,6 +272,12 @@ struct RequestProcessor {
                     cluster.unsafelyUnwrapped.warmUp?.noteClear()
                 }
                 return clear(prefixes: prefixes, id: header.id, output: &output)
+            case .watch:
+                return .watch(try CachetWatchRequest(decoding: buffer, body: frame.body), id: header.id)
+            case .unwatch:
+                // Not watching: nothing to end.
+                try CachetBodyDecoder.decodeEmpty(body: frame.body)
+                appendReply(opcode: .unwatch, status: .ok, id: header.id, to: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
@@ -422,6 +432,7 @@ struct RequestProcessor {
         let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
         guard let disk else {
             if outcome == .stored {
+                watches.publish(.put, key: key, value: value, ttl: put.ttl)
                 appendReply(opcode: .put, status: .ok, id: id, to: &output)
             } else {
                 appendMessage(
@@ -455,9 +466,11 @@ struct RequestProcessor {
         let valueBytes = Array(value)
         switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
         case .queued:
+            watches.publish(.put, key: key, value: value, ttl: put.ttl)
             appendReply(opcode: .put, status: .ok, id: id, to: &output)
             return nil
         case .full:
+            watches.publish(.put, key: key, value: value, ttl: put.ttl)
             return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
         case .refused(let error):
             refusePut(key: keyBytes, id: id, error: error, output: &output, now: now)
@@ -485,12 +498,18 @@ struct RequestProcessor {
                 return
             }
         }
+        if removed { watches.publish(.delete, key: key) }
         appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
 
     /// A CLEAR of every key, or of the keys under `prefixes` when there are any.
     private func clear(prefixes: [[UInt8]], id: UInt32, output: inout CachetByteBuffer) -> PendingOperation? {
         leases.invalidateAll()
+        if prefixes.isEmpty {
+            watches.publishClear(prefix: [])
+        } else {
+            for prefix in prefixes { watches.publishClear(prefix: prefix) }
+        }
         guard let disk else {
             let removed = prefixes.isEmpty ? store.removeAll() : store.removeAll(prefixes: prefixes)
             appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)

@@ -22,6 +22,9 @@ public final class CachetPendingPut {
         entry?.mutableValue ?? UnsafeMutableRawBufferPointer(start: nil, count: 0)
     }
 
+    /// The entry's key; empty once committed.
+    public var key: UnsafeRawBufferPointer { entry?.key ?? UnsafeRawBufferPointer(start: nil, count: 0) }
+
     /// The value's length in bytes; 0 once committed.
     public var valueLength: Int { entry?.valueLength ?? 0 }
 

@@ -88,6 +88,10 @@ public enum CachetCommand: Hashable, Sendable {
     case ping
     /// Authenticate the connection as `user` with `secret` (`Protocol/PROTOCOL.md`, "AUTH").
     case auth(user: [UInt8], secret: [UInt8])
+    /// Turn the connection into a stream of changes (`Protocol/PROTOCOL.md`, "WATCH").
+    case watch(CachetWatchRequest)
+    /// End the connection's WATCH.
+    case unwatch
 
     /// The opcode of this command.
     public var opcode: CachetOpcode {
@@ -99,6 +103,8 @@ public enum CachetCommand: Hashable, Sendable {
         case .stats: return .stats
         case .ping: return .ping
         case .auth: return .auth
+        case .watch: return .watch
+        case .unwatch: return .unwatch
         }
     }
 
@@ -147,8 +153,12 @@ public enum CachetCommand: Hashable, Sendable {
             )
             CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
             output.append(contentsOf: key)
-        case .clear, .stats, .ping:
+        case .clear, .stats, .ping, .unwatch:
             CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: 0, to: &output)
+        case .watch(let request):
+            let body = request.encoded
+            CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: body.count, to: &output)
+            output.append(contentsOf: body)
         case .clearPrefixes(let prefixes):
             let bodyLength = prefixes.reduce(0) { $0 + 2 + $1.count }
             CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: bodyLength, to: &output)
@@ -231,6 +241,11 @@ public enum CachetCommand: Hashable, Sendable {
         case .auth:
             let (user, secret) = try CachetBodyDecoder.decodeAuth(in: buffer, body: frame.body)
             return .auth(user: Array(buffer[user]), secret: Array(buffer[secret]))
+        case .watch:
+            return .watch(try CachetWatchRequest(decoding: buffer, body: frame.body))
+        case .unwatch:
+            try CachetBodyDecoder.decodeEmpty(body: frame.body)
+            return .unwatch
         default:
             try CachetBodyDecoder.decodeEmpty(body: frame.body)
             return .ping

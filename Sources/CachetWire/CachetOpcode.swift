@@ -25,15 +25,22 @@ public struct CachetOpcode: RawRepresentable, Hashable, Sendable, CustomStringCo
     @inlinable public static var ping: CachetOpcode { CachetOpcode(rawValue: 0x06) }
     /// Authenticates the connection as a user of the node's auth file.
     @inlinable public static var auth: CachetOpcode { CachetOpcode(rawValue: 0x07) }
+    /// Turns the connection into a stream of ``event`` frames: changes of keys under a prefix
+    /// (`Protocol/PROTOCOL.md`, "WATCH").
+    @inlinable public static var watch: CachetOpcode { CachetOpcode(rawValue: 0x08) }
+    /// Ends a WATCH: the connection answers requests again.
+    @inlinable public static var unwatch: CachetOpcode { CachetOpcode(rawValue: 0x09) }
+    /// A change a watching connection is sent (never a request).
+    @inlinable public static var event: CachetOpcode { CachetOpcode(rawValue: 0x0a) }
     /// The opcode of a reply to a frame that could not be trusted (framing errors); its id is 0 too.
     @inlinable public static var none: CachetOpcode { CachetOpcode(rawValue: 0x00) }
 
     /// Every opcode that protocol version 1 defines.
-    public static let allKnown: [CachetOpcode] = [.put, .get, .delete, .clear, .stats, .ping, .auth]
+    public static let allKnown: [CachetOpcode] = [.put, .get, .delete, .clear, .stats, .ping, .auth, .watch, .unwatch]
 
-    /// Whether protocol version 1 defines this opcode.
+    /// Whether protocol version 1 defines this opcode as a request (EVENT is only sent by nodes).
     @inlinable
-    public var isKnown: Bool { rawValue >= 0x01 && rawValue <= 0x07 }
+    public var isKnown: Bool { rawValue >= 0x01 && rawValue <= 0x09 }
 
     /// The upper-case name used in the specification (`PUT`, `GET`...), or `0xNN` for an unknown byte.
     public var description: String {
@@ -46,6 +53,9 @@ public struct CachetOpcode: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 0x05: return "STATS"
         case 0x06: return "PING"
         case 0x07: return "AUTH"
+        case 0x08: return "WATCH"
+        case 0x09: return "UNWATCH"
+        case 0x0a: return "EVENT"
         default: return "0x" + hex2(rawValue)
         }
     }

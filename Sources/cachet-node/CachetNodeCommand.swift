@@ -111,6 +111,15 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var leaseTime: Double = 10
 
+    @Option(help: "Bytes of recent changes kept for WATCH (a watcher further behind is sent a GAP).")
+    var watchBuffer = "16MiB"
+
+    @Option(help: "Seconds a watched prefix stays recorded after its last watcher leaves, so a watcher resumes.")
+    var watchRetain: Double = 60
+
+    @Option(help: "Bytes a watcher may have queued for sending before it waits for its peer to read.")
+    var watchSendLimit = "1MiB"
+
     @Flag(
         help: """
             Keep serving this node's own keys while it reaches fewer than a majority of the cluster's members. \
@@ -259,6 +268,9 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.warmUpSeconds = warmUpSeconds
             configuration.holdPeriod = holdPeriod
             configuration.leaseSeconds = leaseTime
+            configuration.watchBufferBytes = try CachetByteCount.parse(watchBuffer)
+            configuration.watchRetainSeconds = watchRetain
+            configuration.watchSendLimit = try CachetByteCount.parse(watchSendLimit)
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             configuration.tlsPort = tlsPort
             configuration.tlsOnly = tlsOnly

@@ -147,7 +147,7 @@ struct CachetFrameDecoderTests {
         for opcode in UInt8(1)...7 {
             #expect(check(1, opcode) == nil)
         }
-        #expect(check(1, 0x08)?.message == "unknown opcode 0x08")
+        #expect(check(1, 0x0b)?.message == "unknown opcode 0x0b")
         #expect(check(1, 0x00)?.code == .unknownOpcode)
         #expect(check(1, 0xff)?.message == "unknown opcode 0xff")
         #expect(check(2, 0x02)?.code == .unsupportedVersion)

@@ -8,7 +8,7 @@ struct CachetWireValueTests {
         arguments: [
             (UInt8(0x00), "NONE", false), (0x01, "PUT", true), (0x02, "GET", true), (0x03, "DEL", true),
             (0x04, "CLEAR", true), (0x05, "STATS", true), (0x06, "PING", true), (0x07, "AUTH", true),
-            (0x08, "0x08", false),
+            (0x08, "WATCH", true), (0x09, "UNWATCH", true), (0x0a, "EVENT", false), (0x0b, "0x0b", false),
             (0x7f, "0x7f", false), (0xab, "0xab", false), (0xff, "0xff", false),
         ]
     )
@@ -24,7 +24,7 @@ struct CachetWireValueTests {
             [CachetOpcode.put, .get, .delete, .clear, .stats, .ping, .auth, .none].map(\.rawValue)
                 == [1, 2, 3, 4, 5, 6, 7, 0]
         )
-        #expect(CachetOpcode.allKnown.map(\.rawValue) == [1, 2, 3, 4, 5, 6, 7])
+        #expect(CachetOpcode.allKnown.map(\.rawValue) == [1, 2, 3, 4, 5, 6, 7, 8, 9])
     }
 
     @Test(

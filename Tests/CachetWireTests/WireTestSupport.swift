@@ -235,6 +235,9 @@ final class CodecModelNode: ProtocolVectorConnection {
                 id: id,
                 Array("this node has no users (no --auth-file): every client may send every request".utf8)
             )
+        case .watch, .unwatch:
+            // The vectors do not watch: their runs and sequence numbers vary.
+            reply(command.opcode, .badRequest, id: id, Array("the model does not watch".utf8))
         }
     }
 
