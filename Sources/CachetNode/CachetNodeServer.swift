@@ -57,11 +57,25 @@ public final class CachetNodeServer: Sendable {
         try configuration.validate()
         self.configuration = configuration
         self.logger = logger
+        let watches = NodeWatchHub(
+            ringLimit: configuration.watchBufferBytes,
+            retain: configuration.watchRetainSeconds,
+            sendLimit: configuration.watchSendLimit
+        )
+        // Entries that expire, and (without a disk tier, which keeps what memory evicts) evictions: WATCH
+        // events.
+        let evictionsLeaveTheCache = configuration.disk.map { $0.limit == 0 } ?? true
         let memory = CachetMemoryStore(
             configuration: CachetMemoryStoreConfiguration(
                 memoryLimit: configuration.memoryLimit,
                 shardCount: configuration.memoryShardCount
-            )
+            ),
+            observer: { key, reason in
+                switch reason {
+                case .expired: watches.publish(.expired, key: key)
+                case .evicted: if evictionsLeaveTheCache { watches.publish(.evicted, key: key) }
+                }
+            }
         )
         self.memory = memory
         var disk: DiskTier? = nil
@@ -179,11 +193,6 @@ public final class CachetNodeServer: Sendable {
         self.peerCredentials = peerCredentials
         let leases = NodeLeases(lifetime: configuration.leaseSeconds)
         statistics.leases.withLock { $0 = leases }
-        let watches = NodeWatchHub(
-            ringLimit: configuration.watchBufferBytes,
-            retain: configuration.watchRetainSeconds,
-            sendLimit: configuration.watchSendLimit
-        )
         statistics.watches.withLock { $0 = watches }
         let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
         self.auth = auth

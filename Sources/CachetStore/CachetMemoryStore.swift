@@ -74,13 +74,16 @@ public final class CachetMemoryStore: @unchecked Sendable {
     public static let maximumKeyLength = MemoryEntry.maximumKeyLength
 
     /// Creates an empty tier.
-    /// - Parameter configuration: the limit and shard count.
-    public init(configuration: CachetMemoryStoreConfiguration) {
+    /// - Parameters:
+    ///   - configuration: the limit and shard count.
+    ///   - observer: told of each entry that expires (found expired, or swept) or is evicted, with its
+    ///     key, under the shard's lock: it must be quick and must not call back into the store.
+    public init(configuration: CachetMemoryStoreConfiguration, observer: CachetRemovalObserver? = nil) {
         precondition(configuration.shardCount > 0 && configuration.shardCount & (configuration.shardCount - 1) == 0)
         memoryLimit = configuration.memoryLimit
         let pool = LargeBlockPool(limit: LargeBlockPool.defaultLimit(memoryLimit: configuration.memoryLimit))
         self.pool = pool
-        shards = (0..<configuration.shardCount).map { _ in MemoryShard(pool: pool) }
+        shards = (0..<configuration.shardCount).map { _ in MemoryShard(pool: pool, observer: observer) }
         locks = .allocate(capacity: configuration.shardCount)
         for i in 0..<configuration.shardCount { pthread_mutex_init(locks + i, nil) }
         shardShift = UInt64(64 - configuration.shardCount.trailingZeroBitCount)
@@ -397,3 +400,14 @@ extension CachetMemoryStore {
         key.withUnsafeBytes { remove(key: $0, now: now) }
     }
 }
+
+/// Why the memory tier dropped an entry other than by a request for it.
+public enum CachetRemovalReason: Sendable, Hashable {
+    /// Its TTL passed.
+    case expired
+    /// It was evicted to make room.
+    case evicted
+}
+
+/// Told of each entry the memory tier drops on its own: its key (valid during the call) and why.
+public typealias CachetRemovalObserver = @Sendable (UnsafeRawBufferPointer, CachetRemovalReason) -> Void

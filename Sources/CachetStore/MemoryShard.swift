@@ -36,9 +36,12 @@ final class MemoryShard {
 
     /// Where entries' blocks come from and go back to; shared by every shard of a tier.
     private let pool: LargeBlockPool
+    /// Told of each entry that expires or is evicted, under the shard's lock.
+    private let observer: CachetRemovalObserver?
 
-    init(pool: LargeBlockPool) {
+    init(pool: LargeBlockPool, observer: CachetRemovalObserver? = nil) {
         self.pool = pool
+        self.observer = observer
         capacity = Self.initialCapacity
         slots = .allocate(capacity: capacity)
         slots.initialize(repeating: 0, count: capacity)
@@ -206,6 +209,7 @@ final class MemoryShard {
         let entry = entry(at: index)
         if CachetClock.isExpired(entry.expiry, now: now) {
             expired += 1
+            observer?(entry.key, .expired)
             return (nil, discard(at: index))
         }
         if !entry.referenced { entry.referenced = true }
@@ -216,7 +220,10 @@ final class MemoryShard {
     func remove(_ key: UnsafeRawBufferPointer, hash: UInt64, now: UInt32) -> (removed: Bool, freed: Int) {
         guard let index = find(key, hash: hash) else { return (false, 0) }
         let live = !CachetClock.isExpired(entry(at: index).expiry, now: now)
-        if !live { expired += 1 }
+        if !live {
+            expired += 1
+            observer?(entry(at: index).key, .expired)
+        }
         return (live, discard(at: index))
     }
 
@@ -238,6 +245,7 @@ final class MemoryShard {
         }
         guard let victim = tail, victim != keep, let index = find(victim.key, hash: victim.hash) else { return 0 }
         evictions += 1
+        observer?(victim.key, .evicted)
         return discard(at: index)
     }
 
@@ -306,6 +314,7 @@ final class MemoryShard {
             entry = current.prev
             if CachetClock.isExpired(current.expiry, now: now), let index = find(current.key, hash: current.hash) {
                 expired += 1
+                observer?(current.key, .expired)
                 removed += 1
                 freed += discard(at: index)
             }

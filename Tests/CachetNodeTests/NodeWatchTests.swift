@@ -59,6 +59,42 @@ struct NodeWatchTests {
         #expect(bare.map(\.sequence) == events.map(\.sequence) && bare.allSatisfy { $0.value == nil })
     }
 
+    @Test func entriesThatExpireOrAreEvictedAreAnnounced() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0", "--memory-limit", "1MiB"])
+        let writer = try node.connect()
+        let watcher = try node.connect()
+        _ = try Self.watch(watcher, CachetWatchRequest(prefix: Array("e:".utf8)))
+        try Self.put(writer, "e:short", "v", ttl: 1)
+        #expect(try Self.event(watcher).kind == .put)
+        Thread.sleep(forTimeInterval: 2.1)
+        #expect(try writer.roundTrip(.get(key: Array("e:short".utf8))).status == .notFound)
+        let expired = try Self.event(watcher)
+        #expect(expired.kind == .expired && expired.key == Array("e:short".utf8))
+        // 2 MiB into a 1 MiB tier: the oldest are evicted, and said so.
+        let value = String(repeating: "x", count: 1024)
+        for index in 0..<2048 { try Self.put(writer, "e:\(index)", value) }
+        var evicted = 0
+        for _ in 0..<4096 {
+            let event = try Self.event(watcher)
+            if event.kind == .evicted { evicted += 1 }
+            if evicted >= 100 { break }
+        }
+        #expect(evicted >= 100)
+    }
+
+    @Test func aUserLimitedToPrefixesWatchesOnlyUnderThem() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-watch-auth")
+        defer { directory.remove() }
+        let file = directory.appending("users.json")
+        try NodeAuthTests.writeAuthFile(file, [("shop", "shop-secret-0123456789", "read", ["shop:"])])
+        let node = try NodeProcess(arguments: ["--auth-file", file, "--disk-limit", "0"])
+        let socket = try node.connect()
+        #expect(try NodeAuthTests.auth(socket, "shop", "shop-secret-0123456789").status == .ok)
+        #expect(try socket.roundTrip(.watch(CachetWatchRequest(prefix: []))).status == .forbidden)
+        #expect(try socket.roundTrip(.watch(CachetWatchRequest(prefix: Array("user:".utf8)))).status == .forbidden)
+        _ = try Self.watch(socket, CachetWatchRequest(prefix: Array("shop:cart:".utf8)))
+    }
+
     @Test func aWatchingConnectionAnswersOnlyUnwatchAndPingThenServesAgain() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let socket = try node.connect()
