@@ -40,6 +40,8 @@ public enum CachetCLICommand: Sendable, Equatable {
           stats                           the node's counters
           ping                            round-trip time to the node
           help                            this text
+        and from the command line only: cachet-cli watch [PREFIX] [--values] [--from RUN:SEQUENCE]
+                                          prints each change of keys under PREFIX until interrupted
           quit                            leave
         quote words with spaces: put "my key" "a value"; inside quotes \\" \\\\ \\n \\t \\xNN are escapes
         """
@@ -110,6 +112,10 @@ public enum CachetCLICommand: Sendable, Equatable {
             case "help": return .help
             default: return .quit
             }
+        case "watch":
+            throw usage(
+                "watch runs as a command of its own: cachet-cli watch [PREFIX] [--values] [--from RUN:SEQUENCE]"
+            )
         default:
             throw CachetCLIError(code: .usage, message: "unknown command '\(name)'; type help for the list")
         }

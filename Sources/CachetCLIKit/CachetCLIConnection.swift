@@ -137,10 +137,24 @@ public final class CachetCLIConnection {
         }
     }
 
-    private func readResponse(from connection: CachetBlockingConnection) throws(CachetCLIError) -> (
-        CachetResponse, [UInt8]
-    ) {
-        let deadline = CachetDeadline(after: .seconds(timeout))
+    /// Waits for the next frame the node sends on its own (an EVENT of a WATCH), for at most `seconds`.
+    /// - Returns: the frame, or nil when none came in time.
+    /// - Throws: ``CachetCLIError`` `connection` when the node closed the connection.
+    public func nextFrame(within seconds: Double) throws(CachetCLIError) -> CachetResponse? {
+        guard let connection else { throw CachetCLIError(code: .connection, message: "not connected to \(address)") }
+        do throws(CachetCLIError) {
+            return try readResponse(from: connection, within: seconds).0
+        } catch  where error.code == .timeout {
+            return nil
+        }
+    }
+
+    private func readResponse(from connection: CachetBlockingConnection, within seconds: Double? = nil)
+        throws(CachetCLIError) -> (
+            CachetResponse, [UInt8]
+        )
+    {
+        let deadline = CachetDeadline(after: .seconds(seconds ?? timeout))
         while true {
             let region = connection.input.readableRegion
             let frame: CachetFrame?

@@ -13,7 +13,7 @@ import Glibc
 struct CachetCLICommandLine: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cachet-cli",
-        abstract: "Talks to a Cachet node: put, get, del, clear, stats, ping.",
+        abstract: "Talks to a Cachet node: put, get, del, clear, stats, ping, watch.",
         discussion: """
             With a command, runs it once and exits 0 (OK), 1 (not found) or 2 (error). Without one, reads \
             commands from standard input, one per line (a prompt when it is a terminal), and exits 0, or 2 if \
@@ -73,7 +73,7 @@ struct CachetCLICommandLine: ParsableCommand {
     @Argument(
         parsing: .captureForPassthrough,
         help:
-            "A command to run once, e.g. get k1; or hash-secret, which reads a secret on standard input and prints the hash an auth file stores"
+            "A command to run once, e.g. get k1; watch [PREFIX] [--values] [--from RUN:SEQUENCE], which prints changes until interrupted; or hash-secret, which reads a secret on standard input and prints the hash an auth file stores"
     )
     var command: [String] = []
 
@@ -139,6 +139,10 @@ struct CachetCLICommandLine: ParsableCommand {
             emit(["\(CachetSecretHash(hashing: Array(secret.utf8)))"])
             return
         }
+        if command.first == "watch" {
+            try runWatch()
+            return
+        }
         let session = CachetCLISession(
             host: host,
             port: port,
@@ -180,6 +184,97 @@ struct CachetCLICommandLine: ParsableCommand {
             if outcome == .error { failed = true }
         }
         if failed && !interactive { throw ExitCode(2) }
+    }
+
+    /// `watch [PREFIX] [--values] [--from RUN:SEQUENCE]`: the node's changes, one line each, until
+    /// interrupted; with `--cluster`, every member's (from the node's STATS), each line marked with it.
+    private func runWatch() throws {
+        Self.exitOnInterrupt()
+        let options: CachetCLIWatch.Options
+        do throws(CachetCLIError) {
+            options = try CachetCLIWatch.Options(words: command.dropFirst().map { Array($0.utf8) })
+        } catch {
+            emit(["ERROR: \(error.message)"])
+            throw ExitCode(2)
+        }
+        let tls = try tlsContext()
+        let credentials = try credentials()
+        let (timeout, maxFrame) = (timeout, maxFrame)
+        let connect: @Sendable (String, Int) throws(CachetCLIError) -> CachetCLIConnection = {
+            host,
+            port throws(CachetCLIError) in
+            try CachetCLIConnection(
+                host: host,
+                port: port,
+                timeout: timeout,
+                maximumReplyLength: maxFrame,
+                tls: tls,
+                credentials: credentials
+            )
+        }
+        var members: [(id: String, host: String, port: Int)] = []
+        do throws(CachetCLIError) {
+            let first = try connect(host, port)
+            guard cluster else {
+                try CachetCLIWatch.run(on: first, options: options) { emit([$0]) }
+                return
+            }
+            members = Self.members(inStats: try first.send(.stats).response.body)
+        } catch {
+            emit(["ERROR: \(error.message)"])
+            throw ExitCode(2)
+        }
+        guard !members.isEmpty else {
+            emit(["ERROR: the node lists no cluster members (is it a cluster member, and the user an admin?)"])
+            throw ExitCode(2)
+        }
+        let printing = NSLock()
+        let group = DispatchGroup()
+        for member in members {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do throws(CachetCLIError) {
+                    let connection = try connect(member.host, member.port)
+                    try CachetCLIWatch.run(on: connection, options: options, member: member.id) { line in
+                        printing.withLock { Self.printLine(line) }
+                    }
+                } catch {
+                    printing.withLock { Self.printLine("[\(member.id)] ERROR: \(error.message)") }
+                }
+            }
+        }
+        group.wait()
+    }
+
+    /// SIGINT (Ctrl-C) and SIGTERM end a watch with status 0, even when the process was started with
+    /// them blocked (as some process launchers do).
+    private static func exitOnInterrupt() {
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGINT)
+        sigaddset(&signals, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        signal(SIGINT) { _ in _exit(0) }
+        signal(SIGTERM) { _ in _exit(0) }
+    }
+
+    private static func printLine(_ line: String) {
+        Swift.print(line)
+        fflush(nil)
+    }
+
+    /// The `cluster_members` of a STATS reply: id, host and port of each.
+    static func members(inStats body: [UInt8]) -> [(id: String, host: String, port: Int)] {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+            let members = object["cluster_members"] as? [[String: Any]]
+        else { return [] }
+        return members.compactMap { member in
+            guard let id = member["id"] as? String, let host = member["host"] as? String,
+                let port = member["port"] as? Int
+            else { return nil }
+            return (id, host, port)
+        }
     }
 
     private func emit(_ lines: [String]) {
