@@ -11,6 +11,14 @@ let package = Package(
         .executableTarget(
             name: "CachetClientExample",
             dependencies: [.product(name: "CachetClient", package: "cachet")]
-        )
+        ),
+        .executableTarget(
+            name: "CachetWatchExample",
+            dependencies: [.product(name: "CachetClient", package: "cachet")]
+        ),
+        .executableTarget(
+            name: "CachetReadThroughExample",
+            dependencies: [.product(name: "CachetClient", package: "cachet")]
+        ),
     ]
 )

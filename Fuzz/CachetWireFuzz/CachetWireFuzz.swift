@@ -14,8 +14,10 @@
 //    decoder yields the same frames and the same error as from the whole input, and reports each frame
 //    exactly when its last byte arrives and a bad length exactly when the 4th byte of its prefix arrives,
 //    so a receiver never buffers any of a payload whose declared length is out of range.
-// 4. Re-encoding a decoded valid request gives back its bytes (with the reserved flags zeroed); a decoded
-//    reply re-encodes to exactly its bytes; a CLEAR reply body round-trips.
+// 4. Re-encoding a decoded valid request gives back its bytes (with the reserved flags zeroed, but a
+//    leased PUT's lease flag); a decoded reply re-encodes to exactly its bytes; CLEAR reply, EVENT and lease
+//    reply bodies round-trip. Requests cover every opcode: PUT (leased too), GET, DEL, CLEAR (with key
+//    prefixes too), STATS, PING, AUTH, WATCH and UNWATCH.
 // 5. The in-place decoders (frame, header, PUT, key) allocate nothing when they succeed.
 //
 // A violated property stops the process with a message (`fatalError`), which libFuzzer records as a
@@ -115,8 +117,14 @@ private func expectedFrame(in bytes: UnsafeRawBufferPointer, at offset: Int, lim
 private enum ExpectedRequest: Equatable {
     case error(CachetWireError.Code)
     case put(ttl: Int, key: Range<Int>, value: Range<Int>)
+    /// A PUT with the lease flag: its token before the PUT body ("Leases").
+    case leasedPut(token: UInt64, ttl: Int, key: Range<Int>, value: Range<Int>)
     case key(Range<Int>)
     case empty
+    /// A CLEAR naming key prefixes.
+    case clearPrefixes([Range<Int>])
+    case auth(user: Range<Int>, secret: Range<Int>)
+    case watch(options: UInt8, maximumValue: Int, run: UInt64, sequence: UInt64, prefix: Range<Int>)
 }
 
 private func expectedRequest(
@@ -129,23 +137,54 @@ private func expectedRequest(
     let opcode = bytes[offset + 5]
     let body = (offset + 12)..<end
     if version != 1 && checkingVersion { return .error(.unsupportedVersion) }
-    if opcode == 0 || opcode > 6 { return .error(.unknownOpcode) }
+    if opcode == 0 || opcode > 9 { return .error(.unknownOpcode) }
     func keyLengthProblem(_ keyLength: Int) -> CachetWireError.Code? {
         if keyLength == 0 { return .emptyKey }
         if keyLength > 4096 { return .keyTooLong }
         return nil
     }
+    let leased = bytes[offset + 7] & 0x40 != 0
     switch opcode {
     case 1:
-        guard body.count >= 6 else { return .error(.malformedBody) }
-        let keyLength = bigEndian(bytes, body.lowerBound + 4, 2)
+        let start = body.lowerBound + (leased ? 8 : 0)
+        if leased && body.count < 8 { return .error(.malformedBody) }
+        guard end - start >= 6 else { return .error(.malformedBody) }
+        let keyLength = bigEndian(bytes, start + 4, 2)
         if let problem = keyLengthProblem(keyLength) { return .error(problem) }
-        let keyStart = body.lowerBound + 6
+        let keyStart = start + 6
         guard keyStart + keyLength <= end else { return .error(.malformedBody) }
-        return .put(
-            ttl: bigEndian(bytes, body.lowerBound, 4),
-            key: keyStart..<(keyStart + keyLength),
-            value: (keyStart + keyLength)..<end
+        let (ttl, key, value) = (bigEndian(bytes, start, 4), keyStart..<(keyStart + keyLength), (keyStart + keyLength)..<end)
+        guard leased else { return .put(ttl: ttl, key: key, value: value) }
+        return .leasedPut(token: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound, 8)), ttl: ttl, key: key, value: value)
+    case 4 where !body.isEmpty:
+        var prefixes: [Range<Int>] = []
+        var position = body.lowerBound
+        while position < end {
+            guard prefixes.count < 64, end - position >= 2 else { return .error(.malformedBody) }
+            let length = bigEndian(bytes, position, 2)
+            guard (1...4096).contains(length), position + 2 + length <= end else { return .error(.malformedBody) }
+            prefixes.append((position + 2)..<(position + 2 + length))
+            position += 2 + length
+        }
+        return .clearPrefixes(prefixes)
+    case 7:
+        guard body.count >= 2 else { return .error(.malformedBody) }
+        let userLength = bigEndian(bytes, body.lowerBound, 2)
+        let userStart = body.lowerBound + 2
+        guard (1...255).contains(userLength), userStart + userLength <= end, end - (userStart + userLength) <= 1024 else {
+            return .error(.malformedBody)
+        }
+        return .auth(user: userStart..<(userStart + userLength), secret: (userStart + userLength)..<end)
+    case 8:
+        guard body.count >= 21, bytes[body.lowerBound] & ~1 == 0, body.count - 21 <= 4096 else {
+            return .error(.malformedBody)
+        }
+        return .watch(
+            options: bytes[body.lowerBound],
+            maximumValue: bigEndian(bytes, body.lowerBound + 1, 4),
+            run: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound + 5, 8)),
+            sequence: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound + 13, 8)),
+            prefix: (body.lowerBound + 21)..<end
         )
     case 2, 3:
         guard body.count >= 2 else { return .error(.malformedBody) }
@@ -281,15 +320,33 @@ private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
         check(bytes[offset + 5] == 2 && key.elementsEqual(bytes[keyRange]), "\(context): GET decoded wrong")
     case (.delete(let key), .key(let keyRange)):
         check(bytes[offset + 5] == 3 && key.elementsEqual(bytes[keyRange]), "\(context): DEL decoded wrong")
-    case (.clear, .empty), (.stats, .empty), (.ping, .empty):
+    case (.leasedPut(let key, let value, let ttl, let token), .leasedPut(let expectedToken, let expectedTTL, let keyRange, let valueRange)):
+        check(
+            token == expectedToken && Int(ttl) == expectedTTL && key.elementsEqual(bytes[keyRange])
+                && value.elementsEqual(bytes[valueRange]),
+            "\(context): leased PUT decoded wrong"
+        )
+    case (.clear, .empty), (.stats, .empty), (.ping, .empty), (.unwatch, .empty):
         check(command.opcode.rawValue == bytes[offset + 5], "\(context): decoded as \(command.opcode)")
+    case (.clearPrefixes(let prefixes), .clearPrefixes(let ranges)):
+        check(prefixes.elementsEqual(ranges.map { Array(bytes[$0]) }), "\(context): CLEAR prefixes decoded wrong")
+    case (.auth(let user, let secret), .auth(let userRange, let secretRange)):
+        check(user.elementsEqual(bytes[userRange]) && secret.elementsEqual(bytes[secretRange]), "\(context): AUTH decoded wrong")
+    case (.watch(let request), .watch(let options, let maximumValue, let run, let sequence, let prefix)):
+        check(
+            request.includesValues == (options & 1 != 0) && Int(request.maximumValueLength) == maximumValue
+                && (request.resumingAfter?.run ?? 0) == run && (request.resumingAfter?.sequence ?? 0) == sequence
+                && request.prefix.elementsEqual(bytes[prefix]),
+            "\(context): WATCH decoded as \(request)"
+        )
     default:
         fatalError("\(context): decoded as \(command), expected \(expected)")
     }
-    // The node ignores the reserved flags, and an encoder writes 0.
+    // The node ignores the reserved flags, and an encoder writes 0 (but a leased PUT its lease flag).
     var withoutFlags = frameBytes
     withoutFlags[6] = 0
     withoutFlags[7] = 0
+    if case .leasedPut = command { withoutFlags[7] = 0x40 }
     let reencoded = command.encoded(id: frame.header.id)
     check(reencoded == withoutFlags, "\(context): re-encoding gives different bytes")
 }
@@ -305,13 +362,38 @@ private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
     do throws(CachetWireError) {
         switch opcode {
         case 1:
-            let put = try withoutAllocation("decodePut") { () throws(CachetWireError) in
-                try CachetBodyDecoder.decodePut(in: bytes, body: frame.body)
+            let leased = frame.header.flags & 0x40 != 0
+            let (put, token) = try withoutAllocation("decodePut") { () throws(CachetWireError) in
+                try CachetBodyDecoder.decodePut(in: bytes, body: frame.body, leased: leased)
             }
-            guard case .put(let ttl, let key, let value) = expected else {
+            switch expected {
+            case .put(let ttl, let key, let value) where !leased:
+                check(Int(put.ttl) == ttl && put.key == key && put.value == value, "\(context()): decodePut found \(put)")
+            case .leasedPut(let expectedToken, let ttl, let key, let value) where leased:
+                check(
+                    token == expectedToken && Int(put.ttl) == ttl && put.key == key && put.value == value,
+                    "\(context()): leased decodePut found \(put)"
+                )
+            default:
                 fatalError("\(context()): decodePut found \(put), expected \(expected)")
             }
-            check(Int(put.ttl) == ttl && put.key == key && put.value == value, "\(context()): decodePut found \(put)")
+        case 4:
+            let prefixes = try CachetBodyDecoder.decodeClear(in: bytes, body: frame.body)
+            switch expected {
+            case .empty: check(prefixes.isEmpty, "\(context()): decodeClear found prefixes in an empty body")
+            case .clearPrefixes(let ranges):
+                check(prefixes.elementsEqual(ranges.map { Array(bytes[$0]) }), "\(context()): decodeClear found \(prefixes)")
+            default: fatalError("\(context()): decodeClear found \(prefixes), expected \(expected)")
+            }
+        case 7:
+            let (user, secret) = try CachetBodyDecoder.decodeAuth(in: bytes, body: frame.body)
+            check(expected == .auth(user: user, secret: secret), "\(context()): decodeAuth found \(user) \(secret)")
+        case 8:
+            let request = try CachetWatchRequest(decoding: bytes, body: frame.body)
+            guard case .watch(_, _, _, _, let prefix) = expected else {
+                fatalError("\(context()): WATCH decoded as \(request), expected \(expected)")
+            }
+            check(request.prefix.elementsEqual(bytes[prefix]), "\(context()): WATCH prefix \(request.prefix)")
         case 2, 3:
             let key = try withoutAllocation("decodeKey") { () throws(CachetWireError) in
                 try CachetBodyDecoder.decodeKey(in: bytes, body: frame.body)
@@ -346,6 +428,21 @@ private func checkReply(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer, 
     _ = response.status.description
     _ = response.opcode.description
     _ = response.bodyText
+    // An EVENT body and a lease reply are read without trusting their lengths.
+    if let event = try? CachetEvent(decoding: response.body) {
+        let keyLength = bigEndian(bytes, frame.body.lowerBound + 14, 2)
+        check(event.key.elementsEqual(bytes[(frame.body.lowerBound + 16)..<(frame.body.lowerBound + 16 + keyLength)]), "\(context): EVENT key")
+        if let value = event.value {
+            check(16 + event.key.count + value.count == response.body.count, "\(context): EVENT read as \(event)")
+        }
+        // Defined flags only, and no bytes the flags do not account for: the event is its bytes exactly.
+        if response.body[1] & ~3 == 0 && (event.value != nil || response.body.count == 16 + keyLength) {
+            check(event.encoded(id: response.id).dropFirst(12).elementsEqual(response.body), "\(context): EVENT re-encodes differently")
+        }
+    }
+    if let lease = CachetLeaseReply(decoding: response.body) {
+        check(lease.encoded == response.body, "\(context): lease reply re-encodes differently")
+    }
     do {
         let clear = try CachetClearResult(decoding: response.body)
         check(response.body.count == 16, "\(context): CLEAR reply of \(response.body.count) bytes accepted")

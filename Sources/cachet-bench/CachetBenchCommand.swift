@@ -81,6 +81,11 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "With --herd: the key's TTL in seconds.") var herdTtl = 1
     @Option(help: "With --herd: the database directory (files version and deleted).") var herdDatabase: String?
     @Option(help: "With --herd: milliseconds each load takes (the slow database).") var herdLoadMs = 50
+    @Option(help: "Watchers beside the load: connections to the first server that WATCH --watchers-prefix.")
+    var watchers = 0
+    @Option(help: "With --watchers: the prefix they watch (the load's keys start with 'key:').")
+    var watchersPrefix = "nothing-matches:"
+    @Flag(help: "With --watchers: events carry values.") var watchersValues = false
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
     @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
     var clientLingerUs = 500
@@ -214,13 +219,30 @@ struct CachetBenchCommand: ParsableCommand {
             return
         }
         let report: BenchReport
+        var watching: WatchersLoad?
         do {
+            if watchers > 0 {
+                watching = try WatchersLoad(
+                    target: configuration.targets[0],
+                    count: watchers,
+                    prefix: watchersPrefix,
+                    values: watchersValues,
+                    tls: configuration.tls
+                )
+                watching?.start()
+            }
             report = try CachetBench.run(configuration) { progress in
                 if !quiet { FileHandle.standardError.write(Data((progress.line + "\n").utf8)) }
             }
         } catch {
             FileHandle.standardError.write(Data("cachet-bench: \(error.message)\n".utf8))
             throw ExitCode(2)
+        }
+        if let watched = watching?.stop() {
+            let line =
+                "watchers: \(watchers) on '\(watchersPrefix)' received \(watched.events) events (\(watched.gaps) gaps) "
+                + "in \(String(format: "%.1f", watched.seconds)) s: \(Int(Double(watched.events) / watched.seconds)) events/s"
+            FileHandle.standardError.write(Data((line + "\n").utf8))
         }
         print(json ? report.json : report.summary)
         if report.hasErrors {
