@@ -2,6 +2,7 @@ public import CachetIO
 import CachetLocking
 import CachetWire
 import Dispatch
+import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -20,7 +21,7 @@ public final class WatchersLoad: @unchecked Sendable {
     /// - Parameters:
     ///   - target: the node.
     ///   - count: watchers.
-    ///   - prefix: what they watch.
+    ///   - prefix: what they watch; `{n}` is replaced by each watcher's number.
     ///   - values: whether events carry values.
     ///   - tls: TLS for the connections, if the node is reached over TLS.
     /// - Throws: ``BenchError`` when a connection or a WATCH fails.
@@ -28,12 +29,15 @@ public final class WatchersLoad: @unchecked Sendable {
         throws(BenchError)
     {
         var connections: [CachetBlockingConnection] = []
-        let request = CachetWatchRequest(prefix: Array(prefix.utf8), includesValues: values)
         do throws(CachetIOError) {
             let context = try tls.map { configuration throws(CachetIOError) in
                 try CachetTLSContext(role: .client, configuration: configuration)
             }
-            for _ in 0..<count {
+            for index in 0..<count {
+                let request = CachetWatchRequest(
+                    prefix: Array(prefix.replacingOccurrences(of: "{n}", with: "\(index)").utf8),
+                    includesValues: values
+                )
                 let address = CachetAddress(host: target.host, port: target.port)
                 let connection: CachetBlockingConnection
                 if let context {

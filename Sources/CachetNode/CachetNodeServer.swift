@@ -194,6 +194,7 @@ public final class CachetNodeServer: Sendable {
         let leases = NodeLeases(lifetime: configuration.leaseSeconds)
         statistics.leases.withLock { $0 = leases }
         statistics.watches.withLock { $0 = watches }
+        let watchViews = (0..<configuration.ioQueueCount).map { _ in WatchIndexView() }
         let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
         self.auth = auth
         for index in 0..<configuration.ioQueueCount {
@@ -215,7 +216,8 @@ public final class CachetNodeServer: Sendable {
                         },
                         auth: auth,
                         leases: leases,
-                        watches: watches
+                        watches: watches,
+                        watchView: watchViews[index]
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,
@@ -231,6 +233,8 @@ public final class CachetNodeServer: Sendable {
                     onClose: { statistics.connectionsCurrent.subtract(1, ordering: .relaxed) }
                 )
             )
+            let queue = loops[index]
+            watches.attach(watchViews[index]) { work in queue.execute(work) }
         }
         self.loops = loops
     }

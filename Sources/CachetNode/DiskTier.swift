@@ -27,8 +27,9 @@ enum PendingOperation {
     /// A CLEAR or STATS with the `cluster` flag: asked of every member (`Protocol/PROTOCOL.md`,
     /// "Cluster-wide CLEAR and STATS"). The request's `owner` is unused.
     case fanOut(ForwardRequest)
-    /// A WATCH: the connection becomes a stream of changes (`NodeIOQueue+Watch.swift`).
-    case watch(CachetWatchRequest, id: UInt32)
+    /// A WATCH: the connection becomes a stream of changes (`NodeIOQueue+Watch.swift`). Boxed, so that
+    /// the enum every request returns stays small.
+    case watch(WatchStart)
 }
 
 /// A request on its way to the member that owns its key: the whole frame as received, with the
@@ -45,6 +46,17 @@ extension PendingOperation {
         case .clear, .watch: return .other
         case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
         }
+    }
+}
+
+/// A WATCH's request and id, as ``PendingOperation/watch(_:)`` carries them.
+final class WatchStart: Sendable {
+    let request: CachetWatchRequest
+    let id: UInt32
+
+    init(request: CachetWatchRequest, id: UInt32) {
+        self.request = request
+        self.id = id
     }
 }
 

@@ -26,8 +26,8 @@ extension NodeIOQueue {
         case .fanOut(let request):
             startFanOut(request, for: connection)
             return
-        case .watch(let request, let id):
-            startWatch(request, id: id, for: connection)
+        case .watch(let start):
+            startWatch(start.request, id: start.id, for: connection)
             return
         default:
             break

@@ -16,18 +16,23 @@ extension NodeIOQueue {
         }
         if let previous = connection.watch { hub.unregister(previous) }
         connection.watch = stream
-        let (position, gap) = hub.register(stream)
-        resume(connection) { _, output, _ in
-            var body: [UInt8] = []
-            CachetFrameEncoder.appendBigEndian(position.run, to: &body)
-            CachetFrameEncoder.appendBigEndian(position.sequence, to: &body)
-            body.withUnsafeBytes { appendReply(opcode: .watch, status: .ok, id: id, body: $0, to: &output) }
-            if gap {
-                let frame = CachetEvent(kind: .gap, sequence: position.sequence, key: []).encoded(id: id)
-                frame.withUnsafeBytes { output.append($0) }
+        hub.register(stream) { [self] position, gap in
+            execute { [self] in
+                let connection = confined.value
+                guard connection.watch === stream, !connection.isClosed else { return }
+                resume(connection) { _, output, _ in
+                    var body: [UInt8] = []
+                    CachetFrameEncoder.appendBigEndian(position.run, to: &body)
+                    CachetFrameEncoder.appendBigEndian(position.sequence, to: &body)
+                    body.withUnsafeBytes { appendReply(opcode: .watch, status: .ok, id: id, body: $0, to: &output) }
+                    if gap {
+                        let frame = CachetEvent(kind: .gap, sequence: position.sequence, key: []).encoded(id: id)
+                        frame.withUnsafeBytes { output.append($0) }
+                    }
+                }
+                drainWatch(connection)
             }
         }
-        drainWatch(connection)
     }
 
     /// Sends a watcher its next changes while its queued output is under the send limit; the rest waits

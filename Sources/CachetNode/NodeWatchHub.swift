@@ -61,32 +61,17 @@ final class NodeWatchHub: Sendable {
         var nextSequence: UInt64 = 1
         var bytes = 0
         var prefixes: [[UInt8]: Prefix] = [:]
-        /// Prefix lengths in use, and the prefixes by the hash of their bytes.
-        var lengths: [Int] = []
-        var byHash: [UInt64: [[UInt8]]] = [:]
+        /// The registered prefixes, for matching.
+        var index = WatchPrefixIndex(prefixes: [], version: 0)
         /// Changes matched since retained prefixes were last looked at.
         var matchedSinceSweep = 0
 
         func change(_ sequence: UInt64) -> Change { ring[head + Int(sequence - firstSequence)] }
 
-        mutating func rebuildIndex() {
-            lengths = Array(Set(prefixes.keys.map(\.count))).sorted()
-            byHash = [:]
-            for prefix in prefixes.keys {
-                byHash[prefix.withUnsafeBytes { NodeWatchHub.hash($0) }, default: []].append(prefix)
-            }
-        }
+        mutating func rebuildIndex() { index = WatchPrefixIndex(prefixes: prefixes.keys, version: index.version + 1) }
 
         /// The registered prefixes `key` starts with.
-        func matches(_ key: UnsafeRawBufferPointer, into found: inout [[UInt8]]) {
-            for length in lengths where length <= key.count {
-                let start = UnsafeRawBufferPointer(rebasing: key[0..<length])
-                guard let candidates = byHash[NodeWatchHub.hash(start)] else { continue }
-                for prefix in candidates where prefix.count == length && prefix.elementsEqual(start) {
-                    found.append(prefix)
-                }
-            }
-        }
+        func matches(_ key: UnsafeRawBufferPointer, into found: inout [[UInt8]]) { index.matches(key, into: &found) }
     }
 
     /// - Parameters:
@@ -114,14 +99,53 @@ final class NodeWatchHub: Sendable {
         return hash
     }
 
-    /// Forgets the prefixes whose retention has passed.
-    private static func sweep(_ state: inout State, registered: borrowing Atomic<Int>) {
+    /// Forgets the prefixes whose retention has passed; returns the new index when it changed.
+    @discardableResult
+    private static func sweep(_ state: inout State, registered: borrowing Atomic<Int>) -> WatchPrefixIndex? {
         let now = CachetDeadline.now()
         let expired = state.prefixes.filter { $0.value.retainedUntil.map { $0 <= now } ?? false }.keys
-        guard !expired.isEmpty else { return }
+        guard !expired.isEmpty else { return nil }
         for prefix in expired { state.prefixes.removeValue(forKey: prefix) }
         registered.store(state.prefixes.count, ordering: .releasing)
         state.rebuildIndex()
+        return state.index
+    }
+
+    // MARK: The loops' views
+
+    /// The loops' copies of the prefix index, and how to reach each loop.
+    private let views = CachetLock<
+        [(view: WatchIndexView, execute: @Sendable (@escaping @Sendable () -> Void) -> Void)]
+    >([])
+
+    /// Gives a loop its copy of the index, kept up to date on that loop (``WatchIndexView``).
+    /// - Parameters:
+    ///   - view: the loop's view, read only on the loop.
+    ///   - execute: runs a block on the loop.
+    func attach(_ view: WatchIndexView, execute: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+        views.withLock { $0.append((view, execute)) }
+        let index = state.withLock { $0.index }
+        execute { view.install(index) }
+    }
+
+    /// Hands every loop a new index; `done` runs once every loop has it.
+    private func spread(_ index: WatchPrefixIndex, done: (@Sendable () -> Void)? = nil) {
+        let targets = views.withLock { $0 }
+        guard !targets.isEmpty else {
+            done?()
+            return
+        }
+        let left = CachetLock(targets.count)
+        for (view, execute) in targets {
+            execute {
+                view.install(index)
+                if left.withLock({
+                    $0 -= 1; return $0
+                }) == 0 {
+                    done?()
+                }
+            }
+        }
     }
 
     // MARK: Writes
@@ -136,6 +160,20 @@ final class NodeWatchHub: Sendable {
         ttl: UInt32 = 0
     ) {
         guard registered.load(ordering: .acquiring) > 0 else { return }
+        record(kind, key: key, value: value, ttl: ttl)
+    }
+
+    /// ``publish(_:key:value:ttl:)`` from a loop, through its view: a write that no prefix can match takes
+    /// no lock.
+    @inline(__always)
+    func publish(
+        _ kind: CachetEventKind,
+        key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer? = nil,
+        ttl: UInt32 = 0,
+        view: WatchIndexView
+    ) {
+        guard let index = view.index, index.mayMatch(key) else { return }
         record(kind, key: key, value: value, ttl: ttl)
     }
 
@@ -160,13 +198,15 @@ final class NodeWatchHub: Sendable {
         ttl: UInt32
     ) {
         var woken: [WatchStream] = []
+        var swept: WatchPrefixIndex?
+        defer { if let swept { spread(swept) } }
         state.withLock { state in
             // A prefix whose retention has passed stops being recorded (looked at every 1,024 changes, and
             // at each WATCH and UNWATCH).
             state.matchedSinceSweep += 1
             if state.matchedSinceSweep >= 1024 {
                 state.matchedSinceSweep = 0
-                Self.sweep(&state, registered: registered)
+                swept = Self.sweep(&state, registered: registered)
             }
             var found: [[UInt8]] = []
             state.matches(key, into: &found)
@@ -208,9 +248,12 @@ final class NodeWatchHub: Sendable {
 
     /// Registers a watcher; returns the position its stream starts after, and whether a GAP must come
     /// first (a resume the ring or the prefix's registration cannot serve, or one from another run).
-    func register(_ stream: WatchStream) -> (position: CachetWatchPosition, gap: Bool) {
-        state.withLock { state in
-            Self.sweep(&state, registered: registered)
+    func register(
+        _ stream: WatchStream,
+        ready: @escaping @Sendable (_ position: CachetWatchPosition, _ gap: Bool) -> Void
+    ) {
+        let (position, gap, index) = state.withLock { state -> (CachetWatchPosition, Bool, WatchPrefixIndex?) in
+            var index = Self.sweep(&state, registered: registered)
             let prefix = stream.request.prefix
             var entry = state.prefixes[prefix] ?? Prefix(since: state.nextSequence)
             entry.watchers.append(stream)
@@ -220,31 +263,37 @@ final class NodeWatchHub: Sendable {
             if isNew {
                 registered.store(state.prefixes.count, ordering: .releasing)
                 state.rebuildIndex()
+                index = state.index
             }
             let current = state.nextSequence - 1
             guard let from = stream.request.resumingAfter else {
                 stream.nextSequence = state.nextSequence
-                return (CachetWatchPosition(run: run, sequence: current), false)
+                return (CachetWatchPosition(run: run, sequence: current), false, index)
             }
             if from.run == run, from.sequence <= current, from.sequence + 1 >= max(entry.since, state.firstSequence) {
                 stream.nextSequence = from.sequence + 1
-                return (from, false)
+                return (from, false, index)
             }
             stream.nextSequence = state.nextSequence
-            return (CachetWatchPosition(run: run, sequence: current), true)
+            return (CachetWatchPosition(run: run, sequence: current), true, index)
         }
+        // The reply waits until every loop matches writes against the new prefix: a write acknowledged
+        // after it is then never missed.
+        guard let index else { return ready(position, gap) }
+        spread(index) { ready(position, gap) }
     }
 
     /// A watcher leaves (UNWATCH, or its connection closed): its prefix is retained for resumes.
     func unregister(_ stream: WatchStream) {
-        state.withLock { state in
+        let index = state.withLock { state -> WatchPrefixIndex? in
             let prefix = stream.request.prefix
-            guard var entry = state.prefixes[prefix] else { return }
+            guard var entry = state.prefixes[prefix] else { return nil }
             entry.watchers.removeAll { $0 === stream }
             if entry.watchers.isEmpty { entry.retainedUntil = CachetDeadline.now() &+ retain }
             state.prefixes[prefix] = entry
-            Self.sweep(&state, registered: registered)
+            return Self.sweep(&state, registered: registered)
         }
+        if let index { spread(index) }
     }
 
     /// The watcher's next changes, up to about `budget` bytes of frames: whether it fell behind the ring
@@ -311,4 +360,93 @@ final class WatchStream: @unchecked Sendable {
     }
 
     func wake() { onWake() }
+}
+
+/// The watched prefixes, for matching a key: the prefix lengths in use, the prefixes by the hash of their
+/// bytes (so a key is hashed once per length, whatever the number of watchers), and the set of their first
+/// bytes (so most keys no prefix can match are turned away by one bit test). Immutable.
+final class WatchPrefixIndex: Sendable {
+    let lengths: [Int]
+    /// For each length in `lengths`, the set of the last bytes of the prefixes that long: checked before
+    /// the key's first bytes are hashed.
+    let lastBytes: [(UInt64, UInt64, UInt64, UInt64)]
+    let byHash: [UInt64: [[UInt8]]]
+    /// Bit b of word b / 64: some prefix starts with byte b.
+    let firstBytes: (UInt64, UInt64, UInt64, UInt64)
+    /// The empty prefix is watched: every key matches.
+    let matchesEverything: Bool
+    let isEmpty: Bool
+    /// Rises with each rebuild, so that a loop never replaces an index with an older one.
+    let version: UInt64
+
+    init(prefixes: some Collection<[UInt8]>, version: UInt64) {
+        self.version = version
+        lengths = Array(Set(prefixes.map(\.count))).sorted()
+        var last = [[UInt64]](repeating: [0, 0, 0, 0], count: lengths.count)
+        for prefix in prefixes {
+            guard let byte = prefix.last, let slot = lengths.firstIndex(of: prefix.count) else { continue }
+            last[slot][Int(byte >> 6)] |= 1 << UInt64(byte & 63)
+        }
+        lastBytes = last.map { ($0[0], $0[1], $0[2], $0[3]) }
+        var byHash: [UInt64: [[UInt8]]] = [:]
+        var words: [UInt64] = [0, 0, 0, 0]
+        for prefix in prefixes {
+            byHash[prefix.withUnsafeBytes { NodeWatchHub.hash($0) }, default: []].append(prefix)
+            if let first = prefix.first { words[Int(first >> 6)] |= 1 << UInt64(first & 63) }
+        }
+        self.byHash = byHash
+        firstBytes = (words[0], words[1], words[2], words[3])
+        matchesEverything = prefixes.contains { $0.isEmpty }
+        isEmpty = prefixes.isEmpty
+    }
+
+    /// Whether some prefix may match `key` (exactly: a prefix's bytes are compared).
+    @inline(__always)
+    func mayMatch(_ key: UnsafeRawBufferPointer) -> Bool {
+        if matchesEverything { return true }
+        guard let first = key.first, Self.contains(firstBytes, first) else { return false }
+        var found: [[UInt8]] = []
+        matches(key, into: &found)
+        return !found.isEmpty
+    }
+
+    @inline(__always)
+    static func contains(_ set: (UInt64, UInt64, UInt64, UInt64), _ byte: UInt8) -> Bool {
+        let word: UInt64
+        switch byte >> 6 {
+        case 0: word = set.0
+        case 1: word = set.1
+        case 2: word = set.2
+        default: word = set.3
+        }
+        return word & (1 << UInt64(byte & 63)) != 0
+    }
+
+    /// The prefixes `key` starts with.
+    func matches(_ key: UnsafeRawBufferPointer, into found: inout [[UInt8]]) {
+        for (slot, length) in lengths.enumerated() where length <= key.count {
+            if length > 0 && !Self.contains(lastBytes[slot], key[length - 1]) { continue }
+            let start = UnsafeRawBufferPointer(rebasing: key[0..<length])
+            guard let candidates = byHash[NodeWatchHub.hash(start)] else { continue }
+            for prefix in candidates where prefix.count == length && prefix.elementsEqual(start) {
+                found.append(prefix)
+            }
+        }
+    }
+}
+
+/// A loop's copy of the prefix index: read by that loop's writes without a lock, replaced on that loop by
+/// the hub when prefixes come and go (``NodeWatchHub/attach(_:execute:)``); nil while nothing is watched.
+final class WatchIndexView: @unchecked Sendable {
+    private(set) var index: WatchPrefixIndex?
+    private var version: UInt64 = 0
+
+    init() {}
+
+    /// Takes `index` unless it already has a newer one (indexes may arrive out of order).
+    func install(_ index: WatchPrefixIndex) {
+        guard index.version >= version else { return }
+        version = index.version
+        self.index = index.isEmpty ? nil : index
+    }
 }

@@ -52,7 +52,13 @@ extension RequestProcessor {
     /// Stores a PUT received in place and answers it.
     func completeDirectPut(_ put: DirectPut, output: inout CachetByteBuffer, now: UInt32) {
         RequestCounters.bump(counters.puts)
-        watches.publish(.put, key: put.pending.key, value: UnsafeRawBufferPointer(put.pending.value), ttl: put.ttl)
+        watches.publish(
+            .put,
+            key: put.pending.key,
+            value: UnsafeRawBufferPointer(put.pending.value),
+            ttl: put.ttl,
+            view: watchView
+        )
         store.commit(put.pending, now: now)
         appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
     }

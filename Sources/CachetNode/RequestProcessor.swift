@@ -75,6 +75,8 @@ struct RequestProcessor {
     let leases: NodeLeases
     /// The changes WATCH streams, shared by every loop.
     let watches: NodeWatchHub
+    /// This loop's copy of the watched prefixes (read without a lock on the loop).
+    let watchView: WatchIndexView
 
     init(
         store: CachetMemoryStore,
@@ -86,11 +88,13 @@ struct RequestProcessor {
         cluster: ClusterRouting? = nil,
         auth: NodeAuth? = nil,
         leases: NodeLeases = NodeLeases(lifetime: 10),
-        watches: NodeWatchHub = NodeWatchHub(ringLimit: 1 << 20, retain: 60, sendLimit: 1 << 20)
+        watches: NodeWatchHub = NodeWatchHub(ringLimit: 1 << 20, retain: 60, sendLimit: 1 << 20),
+        watchView: WatchIndexView = WatchIndexView()
     ) {
         self.auth = auth
         self.leases = leases
         self.watches = watches
+        self.watchView = watchView
         self.store = store
         self.disk = disk
         self.counters = counters
@@ -273,7 +277,9 @@ struct RequestProcessor {
                 }
                 return clear(prefixes: prefixes, id: header.id, output: &output)
             case .watch:
-                return .watch(try CachetWatchRequest(decoding: buffer, body: frame.body), id: header.id)
+                return .watch(
+                    WatchStart(request: try CachetWatchRequest(decoding: buffer, body: frame.body), id: header.id)
+                )
             case .unwatch:
                 // Not watching: nothing to end.
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
@@ -432,7 +438,7 @@ struct RequestProcessor {
         let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
         guard let disk else {
             if outcome == .stored {
-                watches.publish(.put, key: key, value: value, ttl: put.ttl)
+                watches.publish(.put, key: key, value: value, ttl: put.ttl, view: watchView)
                 appendReply(opcode: .put, status: .ok, id: id, to: &output)
             } else {
                 appendMessage(
@@ -466,11 +472,11 @@ struct RequestProcessor {
         let valueBytes = Array(value)
         switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
         case .queued:
-            watches.publish(.put, key: key, value: value, ttl: put.ttl)
+            watches.publish(.put, key: key, value: value, ttl: put.ttl, view: watchView)
             appendReply(opcode: .put, status: .ok, id: id, to: &output)
             return nil
         case .full:
-            watches.publish(.put, key: key, value: value, ttl: put.ttl)
+            watches.publish(.put, key: key, value: value, ttl: put.ttl, view: watchView)
             return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
         case .refused(let error):
             refusePut(key: keyBytes, id: id, error: error, output: &output, now: now)
@@ -498,7 +504,7 @@ struct RequestProcessor {
                 return
             }
         }
-        if removed { watches.publish(.delete, key: key) }
+        if removed { watches.publish(.delete, key: key, view: watchView) }
         appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
 

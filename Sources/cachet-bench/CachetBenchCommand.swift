@@ -83,7 +83,9 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "With --herd: milliseconds each load takes (the slow database).") var herdLoadMs = 50
     @Option(help: "Watchers beside the load: connections to the first server that WATCH --watchers-prefix.")
     var watchers = 0
-    @Option(help: "With --watchers: the prefix they watch (the load's keys start with 'key:').")
+    @Option(
+        help: "With --watchers: the prefix they watch, {n} replaced by each watcher's number (the load's keys start with 'key:')."
+    )
     var watchersPrefix = "nothing-matches:"
     @Flag(help: "With --watchers: events carry values.") var watchersValues = false
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2

@@ -130,6 +130,12 @@ struct CachetCLICommandLine: ParsableCommand {
     }
 
     func run() throws {
+        // The passthrough argument takes --help too: answer it as ArgumentParser would, with the command
+        // language after it.
+        if command.first == "--help" || command.first == "-h" || command.first == "help" && command.count == 1 {
+            emit([Self.helpMessage(), CachetCLICommand.helpText])
+            return
+        }
         if command == ["hash-secret"] {
             // The stored form of a secret read on standard input (its first line), for an auth file.
             guard let secret = readLine(strippingNewline: true), !secret.isEmpty else {

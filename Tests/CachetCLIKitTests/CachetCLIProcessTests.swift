@@ -28,6 +28,15 @@ func runCLI(_ arguments: [String], input: String = "") throws -> (output: String
 
 @Suite("cachet-cli against a real node", .dedicatedThreads)
 struct CachetCLIProcessTests {
+    @Test func helpAnswersWithTheUsageAndTheCommandLanguage() throws {
+        for flag in ["--help", "-h"] {
+            let (output, status) = try runCLI([flag])
+            #expect(status == 0, "\(flag): \(output)")
+            #expect(output.contains("USAGE: cachet-cli") && output.contains("commands:"), "\(flag): \(output)")
+            #expect(!output.contains("unknown command"))
+        }
+    }
+
     @Test func pipedCommandsPrintOneAnswerPerLine() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let (output, status) = try runCLI(["--port", "\(node.port)"], input: "put k1 hello\nget k1\n")
