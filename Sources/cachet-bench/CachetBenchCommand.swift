@@ -84,7 +84,10 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "Watchers beside the load: connections to the first server that WATCH --watchers-prefix.")
     var watchers = 0
     @Option(
-        help: "With --watchers: the prefix they watch, {n} replaced by each watcher's number (the load's keys start with 'key:')."
+        help: """
+            With --watchers: the prefix they watch, {n} replaced by each watcher's number (the load's keys \
+            start with 'key:').
+            """
     )
     var watchersPrefix = "nothing-matches:"
     @Flag(help: "With --watchers: events carry values.") var watchersValues = false
