@@ -1,7 +1,9 @@
 import CachetLocking
 
 /// Typed values: the app's own `Codable` types in and out, through the client's ``CachetCoder``, and keys
-/// of any `CustomStringConvertible` type (their `description`'s UTF-8) or bytes.
+/// of any `CustomStringConvertible` type (their `description`'s UTF-8) or bytes. `[UInt8]` and `String`
+/// values are stored as their bytes whatever the coder, as the raw calls store them (an integer array
+/// literal is `[Int]`, a typed value: write `[UInt8]` for bytes).
 extension CachetClient {
     /// Stores `value`, encoded by the client's ``coder``, under `key`.
     ///
@@ -14,6 +16,8 @@ extension CachetClient {
     ///   - ttl: how long the entry lives; nil for no expiry.
     /// - Throws: ``CachetClientError``: `encodingFailed` when the coder refuses the value (nothing is
     ///   sent), else as ``put(_:value:ttl:)-(String,_,_)``.
+    // Disfavored: a call the raw `put` overloads also accept (an array literal of bytes) stays raw.
+    @_disfavoredOverload
     public func put<Value: Encodable & Sendable>(
         _ key: some CustomStringConvertible,
         value: Value,
@@ -24,6 +28,7 @@ extension CachetClient {
     }
 
     /// Stores `value`, encoded by the client's ``coder``, under the key of bytes `key`.
+    @_disfavoredOverload
     public func put<Value: Encodable & Sendable>(
         _ key: [UInt8],
         value: Value,
@@ -58,8 +63,11 @@ extension CachetClient {
         return try decoded(type, from: bytes, for: Self.describe(key))
     }
 
-    /// The bytes of `value`, or `encodingFailed`.
+    /// The bytes of `value`, or `encodingFailed`. `[UInt8]` and `String` values are their bytes (UTF-8),
+    /// whatever the coder: a typed call reads and writes them as the raw calls do.
     func encoded<Value: Encodable>(_ value: Value, for key: String) throws(CachetClientError) -> [UInt8] {
+        if let bytes = value as? [UInt8] { return bytes }
+        if let text = value as? String { return Array(text.utf8) }
         do {
             return try coder.encode(value)
         } catch {
@@ -77,6 +85,8 @@ extension CachetClient {
         from bytes: [UInt8],
         for key: String
     ) throws(CachetClientError) -> Value {
+        if let raw = bytes as? Value { return raw }
+        if Value.self == String.self, let text = String(decoding: bytes, as: UTF8.self) as? Value { return text }
         do {
             return try coder.decode(type, from: bytes)
         } catch {

@@ -31,6 +31,14 @@ struct ClientTypedValueTests {
         #expect(try await client.get("42", as: User.self) == user)
         try await client.put([0xff, 0], value: user)
         #expect(try await client.get([0xff, 0], as: User.self) == user)
+        // Bytes and strings stay raw whichever call takes them: an array literal, bytes of a string, a String.
+        try await client.put("raw:literal", value: [1, 2])
+        #expect(try await client.get("raw:literal") == [1, 2])
+        let name = "raw:utf8"
+        try await client.put(name, value: Array(name.utf8))
+        #expect(try await client.get(name) == Array(name.utf8))
+        #expect(try await client.get(name, as: [UInt8].self) == Array(name.utf8))
+        #expect(try await client.get(name, as: String.self) == name)
         // Raw bytes stored by another consumer are not a User: an error naming the key and the type.
         try await client.put("raw", value: [0x01, 0x02, 0x03])
         do {

@@ -28,9 +28,9 @@ struct NodeBadInputTests {
     static let staysOpen: [StaysOpen] = [
         StaysOpen(
             name: "unknown opcode",
-            frame: rawFrame(opcode: 0x09, id: 11),
+            frame: rawFrame(opcode: 0x0b, id: 11),
             status: .unknownOpcode,
-            message: "unknown opcode 0x09"
+            message: "unknown opcode 0x0b"
         ),
         StaysOpen(
             name: "unsupported version",
