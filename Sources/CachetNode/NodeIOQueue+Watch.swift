@@ -78,33 +78,16 @@ extension NodeIOQueue {
             value = nil
             omitted = true
         }
-        change.key.withUnsafeBytes { key in
-            if let value {
-                value.withUnsafeBytes { value in
-                    CachetEvent.appendFrame(
-                        id: stream.id,
-                        kind: change.kind,
-                        sequence: sequence,
-                        ttl: change.ttl,
-                        key: key,
-                        value: value,
-                        valueOmitted: false,
-                        to: &frames
-                    )
-                }
-            } else {
-                CachetEvent.appendFrame(
-                    id: stream.id,
-                    kind: change.kind,
-                    sequence: sequence,
-                    ttl: change.ttl,
-                    key: key,
-                    value: nil,
-                    valueOmitted: omitted,
-                    to: &frames
-                )
-            }
-        }
+        CachetEvent.appendFrame(
+            id: stream.id,
+            kind: change.kind,
+            sequence: sequence,
+            ttl: change.ttl,
+            key: change.key,
+            value: value,
+            valueOmitted: value == nil && omitted,
+            to: &frames
+        )
     }
 
     /// The input of a watching connection: UNWATCH ends the watch (and what follows it is served as usual),

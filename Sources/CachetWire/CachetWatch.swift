@@ -188,22 +188,21 @@ public struct CachetEvent: Hashable, Sendable {
         kind: CachetEventKind,
         sequence: UInt64,
         ttl: UInt32,
-        key: UnsafeRawBufferPointer,
-        value: UnsafeRawBufferPointer?,
+        key: [UInt8],
+        value: [UInt8]?,
         valueOmitted: Bool,
         to output: inout [UInt8]
     ) {
-        let bodyLength = fixedSize + key.count + (value?.count ?? 0)
         CachetFrameEncoder.appendPrefixAndHeader(
             header: CachetFrameHeader(opcode: .event, word: CachetStatus.ok.rawValue, id: id),
-            bodyLength: bodyLength,
+            bodyLength: fixedSize + key.count + (value?.count ?? 0),
             to: &output
         )
         output.append(kind.rawValue)
         output.append((value == nil ? 0 : 1) | (valueOmitted ? 2 : 0))
         CachetFrameEncoder.appendBigEndian(sequence, to: &output)
         CachetFrameEncoder.appendBigEndian(ttl, to: &output)
-        CachetFrameEncoder.appendBigEndian(UInt16(key.count), to: &output)
+        CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
         output.append(contentsOf: key)
         if let value { output.append(contentsOf: value) }
     }
@@ -211,33 +210,16 @@ public struct CachetEvent: Hashable, Sendable {
     /// The EVENT frame for the WATCH `id`.
     public func encoded(id: UInt32) -> [UInt8] {
         var output: [UInt8] = []
-        key.withUnsafeBytes { key in
-            if let value {
-                value.withUnsafeBytes { value in
-                    Self.appendFrame(
-                        id: id,
-                        kind: kind,
-                        sequence: sequence,
-                        ttl: ttl,
-                        key: key,
-                        value: value,
-                        valueOmitted: valueOmitted,
-                        to: &output
-                    )
-                }
-            } else {
-                Self.appendFrame(
-                    id: id,
-                    kind: kind,
-                    sequence: sequence,
-                    ttl: ttl,
-                    key: key,
-                    value: nil,
-                    valueOmitted: valueOmitted,
-                    to: &output
-                )
-            }
-        }
+        Self.appendFrame(
+            id: id,
+            kind: kind,
+            sequence: sequence,
+            ttl: ttl,
+            key: key,
+            value: value,
+            valueOmitted: valueOmitted,
+            to: &output
+        )
         return output
     }
 
