@@ -62,8 +62,8 @@ public final class CachetNodeServer: Sendable {
             retain: configuration.watchRetainSeconds,
             sendLimit: configuration.watchSendLimit
         )
-        // Entries that expire, and (without a disk tier, which keeps what memory evicts) evictions: WATCH
-        // events.
+        // Entries that expire or are evicted: WATCH events, from the memory tier on a node without a disk
+        // tier; with one, memory's evictions stay on disk, and the disk tier announces what it drops.
         let evictionsLeaveTheCache = configuration.disk.map { $0.limit == 0 } ?? true
         let memory = CachetMemoryStore(
             configuration: CachetMemoryStoreConfiguration(
@@ -72,7 +72,7 @@ public final class CachetNodeServer: Sendable {
             ),
             observer: { key, reason in
                 switch reason {
-                case .expired: watches.publish(.expired, key: key)
+                case .expired: if evictionsLeaveTheCache { watches.publish(.expired, key: key) }
                 case .evicted: if evictionsLeaveTheCache { watches.publish(.evicted, key: key) }
                 }
             }
@@ -82,6 +82,10 @@ public final class CachetNodeServer: Sendable {
         if let diskConfiguration = configuration.disk, diskConfiguration.limit > 0 {
             do {
                 let store = try CachetDiskStore(configuration: diskConfiguration, logger: logger)
+                // The disk tier's evictions and expiries are the cache's: WATCH events.
+                store.observeRemovals(when: { watches.isWatched }) { key, reason in
+                    key.withUnsafeBytes { watches.publish(reason == .evicted ? .evicted : .expired, key: $0) }
+                }
                 disk = DiskTier(
                     store: store,
                     worker: CachetDiskWorker(store: store),

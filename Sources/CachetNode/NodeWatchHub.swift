@@ -177,6 +177,9 @@ final class NodeWatchHub: Sendable {
         record(kind, key: key, value: value, ttl: ttl)
     }
 
+    /// Whether anything is watched (or retained) now: a disk tier reads an entry's key only then.
+    var isWatched: Bool { registered.load(ordering: .acquiring) > 0 }
+
     /// A CLEAR of the keys under `prefix` (every key when it is empty): every watcher whose prefix overlaps
     /// it is told.
     func publishClear(prefix: [UInt8]) {

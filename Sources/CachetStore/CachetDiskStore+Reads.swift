@@ -146,7 +146,10 @@ extension CachetDiskStore {
             let victims = state.withLock { state -> [KeyDigest] in
                 state.closed ? [] : state.index.expiredDigests(now: now, budget: budget)
             }
-            for digest in victims { discard(digest, reason: nil) }
+            for digest in victims {
+                announceRemoval(of: path(for: digest).file, .expired)
+                discard(digest, reason: nil)
+            }
             if !victims.isEmpty { state.withLock { $0.statistics.expired += victims.count } }
             return victims.count
         }

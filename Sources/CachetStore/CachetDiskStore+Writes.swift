@@ -292,6 +292,7 @@ extension CachetDiskStore {
                 }
                 guard let victim else { return }
                 let file = path(for: victim).file
+                announceRemoval(of: file, .evicted)
                 if unlink(file) != 0 && errno != ENOENT {
                     state.withLock { $0.statistics.errors += 1 }
                 }

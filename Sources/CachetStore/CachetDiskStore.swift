@@ -36,6 +36,29 @@ public final class CachetDiskStore: Sendable {
     let journal: DiskJournal?
     /// Why the journal could not be opened.
     let journalFailure: Int32?
+    /// Told of the entries the tier drops on its own (``observeRemovals(when:_:)``).
+    let removalObserver = CachetLock<CachetDiskRemovalObserver?>(nil)
+
+    /// Has `observer` told of each entry the tier evicts or finds expired, with its key, while `wanted`
+    /// says so: the key is read from the entry file's header before it is deleted, a small read each, on
+    /// the disk queue. Set once, before use.
+    /// - Parameters:
+    ///   - wanted: whether anyone listens now (asked before each read).
+    ///   - observer: the key and why.
+    public func observeRemovals(
+        when wanted: @escaping @Sendable () -> Bool,
+        _ observer: @escaping @Sendable ([UInt8], CachetRemovalReason) -> Void
+    ) {
+        removalObserver.withLock { $0 = CachetDiskRemovalObserver(wanted: wanted, observer: observer) }
+    }
+
+    /// Tells the observer of an entry about to be dropped, when it listens.
+    func announceRemoval(of file: String, _ reason: CachetRemovalReason) {
+        guard let observer = removalObserver.withLock({ $0 }), observer.wanted(),
+            let (key, _) = Self.readKey(file)
+        else { return }
+        observer.observer(key, reason)
+    }
 
     struct State {
         var index = DiskIndex()
@@ -301,4 +324,10 @@ public final class CachetDiskStore: Sendable {
             }
         }
     }
+}
+
+/// What ``CachetDiskStore/observeRemovals(when:_:)`` keeps.
+struct CachetDiskRemovalObserver: Sendable {
+    let wanted: @Sendable () -> Bool
+    let observer: @Sendable ([UInt8], CachetRemovalReason) -> Void
 }

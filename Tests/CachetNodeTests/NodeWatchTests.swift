@@ -1,3 +1,4 @@
+import CachetStore
 import CachetTestSupport
 import CachetWire
 import Foundation
@@ -80,6 +81,32 @@ struct NodeWatchTests {
             if evicted >= 100 { break }
         }
         #expect(evicted >= 100)
+    }
+
+    @Test func aDiskTierAnnouncesWhatItEvictsAndNotWhatMemoryHandsIt() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-watch-disk")
+        defer { directory.remove() }
+        let footprint = CachetDiskConfiguration(directory: directory.path, limit: 0).journalBytes + 64 * 1024
+        let node = try NodeProcess(arguments: [
+            "--data-dir", directory.path, "--disk-limit", "\(footprint)", "--memory-limit", "1MiB",
+        ])
+        let writer = try node.connect()
+        let watcher = try node.connect()
+        _ = try Self.watch(watcher, CachetWatchRequest(prefix: Array("d:".utf8)))
+        // 200 incompressible values of 1,000 bytes into 64 KiB of disk: most are evicted from disk, and said so.
+        var generator = SystemRandomNumberGenerator()
+        for index in 0..<200 {
+            let value = (0..<1000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            #expect(try writer.roundTrip(.put(key: Array("d:\(index)".utf8), value: value, ttl: 0)).status == .ok)
+        }
+        var evicted = Set<String>()
+        var puts = 0
+        while puts < 200 || evicted.count < 100 {
+            let event = try Self.event(watcher)
+            if event.kind == .put { puts += 1 }
+            if event.kind == .evicted { evicted.insert(String(decoding: event.key, as: UTF8.self)) }
+        }
+        #expect(evicted.count >= 100 && evicted.allSatisfy { $0.hasPrefix("d:") })
     }
 
     @Test func aUserLimitedToPrefixesWatchesOnlyUnderThem() throws {
