@@ -363,7 +363,9 @@ struct RequestProcessor {
         RequestCounters.bump(counters.gets)
         // A key this node owns since a membership change and never wrote since is asked of its previous
         // owner first (its disk tier cannot hold a newer value).
-        if warmable, let operation = warmUpRequest(key, id: id) { return operation }
+        // (Not for a GET with the lease flag: its miss is granted a lease here, and the one caller that holds
+        // it loads the value, so a membership change costs a key at most one load.)
+        if warmable && !lease, let operation = warmUpRequest(key, id: id) { return operation }
         // A miss in memory goes to the disk queue only when the key may be there, counting the writes
         // queued but not applied (the serial queue then answers after them, in order).
         if let disk, disk.worker.mayHold(key: key, now: now) {
