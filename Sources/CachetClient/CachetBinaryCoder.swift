@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -675,8 +678,9 @@ final class BinaryKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol 
 
     private func matches(_ range: Range<Int>, _ key: Key) -> Bool {
         var name = key.stringValue
-        return name.withUTF8 {
-            UnsafeRawBufferPointer($0).elementsEqual(UnsafeRawBufferPointer(rebasing: input.raw[range]))
+        return name.withUTF8 { utf8 in
+            utf8.count == range.count
+                && (range.isEmpty || memcmp(utf8.baseAddress!, input.raw.baseAddress! + range.lowerBound, range.count) == 0)
         }
     }
 
