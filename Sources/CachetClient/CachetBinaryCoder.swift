@@ -680,7 +680,8 @@ final class BinaryKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol 
         var name = key.stringValue
         return name.withUTF8 { utf8 in
             utf8.count == range.count
-                && (range.isEmpty || memcmp(utf8.baseAddress!, input.raw.baseAddress! + range.lowerBound, range.count) == 0)
+                && (range.isEmpty
+                    || memcmp(utf8.baseAddress!, input.raw.baseAddress! + range.lowerBound, range.count) == 0)
         }
     }
 
