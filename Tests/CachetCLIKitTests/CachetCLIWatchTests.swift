@@ -9,8 +9,45 @@ import Testing
 import Glibc
 #endif
 
+/// What a process prints, read on a thread of its own, so that waiting for a line never blocks past its
+/// deadline (a process that prints nothing more cannot hang the test).
+final class ProcessOutput: @unchecked Sendable {
+    private let lock = NSLock()
+    private var text = ""
+
+    init(_ pipe: Pipe) {
+        let handle = pipe.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return }
+                lock.withLock { text += String(decoding: chunk, as: UTF8.self) }
+            }
+        }
+    }
+
+    var current: String { lock.withLock { text } }
+
+    /// Waits up to 10 s for `done` to hold of the output so far.
+    func wait(until done: (String) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while !done(current) && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        return done(current)
+    }
+}
+
+/// Ends a process: SIGINT (a watch exits 0), then SIGKILL if it is still running after 5 s.
+func interruptAndReap(_ process: Process) {
+    guard process.isRunning else { return }
+    process.interrupt()
+    let deadline = Date().addingTimeInterval(5)
+    while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    process.waitUntilExit()
+}
+
 /// `cachet-cli watch`: its words, its lines, and the executable printing a node's changes as they happen.
-@Suite("cachet-cli watch", .dedicatedThreads)
+@Suite("cachet-cli watch", .dedicatedThreads, .timeLimit(.minutes(2)))
 struct CachetCLIWatchTests {
     @Test func theWordsAfterWatch() throws {
         let options = try CachetCLIWatch.Options(
@@ -50,21 +87,15 @@ struct CachetCLIWatchTests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
         process.arguments = ["--port", "\(ports[0])", "--cluster", "watch", "c:"]
-        let output = Pipe()
-        process.standardOutput = output
+        let pipe = Pipe()
+        process.standardOutput = pipe
         try process.run()
-        defer { if process.isRunning { process.terminate() } }
-        var text = ""
-        func waitFor(_ done: (String) -> Bool) -> Bool {
-            let deadline = Date().addingTimeInterval(10)
-            while !done(text) && Date() < deadline {
-                let chunk = output.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                text += String(decoding: chunk, as: UTF8.self)
-            }
-            return done(text)
-        }
-        #expect(waitFor { $0.contains("[n1] watching") && $0.contains("[n2] watching") }, "\(text)")
+        defer { interruptAndReap(process) }
+        let output = ProcessOutput(pipe)
+        #expect(
+            output.wait { $0.contains("[n1] watching") && $0.contains("[n2] watching") },
+            "\(output.current)"
+        )
         // Written through each member (forwarded to the key's owner when it is the other), every key is
         // announced by its owner. A member that has just started may hold its keys for a moment: retried.
         for (index, node) in nodes.enumerated() {
@@ -78,10 +109,8 @@ struct CachetCLIWatchTests {
             }
             #expect(status == .ok)
         }
-        #expect(waitFor { $0.contains("put c:1") && $0.contains("put c:2") }, "\(text)")
-        #expect(text.split(separator: "\n").filter { $0.contains(" put ") }.allSatisfy { $0.hasPrefix("[n") })
-        process.interrupt()
-        process.waitUntilExit()
+        #expect(output.wait { $0.contains("put c:1") && $0.contains("put c:2") }, "\(output.current)")
+        #expect(output.current.split(separator: "\n").filter { $0.contains(" put ") }.allSatisfy { $0.hasPrefix("[n") })
     }
 
     @Test func theExecutablePrintsEachChangeUntilInterrupted() throws {
@@ -89,29 +118,19 @@ struct CachetCLIWatchTests {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
         process.arguments = ["--port", "\(node.port)", "watch", "user:", "--values"]
-        let output = Pipe()
-        process.standardOutput = output
+        let pipe = Pipe()
+        process.standardOutput = pipe
         try process.run()
-        defer { if process.isRunning { process.terminate() } }
-        let reader = output.fileHandleForReading
-        var text = ""
-        func waitFor(_ needle: String) -> Bool {
-            let deadline = Date().addingTimeInterval(10)
-            while !text.contains(needle) && Date() < deadline {
-                let chunk = reader.availableData
-                if chunk.isEmpty { break }
-                text += String(decoding: chunk, as: UTF8.self)
-            }
-            return text.contains(needle)
-        }
-        #expect(waitFor("watching 'user:'"), "\(text)")
+        defer { interruptAndReap(process) }
+        let output = ProcessOutput(pipe)
+        #expect(output.wait { $0.contains("watching 'user:'") }, "\(output.current)")
         let writer = try node.connect()
         #expect(try writer.roundTrip(.put(key: Array("user:1".utf8), value: Array("Ada".utf8), ttl: 0)).status == .ok)
         #expect(try writer.roundTrip(.put(key: Array("order:1".utf8), value: Array("x".utf8), ttl: 0)).status == .ok)
         #expect(try writer.roundTrip(.delete(key: Array("user:1".utf8))).status == .ok)
-        #expect(waitFor("delete user:1"), "\(text)")
-        #expect(text.contains("put user:1 = Ada") && !text.contains("order:1"), "\(text)")
-        process.interrupt()
-        process.waitUntilExit()
+        #expect(output.wait { $0.contains("delete user:1") }, "\(output.current)")
+        #expect(output.current.contains("put user:1 = Ada") && !output.current.contains("order:1"), "\(output.current)")
+        interruptAndReap(process)
+        #expect(process.terminationStatus == 0, "a watch ends with status 0 when interrupted")
     }
 }

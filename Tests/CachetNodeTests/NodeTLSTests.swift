@@ -426,5 +426,21 @@ struct NodeTLSTests {
         try plain.send(CachetCommand.ping.encoded(id: 1))
         #expect(plain.waitForClose())
         #expect(Self.logs(nodes[0], "TLS handshake failed"))
+
+        // Failover over TLS: n2 is killed; a write of its key through n1 goes to the stand-in, over mutual
+        // TLS, and is read back through n3; never the value n2 had.
+        #expect(nodes[1].stop(signal: SIGKILL) != nil)
+        var failedOver = false
+        let failoverBy = Date().addingTimeInterval(15)
+        while !failedOver && Date() < failoverBy {
+            let connection = try connect(0)
+            failedOver =
+                (try? Self.roundTrip(.put(key: Array(key.utf8), value: Array("stood in".utf8), ttl: 0), on: connection)
+                    .status) == .ok
+            if !failedOver { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        #expect(failedOver, "a write of the dead owner's key was taken by its stand-in over TLS")
+        let read = try Self.roundTrip(.get(key: Array(key.utf8)), on: try connect(2))
+        #expect(read.status == .ok && read.body == Array("stood in".utf8), "\(read.status) \(read.bodyText)")
     }
 }
