@@ -64,24 +64,9 @@ public enum ClientBenchDriver {
         connectionsPerNode: Int = 2,
         linger: Duration = .microseconds(500)
     ) throws(BenchError) -> ClientBenchReport {
-        let result = CachetLock<Result<ClientBenchReport, BenchError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let outcome: Result<ClientBenchReport, BenchError>
-            do {
-                outcome = .success(
-                    try await runAsync(configuration, connectionsPerNode: connectionsPerNode, linger: linger)
-                )
-            } catch let error as BenchError {
-                outcome = .failure(error)
-            } catch {
-                outcome = .failure(BenchError(.connectionFailed, "\(error)"))
-            }
-            result.withLock { $0 = outcome }
-            done.signal()
+        try waitForTask { () async throws(BenchError) in
+            try await runAsync(configuration, connectionsPerNode: connectionsPerNode, linger: linger)
         }
-        done.wait()
-        return try result.withLock { $0! }.get()
     }
 
     static func runAsync(
@@ -226,4 +211,22 @@ public enum ClientBenchDriver {
         clock_gettime(CLOCK_MONOTONIC, &time)
         return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
+}
+
+/// Runs `body` in a task and blocks the calling thread (the command's, not the task pool's) until it ends.
+func waitForTask<T: Sendable>(_ body: @escaping @Sendable () async throws(BenchError) -> T) throws(BenchError) -> T {
+    let result = CachetLock<Result<T, BenchError>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let outcome: Result<T, BenchError>
+        do throws(BenchError) {
+            outcome = .success(try await body())
+        } catch {
+            outcome = .failure(error)
+        }
+        result.withLock { $0 = outcome }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
 }

@@ -58,28 +58,22 @@ public enum HerdBench {
         database: String,
         loadMilliseconds: Int = 50
     ) throws(BenchError) -> Report {
-        let result = CachetLock<Result<Report, BenchError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
+        try waitForTask { () async throws(BenchError) in
             var clientConfiguration = CachetClient.Configuration(
                 nodes: configuration.targets.map { CachetClient.Node(host: $0.host, port: $0.port, id: $0.id) }
             )
             clientConfiguration.requestTimeout = .seconds(5)
             clientConfiguration.tls = configuration.tls
-            let outcome: Result<Report, BenchError>
+            let client: CachetClient
             do {
-                let client = try CachetClient(configuration: clientConfiguration)
-                let report = await herd(client, configuration, key, ttl, database, loadMilliseconds)
-                await client.shutdown()
-                outcome = .success(report)
+                client = try CachetClient(configuration: clientConfiguration)
             } catch {
-                outcome = .failure(BenchError(.invalidConfiguration, "\(error)"))
+                throw BenchError(.invalidConfiguration, "\(error)")
             }
-            result.withLock { $0 = outcome }
-            done.signal()
+            let report = await herd(client, configuration, key, ttl, database, loadMilliseconds)
+            await client.shutdown()
+            return report
         }
-        done.wait()
-        return try result.withLock { $0! }.get()
     }
 
     private static func herd(

@@ -762,54 +762,30 @@ final class BinaryKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol 
     func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 {
         try input.signed(try required(key), codingPath: self.codingPath + [key])
     }
-    func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 {
-        try input.fitting(
-            try input.signed(try required(key), codingPath: self.codingPath + [key]),
-            type,
-            codingPath: codingPath + [key]
-        )
-    }
-    func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 {
-        try input.fitting(
-            try input.signed(try required(key), codingPath: self.codingPath + [key]),
-            type,
-            codingPath: codingPath + [key]
-        )
-    }
-    func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 {
-        try input.fitting(
-            try input.signed(try required(key), codingPath: self.codingPath + [key]),
-            type,
-            codingPath: codingPath + [key]
-        )
-    }
+    func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try signed(type, forKey: key) }
+    func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try signed(type, forKey: key) }
+    func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try signed(type, forKey: key) }
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 {
         try input.unsigned(try required(key), codingPath: self.codingPath + [key])
     }
-    func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt {
+    func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try unsigned(type, forKey: key) }
+    func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try unsigned(type, forKey: key) }
+    func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try unsigned(type, forKey: key) }
+    func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try unsigned(type, forKey: key) }
+
+    /// A fixed-width integer written signed, checked to fit `type`.
+    private func signed<T: FixedWidthInteger>(_ type: T.Type, forKey key: Key) throws -> T {
         try input.fitting(
-            try input.unsigned(try required(key), codingPath: self.codingPath + [key]),
+            try input.signed(try required(key), codingPath: codingPath + [key]),
             type,
             codingPath: codingPath + [key]
         )
     }
-    func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 {
+
+    /// A fixed-width integer written unsigned, checked to fit `type`.
+    private func unsigned<T: FixedWidthInteger>(_ type: T.Type, forKey key: Key) throws -> T {
         try input.fitting(
-            try input.unsigned(try required(key), codingPath: self.codingPath + [key]),
-            type,
-            codingPath: codingPath + [key]
-        )
-    }
-    func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 {
-        try input.fitting(
-            try input.unsigned(try required(key), codingPath: self.codingPath + [key]),
-            type,
-            codingPath: codingPath + [key]
-        )
-    }
-    func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 {
-        try input.fitting(
-            try input.unsigned(try required(key), codingPath: self.codingPath + [key]),
+            try input.unsigned(try required(key), codingPath: codingPath + [key]),
             type,
             codingPath: codingPath + [key]
         )

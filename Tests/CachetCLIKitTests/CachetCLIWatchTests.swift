@@ -36,6 +36,17 @@ final class ProcessOutput: @unchecked Sendable {
     }
 }
 
+/// Starts the built `cachet-cli` with `arguments`, its output read as it comes.
+func startCLI(_ arguments: [String]) throws -> (Process, ProcessOutput) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    return (process, ProcessOutput(pipe))
+}
+
 /// Ends a process: SIGINT (a watch exits 0), then SIGKILL if it is still running after 5 s.
 func interruptAndReap(_ process: Process) {
     guard process.isRunning else { return }
@@ -84,14 +95,8 @@ struct CachetCLIWatchTests {
                 "--probe-interval", "0.1",
             ])
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
-        process.arguments = ["--port", "\(ports[0])", "--cluster", "watch", "c:"]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
+        let (process, output) = try startCLI(["--port", "\(ports[0])", "--cluster", "watch", "c:"])
         defer { interruptAndReap(process) }
-        let output = ProcessOutput(pipe)
         #expect(
             output.wait { $0.contains("[n1] watching") && $0.contains("[n2] watching") },
             "\(output.current)"
@@ -115,14 +120,8 @@ struct CachetCLIWatchTests {
 
     @Test func theExecutablePrintsEachChangeUntilInterrupted() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuiltProducts.path(of: "cachet-cli"))
-        process.arguments = ["--port", "\(node.port)", "watch", "user:", "--values"]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
+        let (process, output) = try startCLI(["--port", "\(node.port)", "watch", "user:", "--values"])
         defer { interruptAndReap(process) }
-        let output = ProcessOutput(pipe)
         #expect(output.wait { $0.contains("watching 'user:'") }, "\(output.current)")
         let writer = try node.connect()
         #expect(try writer.roundTrip(.put(key: Array("user:1".utf8), value: Array("Ada".utf8), ttl: 0)).status == .ok)
