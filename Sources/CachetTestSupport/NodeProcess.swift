@@ -163,7 +163,8 @@ public final class NodeProcess: Sendable {
             if let result = reader.step(waitingMilliseconds: 0) { return result }
             try await Task.sleep(for: .milliseconds(5))
         }
-        return nil
+        // Once more after the deadline: a task resumed late on a loaded machine still reads what is there.
+        return reader.step(waitingMilliseconds: 0) ?? nil
     }
 
     /// Reads a line byte by byte; ``step(waitingMilliseconds:)`` returns nil while the line is incomplete.

@@ -21,14 +21,17 @@ struct ClientMembershipTests {
             .write(to: URL(fileURLWithPath: members.file))
     }
 
-    /// Waits until every running member in `ids` reports `hash`.
-    static func waitForHash(_ hash: String, on ids: [String], of members: ClientClusterFileTests.Members) throws -> Bool
-    {
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
+    /// Waits until every running member in `ids` reports `hash`, polling between `Task.sleep`s.
+    static func waitForHash(
+        _ hash: String,
+        on ids: [String],
+        of members: ClientClusterFileTests.Members
+    ) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        repeat {
             if try ids.allSatisfy({ try members.stats($0)["cluster_hash"] as? String == hash }) { return true }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
+            try await Task.sleep(for: .milliseconds(50))
+        } while ContinuousClock.now < deadline
         return false
     }
 
@@ -53,7 +56,7 @@ struct ClientMembershipTests {
             let four = try CachetMembership(contentsOfFile: members.file)
             try await ClientClusterFileTests.Members.onThread { try members.start("n4") }
             for id in ["n1", "n2", "n3"] { kill(members.processes[id]!.process.processIdentifier, SIGHUP) }
-            #expect(try Self.waitForHash(four.membershipHashText, on: ["n1", "n2", "n3", "n4"], of: members))
+            #expect(try await Self.waitForHash(four.membershipHashText, on: ["n1", "n2", "n3", "n4"], of: members))
 
             // The client follows within a few refreshes, and sends n4's keys to n4 itself.
             let keys = (0..<2000).map { "member:\($0)" }
@@ -78,13 +81,13 @@ struct ClientMembershipTests {
             try Self.write(["n1", "n2", "n3"], of: members)
             let three = try CachetMembership(contentsOfFile: members.file)
             for id in ["n1", "n2", "n3"] { kill(members.processes[id]!.process.processIdentifier, SIGHUP) }
-            #expect(try Self.waitForHash(three.membershipHashText, on: ["n1", "n2", "n3"], of: members))
+            #expect(try await Self.waitForHash(three.membershipHashText, on: ["n1", "n2", "n3"], of: members))
             let leftBy = ContinuousClock.now + .seconds(5)
             while client.owner(of: ofN4[0]).id == "n4" && ContinuousClock.now < leftBy {
                 try await Task.sleep(for: .milliseconds(50))
             }
             #expect(keys.allSatisfy { client.owner(of: $0).id == three.owner(of: $0).id })
-            #expect(members.processes["n4"]!.stop(signal: SIGTERM, timeout: 5) == 0)
+            #expect(await members.processes["n4"]!.terminate(signal: SIGTERM, timeout: 5) == 0)
             for key in keys.prefix(300) {
                 try await client.put(key, value: [1])
                 #expect(try await client.get(key) == [1])

@@ -120,7 +120,8 @@ struct ClientRollingRestartTests {
             try await Task.sleep(for: .seconds(1))
             done.set()
             let total = await tallies
-            #expect(total.requests > 5_000, "the load ran: \(total.requests) requests")
+            // A floor that shows the load ran through the restarts, low enough for a loaded machine.
+            #expect(total.requests > 1_000, "the load ran: \(total.requests) requests")
             #expect(total.failures.isEmpty, "\(total.failures.count) failed, first: \(total.failures.prefix(5))")
             #expect(total.stale.isEmpty, "\(total.stale.count) stale, first: \(total.stale.prefix(5))")
         }

@@ -18,7 +18,7 @@ import Glibc
 /// node) it finds hundreds of stale reads; against the build before this fixes (`CACHET_BIN_DIR`)
 /// two thirds of the writes were acknowledged (BENCHMARKS.md, "The cluster's promise under a nemesis").
 /// Needs `python3` (3.11 or later).
-@Suite("Cluster: a short register check under a nemesis", .serialized)
+@Suite("Cluster: a short register check under a nemesis", .serialized, .dedicatedThreads)
 struct RegisterCheckTests {
     /// The checker's arguments: 25 s of load with an action about every 2 s, downtimes of 0.8 to 1.6 s.
     static let arguments = [

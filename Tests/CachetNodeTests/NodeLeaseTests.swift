@@ -7,7 +7,7 @@ import Testing
 /// the others are told to wait; a PUT with the token stores while its lease stands, and is refused
 /// NOT_STORED after a DEL, a PUT or a CLEAR of the key, or once the lease expired (the stale set of
 /// "Scaling Memcache at Facebook").
-@Suite("Node: read-through leases", .serialized)
+@Suite("Node: read-through leases", .serialized, .dedicatedThreads)
 struct NodeLeaseTests {
     static func leaseGet(_ key: String, on socket: TestSocket) throws -> CachetResponse {
         try socket.send(CachetCommand.get(key: Array(key.utf8)).encoded(id: 3, flags: .lease))

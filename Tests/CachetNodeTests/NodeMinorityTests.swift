@@ -31,7 +31,7 @@ struct NodeMinorityTests {
     /// still reach them. A write of n2's key through n1, which would stand in for it, is refused and a GET
     /// misses; before the rule it was taken, while on the other side of a partition n2 went on taking
     /// writes of the same key (the register checker's `isolate` found exactly that).
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func aNodeInTheMinorityDoesNotStandInForTheMembersItDoesNotReach() throws {
         let cluster = try NodeForwardingTests.Cluster(extraArguments: [
             "--probe-interval", "0.1", "--forward-timeout", "0.3",
@@ -56,7 +56,7 @@ struct NodeMinorityTests {
         #expect(try NodeForwardingTests.get(key, from: socket).status == .notFound)
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func aNodeThatReachesAMajorityAgainServesItsOwnKeysAfterItsHold() throws {
         // Quick probes, so that the peers' deaths and the return are seen within a second; a hold of 2 s.
         let cluster = try NodeForwardingTests.Cluster(
@@ -116,7 +116,7 @@ struct NodeMinorityTests {
 
     /// Two members: a survivor reaches one of two, not a majority, so it holds its own keys while its peer
     /// is gone (Protocol/CLUSTER.md recommends three members or more); the peer's keys fail fast, as before.
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(3)))
     func theSurvivorOfTwoMembersIsInTheMinority() throws {
         // The fixture waits until both members serve (neither in the minority nor holding).
         let cluster = try NodeForwardingTests.Cluster(

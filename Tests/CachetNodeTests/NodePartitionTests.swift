@@ -384,7 +384,7 @@ struct NodePartitionTests {
     /// before it hears from a peer misses. It fails with `--serve-own-keys-in-minority` (or `arguments`).
     @Test(
         .enabled(if: NetworkNamespaceLab.unavailableReason == nil, "network namespaces need root and iproute2's ip"),
-        .timeLimit(.minutes(1))
+        .timeLimit(.minutes(3))
     )
     func anOwnerCutOffByAPartitionNeverServesTheOlderValueAfterHealing() throws {
         let outcome = try Self.runPartition(partitionSeconds: 3, watchSeconds: 5)
@@ -399,7 +399,7 @@ struct NodePartitionTests {
     /// no v1 once it has heard from a peer.
     @Test(
         .enabled(if: NetworkNamespaceLab.unavailableReason == nil, "network namespaces need root and iproute2's ip"),
-        .timeLimit(.minutes(1))
+        .timeLimit(.minutes(3))
     )
     func afterAPartitionHealsTheNodesNoticeQuicklyAndNoPeerServesTheOlderValue() throws {
         // Long enough for TCP's retransmission backoff on the connections open across the partition to

@@ -13,7 +13,7 @@ import Glibc
 /// node processes: a member added to a loaded cluster answers a miss of a key it took over by asking the
 /// key's previous owner, and keeps the value; a key written or deleted through it since the change never
 /// comes back from there.
-@Suite("Node: warm-up after a membership change", .serialized)
+@Suite("Node: warm-up after a membership change", .serialized, .dedicatedThreads)
 struct NodeWarmUpTests {
     typealias Cluster = NodeForwardingTests.Cluster
 

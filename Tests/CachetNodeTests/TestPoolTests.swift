@@ -80,4 +80,38 @@ struct TestPoolTests {
         let stalls = report.stalls.map { "  stall \($0)" }.joined(separator: "\n")
         print("pool watchdog: \(report)\n\(stalls)")
     }
+
+    /// Files whose tests block only on threads they start themselves (`Members.onThread`, a timer thread),
+    /// or on purpose: each is allowed its blocking calls without the trait.
+    static let blockingOffPoolByHand: Set<String> = [
+        "ClientLoneCallerTests.swift", "ClientClusterFileTests.swift", "TestPoolTests.swift",
+    ]
+
+    /// The calls that wait synchronously for a process, a peer or the clock.
+    static let blockingCalls = ["try NodeProcess(", "DeployFiles.run(", "Thread.sleep(", "usleep(", ".waitUntilExit()"]
+
+    /// A suite that blocks without `.dedicatedThreads` starves every async test for as long (seen: a
+    /// register check on the pool for 30 s, client tests timing out meanwhile). Every suite in a test file
+    /// that makes a blocking call carries the trait, unless the file is listed as blocking off the pool by
+    /// hand.
+    @Test("every suite whose tests block runs on dedicated threads")
+    func blockingSuitesRunOffThePool() throws {
+        let tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        let files = try #require(FileManager.default.enumerator(atPath: tests.path)).compactMap { $0 as? String }
+        var checked = 0
+        for file in files where file.hasSuffix(".swift") {
+            let name = URL(fileURLWithPath: file).lastPathComponent
+            let text = try String(contentsOf: tests.appendingPathComponent(file), encoding: .utf8)
+            let code = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }
+            guard let call = Self.blockingCalls.first(where: { call in code.contains { $0.contains(call) } }) else {
+                continue
+            }
+            checked += 1
+            guard !Self.blockingOffPoolByHand.contains(name) else { continue }
+            for suite in code where suite.contains("@Suite") {
+                #expect(suite.contains(".dedicatedThreads"), "\(file) calls \(call) but its suite is on the pool: \(suite)")
+            }
+        }
+        #expect(checked > 20, "only \(checked) files with blocking calls found under \(tests.path)")
+    }
 }
