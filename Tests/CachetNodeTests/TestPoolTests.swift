@@ -109,7 +109,10 @@ struct TestPoolTests {
             checked += 1
             guard !Self.blockingOffPoolByHand.contains(name) else { continue }
             for suite in code where suite.contains("@Suite") {
-                #expect(suite.contains(".dedicatedThreads"), "\(file) calls \(call) but its suite is on the pool: \(suite)")
+                #expect(
+                    suite.contains(".dedicatedThreads"),
+                    "\(file) calls \(call) but its suite is on the pool: \(suite)"
+                )
             }
         }
         #expect(checked > 20, "only \(checked) files with blocking calls found under \(tests.path)")
