@@ -63,9 +63,15 @@ extension CachetClient {
         return try decoded(type, from: bytes, for: Self.describe(key))
     }
 
-    /// The bytes of `value`, or `encodingFailed`. `[UInt8]` and `String` values are their bytes (UTF-8),
-    /// whatever the coder: a typed call reads and writes them as the raw calls do.
-    func encoded<Value: Encodable>(_ value: Value, for key: String) throws(CachetClientError) -> [UInt8] {
+    /// The bytes a typed ``put(_:value:ttl:)-(_,Value,_)`` stores for `value`: the client's ``coder``'s
+    /// encoding, except that `[UInt8]` and `String` values are their bytes (UTF-8), as the raw calls store
+    /// them. For drivers that add their own framing around a value.
+    /// - Parameters:
+    ///   - value: the value.
+    ///   - key: the key it is for, named in the error.
+    /// - Returns: the bytes.
+    /// - Throws: ``CachetClientError`` `encodingFailed`, naming the key and the type.
+    public func encoded<Value: Encodable>(_ value: Value, for key: String) throws(CachetClientError) -> [UInt8] {
         if let bytes = value as? [UInt8] { return bytes }
         if let text = value as? String { return Array(text.utf8) }
         do {
@@ -79,8 +85,15 @@ extension CachetClient {
         }
     }
 
-    /// A `type` from `bytes`, or `decodingFailed` naming the key and the type.
-    func decoded<Value: Decodable>(
+    /// The `type` that a typed ``get(_:as:)-(_,Value.Type)`` reads from `bytes`: the inverse of
+    /// ``encoded(_:for:)``.
+    /// - Parameters:
+    ///   - type: the type.
+    ///   - bytes: the stored bytes.
+    ///   - key: the key they are under, named in the error.
+    /// - Returns: the value.
+    /// - Throws: ``CachetClientError`` `decodingFailed`, naming the key and the type.
+    public func decoded<Value: Decodable>(
         _ type: Value.Type,
         from bytes: [UInt8],
         for key: String

@@ -80,6 +80,42 @@ struct ClientTypedValueTests {
         for client in clients { await client.shutdown() }
     }
 
+    /// `add` stores only into an absent key: of 4 clients x 10 tasks adding one key at once exactly one
+    /// stores (its value is the one read back); a key that holds a value is not overwritten; a deleted one
+    /// is absent again; a TTL is kept.
+    @Test func addStoresOnlyWhenTheKeyIsAbsentAndOneOfManyConcurrentAddsWins() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        let clients = try (0..<4).map { _ in try CachetClient(configuration: cluster.configuration()) }
+        let winners = try await withThrowingTaskGroup(of: String?.self) { group in
+            for (index, client) in clients.enumerated() {
+                for task in 0..<10 {
+                    group.addTask {
+                        let name = "adder \(index)-\(task)"
+                        let user = User(id: index * 10 + task, name: name, roles: [])
+                        return try await client.add("session:1", value: user, ttl: .seconds(60)) ? name : nil
+                    }
+                }
+            }
+            return try await group.reduce(into: [String]()) { if let name = $1 { $0.append(name) } }
+        }
+        #expect(winners.count == 1, "\(winners)")
+        let client = clients[0]
+        #expect(try await client.get("session:1", as: User.self)?.name == winners.first)
+        // Present: not overwritten.
+        #expect(try await client.add("session:1", value: User(id: -1, name: "late", roles: [])) == false)
+        #expect(try await client.get("session:1", as: User.self)?.name == winners.first)
+        // Deleted: absent again.
+        #expect(try await client.delete("session:1"))
+        #expect(try await client.add("session:1", value: User(id: 2, name: "second", roles: [])))
+        #expect(try await client.get("session:1", as: User.self)?.name == "second")
+        // With a TTL: gone after it.
+        #expect(try await client.add("session:short", value: "x", ttl: .seconds(1)))
+        try await Task.sleep(for: .milliseconds(2100))
+        #expect(try await client.get("session:short") == nil)
+        #expect(try await client.add("session:short", value: "y"))
+        for client in clients { await client.shutdown() }
+    }
+
     @Test func concurrentMissesOfOneKeyCallTheLoaderOnce() async throws {
         let cluster = try await NodeCluster.start(count: 1)
         try await withClient(cluster.configuration()) { client in
