@@ -21,6 +21,9 @@ let package = Package(
         .library(name: "CachetNode", targets: ["CachetNode"]),
         .library(name: "CachetIO", targets: ["CachetIO"]),
         .library(name: "CachetClient", targets: ["CachetClient"]),
+        // For the tests of packages built on this one (Integrations/): real node processes, waiting
+        // without holding the task pool.
+        .library(name: "CachetTestSupport", targets: ["CachetTestSupport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -29,6 +32,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swhitty/FlyingFox", from: "0.27.1"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
     targets: [
         // C shims and system libraries.
@@ -107,6 +111,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -221,6 +226,8 @@ let package = Package(
                 "CachetAuth", "CachetClient", "CachetCluster", "CachetIO", "CachetRing", "CachetWire",
                 "CachetTestSupport", "cachet-node",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

@@ -4,6 +4,7 @@ import CachetWire
 public import CoreMetrics
 public import Logging
 import Synchronization
+public import Tracing
 
 /// A client of a Cachet cluster: routes every key to its node by the consistent-hash ring
 /// (`Protocol/RING.md`) and talks to each node over a small pool of multiplexed connections.
@@ -42,6 +43,8 @@ public final class CachetClient: Sendable {
     let loneCallerSpin: LoneCallerSpin
     /// How typed values become bytes and back.
     public let coder: any CachetCoder
+    /// The tracer that gets a span per request; nil when none is bootstrapped (requests then make none).
+    let tracer: (any Tracer)?
     /// The loads in flight of ``get(_:as:ttl:loader:)``, by key: concurrent misses of one key share one.
     let loads = CachetLock<[[UInt8]: ReadThroughLoad]>([:])
 
@@ -54,16 +57,21 @@ public final class CachetClient: Sendable {
     ///     see ``ClientMetrics``); by default the backend the app bootstrapped, if any.
     ///   - coder: how typed values become bytes and back (``put(_:value:ttl:)-(_,Value,_)``,
     ///     ``get(_:as:)-(_,Value.Type)``); JSON by default.
+    ///   - tracer: where the client reports a span per request (swift-distributed-tracing, see
+    ///     <doc:UsingCachetClient>); by default the tracer the app bootstrapped, if any. Without one,
+    ///     requests make no span and cost nothing more.
     /// - Throws: ``CachetClientError`` with code `invalidConfiguration` for an unusable configuration.
     public init(
         configuration: Configuration,
         logger: Logger = Logger(label: "cachet.client", factory: { _ in SwiftLogNoOpLogHandler() }),
         metricsFactory: any MetricsFactory = MetricsSystem.factory,
-        coder: any CachetCoder = CachetJSONCoder()
+        coder: any CachetCoder = CachetJSONCoder(),
+        tracer: any Tracer = InstrumentationSystem.tracer
     ) throws(CachetClientError) {
         try configuration.validate()
         self.configuration = configuration
         self.coder = coder
+        self.tracer = tracer is NoOpTracer ? nil : tracer
         self.logger = logger
         // The timer's period bounds how late a timeout fires: a fiftieth of the shortest timeout,
         // between 1 and 10 ms.
@@ -293,6 +301,23 @@ public final class CachetClient: Sendable {
         ttl: UInt32,
         lease: ClientLease = .none
     ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
+        if let tracer {
+            return try await traced(tracer, key: key, value: value, opcode: opcode, ttl: ttl, lease: lease)
+        }
+        var attempts = 0
+        return try await measured(key: key, value: value, opcode: opcode, ttl: ttl, lease: lease, attempts: &attempts)
+    }
+
+    /// ``execute(key:value:opcode:ttl:lease:)`` with the client's metrics recorded; `attempts` counts the
+    /// nodes tried.
+    func measured(
+        key: some Collection<UInt8>,
+        value: some Collection<UInt8>,
+        opcode: CachetOpcode,
+        ttl: UInt32,
+        lease: ClientLease,
+        attempts: inout Int
+    ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
         let started = monotonicNanoseconds()
         do {
             let result = try await send(
@@ -301,7 +326,8 @@ public final class CachetClient: Sendable {
                 opcode: opcode,
                 ttl: ttl,
                 lease: lease,
-                started: started
+                started: started,
+                attempts: &attempts
             )
             let outcome =
                 ClientMetrics.outcome(of: result.0)
@@ -326,11 +352,11 @@ public final class CachetClient: Sendable {
         opcode: CachetOpcode,
         ttl: UInt32,
         lease: ClientLease,
-        started: UInt64
+        started: UInt64,
+        attempts: inout Int
     ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
         let deadline = started &+ requestTimeoutNanoseconds
         let failover = configuration.failover
-        var attempts = 0
         var lastError: CachetClientError?
         while true {
             let topology = topology
@@ -360,11 +386,11 @@ public final class CachetClient: Sendable {
                     }
                 }
             }
+            attempts += 1
             switch outcome {
             case .reply(let status, let body):
                 return (status, body, node.id)
             case .failure(let error):
-                attempts += 1
                 lastError = error
                 let retryable = error.code == .connectionFailed || error.code == .unavailable
                 guard failover, retryable, attempts < 2 * nodes.count + 1, monotonicNanoseconds() < deadline
