@@ -1,0 +1,25 @@
+// swift-format-ignore-file
+// (The snippets are the documents' words, spacing included.)
+
+import CachetHummingbird
+import Hummingbird
+import HummingbirdAuth
+
+// README.md's Hummingbird snippet, word for word inside a function, so that it compiles with every build of
+// this package; the core's SnippetTests fails when it is not found here line for line. Never called.
+
+/// What the snippet's sessions hold.
+struct SnippetSession: Codable, Sendable {
+    var name: String
+}
+
+/// README.md, "Use Cachet from Vapor and Hummingbird".
+func readmeHummingbird(
+    _ router: Router<BasicSessionRequestContext<SnippetSession, SnippetSession>>
+) throws -> some ApplicationProtocol {
+    let persist = try CachetPersistDriver(configuration: .init(nodes: [.init(host: "127.0.0.1", port: 7420)]))
+    router.add(middleware: SessionMiddleware(storage: persist))       // HummingbirdAuth's sessions
+    var app = Application(router: router)
+    app.addServices(persist)                                          // shuts the client down with the app
+    return app
+}
