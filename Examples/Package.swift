@@ -5,7 +5,8 @@ import PackageDescription
 let package = Package(
     name: "cachet-examples",
     dependencies: [
-        .package(name: "cachet", path: "..")
+        .package(name: "cachet", path: ".."),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .executableTarget(
@@ -15,6 +16,17 @@ let package = Package(
         .executableTarget(
             name: "CachetWatchExample",
             dependencies: [.product(name: "CachetClient", package: "cachet")]
+        ),
+        // The Swift snippets of README.md and docs/, compiled (never run); checked against the documents by
+        // SnippetTests in the core's suite.
+        .target(
+            name: "CachetSnippets",
+            dependencies: [
+                .product(name: "CachetClient", package: "cachet"),
+                .product(name: "CachetIO", package: "cachet"),
+                .product(name: "CachetWire", package: "cachet"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .executableTarget(
             name: "CachetReadThroughExample",
