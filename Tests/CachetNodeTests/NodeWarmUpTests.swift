@@ -153,6 +153,29 @@ struct NodeWarmUpTests {
         #expect(hits == moved.count, "\(hits) of \(moved.count) moved keys hit")
     }
 
+    /// A GET with the `lease` flag is not warmed up (`Protocol/PROTOCOL.md`, "Leases"): after n4 joins, a
+    /// lease GET of a key that moved to it misses and is granted the key's lease (its caller loads the
+    /// value), while a plain GET of another moved key is answered from the key's previous owner.
+    @Test func aLeaseGetOfAKeyThatMovedIsGrantedALeaseInsteadOfAWarmUp() throws {
+        let cluster = try Cluster(extraArguments: ["--probe-interval", "0.1", "--warm-up-seconds", "300"])
+        let keys = (0..<200).map { "lease-warm:\($0)" }
+        let n1 = try cluster.node("n1").connect()
+        for key in keys {
+            #expect(try n1.roundTrip(.put(key: Array(key.utf8), value: Array(key.utf8), ttl: 0)).status == .ok)
+        }
+        let four = try Self.addN4(to: cluster)
+        let moved = keys.filter { four.owner(of: $0).id == "n4" }
+        #expect(moved.count > 20, "\(moved.count) keys moved to n4")
+        Thread.sleep(forTimeInterval: 0.5)
+        let leased = try NodeForwardingTests.get(moved[0], from: n1, flags: .lease)
+        #expect(leased.status == .notFound, "\(leased)")
+        let reply = try #require(CachetLeaseReply(decoding: leased.body), "a lease reply: \(leased.body)")
+        #expect(reply.token != 0, "the caller holds the key's lease")
+        let warmed = try NodeForwardingTests.get(moved[1], from: n1)
+        #expect(warmed.status == .ok && warmed.body == Array(moved[1].utf8), "a plain GET is warmed up: \(warmed)")
+        #expect(try cluster.stats("n4")["warm_up_hits"] as? Int ?? 0 >= 1)
+    }
+
     @Test func withoutWarmUpTheKeysThatMovedMiss() throws {
         let result = try Self.run(warmUpSeconds: 0)
         #expect(result.hits == 0, "\(result.hits) of \(result.of) moved keys hit")
