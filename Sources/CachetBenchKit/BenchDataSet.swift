@@ -2,8 +2,8 @@ import CachetRing
 
 /// The keys and the value of a run, and which server each key belongs to. The value is laid out once;
 /// a key is written from its index when a request needs it, which is cheaper than reading it from a table
-/// of every key: with 100,000 random keys such a table missed the cache on most requests (measured with
-/// perf, 10% of the load generator's time).
+/// of every key: with 100,000 random keys such a table missed the CPU cache on most requests
+/// (BENCHMARKS.md, "Figures behind choices in the code").
 ///
 /// With several servers, a key belongs to its owner on the consistent-hash ring (`CachetRing`) whose
 /// members are the servers' `host:port` names, so keys go where a Cachet client routing by

@@ -24,8 +24,8 @@ import Glibc
 /// ``CachetEventLoop/execute(_:)``.
 ///
 /// No run-time exclusivity checks on the properties used on every event: such a check on a class property
-/// (two runtime calls per access) cost about a third of the node's instructions per small GET
-/// (Benchmarks/callgrind.sh). `@exclusivity(unchecked)` turns it off only for accesses compiled in this
+/// (two runtime calls per access) was a large part of the node's instructions per small GET
+/// (BENCHMARKS.md, "Figures behind choices in the code"). `@exclusivity(unchecked)` turns it off only for accesses compiled in this
 /// module, so what subclasses in other modules use (``fd``, ``state``, ``input``, ``output``) is reached
 /// through inlinable accessors: the buffers live in memory the channel allocates, behind addressors, and
 /// the descriptor and state behind getters of unchecked storage. The single-queue rule is what keeps

@@ -21,8 +21,8 @@ import Glibc
 /// property is read and written only on the owning loop's queue (completions hop back with `NodeIOQueue.execute`).
 ///
 /// `@exclusivity(unchecked)`: the stored properties are touched on every request, and the run-time
-/// exclusivity check on a class property (a thread-local access set, two runtime calls per access) cost
-/// about a third of the node's instructions per small GET (Benchmarks/callgrind.sh). The single-queue
+/// exclusivity check on a class property (a thread-local access set, two runtime calls per access) was a
+/// large part of the node's instructions per small GET (BENCHMARKS.md, "Figures behind choices in the code"). The single-queue
 /// rule above is what keeps accesses from overlapping; no code holds an `inout` to one of these across a
 /// call that could reach the same property.
 final class Connection: CachetChannel, @unchecked Sendable {
@@ -78,7 +78,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     /// The loop whose connection this is. Used on every event, where a retain and release of the loop
-    /// cost more than the rest of the event's dispatch (Benchmarks/callgrind.sh), so it is a strong,
+    /// cost more than the rest of the event's dispatch (BENCHMARKS.md, "Figures behind choices in the code"), so it is a strong,
     /// non-optional `let`: the compiler reads it without a retain while the connection is being called,
     /// and inlines the loop's handler into ``handleEvents(_:)`` (an `Optional`, or an `Unmanaged` used
     /// through a closure, each cost a retain or a call per event). The loop holds its connections only

@@ -35,8 +35,8 @@ enum PendingOperation {
 /// A request on its way to the member that owns its key: the whole frame as received, with the
 /// `forwarded` flag set (the request id is replaced by the peer connection's own), and what the client's
 /// reply needs back. A class, so that ``PendingOperation`` (and the result every batch of requests
-/// returns) stays as small as before forwarding: a larger payload cost about 30 instructions per request
-/// in copies and destroys of that result (callgrind).
+/// returns) stays as small as before forwarding: a larger payload cost measurably more per request in
+/// copies and destroys of that result (BENCHMARKS.md, "Figures behind choices in the code").
 extension PendingOperation {
     /// The command its duration is counted under (``RequestLatencies``).
     var latencyCommand: LatencyCommand {

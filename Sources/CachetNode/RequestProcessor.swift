@@ -64,10 +64,11 @@ struct RequestProcessor {
     let connectionMemory: ConnectionMemory
     /// The cluster parts a request may need (routing, health and stand-ins, the hold); nil on a node that
     /// is a cluster of one, which serves every key. One reference, so that a node without a cluster file
-    /// carries a single nil field (three cost about 15 instructions per request in copies, callgrind).
+    /// carries a single nil field: three cost measurably more in copies (BENCHMARKS.md, "Figures behind
+    /// choices in the code").
     let cluster: ClusterRouting?
     /// Whether ``cluster`` is set: the one test a request pays on a node that never forwards (testing the
-    /// optional reference itself cost about ten instructions per request, measured with callgrind).
+    /// optional reference itself cost more: BENCHMARKS.md, "Figures behind choices in the code").
     let forwards: Bool
     /// The node's users (`--auth-file`); nil: every client may send every request.
     let auth: NodeAuth?
