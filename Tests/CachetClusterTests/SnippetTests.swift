@@ -102,7 +102,8 @@ struct SnippetTests {
         #expect(checked >= 10, "only \(checked) Swift snippets found")
     }
 
-    /// The manifest fragment's products are the ones the packages define, under the package's name.
+    /// The manifest fragments' products are the ones the packages define; the core's are named as
+    /// `Examples/`, a consumer built by path, names them.
     @Test func theManifestFragmentNamesProductsThatExist() throws {
         let manifests = try [
             "Package.swift", "Integrations/CachetVapor/Package.swift",
@@ -117,6 +118,7 @@ struct SnippetTests {
                 where line.hasPrefix(".product(name: \"") {
                     let product = line.split(separator: "\"")[1]
                     #expect(manifests.contains(".library(name: \"\(product)\""), "\(block): no product \(product)")
+                    guard line.contains("package: \"cachet\")") else { continue }
                     #expect(
                         examples.contains(line.trimmingCharacters(in: [","])),
                         "\(block): \(line) is not what Examples/ uses"
@@ -150,5 +152,76 @@ struct SnippetTests {
         #expect(outcome.status == 0, "\(outcome.error)")
         #expect(outcome.output.split(separator: "\n").map(String.init) == expected, "\(outcome.output)")
         node.stop()
+    }
+
+    /// The `--help` text of each program, asked once.
+    static let helpTexts: [String: String] = {
+        var texts: [String: String] = [:]
+        for program in ["cachet-node", "cachet-cli", "cachet-bench"] {
+            let outcome = try? DeployFiles.run(BuiltProducts.path(of: program), ["--help"], timeout: 30)
+            texts[program] = (outcome?.output ?? "") + (outcome?.error ?? "")
+        }
+        return texts
+    }()
+
+    /// Whether `help` names `flag` as a whole word (`--secret-fil` is not `--secret-file`).
+    static func lists(_ help: String, _ flag: String) -> Bool {
+        let wordCharacters = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-"))
+        var rest = help[...]
+        while let range = rest.range(of: flag) {
+            let after = rest[range.upperBound...].unicodeScalars.first
+            let before = rest[..<range.lowerBound].unicodeScalars.last
+            if after.map({ !wordCharacters.contains($0) }) ?? true, before.map({ !wordCharacters.contains($0) }) ?? true
+            {
+                return true
+            }
+            rest = rest[range.upperBound...]
+        }
+        return false
+    }
+
+    /// The `--flags` given to cachet-node, cachet-cli or cachet-bench on a command line of a shell block
+    /// (run directly, from `.build/...`, or through `swift run`), up to the end of that command.
+    static func flagsByProgram(in line: String) -> [(program: String, flag: String)] {
+        var found: [(String, String)] = []
+        var program: String?
+        for word in line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init) {
+            if ["|", "||", "&&", ";", "&"].contains(word) || word.hasPrefix("#") {
+                program = nil
+                if word.hasPrefix("#") { break }
+                continue
+            }
+            let name = word.split(separator: "/").last.map(String.init) ?? word
+            if ["cachet-node", "cachet-cli", "cachet-bench"].contains(name) {
+                program = name
+                continue
+            }
+            let flag =
+                word.trimmingCharacters(in: CharacterSet(charactersIn: "[]`,")).split(separator: "=").first
+                .map(String.init) ?? ""
+            if let program, flag.hasPrefix("--"), flag.count > 2 { found.append((program, flag)) }
+        }
+        return found
+    }
+
+    /// Every flag a shell snippet of README.md, docs/ or deploy/README.md gives cachet-node, cachet-cli or
+    /// cachet-bench is one the program's `--help` lists: a renamed or removed flag fails here, not in a
+    /// reader's terminal.
+    @Test func everyFlagOfTheShellSnippetsIsOneTheProgramKnows() throws {
+        var checked = 0
+        for document in try Self.documents() + ["deploy/README.md"] {
+            for block in try Self.blocks(of: document) where ["", "sh", "bash", "console"].contains(block.language) {
+                for line in block.lines {
+                    for (program, flag) in Self.flagsByProgram(in: line) {
+                        checked += 1
+                        #expect(
+                            Self.lists(Self.helpTexts[program] ?? "", flag),
+                            "\(block): \(program) \(flag) is not in `\(program) --help`"
+                        )
+                    }
+                }
+            }
+        }
+        #expect(checked >= 20, "only \(checked) flags found in the shell snippets")
     }
 }
