@@ -172,7 +172,11 @@ let package = Package(
         // Tests: one target per module, shared helpers in a support target.
         .target(
             name: "CachetTestSupport",
-            dependencies: ["CachetLocking", "CachetWire", "CachetIO"],
+            dependencies: [
+                "CachetLocking", "CachetWire", "CachetIO",
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -160,18 +160,10 @@ struct CachetPersistDriverTests {
         _ = await node.terminate()
     }
 
-    /// The tracer of this test process, bootstrapped once (a process has one); clients made afterwards
-    /// report to it.
-    static let tracer: InMemoryTracer = {
-        let tracer = InMemoryTracer()
-        InstrumentationSystem.bootstrap(tracer)
-        return tracer
-    }()
-
     /// With Hummingbird's `TracingMiddleware`, the driver's requests are spans under the request's span:
     /// Hummingbird runs the handler and the middleware after it inside that span's context.
     @Test func theDriversSpansAreChildrenOfTheRequestsSpan() async throws {
-        let tracer = Self.tracer
+        let tracer = ProcessTracer.shared
         let node = try await NodeProcess.start(arguments: ["--disk-limit", "0"])
         let persist = try Self.driver(on: node, keyPrefix: "traced:")
         let router = Router(context: Context.self)

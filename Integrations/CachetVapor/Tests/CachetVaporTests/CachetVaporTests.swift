@@ -146,18 +146,10 @@ struct CachetVaporTests {
         _ = await node.terminate()
     }
 
-    /// The tracer of this test process, bootstrapped once (a process has one); clients made afterwards
-    /// report to it.
-    static let tracer: InMemoryTracer = {
-        let tracer = InMemoryTracer()
-        InstrumentationSystem.bootstrap(tracer)
-        return tracer
-    }()
-
     /// With Vapor's `TracingMiddleware`, the client's spans of `req.cache` and of the sessions are children
     /// of the request's span.
     @Test func theClientsSpansAreChildrenOfTheRequestsSpan() async throws {
-        let tracer = Self.tracer
+        let tracer = ProcessTracer.shared
         let node = try await NodeProcess.start(arguments: ["--disk-limit", "0"])
         try await withApp { app in
             app.middleware.use(TracingMiddleware())
