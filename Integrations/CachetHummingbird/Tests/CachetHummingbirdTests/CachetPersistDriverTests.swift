@@ -163,7 +163,7 @@ struct CachetPersistDriverTests {
     /// With Hummingbird's `TracingMiddleware`, the driver's requests are spans under the request's span:
     /// Hummingbird runs the handler and the middleware after it inside that span's context.
     @Test func theDriversSpansAreChildrenOfTheRequestsSpan() async throws {
-        let tracer = ProcessTracer.shared
+        _ = ProcessTracer.shared  // bootstrapped before the clients are made
         let node = try await NodeProcess.start(arguments: ["--disk-limit", "0"])
         let persist = try Self.driver(on: node, keyPrefix: "traced:")
         let router = Router(context: Context.self)
@@ -184,13 +184,7 @@ struct CachetPersistDriverTests {
             }
         }
         _ = await node.terminate()
-        let spans = tracer.finishedSpans
-        let server = try #require(
-            spans.first {
-                $0.kind == .server && $0.attributes["url.path"]?.toSpanAttribute() == .string("/traced/trace-me")
-            }
-        )
-        let children = spans.filter { $0.kind == .client && $0.parentSpanID == server.spanID }
+        let (server, children, spans) = try #require(ProcessTracer.requestSpans(path: "/traced/trace-me"))
         // The handler's GET (a miss) and PUT, and the new session's PUT.
         #expect(children.map(\.operationName).sorted() == ["GET", "PUT", "PUT"], "\(spans.map(\.operationName))")
         #expect(children.allSatisfy { $0.traceID == server.traceID })

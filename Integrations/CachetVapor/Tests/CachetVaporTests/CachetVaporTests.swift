@@ -149,7 +149,7 @@ struct CachetVaporTests {
     /// With Vapor's `TracingMiddleware`, the client's spans of `req.cache` and of the sessions are children
     /// of the request's span.
     @Test func theClientsSpansAreChildrenOfTheRequestsSpan() async throws {
-        let tracer = ProcessTracer.shared
+        _ = ProcessTracer.shared  // bootstrapped before the clients are made
         let node = try await NodeProcess.start(arguments: ["--disk-limit", "0"])
         try await withApp { app in
             app.middleware.use(TracingMiddleware())
@@ -169,13 +169,7 @@ struct CachetVaporTests {
             }
         }
         _ = await node.terminate()
-        let spans = tracer.finishedSpans
-        let server = try #require(
-            spans.first {
-                $0.kind == .server && $0.attributes["url.path"]?.toSpanAttribute() == .string("/traced/trace-me")
-            }
-        )
-        let children = spans.filter { $0.kind == .client && $0.parentSpanID == server.spanID }
+        let (server, children, spans) = try #require(ProcessTracer.requestSpans(path: "/traced/trace-me"))
         // The cache's GET (a miss) and PUT, and the new session's GET-with-lease and PUT.
         #expect(
             children.map(\.operationName).sorted() == ["GET", "GET", "PUT", "PUT"],
