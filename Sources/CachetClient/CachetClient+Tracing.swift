@@ -55,7 +55,8 @@ extension CachetClient {
         span.attributes["cachet.attempts"] = attempts
         guard let id else { return }
         span.attributes["cachet.node"] = id
-        if let node = configuration.nodes.first(where: { $0.id == id }) {
+        // The members in force (a membership refresh may have added the node since the configuration).
+        if let node = topology.members.first(where: { $0.id == id }) {
             span.attributes["server.address"] = node.host
             span.attributes["server.port"] = node.port
         }

@@ -115,3 +115,13 @@ extension Application.Sessions.Provider {
         }
     }
 }
+
+extension Request {
+    /// The app's Cachet client (``Application/Cachet/client``), for what `req.cache` does not offer: typed
+    /// reads with a loader, `add`, changes, batches.
+    ///
+    /// Its spans are children of the calling task's service context; to make them children of the
+    /// request's span, call it inside `ServiceContext.withValue(req.serviceContext) { ... }` (`req.cache`
+    /// and the sessions driver do that themselves).
+    public var cachet: CachetClient { application.cachet.client }
+}

@@ -48,6 +48,10 @@ struct CachetVaporTests {
                 try await request.cache.set("\(id)", to: report, expiresIn: .seconds(1))
                 return report
             }
+            app.post("claim", ":name") { request async throws -> String in
+                let name = try request.parameters.require("name")
+                return try await request.cachet.add("claims:\(name)", value: "taken") ? "yours" : "taken"
+            }
             let tester = try app.testing(method: .running(hostname: "127.0.0.1", port: 0))
             for _ in 0..<3 {
                 try await tester.test(.GET, "report/7") { response in
@@ -74,6 +78,10 @@ struct CachetVaporTests {
             #expect(try await app.cache.get("other", as: String.self) == nil)
             try await app.cache.set("other", to: "again", expiresIn: .seconds(0))
             #expect(try await app.cache.get("other", as: String.self) == nil)
+            // The client itself, from a request: what the cache does not offer, such as add.
+            for expected in ["yours", "taken"] {
+                try await tester.test(.POST, "claim/ada") { response in #expect(response.body.string == expected) }
+            }
             try await app.cache.set("7", to: "not a report")
             await #expect(throws: CachetClientError.self) { _ = try await app.cache.get("7", as: Report.self) }
         }
