@@ -3,9 +3,11 @@
 #   1. swift test: the core package's suite, about 600 tests against real node processes (3 minutes or so
 #      on two cores);
 #   2. the examples package (Examples/), built against the core as a consumer would;
-#   3. each package under Integrations/ (the Vapor and Hummingbird drivers and their example apps): built,
-#      then tested against a real cachet-node. The first build of each fetches nothing (the packages come
-#      from the machine's copies) but compiles its framework: 3 to 5 minutes apiece on two cores.
+#   3. each package under Integrations/ (the Vapor and Hummingbird drivers): built, then tested against a
+#      real cachet-node. The first build of each fetches nothing (the packages come from the machine's
+#      copies) but compiles its framework: 3 to 5 minutes apiece on two cores;
+#   4. the example apps on those drivers (Examples/VaporApp, Examples/HummingbirdApp), each a package of its
+#      own, built as an app would be: its framework is compiled again, 3 to 4 minutes apiece.
 #
 #   ./test.sh              everything
 #   ./test.sh --core       the core package's suite only (the same as swift test)
@@ -37,6 +39,11 @@ if [ "$integrations" = 1 ]; then
         swift build --package-path "$package" --build-tests
         step "$package: swift test"
         swift test --package-path "$package" --skip-build
+        example="Examples/${package#Integrations/Cachet}App"
+        if [ -f "$example/Package.swift" ]; then
+            step "$example: swift build"
+            swift build --package-path "$example"
+        fi
     done
 fi
 step "all tests passed"

@@ -24,17 +24,6 @@ let package = Package(
             ],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
-        // A small app that caches a slow handler's result: `swift run --package-path Integrations/CachetHummingbird CachetHummingbirdExample`.
-        .executableTarget(
-            name: "CachetHummingbirdExample",
-            dependencies: [
-                "CachetHummingbird",
-                .product(name: "CachetClient", package: "cachet"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
-            ],
-            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
-        ),
         .testTarget(
             name: "CachetHummingbirdTests",
             dependencies: [

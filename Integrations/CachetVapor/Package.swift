@@ -24,16 +24,6 @@ let package = Package(
             ],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
         ),
-        // A small app that caches a slow handler's result: `swift run --package-path Integrations/CachetVapor CachetVaporExample`.
-        .executableTarget(
-            name: "CachetVaporExample",
-            dependencies: [
-                "CachetVapor",
-                .product(name: "CachetClient", package: "cachet"),
-                .product(name: "Vapor", package: "vapor"),
-            ],
-            swiftSettings: [.enableUpcomingFeature("ExistentialAny")]
-        ),
         .testTarget(
             name: "CachetVaporTests",
             dependencies: [

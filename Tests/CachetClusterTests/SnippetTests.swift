@@ -4,7 +4,7 @@ import Testing
 
 /// The documents' snippets cannot rot: every Swift snippet of README.md, docs/ and the DocC articles is
 /// compiled (it is found, line for line and in order, in a file that a package of this repository builds:
-/// `Examples/Sources/CachetSnippets/`, or an integration's example app for the framework snippets), the
+/// `Examples/Sources/CachetSnippets/`, or the example apps on the drivers for the framework snippets), the
 /// `Package.swift` fragment names products that exist, and README's shell session with cachet-cli is run
 /// against a real node and answers what README shows.
 @Suite("Documentation snippets", .dedicatedThreads)
@@ -57,8 +57,9 @@ struct SnippetTests {
             atPath: DeployFiles.path("Examples/Sources/CachetSnippets")
         )
         .filter { $0.hasSuffix(".swift") }.map { "Examples/Sources/CachetSnippets/" + $0 }
-        for integration in try FileManager.default.contentsOfDirectory(atPath: DeployFiles.path("Integrations")) {
-            let sources = "Integrations/\(integration)/Sources"
+        // The framework snippets, in the example apps on the drivers (`Examples/VaporApp`...).
+        for app in try FileManager.default.contentsOfDirectory(atPath: DeployFiles.path("Examples")) {
+            let sources = "Examples/\(app)/Sources"
             for target in (try? FileManager.default.contentsOfDirectory(atPath: DeployFiles.path(sources))) ?? [] {
                 let file = "\(sources)/\(target)/Snippets.swift"
                 if FileManager.default.fileExists(atPath: DeployFiles.path(file)) { paths.append(file) }

@@ -4,7 +4,7 @@ import Foundation
 import Hummingbird
 
 // A Hummingbird app whose slow handler's result is cached in Cachet for 30 s through the persist driver:
-//   swift run --package-path Integrations/CachetHummingbird CachetHummingbirdExample
+//   swift run --package-path Examples/HummingbirdApp CachetHummingbirdExample
 //   curl http://127.0.0.1:8081/report/7     # 1 s the first time, then from the cache
 // CACHET_NODES lists the nodes (HOST:PORT, comma-separated; 127.0.0.1:7420 by default); PORT the app's port.
 struct Report: ResponseCodable {

@@ -3,7 +3,7 @@ import CachetVapor
 import Vapor
 
 // A Vapor app whose slow handler's result is cached in Cachet for 30 s, and whose sessions live there:
-//   swift run --package-path Integrations/CachetVapor CachetVaporExample
+//   swift run --package-path Examples/VaporApp CachetVaporExample
 //   curl http://127.0.0.1:8080/report/7     # 1 s the first time, then from the cache
 //   curl http://127.0.0.1:8080/visits       # counts your visits in a session kept in Cachet
 // CACHET_NODES lists the nodes (HOST:PORT, comma-separated; 127.0.0.1:7420 by default); PORT the app's port.
