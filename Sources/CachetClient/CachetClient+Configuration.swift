@@ -43,6 +43,33 @@ extension CachetClient {
             self.id = id ?? "\(host):\(port)"
         }
 
+        /// A node from an address as people write it: `HOST:PORT`, `HOST` (port 7420), `[IPV6]:PORT` or
+        /// `[IPV6]`; nil when the port is not a number from 1 to 65535 or the host is empty.
+        ///
+        /// ```swift
+        /// let nodes = "127.0.0.1:7420,127.0.0.1:7421".split(separator: ",").compactMap { CachetClient.Node(address: String($0)) }
+        /// ```
+        /// - Parameter address: the address.
+        public init?(address: String) {
+            var host = Substring(address.trimmingPrefixAndSuffix(" "))
+            var port = 7420
+            if host.hasPrefix("[") {
+                guard let close = host.firstIndex(of: "]") else { return nil }
+                let rest = host[host.index(after: close)...]
+                host = host[host.index(after: host.startIndex)..<close]
+                if !rest.isEmpty {
+                    guard rest.hasPrefix(":"), let number = Int(rest.dropFirst()) else { return nil }
+                    port = number
+                }
+            } else if host.filter({ $0 == ":" }).count == 1, let colon = host.firstIndex(of: ":") {
+                guard let number = Int(host[host.index(after: colon)...]) else { return nil }
+                port = number
+                host = host[..<colon]
+            }
+            guard !host.isEmpty, (1...65535).contains(port) else { return nil }
+            self.init(host: String(host), port: port)
+        }
+
         /// The node's id.
         public var description: String { id }
     }
@@ -156,5 +183,15 @@ extension CachetClient {
                 throw fail("maximumFrameLength \(maximumFrameLength) is not between 65536 and 4294967295")
             }
         }
+    }
+}
+
+extension String {
+    /// The string without leading and trailing `character`s.
+    fileprivate func trimmingPrefixAndSuffix(_ character: Character) -> Substring {
+        var text = self[...]
+        while text.first == character { text = text.dropFirst() }
+        while text.last == character { text = text.dropLast() }
+        return text
     }
 }

@@ -89,6 +89,18 @@ struct ClientRoutingTests {
         }
     }
 
+    @Test("a node from an address as people write it, or nil")
+    func nodeFromAddress() {
+        #expect(CachetClient.Node(address: "127.0.0.1:7421") == .init(host: "127.0.0.1", port: 7421))
+        #expect(CachetClient.Node(address: " cache.local ") == .init(host: "cache.local", port: 7420))
+        #expect(CachetClient.Node(address: "[::1]:7422") == .init(host: "::1", port: 7422))
+        #expect(CachetClient.Node(address: "[::1]") == .init(host: "::1", port: 7420))
+        #expect(CachetClient.Node(address: "::1") == .init(host: "::1", port: 7420))
+        for bad in ["", ":7420", "host:", "host:x", "host:0", "host:70000", "[::1", "[::1]7420", "[]:1"] {
+            #expect(CachetClient.Node(address: bad) == nil, "\(bad)")
+        }
+    }
+
     @Test("a configuration that cannot work is refused with a message naming the field")
     func invalidConfigurations() {
         func refused(_ configure: (inout CachetClient.Configuration) -> Void) -> String? {

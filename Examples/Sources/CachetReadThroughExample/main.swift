@@ -1,4 +1,5 @@
 import CachetClient
+import Foundation
 
 // Read-through with leases on the node given as HOST:PORT (default 127.0.0.1:7420): 100 tasks ask for a
 // key nobody stored; the slow "database" is asked once, and every task gets its answer.
@@ -20,12 +21,13 @@ actor Database {
 }
 
 let address = CommandLine.arguments.dropFirst().first ?? "127.0.0.1:7420"
-let parts = address.split(separator: ":")
-let host = parts.dropLast().joined(separator: ":")
-let port = Int(parts.last ?? "") ?? 7420
+guard let node = CachetClient.Node(address: address) else {
+    print("not an address: \(address) (give HOST:PORT)")
+    exit(2)
+}
 
 do {
-    let client = try CachetClient(configuration: .init(nodes: [.init(host: host, port: port)]))
+    let client = try CachetClient(configuration: .init(nodes: [node]))
     let database = Database()
     try await client.delete("profile:7")
     let names = try await withThrowingTaskGroup(of: String.self) { group in

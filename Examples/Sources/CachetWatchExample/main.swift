@@ -1,4 +1,5 @@
 import CachetClient
+import Foundation
 
 // Prints every change of keys under "user:" on the node given as HOST:PORT (default 127.0.0.1:7420), with
 // the values decoded as User, for SECONDS seconds (default 30), while this program also writes a few:
@@ -11,12 +12,13 @@ struct User: Codable, Sendable {
 let arguments = CommandLine.arguments.dropFirst()
 let address = arguments.first ?? "127.0.0.1:7420"
 let seconds = Int(arguments.dropFirst().first ?? "") ?? 30
-let parts = address.split(separator: ":")
-let host = parts.dropLast().joined(separator: ":")
-let port = Int(parts.last ?? "") ?? 7420
+guard let node = CachetClient.Node(address: address) else {
+    print("not an address: \(address) (give HOST:PORT)")
+    exit(2)
+}
 
 do {
-    let client = try CachetClient(configuration: .init(nodes: [.init(host: host, port: port)]))
+    let client = try CachetClient(configuration: .init(nodes: [node]))
     let watching = Task {
         for try await change in client.changes(prefix: "user:", values: true) {
             switch change.kind {

@@ -15,8 +15,10 @@ struct Report: ResponseCodable {
 
 let environment = ProcessInfo.processInfo.environment
 let nodes = (environment["CACHET_NODES"] ?? "127.0.0.1:7420").split(separator: ",").map { address in
-    let parts = address.split(separator: ":")
-    return CachetClient.Node(host: parts.dropLast().joined(separator: ":"), port: Int(parts.last ?? "") ?? 7420)
+    guard let node = CachetClient.Node(address: String(address)) else {
+        fatalError("CACHET_NODES: not an address: \(address)")
+    }
+    return node
 }
 let persist = try CachetPersistDriver(configuration: .init(nodes: nodes), keyPrefix: "example:")
 

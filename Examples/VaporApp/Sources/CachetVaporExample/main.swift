@@ -14,8 +14,10 @@ struct Report: Content {
 }
 
 let nodes = (Environment.get("CACHET_NODES") ?? "127.0.0.1:7420").split(separator: ",").map { address in
-    let parts = address.split(separator: ":")
-    return CachetClient.Node(host: parts.dropLast().joined(separator: ":"), port: Int(parts.last ?? "") ?? 7420)
+    guard let node = CachetClient.Node(address: String(address)) else {
+        fatalError("CACHET_NODES: not an address: \(address)")
+    }
+    return node
 }
 
 var environment = try Environment.detect()
