@@ -55,13 +55,18 @@ public struct CachetBinaryCoder: CachetCoder {
 // MARK: - Writing
 
 /// The bytes being written, shared by the containers of one value, and the containers open in it.
+///
+/// One instance belongs to one ``CachetBinaryCoder/encode(_:)`` call on one thread, and no access to a
+/// property overlaps another (none passes a property `inout` to code that reaches the same property), so
+/// the run-time exclusivity checks Swift puts on a class's stored properties are turned off for these: they
+/// were a fifth of an encode's time (BENCHMARKS.md, "Figures behind choices in the code").
 final class BinaryOutput {
-    var bytes: [UInt8] = []
+    @exclusivity(unchecked) var bytes: [UInt8] = []
     /// Open containers, innermost last: their ids, and the byte that ends each (`K` and `U`; `S` none).
-    private var open: [(id: Int, terminator: UInt8?)] = []
-    private var nextID = 0
+    @exclusivity(unchecked) private var open: [(id: Int, terminator: UInt8?)] = []
+    @exclusivity(unchecked) private var nextID = 0
     /// Set when a container was written to after it had been closed.
-    var failure: EncodingError?
+    @exclusivity(unchecked) var failure: EncodingError?
 
     init() { bytes.reserveCapacity(256) }
 
@@ -84,6 +89,22 @@ final class BinaryOutput {
     /// A primitive slot of `count` bytes; the caller appends them.
     @inline(__always)
     func primitiveHeader(_ count: Int, _ kind: BinaryKind) { varint(UInt64(count) << 3 + UInt64(kind.rawValue) + 4) }
+
+    /// A keyed container's key: its length in a byte (1 to 255), then its UTF-8.
+    @inline(__always)
+    func key(_ text: String, codingPath: @autoclosure () -> [any CodingKey]) throws {
+        var name = text
+        try name.withUTF8 { utf8 in
+            guard (1...255).contains(utf8.count) else {
+                throw EncodingError.invalidValue(
+                    text,
+                    .init(codingPath: codingPath(), debugDescription: "CachetBinaryCoder keys are 1 to 255 bytes")
+                )
+            }
+            bytes.append(UInt8(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
 
     func encodeNil() { bytes.append(1) }
     func encode(_ value: Bool) { primitiveHeader(1, .bool); bytes.append(value ? 1 : 0) }
@@ -216,18 +237,7 @@ struct BinaryKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
     /// Writes the key; false when the container may not be written to.
     private func field(_ key: Key) throws -> Bool {
         guard output.willWrite(id, codingPath: codingPath + [key]) else { return false }
-        let text = key.stringValue
-        var name = text
-        try name.withUTF8 { utf8 in
-            guard (1...255).contains(utf8.count) else {
-                throw EncodingError.invalidValue(
-                    text,
-                    .init(codingPath: codingPath + [key], debugDescription: "CachetBinaryCoder keys are 1 to 255 bytes")
-                )
-            }
-            output.bytes.append(UInt8(utf8.count))
-            output.bytes.append(contentsOf: utf8)
-        }
+        try output.key(key.stringValue, codingPath: codingPath + [key])
         return true
     }
 
@@ -444,8 +454,8 @@ struct BinaryInput {
         }
     }
 
-    /// The slot at `offset`, moving `offset` past it; nil for a container's end.
-    @inline(__always)
+    /// The slot at `offset`, moving `offset` past it; nil for a container's end. (Not `@inline(__always)`:
+    /// inlined into a caller's loop over a container, Swift 6.3's optimizer does not finish.)
     func slotOrEnd(at offset: inout Int, codingPath: @autoclosure () -> [any CodingKey]) throws -> BinarySlot? {
         let header = try varint(at: &offset, end: raw.count, codingPath: codingPath())
         switch header {
@@ -502,6 +512,27 @@ struct BinaryInput {
             _ = try slot(at: &offset, codingPath: codingPath())
         default:
             throw corrupt(codingPath(), "unknown structure tag \(tag)")
+        }
+    }
+
+    /// Calls `body` with each field's key bytes and slot of the keyed container whose fields start at
+    /// `start`, in the order written.
+    @inline(__always)
+    func forEachField(
+        from start: Int,
+        codingPath: @autoclosure () -> [any CodingKey],
+        _ body: (Range<Int>, BinarySlot) throws -> Void
+    ) throws {
+        var offset = start
+        while true {
+            guard offset < raw.count else { throw corrupt(codingPath(), "a keyed container is not ended") }
+            let length = Int(raw[offset])
+            offset += 1
+            if length == 0 { return }
+            guard length <= raw.count - offset else { throw corrupt(codingPath(), "a key runs past the end") }
+            let key = offset..<(offset + length)
+            offset += length
+            try body(key, try slot(at: &offset, codingPath: codingPath()))
         }
     }
 
@@ -613,7 +644,19 @@ struct BinaryInput {
             let range = try primitive(slot, T.self, .bytes, codingPath: path().full)
             return unsafeBitCast(Array(UnsafeRawBufferPointer(rebasing: raw[range])), to: T.self)
         }
+        if let collection = T.self as? any BinaryDecodableCollection.Type {
+            return try decodeStructure(collection, slot, path: path())
+        }
         return try T(from: BinaryDecoder(input: self, slot: slot, path: path()))
+    }
+
+    /// A collection of type `Collection`, which is `T`, read without Codable's containers.
+    private func decodeStructure<Collection: BinaryDecodableCollection, T>(
+        _ collection: Collection.Type,
+        _ slot: BinarySlot,
+        path: BinaryPath
+    ) throws -> T {
+        unsafeBitCast(try Collection.decodeStructure(from: self, slot, path: path), to: T.self)
     }
 }
 
@@ -625,7 +668,7 @@ struct BinaryDecoder: Decoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     /// The offset after the structure's tag, which must be `tag`.
-    private func open(_ tag: Character, _ type: Any.Type) throws -> Int {
+    func open(_ tag: Character, _ type: Any.Type) throws -> Int {
         guard case .structure(let start) = slot, input.raw[start] == tag.asciiValue! else {
             if case .none = slot {
                 throw DecodingError.valueNotFound(type, .init(codingPath: codingPath, debugDescription: "nil"))
@@ -688,17 +731,7 @@ final class BinaryKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol 
     private func fields() throws -> [(key: Range<Int>, slot: BinarySlot)] {
         if let index { return index }
         var fields: [(key: Range<Int>, slot: BinarySlot)] = []
-        var offset = start
-        while true {
-            guard offset < input.raw.count else { throw input.corrupt(codingPath, "a keyed container is not ended") }
-            let length = Int(input.raw[offset])
-            offset += 1
-            if length == 0 { break }
-            guard length <= input.raw.count - offset else { throw input.corrupt(codingPath, "a key runs past the end") }
-            let key = offset..<(offset + length)
-            offset += length
-            fields.append((key, try input.slot(at: &offset, codingPath: codingPath)))
-        }
+        try input.forEachField(from: start, codingPath: codingPath) { fields.append(($0, $1)) }
         index = fields
         return fields
     }

@@ -67,7 +67,7 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "With --tls: the name the servers' certificates must carry (default: none checked).")
     var tlsServerName: String?
     @Flag(
-        help: "Measure CachetClient's coders (JSON and binary) on a typical app value and exit; no server is loaded."
+        help: "Measure CachetClient's coders (JSON and binary) on two typical app values and exit; no server is loaded."
     )
     var coders = false
     @Option(
@@ -95,25 +95,30 @@ struct CachetBenchCommand: ParsableCommand {
     @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
     var clientLingerUs = 500
 
-    /// `--coders`: CachetClient's JSON and binary coders on a typical app value, best of three rounds of
+    /// `--coders`: CachetClient's JSON and binary coders on typical app values, best of three rounds of
     /// `--duration` seconds (1 by default) each way.
     func runCoders() throws {
-        let (json, binary) = try CoderBench.run(seconds: duration ?? 1)
         func rate(_ value: Double) -> String { String(Int(value.rounded())) }
-        print("| coder | bytes | encodes/s | decodes/s |")
-        print("|---|---|---|---|")
-        for result in [json, binary] {
+        func ratio(_ value: Double) -> String { String(format: "%.2f", value) }
+        for (index, sample) in CoderBench.samples.enumerated() {
+            let (json, binary) = try sample.run(duration ?? 1)
+            print("\(index == 0 ? "" : "\n")\(sample.title):")
+            print("| coder | bytes | encodes/s | decodes/s |")
+            print("|---|---|---|---|")
+            for result in [json, binary] {
+                print(
+                    "| \(result.name) | \(result.bytes) | \(rate(result.encodesPerSecond)) | \(rate(result.decodesPerSecond)) |"
+                )
+            }
+            let roundTrip = { (result: CoderBench.Result) in
+                1 / (1 / result.encodesPerSecond + 1 / result.decodesPerSecond)
+            }
             print(
-                "| \(result.name) | \(result.bytes) | \(rate(result.encodesPerSecond)) | \(rate(result.decodesPerSecond)) |"
+                "binary / JSON: encode \(ratio(binary.encodesPerSecond / json.encodesPerSecond))x, "
+                    + "decode \(ratio(binary.decodesPerSecond / json.decodesPerSecond))x, "
+                    + "round trip \(ratio(roundTrip(binary) / roundTrip(json)))x"
             )
         }
-        let roundTrip = { (result: CoderBench.Result) in 1 / (1 / result.encodesPerSecond + 1 / result.decodesPerSecond)
-        }
-        print(
-            "binary / JSON: encode \(String(format: "%.2f", binary.encodesPerSecond / json.encodesPerSecond))x, "
-                + "decode \(String(format: "%.2f", binary.decodesPerSecond / json.decodesPerSecond))x, "
-                + "round trip \(String(format: "%.2f", roundTrip(binary) / roundTrip(json)))x"
-        )
     }
 
     /// Runs the command, with usage errors ending in exit status 2 like connection errors.

@@ -144,4 +144,116 @@ struct CachetCoderTests {
             #expect(context.codingPath.map(\.stringValue) == ["id"], "\(context)")
         }
     }
+
+    /// A list written and read through Codable's unkeyed containers, as any type of its own would be.
+    struct ListThroughContainers<Element: Codable & Equatable>: Codable, Equatable {
+        var elements: [Element]
+
+        init(_ elements: [Element]) { self.elements = elements }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            for element in elements { try container.encode(element) }
+        }
+
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            elements = []
+            while !container.isAtEnd { elements.append(try container.decode(Element.self)) }
+        }
+    }
+
+    /// A dictionary written and read through Codable's keyed containers, entries in the dictionary's order.
+    struct MapThroughContainers<Value: Codable & Equatable>: Codable, Equatable {
+        struct Key: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
+
+        var entries: [String: Value]
+
+        init(_ entries: [String: Value]) { self.entries = entries }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Key.self)
+            for (key, value) in entries { try container.encode(value, forKey: Key(stringValue: key)) }
+        }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: Key.self)
+            entries = [:]
+            for key in container.allKeys { entries[key.stringValue] = try container.decode(Value.self, forKey: key) }
+        }
+    }
+
+    /// Arrays, sets and dictionaries keyed by strings are read by the binary coder's own path, which must
+    /// read what their `Codable` conformances write through its containers (and write the same bytes as a
+    /// type of one's own writes through them, so that either reads the other's).
+    @Test func collectionsAreTheBytesTheirContainersWrite() throws {
+        let coder = CachetBinaryCoder()
+        func same<Element: Codable & Equatable>(_ elements: [Element]) throws {
+            let fast = try coder.encode(elements)
+            let general = try coder.encode(ListThroughContainers(elements))
+            #expect(fast == general, "\(elements)")
+            #expect(try coder.decode([Element].self, from: general) == elements)
+            #expect(try coder.decode(ListThroughContainers<Element>.self, from: fast).elements == elements)
+        }
+        try same([String]())
+        try same(["a", "", "héllo ✓"])
+        try same([1, -1, .max, .min])
+        try same([1, nil, 3] as [Int?])
+        try same([[1, 2], [], [3]])
+        try same([Everything.Inner(label: "a", weights: [1]), .init(label: "b", weights: [])])
+        try same([["x": 1], [:]])
+        try same([Self.everything])
+
+        func same<Value: Codable & Equatable>(_ entries: [String: Value]) throws {
+            let fast = try coder.encode(entries)
+            let general = try coder.encode(MapThroughContainers(entries))
+            #expect(fast == general, "\(entries)")
+            #expect(try coder.decode([String: Value].self, from: general) == entries)
+            #expect(try coder.decode(MapThroughContainers<Value>.self, from: fast).entries == entries)
+        }
+        try same([String: Int]())
+        try same(["theme": 2, "pageSize": 50, "digest": 1])
+        try same(["a": "x", "b": ""])
+        try same(["a": nil, "b": 2] as [String: Int?])
+        try same(["list": [1, 2], "none": []])
+        try same(["inner": Everything.Inner(label: "l", weights: [0.5])])
+        try same(["deep": ["deeper": ["x": 1]]])
+
+        let set: Set<String> = ["s", "t", "u"]
+        #expect(try coder.encode(set) == coder.encode(ListThroughContainers(Array(set))))
+        #expect(try coder.decode(Set<String>.self, from: coder.encode(ListThroughContainers(Array(set)))) == set)
+    }
+
+    /// The collections' own path fails as the containers do: with an error naming the place, never a crash.
+    @Test func collectionsThatAreNotTheTypeFailWithAnError() throws {
+        let coder = CachetBinaryCoder()
+        #expect(throws: DecodingError.self) { try coder.decode([Int].self, from: coder.encode([1, nil, 3] as [Int?])) }
+        #expect(throws: DecodingError.self) { try coder.decode([String: Int].self, from: coder.encode([1, 2])) }
+        #expect(throws: DecodingError.self) { try coder.decode([Int].self, from: coder.encode(["x": 1])) }
+        #expect(throws: DecodingError.self) { try coder.decode([String: Int].self, from: coder.encode(Int?.none)) }
+        do {
+            _ = try coder.decode([String: [String: Int]].self, from: coder.encode(["outer": ["inner": "text"]]))
+            Issue.record("a String decoded as an Int")
+        } catch let DecodingError.typeMismatch(_, context) {
+            #expect(context.codingPath.map(\.stringValue) == ["outer", "inner"], "\(context)")
+        }
+        do {
+            _ = try coder.encode(["ok": 1, "": 2])
+            Issue.record("an empty key was written")
+        } catch let EncodingError.invalidValue(_, context) {
+            #expect(context.codingPath.map(\.stringValue) == [""], "\(context)")
+        }
+        let bytes = try coder.encode(["a": [1, 2], "b": [3]])
+        for length in 0..<bytes.count { _ = try? coder.decode([String: [Int]].self, from: Array(bytes.prefix(length))) }
+        for position in bytes.indices {
+            var corrupted = bytes
+            corrupted[position] ^= 0x5a
+            _ = try? coder.decode([String: [Int]].self, from: corrupted)
+        }
+    }
 }
