@@ -67,9 +67,12 @@ What it does:
 
 Output: a Markdown report on stdout (requests by op and outcome, acknowledged writes, stale, corrupt, hung,
 stale per action kind, the actions, UNAVAILABLE messages and how long writes of a restarted node's keys
-were refused, the first 10 stale reads with their timelines), a progress line every 10 s on stderr, and the
-history (history.jsonl), the nemesis log (nemesis.jsonl), the cluster file and the node logs in a temporary
-directory whose path is printed (the nodes' data directories are removed at the end unless --keep-data).
+were refused, the first 10 stale reads with their timelines, and the node logs' lines around the first 3
+episodes: membership changes and lines naming the key, so that a report is enough to diagnose a run
+whose files are gone), a progress line every 10 s on stderr, and the history (history.jsonl), the nemesis
+log (nemesis.jsonl), the cluster file and the node logs in a temporary directory whose path is printed
+(the nodes' data directories are removed at the end unless --keep-data; all of it when the check passed,
+with --remove-when-passed).
 
 Exit status: 0 when no read was stale, corrupt or impossible, no request hung and (with --min-ack-ratio)
 enough writes were acknowledged; 1 otherwise; 2 on a setup error (no binary, a node that did not start).
@@ -81,6 +84,7 @@ import argparse
 import atexit
 import bisect
 import collections
+import datetime
 import importlib.util
 import json
 import os
@@ -892,6 +896,49 @@ def timeline(item: dict, actions: list[dict], key_map: KeyMap | None) -> list[st
     return lines
 
 
+def node_log_excerpts(directory: str, stale: list[dict], wall0: float, limit: int = 3,
+                      lines_each: int = 40) -> list[str]:
+    """The node logs' lines around the first stale read of each of the first `limit` episodes (stale reads
+    whose windows do not overlap), for a run whose directory is gone
+    by the time someone reads its report (a CI log): from every node, the lines of notice level or above
+    (members down, up, suspected, stand-ins) and any line naming the key, from 3 s before the PUT that was
+    replaced until 1 s after the GET, by the logs' wall clock (second resolution), at most `lines_each`."""
+    logs = sorted(name for name in os.listdir(directory) if re.fullmatch(r"n\d+\.log", name))
+    out = []
+    # One stale read per episode: the next is taken only past the window of the one before.
+    episodes, last_high = [], float("-inf")
+    for item in sorted(stale, key=lambda s: s["get"].send):
+        low, high = int(wall0 + item["put"].send - 3), int(wall0 + item["get"].ack + 1)
+        if low > last_high and len(episodes) < limit:
+            episodes.append((item, low, high))
+            last_high = high
+    for number, (item, low, high) in enumerate(episodes, 1):
+        get = item["get"]
+        key_pattern = re.compile(rf"\b{re.escape(get.key)}\b")
+        picked = []
+        for name in logs:
+            with open(os.path.join(directory, name), errors="replace") as f:
+                for line in f:
+                    stamp = line.split(" ", 2)
+                    if len(stamp) < 3:
+                        continue
+                    try:
+                        at = datetime.datetime.strptime(stamp[0], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+                    except ValueError:
+                        continue
+                    if not low <= at <= high:
+                        continue
+                    if stamp[1] in ("notice", "warning", "error", "critical") or key_pattern.search(line):
+                        picked.append((at, name[:-4], line.rstrip("\n")))
+        picked.sort(key=lambda p: p[0])
+        out.append(f"{number}. around GET {get.key} via {get.node} at {get.send:.3f} s "
+                   f"({len(picked)} lines{', the first ' + str(lines_each) if len(picked) > lines_each else ''}):")
+        out.append("   ```")
+        out.extend(f"   {node}: {line[:400]}" for _, node, line in picked[:lines_each])
+        out.append("   ```")
+    return out
+
+
 def report(history: list[Record], actions: list[dict], result: dict, args, key_map: KeyMap | None,
            run_end: float) -> tuple[str, dict]:
     out = []
@@ -1105,6 +1152,9 @@ def parse_args(argv=None):
     parser.add_argument("--min-ack-ratio", type=float, default=None,
                         help="also fail when fewer than this share of the writes were acknowledged (0 to 1)")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories")
+    parser.add_argument("--remove-when-passed", action="store_true",
+                        help="remove the run's directory (history, logs) when the check passes; a failed run's "
+                             "is always kept")
     parser.add_argument("--check", metavar="HISTORY", help="only check a history.jsonl written by an earlier run "
                                                           "(nemesis.jsonl beside it is used for attribution)")
     parser.add_argument("--self-test", action="store_true", help="run the checker on made-up histories and exit")
@@ -1204,6 +1254,7 @@ def main(argv=None) -> int:
             print(f"setup error: {error}", file=sys.stderr)
             return 2
         t0 = time.monotonic()
+        wall0 = time.time()
         end = t0 + args.duration
         threads = [threading.Thread(target=client, args=(i, args, cluster, keys, t0, stop, histories[i], counts[i]),
                                     daemon=True) for i in range(args.workers)]
@@ -1258,14 +1309,21 @@ def main(argv=None) -> int:
     result = check(history, actions, args.attribution_window, run_end)
     text, summary = report(history, actions, result, args, key_map, run_end)
     print(text)
-    print(f"\nHistory: {os.path.join(directory, 'history.jsonl')} (re-check with --check); nemesis log: "
-          f"{os.path.join(directory, 'nemesis.jsonl')}; node logs: {directory}/n*.log")
+    if result["stale"]:
+        print("\n## Node logs around the first stale reads\n")
+        print("\n".join(node_log_excerpts(directory, result["stale"], wall0)))
     if nemesis is not None and nemesis.error is not None:
         print(f"setup error: the nemesis failed: {nemesis.error}", file=sys.stderr)
         return 2
     status = exit_status(summary, args)
     if interrupted:
         status = max(status, 1)
+    if status == 0 and args.remove_when_passed and not args.keep_data:
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"\nThe check passed: its directory {directory} was removed (--remove-when-passed).")
+    else:
+        print(f"\nHistory: {os.path.join(directory, 'history.jsonl')} (re-check with --check); nemesis log: "
+              f"{os.path.join(directory, 'nemesis.jsonl')}; node logs: {directory}/n*.log")
     print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {json.dumps(summary)}")
     return status
 

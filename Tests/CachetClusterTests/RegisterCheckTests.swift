@@ -23,7 +23,7 @@ struct RegisterCheckTests {
     /// The checker's arguments: 25 s of load with an action about every 2 s, downtimes of 0.8 to 1.6 s.
     static let arguments = [
         "--duration", "25", "--interval", "2", "--pause-min", "0.8", "--pause-max", "1.6", "--seed", "7",
-        "--min-ack-ratio", "0.85",
+        "--min-ack-ratio", "0.85", "--remove-when-passed",
     ]
 
     @Test(.timeLimit(.minutes(3)))
@@ -44,7 +44,7 @@ struct RegisterCheckTests {
             grace: 20
         )
         let verdict = outcome.output.split(separator: "\n").last { $0.hasPrefix("REGISTER CHECK") } ?? "no verdict"
-        #expect(outcome.status == 0, "\(verdict)\n\(outcome.output.suffix(6000))\n\(outcome.error.suffix(2000))")
+        #expect(outcome.status == 0, "\(verdict)\n\(outcome.output.suffix(16000))\n\(outcome.error.suffix(2000))")
         #expect(verdict.hasPrefix("REGISTER CHECK PASSED"), "\(verdict)")
     }
 
@@ -67,12 +67,13 @@ struct RegisterCheckTests {
                 DeployFiles.path("Benchmarks/register-check.py"), "--node", BuiltProducts.path(of: "cachet-node"),
                 "--network", "lab", "--actions", "isolate,split,cutoff", "--duration", "25", "--interval", "2",
                 "--pause-min", "0.8", "--pause-max", "1.6", "--seed", "3", "--min-ack-ratio", "0.8",
+                "--remove-when-passed",
             ],
             timeout: 120,
             grace: 20
         )
         let verdict = outcome.output.split(separator: "\n").last { $0.hasPrefix("REGISTER CHECK") } ?? "no verdict"
-        #expect(outcome.status == 0, "\(verdict)\n\(outcome.output.suffix(6000))\n\(outcome.error.suffix(2000))")
+        #expect(outcome.status == 0, "\(verdict)\n\(outcome.output.suffix(16000))\n\(outcome.error.suffix(2000))")
         #expect(verdict.hasPrefix("REGISTER CHECK PASSED"), "\(verdict)")
     }
 
