@@ -8,7 +8,8 @@ import Foundation
 #endif
 
 /// A compact binary format for Swift consumers: no text to print or parse, small integers in a byte or
-/// two, field names once per value so that types can evolve.
+/// two, field names once per value so that types can evolve. On typical app records it encodes and decodes
+/// 3.5 to 5 times as fast as ``CachetJSONCoder`` (`cachet-bench --coders`; BENCHMARKS.md).
 ///
 /// The format, byte by byte (every value is a *slot*):
 /// - A slot starts with an unsigned LEB128 header: 1 is nil; 2 is a *structure* (below) after its length
