@@ -21,13 +21,8 @@ struct BinaryCollectionKey: CodingKey {
 
 extension BinaryInput {
     /// Calls `body` with the slot of each element of the unkeyed structure in `slot`.
-    func forEachElement(
-        _ slot: BinarySlot,
-        _ type: Any.Type,
-        path: BinaryPath,
-        _ body: (BinarySlot) throws -> Void
-    ) throws {
-        var offset = try BinaryDecoder(input: self, slot: slot, path: path).open("U", type)
+    func forEachElement(_ slot: BinarySlot, path: BinaryPath, _ body: (BinarySlot) throws -> Void) throws {
+        var offset = try BinaryDecoder(input: self, slot: slot, path: path).open("U", [Any].self)
         while let element = try slotOrEnd(at: &offset, codingPath: path.full) { try body(element) }
     }
 }
@@ -35,7 +30,7 @@ extension BinaryInput {
 extension Array: BinaryDecodableCollection where Element: Decodable {
     static func decodeStructure(from input: BinaryInput, _ slot: BinarySlot, path: BinaryPath) throws -> Self {
         var array: [Element] = []
-        try input.forEachElement(slot, [Any].self, path: path) { element in
+        try input.forEachElement(slot, path: path) { element in
             array.append(try input.decode(Element.self, element, path: path))
         }
         return array
@@ -45,7 +40,7 @@ extension Array: BinaryDecodableCollection where Element: Decodable {
 extension Set: BinaryDecodableCollection where Element: Decodable {
     static func decodeStructure(from input: BinaryInput, _ slot: BinarySlot, path: BinaryPath) throws -> Self {
         var set: Set<Element> = []
-        try input.forEachElement(slot, [Any].self, path: path) { element in
+        try input.forEachElement(slot, path: path) { element in
             set.insert(try input.decode(Element.self, element, path: path))
         }
         return set

@@ -91,22 +91,6 @@ final class BinaryOutput {
     @inline(__always)
     func primitiveHeader(_ count: Int, _ kind: BinaryKind) { varint(UInt64(count) << 3 + UInt64(kind.rawValue) + 4) }
 
-    /// A keyed container's key: its length in a byte (1 to 255), then its UTF-8.
-    @inline(__always)
-    func key(_ text: String, codingPath: @autoclosure () -> [any CodingKey]) throws {
-        var name = text
-        try name.withUTF8 { utf8 in
-            guard (1...255).contains(utf8.count) else {
-                throw EncodingError.invalidValue(
-                    text,
-                    .init(codingPath: codingPath(), debugDescription: "CachetBinaryCoder keys are 1 to 255 bytes")
-                )
-            }
-            bytes.append(UInt8(utf8.count))
-            bytes.append(contentsOf: utf8)
-        }
-    }
-
     func encodeNil() { bytes.append(1) }
     func encode(_ value: Bool) { primitiveHeader(1, .bool); bytes.append(value ? 1 : 0) }
     func encode(_ value: String) {
@@ -238,7 +222,18 @@ struct BinaryKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
     /// Writes the key; false when the container may not be written to.
     private func field(_ key: Key) throws -> Bool {
         guard output.willWrite(id, codingPath: codingPath + [key]) else { return false }
-        try output.key(key.stringValue, codingPath: codingPath + [key])
+        let text = key.stringValue
+        var name = text
+        try name.withUTF8 { utf8 in
+            guard (1...255).contains(utf8.count) else {
+                throw EncodingError.invalidValue(
+                    text,
+                    .init(codingPath: codingPath + [key], debugDescription: "CachetBinaryCoder keys are 1 to 255 bytes")
+                )
+            }
+            output.bytes.append(UInt8(utf8.count))
+            output.bytes.append(contentsOf: utf8)
+        }
         return true
     }
 
