@@ -281,6 +281,18 @@ def main():
     v.expect(resp(GET, OK, 4, b"v1"))
     v.write()
 
+    v = Vector("get-ttl", "A GET with the ttl flag (0x0080) is answered the TTL left (u32 seconds, 0 for none) before the value;\n"
+               "a miss is NOT_FOUND with an empty body, as any GET's. (A finite TTL's seconds left depend on the clock.)")
+    v.send(req(PUT, 1, put_body(b"k", b"v1")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"k"), flags=0x0080))
+    v.expect(resp(GET, OK, 2, struct.pack(">I", 0) + b"v1"), note="GET flags=ttl: no expiry, then the value")
+    v.send(req(GET, 3, key_body(b"nope"), flags=0x0080))
+    v.expect(resp(GET, NOT_FOUND, 3), note="a miss")
+    v.send(req(GET, 4, key_body(b"k")))
+    v.expect(resp(GET, OK, 4, b"v1"), note="a plain GET: the bare value")
+    v.write()
+
     v = Vector("stats", "STATS answers OK with a JSON object; its length and body vary, so only the header is fixed.")
     v.send(req(STATS, 3))
     v.expect_header(STATS, OK, 3, note="body: a UTF-8 JSON object with the fields PROTOCOL.md lists")

@@ -1,7 +1,8 @@
 import CachetLocking
 import CachetWire
 
-/// How a keyed request takes part in read-through leases (`Protocol/PROTOCOL.md`, "Leases").
+/// How a keyed request takes part in read-through leases (`Protocol/PROTOCOL.md`, "Leases"), or asks for
+/// the TTL left.
 enum ClientLease {
     /// A plain request.
     case none
@@ -9,6 +10,9 @@ enum ClientLease {
     case get
     /// A PUT with the lease token a GET's miss granted.
     case put(UInt64)
+    /// Not a lease: a GET with the `ttl` flag, whose OK reply carries the TTL left before the value
+    /// (`Protocol/PROTOCOL.md`, "GET with the TTL left").
+    case ttlGet
 }
 
 /// What a GET with the `lease` flag came to.

@@ -377,6 +377,7 @@ public final class CachetClient: Sendable {
                             : ClientRequest.keyed(opcode, key: key)
                         switch lease {
                         case .none: break
+                        case .ttlGet: request.flags = CachetRequestFlags.ttl.rawValue
                         case .get: request.flags = CachetRequestFlags.lease.rawValue
                         case .put(let token):
                             request.flags = CachetRequestFlags.lease.rawValue

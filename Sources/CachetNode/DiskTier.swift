@@ -15,8 +15,9 @@ struct DiskTier: Sendable {
 /// The connection reads and answers nothing more until it completes, so replies stay in request order.
 enum PendingOperation {
     /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
-    /// TTL left before the value and not kept in memory here.
-    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false)
+    /// TTL left before the value and not kept in memory here; `withTTL` for a GET with the `ttl` flag,
+    /// answered with the TTL left too.
+    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties
@@ -79,6 +80,9 @@ final class ForwardRequest: Sendable {
     /// A warm-up GET to the key's previous owner (``NodeWarmUp``): its OK reply carries the TTL left before
     /// the value, and the client is answered a miss rather than UNAVAILABLE when it fails.
     let warmUp: Bool
+
+    /// A GET with the `ttl` flag: its reply carries the TTL left, so it never shares a plain GET's reply.
+    var asksTTL: Bool { frame.count >= 12 && frame[7] & UInt8(CachetRequestFlags.ttl.rawValue) != 0 }
 
     init(
         frame: [UInt8],

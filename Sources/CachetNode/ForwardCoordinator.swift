@@ -130,7 +130,7 @@ final class ForwardCoordinator {
             forwarder.forward(again) { [self] outcome in
                 settle(again, outcome, retries: max(0, retries), answer: answer)
             }
-        case .suspended(.get(let key, let id, let warmUp, let lease)) where processor.disk != nil:
+        case .suspended(.get(let key, let id, let warmUp, let lease, let withTTL)) where processor.disk != nil:
             // The disk worker answers on its own thread; the reply is made back on this loop's queue.
             let loop = forwarder.loop
             let onLoop = LoopConfined((processor, answer))
@@ -146,6 +146,7 @@ final class ForwardCoordinator {
                             id: id,
                             entry: entry,
                             lease: lease,
+                            withTTL: withTTL,
                             output: &output,
                             now: CachetClock.now()
                         )

@@ -34,7 +34,7 @@ extension NodeIOQueue {
         }
         guard let disk = processor.disk else { return }
         switch operation {
-        case .get(let key, let id, let warmUp, let lease):
+        case .get(let key, let id, let warmUp, let lease, let withTTL):
             disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
                 execute { [self] in
                     resume(connection) { processor, output, now in
@@ -46,6 +46,7 @@ extension NodeIOQueue {
                                 id: id,
                                 entry: entry,
                                 lease: lease,
+                                withTTL: withTTL,
                                 output: &output,
                                 now: now
                             )

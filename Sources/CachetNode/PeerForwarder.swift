@@ -236,7 +236,7 @@ final class PeerForwarder: @unchecked Sendable {
             forward(&frame, to: request.owner, secondHop: request.secondHop, completion: completion)
             return false
         }
-        guard request.opcode == .get, !request.warmUp else {
+        guard request.opcode == .get, !request.warmUp, !request.asksTTL else {
             if request.opcode != .get { flights.detach(key) }
             forward(
                 &frame,

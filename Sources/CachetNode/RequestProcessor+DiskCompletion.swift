@@ -10,6 +10,7 @@ extension RequestProcessor {
         id: UInt32,
         entry: CachetDiskEntry?,
         lease: Bool = false,
+        withTTL: Bool = false,
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
@@ -31,7 +32,11 @@ extension RequestProcessor {
                 if let disk, !disk.worker.mayKeepPromotion(key: key, of: entry) {
                     _ = store.remove(key: key, now: now)
                 }
-                appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+                if withTTL {
+                    appendValueWithTTL(value, expiry: entry.expiry, id: id, output: &output, now: now)
+                } else {
+                    appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+                }
             }
         }
     }

@@ -72,14 +72,7 @@ extension RequestProcessor {
             return
         }
         RequestCounters.bump(counters.hits)
-        let ttl = expiry == 0 ? 0 : expiry - now
-        var body = [UInt8](repeating: 0, count: 4)
-        body[0] = UInt8(ttl >> 24)
-        body[1] = UInt8(truncatingIfNeeded: ttl >> 16)
-        body[2] = UInt8(truncatingIfNeeded: ttl >> 8)
-        body[3] = UInt8(truncatingIfNeeded: ttl)
-        body.append(contentsOf: value)
-        body.withUnsafeBytes { appendReply(opcode: .get, status: .ok, id: id, body: $0, to: &output) }
+        appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
     }
 
     /// A warm-up's answer for the client: the value, kept in memory with the TTL it had left, when the

@@ -239,7 +239,8 @@ struct RequestProcessor {
                     now: now,
                     directSend: directSend,
                     warmable: warmable,
-                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0
+                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0,
+                    withTTL: header.flags & CachetRequestFlags.ttl.rawValue != 0
                 )
             case .put:
                 let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
@@ -334,18 +335,21 @@ struct RequestProcessor {
         now: UInt32,
         directSend: DirectSend?,
         warmable: Bool = false,
-        lease: Bool = false
+        lease: Bool = false,
+        withTTL: Bool = false
     ) -> PendingOperation? {
-        let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
+        let hit: Bool? = store.withValue(forKey: key, now: now) { value, expiry in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
             // direct send may leave all of it to be queued. (Values below the threshold are never held
             // back: their replies fit a connection's initial buffer, or grow it by little.)
             if value.count >= Self.budgetCheckThreshold
-                && value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes
+                && value.count + CachetProtocol.frameOverhead + 4 > outputCapacityLimit - output.readableBytes
             {
                 return false
             }
-            if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
+            if withTTL {
+                appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
+            } else if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
                 appendReplyDirectly(id: id, value: value, output: &output, directSend: directSend)
             } else {
                 appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
@@ -366,11 +370,12 @@ struct RequestProcessor {
         // owner first (its disk tier cannot hold a newer value).
         // (Not for a GET with the lease flag: its miss is granted a lease here, and the one caller that holds
         // it loads the value, so a membership change costs a key at most one load.)
-        if warmable && !lease, let operation = warmUpRequest(key, id: id) { return operation }
+        // (Nor for one with the `ttl` flag, whose reply carries the TTL left: it is read from the tiers here.)
+        if warmable && !lease && !withTTL, let operation = warmUpRequest(key, id: id) { return operation }
         // A miss in memory goes to the disk queue only when the key may be there, counting the writes
         // queued but not applied (the serial queue then answers after them, in order).
         if let disk, disk.worker.mayHold(key: key, now: now) {
-            return .get(key: Array(key), id: id, warmUp: false, lease: lease)
+            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL)
         }
         RequestCounters.bump(counters.misses)
         if lease {
@@ -605,6 +610,28 @@ func appendReply(
     )
     output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
     if body.count > 0 { output.append(body) }
+}
+
+/// A GET's OK reply with the `ttl` flag: the TTL the entry has left (4 bytes, big-endian seconds, 0 for
+/// none) before the value (`Protocol/PROTOCOL.md`, "GET with the TTL left"); a peer's warm-up GET is
+/// answered the same way.
+func appendValueWithTTL(
+    _ value: UnsafeRawBufferPointer,
+    expiry: UInt32,
+    id: UInt32,
+    output: inout CachetByteBuffer,
+    now: UInt32
+) {
+    let ttl = expiry == 0 ? 0 : expiry &- now
+    output.reserveWritable(CachetProtocol.frameOverhead + 4 + value.count)
+    CachetFrameEncoder.writePrefixAndHeader(
+        to: output.writePointer,
+        bodyLength: 4 + value.count,
+        header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
+    )
+    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+    withUnsafeBytes(of: ttl.bigEndian) { output.append($0) }
+    if value.count > 0 { output.append(value) }
 }
 
 func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {

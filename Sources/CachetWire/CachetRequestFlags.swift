@@ -52,8 +52,14 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// NOT_STORED. Clients may send it. Ignored on the other opcodes.
     @inlinable public static var lease: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0040) }
 
+    /// `0x0080`: on GET, the reply's body is the TTL the entry has left (4 bytes, big-endian seconds, 0 for
+    /// none) followed by the value, so that a client can keep or report an entry's expiry without storing
+    /// it in the value (`Protocol/PROTOCOL.md`, "GET with the TTL left"). Clients may send it; a node
+    /// before this revision ignores it and answers the bare value. Ignored on the other opcodes.
+    @inlinable public static var ttl: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0080) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x007f) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x00ff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -79,6 +85,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.leaving) { names.append("leaving") }
         if contains(.warmUp) { names.append("warmUp") }
         if contains(.lease) { names.append("lease") }
+        if contains(.ttl) { names.append("ttl") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

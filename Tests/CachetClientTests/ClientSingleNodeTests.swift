@@ -119,3 +119,28 @@ struct ClientSingleNodeTests {
         }
     }
 }
+
+@Suite("CachetClient: values with the TTL left")
+struct ClientTTLTests {
+    struct Report: Codable, Sendable, Equatable { var id: Int }
+
+    @Test("getWithTTL reads the value its writers stored and the node's TTL left")
+    func getWithTTL() async throws {
+        let cluster = try await NodeCluster.start(count: 1)
+        try await withClient(cluster.configuration()) { client in
+            try await client.put("report:7", value: Report(id: 7), ttl: .seconds(120))
+            let entry = try #require(try await client.getWithTTL("report:7"))
+            // The bytes are the typed call's, unwrapped: any client or driver reads the same value.
+            #expect(entry.value == (try await client.get("report:7")))
+            let seconds = try #require(entry.ttl).components.seconds
+            #expect(seconds > 110 && seconds <= 120)
+            let typed = try #require(try await client.getWithTTL("report:7", as: Report.self))
+            #expect(typed.value == Report(id: 7))
+
+            try await client.put("forever", value: "x")
+            #expect(try await client.getWithTTL("forever") == CachetEntryWithTTL(value: Array("x".utf8), ttl: nil))
+            #expect(try await client.getWithTTL("absent") == nil)
+            await #expect(throws: CachetClientError.self) { try await client.getWithTTL("forever", as: Report.self) }
+        }
+    }
+}
