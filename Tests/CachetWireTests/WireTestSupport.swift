@@ -145,6 +145,7 @@ final class CodecModelNode: ProtocolVectorConnection {
     private var input: [UInt8] = []
     private var output: [UInt8] = []
     private var entries: [[UInt8]: [UInt8]] = [:]
+    private var ttls: [[UInt8]: UInt32] = [:]
     private var counters: [String: Int] = [:]
     private(set) var closed = false
 
@@ -183,25 +184,30 @@ final class CodecModelNode: ProtocolVectorConnection {
                 reply(header.opcode, error.status, id: header.id, Array(error.message.utf8))
             case .command(let command, let bytes):
                 let id = bytes[8...11].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-                answer(command, id: id)
+                answer(command, id: id, withTTL: bytes[7] & UInt8(CachetRequestFlags.ttl.rawValue) != 0)
             }
         }
     }
 
-    private func answer(_ command: CachetCommand, id: UInt32) {
+    /// Answers `command`; `withTTL` for a GET with the `ttl` flag (no time passes in the model: the TTL left
+    /// is the TTL stored).
+    private func answer(_ command: CachetCommand, id: UInt32, withTTL: Bool) {
         switch command {
         case .leasedPut:
             // The model grants no leases: every token is unknown.
             reply(.put, .notStored, id: id, Array(CachetLeaseReply.notStoredMessage.utf8))
-        case .put(let key, let value, _):
+        case .put(let key, let value, let ttl):
             counters["puts", default: 0] += 1
             entries[key] = value
+            ttls[key] = ttl
             reply(.put, .ok, id: id)
         case .get(let key):
             counters["gets", default: 0] += 1
             if let value = entries[key] {
                 counters["hits", default: 0] += 1
-                reply(.get, .ok, id: id, value)
+                let ttl = ttls[key] ?? 0
+                let left = withTTL ? [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: ttl >> $0) } : []
+                reply(.get, .ok, id: id, left + value)
             } else {
                 counters["misses", default: 0] += 1
                 reply(.get, .notFound, id: id)
