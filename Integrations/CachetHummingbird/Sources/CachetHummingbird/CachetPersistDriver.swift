@@ -1,5 +1,4 @@
 public import CachetClient
-import Foundation
 public import Hummingbird
 
 /// A Hummingbird `PersistDriver` that keeps its key/value pairs in a Cachet node or cluster, so that every
@@ -15,13 +14,14 @@ public import Hummingbird
 ///
 /// - `create` stores only when the key holds nothing (``CachetClient/add(_:value:ttl:)``, atomic at the
 ///   key's owner) and throws `PersistError.duplicate` otherwise.
-/// - `set` with `expires: nil` keeps the expiry time of the value it replaces, as the protocol asks:
-///   each stored value carries its expiry time (see ``CachetPersistEnvelope``), read back before the
-///   write. Two such writes racing may keep either one's time; a write with an expiry is one request.
+/// - `set` with `expires: nil` keeps the expiry of the value it replaces, as the protocol asks: it reads
+///   the entry's TTL left from the node (``CachetClient/getWithTTL(_:)-(String)``) before the write. Two
+///   such writes racing may keep either one's time; a write with an expiry is one request.
 /// - `get` throws `PersistError.invalidConversion` when the stored value is not an `Object`;
-///   `getWithTTL` returns the time left.
-/// - The values are what the client's typed calls store (its ``CachetClient/coder``, JSON by default)
-///   after a 9-byte header, under `keyPrefix` + the key.
+///   `getWithTTL` returns the time left, in whole seconds as the node counts them.
+/// - The values are exactly what the client's typed calls store (its ``CachetClient/coder``, JSON by
+///   default), under `keyPrefix` + the key, and the expiry is the node's TTL: an app on the Vapor driver,
+///   or any `client.get(key, as:)`, reads what this driver wrote, and this driver reads what they wrote.
 public struct CachetPersistDriver: PersistDriver {
     /// The client every request goes through.
     public let client: CachetClient
@@ -55,31 +55,21 @@ public struct CachetPersistDriver: PersistDriver {
     /// Stores `value` under `key` only if the key holds nothing.
     /// - Throws: `PersistError.duplicate` when it does; a ``CachetClientError`` when the cluster fails.
     public func create<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
-        let now = CachetPersistEnvelope.now()
-        let bytes = try envelope(value, for: key, expiresAt: expires.map { now + $0.milliseconds })
+        let bytes = try client.encoded(value, for: keyPrefix + key)
         guard try await client.add(keyPrefix + key, value: bytes, ttl: expires) else {
             throw PersistError.duplicate
         }
     }
 
     /// Stores `value` under `key`, replacing what is there. With `expires` nil, a replaced value's expiry
-    /// time is kept (none if it had none or there was none).
+    /// is kept (none if it had none or there was none).
     public func set<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
-        let now = CachetPersistEnvelope.now()
-        var expiresAt = expires.map { now + $0.milliseconds }
-        if expires == nil, let current = try await client.get(keyPrefix + key) {
-            expiresAt = CachetPersistEnvelope(current)?.expiresAt
-        }
+        let bytes = try client.encoded(value, for: keyPrefix + key)
         var ttl = expires
-        if let expiresAt {
-            guard expiresAt > now else {
-                // The replaced value has just expired: it is gone, and the new value is stored for no time.
-                _ = try await client.delete(keyPrefix + key)
-                return
-            }
-            ttl = .milliseconds(expiresAt - now)
+        if expires == nil, let current = try await client.getWithTTL(keyPrefix + key) {
+            ttl = current.ttl
         }
-        try await client.put(keyPrefix + key, value: try envelope(value, for: key, expiresAt: expiresAt), ttl: ttl)
+        try await client.put(keyPrefix + key, value: bytes, ttl: ttl)
     }
 
     /// The value under `key`, or nil when there is none or it has expired.
@@ -94,17 +84,9 @@ public struct CachetPersistDriver: PersistDriver {
         key: String,
         as type: Object.Type
     ) async throws -> (object: Object, ttl: Duration?)? {
-        guard let bytes = try await client.get(keyPrefix + key) else { return nil }
-        guard let stored = CachetPersistEnvelope(bytes) else { throw PersistError.invalidConversion }
-        var left: Duration?
-        if let expiresAt = stored.expiresAt {
-            let now = CachetPersistEnvelope.now()
-            // The node keeps an entry up to a second past its time (TTLs are whole seconds on the wire).
-            guard expiresAt > now else { return nil }
-            left = .milliseconds(expiresAt - now)
-        }
+        guard let entry = try await client.getWithTTL(keyPrefix + key) else { return nil }
         do {
-            return (try client.decoded(type, from: Array(stored.value), for: keyPrefix + key), left)
+            return (try client.decoded(type, from: entry.value, for: keyPrefix + key), entry.ttl)
         } catch {
             throw PersistError.invalidConversion
         }
@@ -118,59 +100,5 @@ public struct CachetPersistDriver: PersistDriver {
     /// Shuts the client down when the driver made it: requests in flight are answered, new ones fail.
     public func shutdown() async throws {
         if ownsClient { await client.shutdown() }
-    }
-
-    /// `value` as the client encodes it, behind the envelope's header.
-    private func envelope<Object: Encodable>(_ value: Object, for key: String, expiresAt: Int64?) throws -> [UInt8] {
-        CachetPersistEnvelope.encode(try client.encoded(value, for: keyPrefix + key), expiresAt: expiresAt)
-    }
-}
-
-/// The bytes ``CachetPersistDriver`` stores: a version byte (1), the expiry time as a big-endian 64-bit
-/// count of milliseconds since 1970 (0 for none), then the value in the client's coder.
-///
-/// The node expires the entry too (its TTL rounded up to whole seconds); the time in the value is what
-/// lets `set` keep an expiry and `getWithTTL` tell the time left.
-public struct CachetPersistEnvelope: Sendable {
-    /// Milliseconds since 1970 when the value expires; nil for never.
-    public var expiresAt: Int64?
-    /// The value's encoded bytes.
-    public var value: ArraySlice<UInt8>
-
-    /// The version byte this driver writes.
-    public static let version: UInt8 = 1
-    /// The header's length in bytes.
-    public static let headerLength = 9
-
-    /// Reads an envelope; nil when `bytes` is not one (too short, another version).
-    public init?(_ bytes: [UInt8]) {
-        guard bytes.count >= Self.headerLength, bytes[0] == Self.version else { return nil }
-        let time = bytes[1..<9].reduce(Int64(0)) { $0 << 8 | Int64($1) }
-        expiresAt = time == 0 ? nil : time
-        value = bytes[Self.headerLength...]
-    }
-
-    /// The envelope of `value` expiring at `expiresAt` (milliseconds since 1970, nil for never).
-    public static func encode(_ value: [UInt8], expiresAt: Int64?) -> [UInt8] {
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(headerLength + value.count)
-        bytes.append(version)
-        let time = UInt64(expiresAt.map { max(1, $0) } ?? 0)
-        for shift in stride(from: 56, through: 0, by: -8) {
-            bytes.append(UInt8(truncatingIfNeeded: time >> UInt64(shift)))
-        }
-        bytes.append(contentsOf: value)
-        return bytes
-    }
-
-    /// Now, in milliseconds since 1970 (the wall clock: every instance of an app reads the same times).
-    public static func now() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
-}
-
-extension Duration {
-    /// The duration in whole milliseconds, rounded up.
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
     }
 }

@@ -14,8 +14,9 @@ public import Vapor
 /// Values are stored as the client's typed calls store them (its ``CachetClient/coder``, JSON by
 /// default; `String` and `[UInt8]` as their bytes), so another consumer of the cluster reads them with
 /// `client.get(key, as:)`. An expiry becomes the entry's TTL in the cache; an expiry of zero seconds or
-/// less, and a nil value, delete the key. A stored value that is not of the type asked for is an error
-/// (``CachetClientError`` `decodingFailed`), as a cluster that fails is.
+/// less, and a nil value, delete the key. A stored value that is not of the type asked for is a miss,
+/// logged as a warning (as Vapor's memory cache answers nil for another type); a cluster that fails is an
+/// error.
 public struct CachetCache: Cache, Sendable {
     /// The client every request goes through.
     public let client: CachetClient
@@ -142,7 +143,18 @@ final class TypedRead<T: Decodable>: PendingRead, @unchecked Sendable {
 
     override func finish(_ bytes: Result<[UInt8]?, any Error>) {
         do {
-            let value = try bytes.get().map { try client.decoded(T.self, from: $0, for: name) }
+            guard let stored = try bytes.get() else { return self.promise.assumeIsolated().succeed(nil) }
+            let value: T?
+            do {
+                value = try client.decoded(T.self, from: stored, for: name)
+            } catch {
+                // Written by another type or coder: a miss for this caller, which loads the value again.
+                cacheLogger.warning(
+                    "a cached value could not be read as the type asked for: answered as a miss",
+                    metadata: ["cachet.key": "\(name)", "type": "\(T.self)", "error.message": "\(error)"]
+                )
+                value = nil
+            }
             self.promise.assumeIsolated().succeed(value)
         } catch {
             self.promise.fail(error)
@@ -151,6 +163,9 @@ final class TypedRead<T: Decodable>: PendingRead, @unchecked Sendable {
 }
 
 /// Runs `body` with `context` as the task's service context (the parent of the client's spans), or as it is.
+/// Where ``CachetCache`` reports a value it could not read.
+let cacheLogger = Logger(label: "cachet.vapor.cache")
+
 func within<Result: Sendable>(
     _ context: ServiceContext?,
     _ body: () async throws -> Result
