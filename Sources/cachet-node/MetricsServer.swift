@@ -3,6 +3,7 @@ import FlyingFox
 import FlyingSocks
 import Foundation
 import Logging
+import Synchronization
 
 /// The node's HTTP side (`--http-port`): `/metrics` in Prometheus's text format, `/health/live` (200 while
 /// the process answers) and `/health/ready` (200 while the node serves its keys, 503 with the reason while
@@ -10,6 +11,13 @@ import Logging
 /// from the node's I/O loops; every answer is read from the node's counters when asked.
 struct MetricsServer {
     let server: HTTPServer
+    /// Set by ``stop()``: the server's run then ends as asked, which is no failure to log.
+    let stopping: StopRequest
+
+    /// Whether the node asked its HTTP server to stop.
+    final class StopRequest: Sendable {
+        let requested = Atomic<Bool>(false)
+    }
 
     /// Starts listening; returns once the port is bound.
     /// - Parameters:
@@ -44,11 +52,17 @@ struct MetricsServer {
                 body: Data("\(reason)\n".utf8)
             )
         }
+        let stopping = StopRequest()
         Task {
             do {
                 try await server.run()
             } catch {
-                logger.error("the HTTP server stopped", metadata: ["error.message": "\(error)"])
+                // A graceful stop ends the run with a CancellationError: expected, not an error.
+                if stopping.requested.load(ordering: .acquiring) || error is CancellationError {
+                    logger.debug("the HTTP server stopped")
+                } else {
+                    logger.error("the HTTP server stopped", metadata: ["error.message": "\(error)"])
+                }
             }
         }
         try await server.waitUntilListening(timeout: 5)
@@ -57,9 +71,12 @@ struct MetricsServer {
         case .ip4(_, let listening), .ip6(_, let listening): bound = Int(listening)
         default: break
         }
-        return (MetricsServer(server: server), bound)
+        return (MetricsServer(server: server, stopping: stopping), bound)
     }
 
     /// Stops accepting and closes the connections.
-    func stop() async { await server.stop(timeout: 1) }
+    func stop() async {
+        stopping.requested.store(true, ordering: .releasing)
+        await server.stop(timeout: 1)
+    }
 }

@@ -103,6 +103,10 @@ struct NodeMetricsTests {
         #expect(cumulative == cumulative.sorted() && cumulative.last == 40, "\(cumulative)")
         #expect(try Self.fetch(httpPort, "/health/live", parse: false).hasPrefix("200"))
         #expect(try Self.fetch(httpPort, "/health/ready", parse: false).hasPrefix("200 serving"))
+        // A graceful stop logs no error (the HTTP server's run ends as asked).
+        #expect(node.stop() == 0)
+        let errors = node.log.split(separator: "\n").filter { $0.contains("error") || $0.contains("Cancellation") }
+        #expect(errors.isEmpty, "a graceful stop logged: \(errors)")
     }
 
     /// A member stopped and resumed holds its keys for its hold period: not ready meanwhile, ready after.
