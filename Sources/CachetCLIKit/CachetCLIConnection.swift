@@ -73,7 +73,14 @@ public final class CachetCLIConnection {
                 connection = try CachetBlockingConnection(to: address, timeout: .seconds(timeout))
             }
         } catch {
-            throw Self.translate(error, hint: error.code == .connectionRefused ? " (is cachet-node running?)" : "")
+            // A plain node port answers a TLS ClientHello with a frame, which OpenSSL reports as a record of a
+            // wrong version.
+            let plainPort = tls != nil && error.code == .tlsHandshakeFailed && error.message.contains("wrong version number")
+            throw Self.translate(
+                error,
+                hint: plainPort
+                    ? " (\(address) does not speak TLS: drop --tls, or give the node's --tls-port)" : ""
+            )
         }
         guard let credentials else { return }
         let (reply, _, _) = try send(.auth(user: Array(credentials.user.utf8), secret: credentials.secret))
@@ -183,10 +190,12 @@ public final class CachetCLIConnection {
             }
             if received == 0 {
                 let partial = connection.input.readableBytes
+                // A node's TLS port closes a connection whose first bytes are no TLS handshake.
+                let hint = tls == nil && partial == 0 ? " (if \(port) is a node's --tls-port, add --tls)" : ""
                 throw CachetCLIError(
                     code: .connection,
                     message: "\(address) closed the connection"
-                        + (partial > 0 ? " after \(partial) bytes of a reply" : "")
+                        + (partial > 0 ? " after \(partial) bytes of a reply" : "") + hint
                 )
             }
         }

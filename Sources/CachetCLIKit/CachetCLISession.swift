@@ -107,10 +107,7 @@ public final class CachetCLISession {
             switch source {
             case .literal(let bytes): value = bytes
             case .file(let path):
-                guard let data = FileManager.default.contents(atPath: path) else {
-                    throw CachetCLIError(code: .file, message: "cannot read \(path)")
-                }
-                value = Array(data)
+                value = try Self.contents(of: path)
             }
             let reply = try send(.put(key: key, value: value, ttl: ttl), lines: &lines)
             return answer(reply, lines: &lines) { _ in "OK" }
@@ -200,6 +197,26 @@ public final class CachetCLISession {
             // Drop the connection; the next command connects again.
             connection = nil
             throw error
+        }
+    }
+
+    /// The bytes of the file at `path` (`put KEY @FILE`).
+    /// - Throws: ``CachetCLIError`` `file` saying why it cannot be read (the system's reason: no such file,
+    ///   permission denied, a directory).
+    static func contents(of path: String) throws(CachetCLIError) -> [UInt8] {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw CachetCLIError(code: .file, message: "cannot read \(path): it is a directory")
+        }
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw CachetCLIError(code: .file, message: "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do {
+            return Array(try handle.readToEnd() ?? Data())
+        } catch {
+            throw CachetCLIError(code: .file, message: "cannot read \(path): \(error.localizedDescription)")
         }
     }
 }

@@ -31,7 +31,16 @@ public enum CachetCLIWatch {
                         let position = CachetWatchPosition(text)
                     else { throw usage("--from takes the RUN:SEQUENCE a watch printed") }
                     from = position
+                case "--":
+                    // Whatever follows is the prefix, even one that starts with "--".
+                    guard !prefixSeen, rest.count <= 1 else { throw usage("one prefix at most") }
+                    prefixSeen = true
+                    prefix = rest.popFirst() ?? []
                 default:
+                    if word.starts(with: Array("--".utf8)) {
+                        let option = String(decoding: word, as: UTF8.self)
+                        throw usage("unknown option \(option) (a prefix that starts with -- goes after --: watch -- \(option))")
+                    }
                     guard !prefixSeen else { throw usage("one prefix at most") }
                     prefixSeen = true
                     prefix = word

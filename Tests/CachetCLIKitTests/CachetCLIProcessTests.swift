@@ -71,6 +71,19 @@ struct CachetCLIProcessTests {
         let (output, status) = try runCLI(["--port", "\(port)", "ping"])
         #expect(status == 2)
         #expect(output.contains("cannot connect to 127.0.0.1:\(port)"))
+        // One hint, not two.
+        #expect(output.components(separatedBy: "(is ").count == 2, "\(output)")
+    }
+
+    @Test func aFileThatCannotBeReadIsNamedWithTheReason() throws {
+        let node = try NodeProcess(arguments: ["--disk-limit", "0"])
+        let directory = TemporaryDirectory(prefix: "cachet-cli-file")
+        defer { directory.remove() }
+        let missing = try runCLI(["--port", "\(node.port)", "put", "k", "@" + directory.appending("absent")])
+        #expect(missing.status == 2)
+        #expect(missing.output.contains("cannot read \(directory.appending("absent")): No such file or directory"), "\(missing.output)")
+        let folder = try runCLI(["--port", "\(node.port)", "put", "k", "@" + directory.path])
+        #expect(folder.status == 2 && folder.output.contains("it is a directory"), "\(folder.output)")
     }
 
     @Test func traceShowsAnnotatedFrames() throws {

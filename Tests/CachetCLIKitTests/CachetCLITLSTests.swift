@@ -33,5 +33,15 @@ struct CachetCLITLSTests {
         let (usage, usageStatus) = try runCLI(["--port", "\(tlsPort)", "--tls-ca", certificates.caFile, "get", "k1"])
         #expect(usageStatus != 0)
         #expect(usage.contains("need --tls"), "\(usage)")
+
+        // A plain client on the TLS port is told to add --tls; --tls on the plain port, to drop it.
+        let (plain, plainStatus) = try runCLI(["--port", "\(tlsPort)", "--timeout", "5", "get", "k1"])
+        #expect(plainStatus == 2)
+        #expect(plain.contains("add --tls"), "\(plain)")
+        let (wrongPort, wrongPortStatus) = try runCLI(
+            ["--port", "\(node.port)", "--tls", "--tls-ca", certificates.caFile, "--timeout", "5", "get", "k1"]
+        )
+        #expect(wrongPortStatus == 2)
+        #expect(wrongPort.contains("does not speak TLS: drop --tls"), "\(wrongPort)")
     }
 }

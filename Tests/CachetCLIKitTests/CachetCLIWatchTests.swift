@@ -69,6 +69,16 @@ struct CachetCLIWatchTests {
         #expect(try CachetCLIWatch.Options(words: []).prefix.isEmpty)
         #expect(throws: CachetCLIError.self) { try CachetCLIWatch.Options(words: [Array("--from".utf8)]) }
         #expect(throws: CachetCLIError.self) { try CachetCLIWatch.Options(words: ["a", "b"].map { Array($0.utf8) }) }
+        // An unknown option is a usage error, not a prefix to wait on; after --, it is the prefix.
+        do {
+            _ = try CachetCLIWatch.Options(words: [Array("--bogus".utf8)])
+            Issue.record("--bogus was taken as a prefix")
+        } catch {
+            #expect(error.code == .usage && error.message.contains("unknown option --bogus"), "\(error.message)")
+        }
+        #expect(try CachetCLIWatch.Options(words: ["--", "--odd"].map { Array($0.utf8) }).prefix == Array("--odd".utf8))
+        #expect(try CachetCLIWatch.Options(words: ["--values", "--", "--odd"].map { Array($0.utf8) }).values)
+        #expect(throws: CachetCLIError.self) { try CachetCLIWatch.Options(words: ["--", "a", "b"].map { Array($0.utf8) }) }
         let put = CachetEvent(kind: .put, sequence: 7, ttl: 60, key: Array("user:1".utf8), value: Array("Ada".utf8))
         #expect(CachetCLIWatch.line(put) == "7 put user:1 = Ada (ttl 60 s)")
         #expect(
