@@ -88,8 +88,13 @@ public enum CachetCLIFormatter {
         return (lines, answered == reply.members.count)
     }
 
+    /// What `items` and `disk_items` count, printed under a cluster's figures: a member whose values sit on
+    /// disk shows few items in memory.
+    static let itemsLegend =
+        "(items: entries in memory; disk_items: entries on disk, where every write goes, memory's included)"
+
     /// The answer to `--cluster stats`: the totals, then one line per member by id with its main figures
-    /// (those the totals sum) or its error. A body without `members` means the node answered for itself
+    /// (those the totals sum) or its error, and a line saying what `items` counts. A body without `members` means the node answered for itself
     /// alone (it does not fan out); its own table is printed after a note saying so.
     /// - Parameter body: the OK STATS reply body.
     /// - Returns: the lines, and whether every member answered OK.
@@ -129,6 +134,7 @@ public enum CachetCLIFormatter {
                 lines.append(padded + "  " + status.uppercased() + "  " + (member["error"] as? String ?? ""))
             }
         }
+        lines.append(Self.itemsLegend)
         return (lines, answered == total)
     }
 

@@ -54,7 +54,8 @@ public struct CachetNodeError: Error, Sendable, CustomStringConvertible {
 
     /// The message, followed by the underlying error when there is one.
     public var description: String {
-        if let underlying { return "\(message) (\(underlying))" }
+        // An error wrapped with its own words as the message is said once.
+        if let underlying, !message.contains("\(underlying)") { return "\(message) (\(underlying))" }
         return message
     }
 }

@@ -389,8 +389,13 @@ struct CachetNodeCommand: ParsableCommand {
             server.run(until: signals)
             if let metrics { _ = Self.waitFor { await metrics.stop() } }
             reload.cancel()
-        } catch {
+        } catch where error.code == .invalidConfiguration {
             throw ValidationError(error.description)
+        } catch {
+            // Not a mistake in the flags (a port or data directory in use, a disk that cannot be opened): the
+            // message alone, without the usage, and exit status 1.
+            FileHandle.standardError.write(Data("Error: \(error.description)\n".utf8))
+            throw ExitCode.failure
         }
     }
 }

@@ -55,7 +55,8 @@ struct CachetCLIClusterTests {
         #expect(lines[1].hasPrefix("totals  items=3 memory_bytes=300 memory_limit=0 gets=7 hits=5 misses=0"))
         #expect(lines[2] == "n1      items=3 memory_bytes=300 gets=7 hits=5")
         #expect(lines[3] == "n3      UNAVAILABLE  n3 (127.0.0.1:7422): connection refused")
-        #expect(lines.count == 4 && !allAnswered)
+        #expect(lines[4].hasPrefix("(items: entries in memory; disk_items: entries on disk"))
+        #expect(lines.count == 5 && !allAnswered)
     }
 
     @Test func againstANodeThatDoesNotFanOutTheFlagIsSentAndTheAnswerLabelled() throws {
