@@ -6,7 +6,7 @@ import Testing
 /// (`Tests/debian-packages.txt`) that `./test.sh` installs, `.ci/run` installing nothing of its own, and
 /// every program and Python module the suite runs coming from a package on that list (or from one every
 /// Debian system has).
-@Suite("The test command's set-up")
+@Suite("The test command's set-up", .dedicatedThreads)
 struct TestSetupTests {
     /// The packages of `Tests/debian-packages.txt`.
     static func listedPackages() throws -> [String] {
