@@ -268,7 +268,7 @@ struct DeployTests {
         let dashboard = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
         let panels = dashboard["panels"] as? [[String: Any]] ?? []
         #expect(panels.count >= 10)
-        let exported = try DeployFiles.text("Sources/CachetNode/NodeStatistics+Prometheus.swift")
+        let exported = try DeployFiles.text("Sources/CachetNode/Metrics/NodeStatistics+Prometheus.swift")
         var charted = Set<String>()
         for panel in panels {
             for target in panel["targets"] as? [[String: Any]] ?? [] {
