@@ -96,7 +96,9 @@ struct TestPoolTests {
     /// hand.
     @Test("every suite whose tests block runs on dedicated threads")
     func blockingSuitesRunOffThePool() throws {
-        let tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        // The repository's Tests/ folder, however deep this file sits in it.
+        var tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        while tests.lastPathComponent != "Tests" && tests.path != "/" { tests.deleteLastPathComponent() }
         let files = try #require(FileManager.default.enumerator(atPath: tests.path)).compactMap { $0 as? String }
         var checked = 0
         for file in files where file.hasSuffix(".swift") {
