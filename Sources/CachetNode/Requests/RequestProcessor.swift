@@ -7,25 +7,6 @@ import CachetWire
 import Glibc
 #endif
 
-/// Writes a header and a body to a connection's socket with one non-blocking `writev`, so that a large
-/// value goes from the store's memory to the kernel without a copy into the output buffer.
-struct DirectSend {
-    /// The connection's channel, unretained (a retain and release per request otherwise): a `DirectSend`
-    /// lives only for the call that processes the connection's input, which the connection outlives.
-    let channel: Unmanaged<CachetChannel>
-
-    init(channel: CachetChannel) {
-        self.channel = .passUnretained(channel)
-    }
-
-    /// Returns the bytes the socket took: 0 when it takes none now, or on an error (which the next flush
-    /// reports).
-    func callAsFunction(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Int {
-        if case .bytes(let count) = channel._withUnsafeGuaranteedRef({ $0.transmit(header, body) }) { return count }
-        return 0
-    }
-}
-
 /// What processing the buffered input ended with.
 enum ProcessingResult {
     /// Every whole frame was answered; the input holds at most a partial frame of `frameLength` bytes
@@ -589,64 +570,5 @@ struct RequestProcessor {
         guard ttl > 0 else { return 0 }
         let (sum, overflow) = now.addingReportingOverflow(ttl)
         return overflow ? UInt32.max : sum
-    }
-}
-
-// MARK: - Reply encoding
-
-@inline(__always)
-func appendReply(
-    opcode: CachetOpcode,
-    status: CachetStatus,
-    id: UInt32,
-    body: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
-    to output: inout CachetByteBuffer
-) {
-    output.reserveWritable(CachetProtocol.frameOverhead + body.count)
-    CachetFrameEncoder.writePrefixAndHeader(
-        to: output.writePointer,
-        bodyLength: body.count,
-        header: CachetFrameHeader(opcode: opcode, word: status.rawValue, id: id)
-    )
-    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
-    if body.count > 0 { output.append(body) }
-}
-
-/// A GET's OK reply with the `ttl` flag: the TTL the entry has left (4 bytes, big-endian seconds, 0 for
-/// none) before the value (`Protocol/PROTOCOL.md`, "GET with the TTL left"); a peer's warm-up GET is
-/// answered the same way.
-func appendValueWithTTL(
-    _ value: UnsafeRawBufferPointer,
-    expiry: UInt32,
-    id: UInt32,
-    output: inout CachetByteBuffer,
-    now: UInt32
-) {
-    let ttl = expiry == 0 ? 0 : expiry &- now
-    output.reserveWritable(CachetProtocol.frameOverhead + 4 + value.count)
-    CachetFrameEncoder.writePrefixAndHeader(
-        to: output.writePointer,
-        bodyLength: 4 + value.count,
-        header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
-    )
-    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
-    withUnsafeBytes(of: ttl.bigEndian) { output.append($0) }
-    if value.count > 0 { output.append(value) }
-}
-
-func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {
-    appendMessage(error.message, status: error.status, opcode: opcode, id: id, to: &output)
-}
-
-func appendMessage(
-    _ message: String,
-    status: CachetStatus,
-    opcode: CachetOpcode,
-    id: UInt32,
-    to output: inout CachetByteBuffer
-) {
-    var message = message
-    message.withUTF8 {
-        appendReply(opcode: opcode, status: status, id: id, body: UnsafeRawBufferPointer($0), to: &output)
     }
 }

@@ -1,0 +1,54 @@
+import CachetCluster
+import CachetWire
+
+/// A request on its way to the member that owns its key: the whole frame as received, with the
+/// `forwarded` flag set (the request id is replaced by the peer connection's own), and what the client's
+/// reply needs back. A class, so that ``PendingOperation`` (and the result every batch of requests
+/// returns) stays as small as before forwarding: a larger payload cost measurably more per request in
+/// copies and destroys of that result (BENCHMARKS.md, "Figures behind choices in the code").
+final class ForwardRequest: Sendable {
+    let frame: [UInt8]
+    let opcode: CachetOpcode
+    let id: UInt32
+    let owner: CachetClusterMember
+    /// The frame is not the client's request but an invalidation (a DEL with `forwarded` and
+    /// `invalidation`) of its key, sent to confirm a write (`opcode`, PUT or DEL) that a peer forwarded to a
+    /// node that routes the key to `owner`: an OK or NOT_FOUND from `owner` acknowledges the write
+    /// (`Protocol/CLUSTER.md`, "Forwarding").
+    let confirmation: Bool
+    /// For a ``confirmation``: the write it confirms, as the peer sent it. Served here if `owner` refuses the
+    /// connection (its port is closed, so it serves no copy; this node now counts it down).
+    let original: [UInt8]
+    /// The request came from a peer and this forward is its second hop (a confirmation, or a request a
+    /// holding member passes on): it gets half the forward deadline, so that the peer hears back in time.
+    let secondHop: Bool
+    /// A warm-up GET to the key's previous owner (``NodeWarmUp``): its OK reply carries the TTL left before
+    /// the value, and the client is answered a miss rather than UNAVAILABLE when it fails.
+    let warmUp: Bool
+
+    /// A GET with the `ttl` flag: its reply carries the TTL left, so it never shares a plain GET's reply.
+    var asksTTL: Bool { frame.count >= 12 && frame[7] & UInt8(CachetRequestFlags.ttl.rawValue) != 0 }
+
+    init(
+        frame: [UInt8],
+        opcode: CachetOpcode,
+        id: UInt32,
+        owner: CachetClusterMember,
+        confirmation: Bool = false,
+        original: [UInt8] = [],
+        secondHop: Bool = false,
+        warmUp: Bool = false
+    ) {
+        self.frame = frame
+        self.opcode = opcode
+        self.id = id
+        self.owner = owner
+        self.confirmation = confirmation
+        self.original = original
+        self.secondHop = secondHop
+        self.warmUp = warmUp
+    }
+
+    /// The opcode of ``frame``: the client's, or DEL for a ``confirmation``.
+    var frameOpcode: CachetOpcode { confirmation ? .delete : opcode }
+}

@@ -1,0 +1,33 @@
+/// A request that waits for something outside the loop: the disk queue, or the member it is forwarded to.
+/// The connection reads and answers nothing more until it completes, so replies stay in request order.
+enum PendingOperation {
+    /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
+    /// TTL left before the value and not kept in memory here; `withTTL` for a GET with the `ttl` flag,
+    /// answered with the TTL left too.
+    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false)
+    /// A PUT whose disk write waits for room in the bounded disk queue.
+    case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
+    /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties
+    /// (of those keys) behind the queued writes.
+    case clear(id: UInt32, prefixes: [[UInt8]], memoryOnlyItems: Int, memoryOnlyBytes: Int)
+    /// A GET, PUT or DEL of a key another member owns (`Protocol/CLUSTER.md`, "Forwarding").
+    case forward(ForwardRequest)
+    /// A CLEAR or STATS with the `cluster` flag: asked of every member (`Protocol/PROTOCOL.md`,
+    /// "Cluster-wide CLEAR and STATS"). The request's `owner` is unused.
+    case fanOut(ForwardRequest)
+    /// A WATCH: the connection becomes a stream of changes (`NodeIOQueue+Watch.swift`). Boxed, so that
+    /// the enum every request returns stays small.
+    case watch(WatchStart)
+}
+
+extension PendingOperation {
+    /// The command its duration is counted under (``RequestLatencies``).
+    var latencyCommand: LatencyCommand {
+        switch self {
+        case .get: return .get
+        case .put: return .set
+        case .clear, .watch: return .other
+        case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
+        }
+    }
+}

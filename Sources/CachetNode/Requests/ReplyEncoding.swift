@@ -1,0 +1,61 @@
+import CachetIO
+import CachetWire
+
+// The reply frames every part of the node writes: written in place into a connection's output buffer.
+
+@inline(__always)
+func appendReply(
+    opcode: CachetOpcode,
+    status: CachetStatus,
+    id: UInt32,
+    body: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
+    to output: inout CachetByteBuffer
+) {
+    output.reserveWritable(CachetProtocol.frameOverhead + body.count)
+    CachetFrameEncoder.writePrefixAndHeader(
+        to: output.writePointer,
+        bodyLength: body.count,
+        header: CachetFrameHeader(opcode: opcode, word: status.rawValue, id: id)
+    )
+    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+    if body.count > 0 { output.append(body) }
+}
+
+/// A GET's OK reply with the `ttl` flag: the TTL the entry has left (4 bytes, big-endian seconds, 0 for
+/// none) before the value (`Protocol/PROTOCOL.md`, "GET with the TTL left"); a peer's warm-up GET is
+/// answered the same way.
+func appendValueWithTTL(
+    _ value: UnsafeRawBufferPointer,
+    expiry: UInt32,
+    id: UInt32,
+    output: inout CachetByteBuffer,
+    now: UInt32
+) {
+    let ttl = expiry == 0 ? 0 : expiry &- now
+    output.reserveWritable(CachetProtocol.frameOverhead + 4 + value.count)
+    CachetFrameEncoder.writePrefixAndHeader(
+        to: output.writePointer,
+        bodyLength: 4 + value.count,
+        header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
+    )
+    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+    withUnsafeBytes(of: ttl.bigEndian) { output.append($0) }
+    if value.count > 0 { output.append(value) }
+}
+
+func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {
+    appendMessage(error.message, status: error.status, opcode: opcode, id: id, to: &output)
+}
+
+func appendMessage(
+    _ message: String,
+    status: CachetStatus,
+    opcode: CachetOpcode,
+    id: UInt32,
+    to output: inout CachetByteBuffer
+) {
+    var message = message
+    message.withUTF8 {
+        appendReply(opcode: opcode, status: status, id: id, body: UnsafeRawBufferPointer($0), to: &output)
+    }
+}
