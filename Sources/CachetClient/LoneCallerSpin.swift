@@ -12,8 +12,8 @@ import Glibc
 /// One resumed later, by the event loop's thread, enqueues the task on the global executor from there,
 /// which on Linux costs two Dispatch allocations (Dispatch's continuation cache is per thread, and the loop
 /// thread only ever takes from it: the continuations are freed by the workers that run the task) and the
-/// wake-up of a worker thread: two thirds of a lone caller's heap allocations per request and a good part
-/// of its latency (BENCHMARKS.md, "CachetClient's allocations per request").
+/// wake-up of a worker thread: most of a lone caller's heap allocations per request and a good part of its
+/// latency (BENCHMARKS.md, "Figures behind choices in the code").
 ///
 /// When: spinning pays only when the reply comes soon and nobody else needs the core. So a call spins only
 /// when no other call of the client (single keys, batches, per-node commands) is in flight as it begins,

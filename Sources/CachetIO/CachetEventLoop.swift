@@ -15,8 +15,8 @@ public struct CachetTimerID: Hashable, Sendable {
 ///
 /// When the epoll descriptor turns readable, the source's handler drains every ready channel (`epoll_wait`
 /// with timeout 0) before returning, so Dispatch's per-event toll (a hand-off from its manager thread and
-/// a re-arm) is paid once per batch rather than once per connection (shared/notes on Dispatch; the
-/// numbers are in BENCHMARKS.md). Channels are registered edge-triggered: each is read until a short read
+/// a re-arm) is paid once per batch rather than once per connection (docs/transport.md; BENCHMARKS.md,
+/// "Figures behind choices in the code"). Channels are registered edge-triggered: each is read until a short read
 /// (a capped one is registered again so the kernel reports it at once), and served in the order their
 /// bytes arrived.
 ///
@@ -55,8 +55,8 @@ public final class CachetEventLoop: @unchecked Sendable {
     // reach the same property.
     //
     // The channel table holds one retain per registered channel, taken by `adopt` and given back by
-    // `release`, so that an event reaches its channel without a retain and release of its own (about 40
-    // instructions per event, BENCHMARKS.md). The table's retain is what keeps a channel alive while the
+    // `release`, so that an event reaches its channel without a retain and release of its own
+    // (BENCHMARKS.md, "Figures behind choices in the code"). The table's retain is what keeps a channel alive while the
     // loop calls it: a channel closed while events are being dispatched (by its own handler, or by
     // another's) keeps that retain in `releasedInBatch` until the batch is over.
     @exclusivity(unchecked) private var channels: [Unmanaged<CachetChannel>?] = []

@@ -100,9 +100,9 @@ public final class CachetMemoryStore: @unchecked Sendable {
         shardShift == 64 ? 0 : Int(truncatingIfNeeded: hash >> shardShift)
     }
 
-    /// Calls `body` with shard `index` under its lock. The shard is passed without a retain (which with its
-    /// release cost about 40 instructions per GET or PUT, BENCHMARKS.md): `shards` holds every shard for
-    /// the store's lifetime, and `self` is alive for the call.
+    /// Calls `body` with shard `index` under its lock. The shard is passed without a retain (a retain and
+    /// release per GET or PUT cost measurably: BENCHMARKS.md, "Figures behind choices in the code"):
+    /// `shards` holds every shard for the store's lifetime, and `self` is alive for the call.
     @inline(__always)
     private func withShard<R>(_ index: Int, _ body: (MemoryShard) throws -> R) rethrows -> R {
         pthread_mutex_lock(locks + index)

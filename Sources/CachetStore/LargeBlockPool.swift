@@ -8,9 +8,9 @@ import Glibc
 ///
 /// Without it, glibc serves some large blocks from fresh memory (an `mmap`, or a heap that grows because
 /// the block was freed into another thread's arena): every 4 KiB page of the value then costs a page fault
-/// while the socket read fills it. With 1 MB values and 10% PUTs that was one PUT in ten to one in five
-/// (23 to 55 faults per PUT on average, 245 for one that gets fresh memory), and those PUTs are where the
-/// 99th percentile of a mixed workload sits (BENCHMARKS.md).
+/// while the socket read fills it. With large values that was a good share of the PUTs, and those PUTs
+/// are where the 99th percentile of a mixed workload sits (BENCHMARKS.md, "Figures behind choices in the
+/// code").
 ///
 /// Blocks of ``minimumBlockSize`` bytes and more are allocated at a size class: eight classes per power
 /// of two, so a block is at most 12.5% larger than asked for (``blockSize(for:)``). A freed block is kept

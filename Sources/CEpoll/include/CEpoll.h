@@ -39,7 +39,7 @@ struct epoll_event *cachet_epoll_events_create(int capacity);
 void cachet_epoll_events_free(struct epoll_event *events);
 
 /// Reads one event of the array. Inline: called twice per event on the loop's hot path, where a call each
-/// cost about a tenth of the dispatch (Benchmarks/callgrind.sh).
+/// cost a measurable share of the dispatch (BENCHMARKS.md, "Figures behind choices in the code").
 static inline uint32_t cachet_epoll_event_mask(const struct epoll_event *events, int index) {
     return events[index].events;
 }

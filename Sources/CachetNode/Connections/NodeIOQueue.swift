@@ -17,8 +17,8 @@ import Glibc
 /// The transport drains every ready channel per wake-up (Dispatch's per-event toll, a hand-off from its
 /// manager thread and a re-arm, is paid once per batch), registers them edge-triggered so that they are
 /// served in the order their requests arrived (level-triggered, a connection answered in one batch whose
-/// next request came quickly went first again; with 16 KiB values on 8 connections at pipeline 1 the p99
-/// was 2.4–2.7 times the median level-triggered and 1.4–1.7 times edge-triggered, BENCHMARKS.md), and
+/// next request came quickly went first again, and the tail latency of many connections grew with it:
+/// BENCHMARKS.md, "Figures behind choices in the code"), and
 /// lingers in `epoll_wait` after a batch (`--io-linger-ms`) so that a busy loop is woken by the kernel
 /// directly. A connection's events come here through ``Connection/handleEvents(_:)``.
 ///

@@ -5,8 +5,8 @@ import CMalloc
 /// glibc gives threads their own malloc arenas. A Dispatch queue does not keep one thread: after an idle
 /// moment an I/O queue may run on another worker, which allocates new entries from its own arena while the
 /// entries it replaces go back to the arena they came from. The new arena then grows into fresh memory,
-/// and each of its pages costs a page fault when first written, on the request path (with 16 KiB values
-/// after a restart of the load: 2 to 3 faults per PUT, and the heap growing behind them). With a single
+/// and each of its pages costs a page fault when first written, on the request path, with the heap growing
+/// behind them (BENCHMARKS.md, "Figures behind choices in the code"). With a single
 /// arena the memory of replaced and evicted entries is reused whichever thread frees or allocates it;
 /// memcached's slab allocator is likewise one pool behind one lock. A PUT allocates one entry and frees at
 /// most the one it replaces, so one arena lock adds little next to the system calls of a request; that was

@@ -105,8 +105,8 @@ public struct CachetNodeConfiguration: Sendable {
     public init() {}
 
     /// One I/O queue per core, less one on machines with more than two cores to leave room for the
-    /// disk queue and the system (on two cores one queue beat two with the load on the same box,
-    /// (BENCHMARKS.md, "Figures behind choices in the code")).
+    /// disk queue and the system (on two cores one queue beat two with the load on the same box:
+    /// BENCHMARKS.md, "Figures behind choices in the code").
     public static var defaultIOQueueCount: Int {
         let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         if cores <= 2 { return 1 }

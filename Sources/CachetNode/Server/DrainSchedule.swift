@@ -10,7 +10,7 @@ struct DrainSchedule {
     /// they end the drain rather than being cut short by it.
     let closesEnd: DispatchTime
     /// Connections waiting for the disk or for forwards are closed from then on, answered or not (75% of
-    /// the timeout: a thousand queued writes take a second or two on a busy machine).
+    /// the timeout: queued disk writes can take seconds on a busy machine, and the closes need the rest).
     let waitingEnds: DispatchTime
     /// Connections still answering requests they had read are closed from then on: the start for a
     /// cluster member that is leaving (it answers nothing more), else one second after it (or the waiting
