@@ -95,58 +95,50 @@ extension CachetMembership {
         for (index, element) in elements.enumerated() {
             let line = ClusterJSON.lineAndColumn(of: element.offset, in: bytes).line
             let label = "members[\(index)] (line \(line))"
-            guard case .object(let memberFields) = element.value else {
-                throw context.error(
-                    .wrongType,
-                    "\(label) is \(element.typeName), not an object such as "
-                        + "{\"id\": \"n1\", \"host\": \"127.0.0.1\", \"port\": 7420}",
-                    member: index
-                )
-            }
-            var id: String?
-            var host: String?
-            var port: Int?
-            for (key, value) in memberFields {
-                switch (key, value.value) {
-                case ("id", .string(let text)): id = text
-                case ("host", .string(let text)): host = text
-                case ("port", .integer(let number)): port = number
-                case ("id", _), ("host", _):
+            let fields: ClusterMemberFields
+            do throws(ClusterMemberFields.Problem) {
+                fields = try ClusterMemberFields(element, strict: true)
+            } catch {
+                switch error {
+                case .notAnObject(let typeName):
                     throw context.error(
                         .wrongType,
-                        "\(label): \"\(key)\" is \(value.typeName), not a string",
+                        "\(label) is \(typeName), not an object such as "
+                            + "{\"id\": \"n1\", \"host\": \"127.0.0.1\", \"port\": 7420}",
                         member: index
                     )
-                case ("port", _):
+                case .wrongType(let key, let typeName) where key == "port":
                     throw context.error(
                         .wrongType,
-                        "\(label): \"port\" is \(value.typeName), not an integer: give a whole number such as 7420",
+                        "\(label): \"port\" is \(typeName), not an integer: give a whole number such as 7420",
                         member: index
                     )
-                default:
+                case .wrongType(let key, let typeName):
+                    throw context.error(.wrongType, "\(label): \"\(key)\" is \(typeName), not a string", member: index)
+                case .unknownField(let key, let offset):
                     throw context.error(
                         .unknownField,
-                        "\(label): unknown field \(String(reflecting: key)) at \(position(value.offset)): "
+                        "\(label): unknown field \(String(reflecting: key)) at \(position(offset)): "
                             + "a member has \"id\" (optional), \"host\" and \"port\"",
                         member: index
                     )
                 }
             }
-            guard let host else {
+            guard let host = fields.host else {
                 throw context.error(
                     .missingField,
                     "\(label): no \"host\": give the IPv4 address or DNS name the node is reached at",
                     member: index
                 )
             }
-            guard let port else {
+            guard let port = fields.port else {
                 throw context.error(
                     .missingField,
                     "\(label): no \"port\": give the TCP port the node listens on",
                     member: index
                 )
             }
-            members.append(CachetClusterMember(id: id, host: host, port: port))
+            members.append(CachetClusterMember(id: fields.id, host: host, port: port))
             lines.append(line)
         }
         context.lines = lines

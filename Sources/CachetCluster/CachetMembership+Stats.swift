@@ -36,21 +36,14 @@ extension CachetMembership {
         }
         var members: [CachetClusterMember] = []
         for (index, element) in elements.enumerated() {
-            guard case .object(let memberFields) = element.value else {
+            let fields: ClusterMemberFields
+            do throws(ClusterMemberFields.Problem) {
+                fields = try ClusterMemberFields(element, strict: false)
+            } catch {
+                // Read leniently, a member object can only fail to be an object.
                 throw context.error(.wrongType, "cluster_members[\(index)] is \(element.typeName)", member: index)
             }
-            var id: String?
-            var host: String?
-            var port: Int?
-            for (key, value) in memberFields {
-                switch (key, value.value) {
-                case ("id", .string(let text)): id = text
-                case ("host", .string(let text)): host = text
-                case ("port", .integer(let number)): port = number
-                default: continue
-                }
-            }
-            guard let id, let host, let port else {
+            guard let id = fields.id, let host = fields.host, let port = fields.port else {
                 throw context.error(
                     .missingField,
                     "cluster_members[\(index)] lacks its \"id\", \"host\" or \"port\"",
