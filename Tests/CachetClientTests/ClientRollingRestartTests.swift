@@ -45,30 +45,34 @@ struct ClientRollingRestartTests {
     static func load(_ client: CachetClient, task: Int, until stop: StopFlag) async -> Tally {
         var tally = Tally()
         var acknowledged: [Int: Int] = [:]
+        var uncertain: Set<Int> = []
         var random = SplitMix64(state: UInt64(task) &+ 101)
         var version = 0
         while !stop.isSet {
             let index = Int(random.next() % 20)
             let key = "roll:\(task):\(index)"
             tally.requests += 1
+            let writing = random.next() % 3 == 0
             do {
-                if random.next() % 3 == 0 {
+                if writing {
                     version += 1
                     try await client.put(key, value: Array("\(version)".utf8))
                     acknowledged[index] = version
+                    uncertain.remove(index)
                 } else {
                     tally.gets += 1
                     guard let value = try await client.get(key) else { continue }
                     tally.hits += 1
                     let read = Int(String(decoding: value, as: UTF8.self)) ?? -1
-                    if read != acknowledged[index] {
+                    // After a failed write of the key, any read is accepted until the next acknowledged one.
+                    if !uncertain.contains(index) && read != acknowledged[index] {
                         tally.stale.append("\(key): read \(read), last acknowledged \(acknowledged[index] ?? -1)")
                     }
                 }
             } catch {
                 tally.failures.append("\(key): \(error)")
-                // The write may or may not have been applied: any later read of the key is accepted.
-                acknowledged[index] = nil
+                // A failed write may or may not have been applied: any later read of the key is accepted.
+                if writing { uncertain.insert(index) }
             }
         }
         return tally
