@@ -214,7 +214,7 @@ final class ForwardCoordinator {
             let router, let cluster = processor.cluster,
             let key = PeerForwarder.key(of: request)
         else { return nil }
-        let placement = key.withUnsafeBytes { key -> NodeHealth.Placement? in
+        let placement = key.withUnsafeBytes { key -> Placement? in
             guard let owner = router.foreignOwner(of: key) else { return nil }
             return cluster.health.place(key, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
         }

@@ -1,69 +1,58 @@
 import CachetCluster
 import CachetLocking
 import CachetRing
-import CachetStore
 import Dispatch
 import Logging
 
-/// The node's view of its peers' health (`Protocol/CLUSTER.md`, "Health"), and where a key goes because
-/// of it, shared by its loops: fed by the outcome of every forward and of the PING probes
-/// (``PeerForwarder``), read by routing (``place(_:owner:forwarded:inMinority:holding:)``), by forwarding (a
-/// peer marked down is answered UNAVAILABLE at once, not tried), by the cluster-wide fan-out and by STATS.
-/// The rules are `CachetClusterHealth`'s: refused → down at once, timeouts → suspect then down, probes with
-/// backoff and jitter, flap damping, and never every peer down. A membership change (SIGHUP) starts every
-/// peer over as up. It keeps whether this node reaches fewer than a majority of the members
-/// (``MinorityRule``), recounted only when a peer starts or stops being up, and tells the hold
-/// (``NodeReturnHold``).
+/// The cluster's state as this node keeps it, for its loops: three collaborators under one lock, because
+/// routing reads them at once and an outcome may change all three together.
+/// - the peers' health (``PeerHealthState``): fed by the outcome of every forward and of the PING probes
+///   (``PeerForwarder``), read by forwarding (a peer marked down is answered UNAVAILABLE at once, not
+///   tried), by the cluster-wide fan-out and by STATS; a membership change (SIGHUP) starts every peer over
+///   as up;
+/// - the quorum (``MinorityRule``): whether this node reaches fewer than a majority of the members,
+///   recounted only when a peer starts or stops being up, and told to the hold (``NodeReturnHold``);
+/// - the stand-in ledger (``StandInLedger``): what this node owes the members it stood in for, and its file.
 ///
-/// Beside the peers' health, under the same lock because routing reads both at once, it keeps what this
-/// node owes the members it stood in for (``StandInDuty``) and writes it to the stand-in log's file; which
+/// Routing reads a ``ClusterView`` copied under the lock, and ``Placement`` decides from it alone. Which
 /// peers read another cluster file is kept apart (``membershipComparison``, its own lock).
 ///
 /// Thread-safe: one lock around the state; taken once per forward outcome and per routing decision of a
 /// forward, never on a request this node serves itself.
 final class NodeHealth: Sendable {
     struct State {
-        var generation = -1
-        var health: CachetClusterHealth?
-        var random = SystemRandomNumberGenerator()
-        /// What this node owes the members it stood in for.
-        var duty = StandInDuty()
+        /// The peers' health.
+        var peers = PeerHealthState()
         /// Whether this node reaches fewer than a majority of the members, as last counted.
         var minority = MinorityRule()
-        /// The hold's ``NodeReturnHold/absenceCount`` when the duty last took it into account.
-        var absencesSeen: UInt64 = 0
-        /// Forwards and probes to each member by outcome (`/metrics`), counted with the outcome's record.
-        var outcomes: [String: [String: Int]] = [:]
+        /// What this node owes the members it stood in for.
+        var ledger: StandInLedger
     }
 
     private let membership: CachetNodeMembership
     /// Which peers read another cluster file (its own lock).
     let membershipComparison: MembershipComparison
     private let configuration: CachetPeerHealth.Configuration
-    private let state = CachetLock(State())
+    private let state: CachetLock<State>
     /// Told after every outcome whether every peer has failed, when a peer answers after every peer had
     /// failed, and whether this node is in the minority when a peer's state changes.
     private let hold: NodeReturnHold?
     /// How long a returning owner holds: a delivery that takes longer is overdue (logged, counted).
     private let holdPeriod: UInt64
     private let logger: Logger?
-    /// Where the stand-in log is kept across a crash (a node with a data directory); nil keeps it in memory.
-    private let standInFile: CachetStandInLogFile?
 
     /// - Parameters:
     ///   - membership: the node's membership, whose changes reset the view.
     ///   - configuration: thresholds and probe backoffs.
     ///   - hold: the node's hold, started again when contact returns after every peer had failed.
-    ///   - standIns: the stand-in log to start from (read back from `standInFile`).
-    ///   - standInFile: the file every addition to the log is written to before the write is answered.
+    ///   - standIns: the stand-in ledger to start from (read back from its file, ``StandInLedger/open(directory:membership:limits:logger:)``).
     init(
         membership: CachetNodeMembership,
         configuration: CachetPeerHealth.Configuration = .init(),
         hold: NodeReturnHold? = nil,
         holdPeriod: UInt64 = .max,
         logger: Logger? = nil,
-        standIns: CachetStandInLog = CachetStandInLog(),
-        standInFile: CachetStandInLogFile? = nil
+        standIns: StandInLedger = StandInLedger()
     ) {
         self.membership = membership
         self.membershipComparison = MembershipComparison(membership: membership)
@@ -71,8 +60,7 @@ final class NodeHealth: Sendable {
         self.hold = hold
         self.holdPeriod = holdPeriod
         self.logger = logger
-        self.standInFile = standInFile
-        state.withLock { $0.duty = StandInDuty(log: standIns) }
+        state = CachetLock(State(ledger: standIns))
     }
 
     /// Whether requests may be sent to `member` (up or suspect, or this node).
@@ -108,36 +96,20 @@ final class NodeHealth: Sendable {
         var change: MinorityRule.Change?
         var memberChange: CachetPeerHealth.Transition?
         let regained = withState { health, state -> Bool in
-            state.outcomes[member.id, default: [:]][outcome.metricName, default: 0] += 1
+            state.peers.count(outcome, from: member.id)
             guard let index = health.membership.index(ofID: member.id) else { return false }
             let wasCutOff = health.isCutOff
             let wasUp = health.state(of: index) == .up
-            let transition: CachetPeerHealth.Transition?
-            switch outcome {
-            case .answered:
-                transition = health.replied(index, now: now)
-            case .unavailable(_, .timedOut):
-                transition = health.timedOut(index, now: now, using: &state.random)
-            case .unavailable(_, .refused):
-                transition = health.refused(index, now: now, using: &state.random)
-            case .unavailable(_, .connectionFailed), .unavailable(_, .closed):
-                transition = health.refused(index, now: now, certain: false, using: &state.random)
-            case .unavailable(_, .overloaded) where !health.isRoutable(index):
-                // A probe of a down peer that could not be sent: a failed probe, so that another is
-                // scheduled (the peer would otherwise stay marked as being probed).
-                transition = health.timedOut(index, now: now, using: &state.random)
-            case .unavailable(_, .overloaded), .unavailable(_, .markedDown):
-                transition = nil
-            }
+            let transition = PeerHealthState.apply(outcome, to: index, in: &health, now: now, random: &state.peers.random)
             if transition == .cameUp || (transition == .becameSuspect && wasUp) { memberChange = transition }
             if case .wentDown = transition { memberChange = transition }
             switch transition {
             case .wentDown:
-                state.duty.ownerWentDown(member.id)
+                state.ledger.ownerWentDown(member.id)
             default:
                 var answered = false
                 if case .answered = outcome { answered = true }
-                state.duty.memberAnswered(
+                state.ledger.memberAnswered(
                     member.id,
                     cameUp: transition == .cameUp,
                     routable: answered && health.isRoutable(index),
@@ -206,19 +178,18 @@ final class NodeHealth: Sendable {
         change.log(to: logger, holdsOwnKeys: hold?.holdsInMinority == true)
     }
 
-    // MARK: - Stand-ins (`Protocol/CLUSTER.md`, "Failover without stale reads"); where a key goes is in
-    // NodeHealth+Placement.swift.
+    // MARK: - Stand-ins (`Protocol/CLUSTER.md`, "Failover without stale reads")
 
     /// Whether a GET of `key`, which this node serves for `ownerID`, may return the local value: only a key
     /// it wrote in this episode (any other local copy may be older than the owner's).
     func mayServeLocally(_ key: [UInt8], ownerID: String) -> Bool {
-        withState { _, state in state.duty.mayServeLocally(key, owner: ownerID) } ?? false
+        withState { _, state in state.ledger.mayServeLocally(key, owner: ownerID) } ?? false
     }
 
     /// Whether the local value of `key` may be handed back to `ownerID` with its delivery
-    /// (``StandInDuty/mayHandBack(_:owner:)``).
+    /// (``StandInLedger/mayHandBack(_:owner:)``).
     func mayHandBack(_ key: [UInt8], ownerID: String) -> Bool {
-        withState { _, state in state.duty.mayHandBack(key, owner: ownerID) } ?? false
+        withState { _, state in state.ledger.mayHandBack(key, owner: ownerID) } ?? false
     }
 
     /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered: in the stand-in
@@ -228,18 +199,8 @@ final class NodeHealth: Sendable {
     /// - Returns: nil, or why the file could not record it: the write must be refused (SERVER_ERROR).
     func recordWrite(_ key: [UInt8], ownerID: String, servable: Bool = true) -> String? {
         withState { health, state -> String? in
-            var remember = true
-            if let standInFile, let addition = state.duty.addition(forWrite: key, owner: ownerID) {
-                // A file at its budget (part of --disk-limit) takes the owner's overflow instead of the key:
-                // the owner then gets a CLEAR on its return, as when its log passes its limits.
-                remember = addition == .key && standInFile.hasRoom(forKey: key, owner: ownerID)
-                let record: CachetStandInLogFile.Record =
-                    remember ? .key(owner: ownerID, key: key) : .overflowed(owner: ownerID)
-                if let failure = standInFile.append(record) { return failure.message }
-            }
             let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
-            state.duty.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable, remember: remember)
-            return nil
+            return state.ledger.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable)
         } ?? nil
     }
 
@@ -249,7 +210,7 @@ final class NodeHealth: Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         let (due, late) =
             withState { health, state in
-                state.duty.invalidationsDue(now: now, holdPeriod: holdPeriod) { owner in
+                state.ledger.invalidationsDue(now: now, holdPeriod: holdPeriod) { owner in
                     guard let index = health.membership.index(ofID: owner), health.isRoutable(index) else { return nil }
                     return health.membership.members[index]
                 }
@@ -264,7 +225,7 @@ final class NodeHealth: Sendable {
     }
 
     /// Deliveries to returned owners not finished within the hold period, since start.
-    var overdueDeliveries: Int { state.withLock { $0.duty.overdueDeliveries } }
+    var overdueDeliveries: Int { state.withLock { $0.ledger.overdueDeliveries } }
 
     /// An invalidation's answer: acknowledged (OK, or NOT_FOUND for a DEL), or to be sent again.
     /// - Returns: the keys whose local copies may go once the owner is clean.
@@ -273,20 +234,12 @@ final class NodeHealth: Sendable {
         ownerID: String,
         acknowledged: Bool
     ) -> [[UInt8]] {
-        withState { _, state in
-            let (drop, clean) = state.duty.invalidationAnswered(
-                invalidation,
-                owner: ownerID,
-                acknowledged: acknowledged
-            )
-            if clean {
-                let log = state.duty.log
-                if let failure = standInFile?.ownerClean(ownerID, live: { Self.fileEntries(log) }) {
-                    logger?.warning("\(failure.message)", metadata: ["cluster.member": "\(ownerID)"])
-                }
-            }
-            return drop
-        } ?? []
+        let (drop, failure) =
+            withState { _, state in
+                state.ledger.invalidationAnswered(invalidation, owner: ownerID, acknowledged: acknowledged)
+            } ?? ([], nil)
+        if let failure { logger?.warning("\(failure)", metadata: ["cluster.member": "\(ownerID)"]) }
+        return drop
     }
 
     /// Whether every peer has failed (this node may be cut off from the cluster).
@@ -328,40 +281,77 @@ final class NodeHealth: Sendable {
     }
 
     private func withHealth<T>(_ body: (inout CachetClusterHealth, inout SystemRandomNumberGenerator) -> T) -> T? {
-        withState { health, state in body(&health, &state.random) }
+        withState { health, state in body(&health, &state.peers.random) }
     }
 
     /// Forwards and probes to each member, by outcome, since start (`/metrics`).
-    var forwardOutcomes: [String: [String: Int]] { withState { _, state in state.outcomes } ?? [:] }
+    var forwardOutcomes: [String: [String: Int]] { withState { _, state in state.peers.outcomes } ?? [:] }
 
+    // MARK: - Placement (`Protocol/CLUSTER.md`, "Forwarding")
+
+    /// The cluster as routing sees it for a key of `ownerID`, copied under the lock (nil before the first
+    /// membership).
+    func view(forOwner ownerID: String) -> ClusterView? {
+        withState { health, state in Self.view(of: health, state, owner: ownerID) }
+    }
+
+    private static func view(of health: CachetClusterHealth, _ state: State, owner ownerID: String) -> ClusterView {
+        ClusterView(health: health, ownerIsClean: state.ledger.log.phase(of: ownerID) == .clean)
+    }
+
+    /// Where a request for `key`, owned by `owner` (not this node), goes:
+    /// ``Placement/of(hash:owner:in:forwarded:inMinority:holding:)`` on the view made under the lock, and
+    /// decided there, so that `holding` is asked in the same state as before (to the owner while there is
+    /// no membership yet).
+    func place(
+        _ key: UnsafeRawBufferPointer,
+        owner: CachetClusterMember,
+        forwarded: Bool = false,
+        inMinority: Bool = false,
+        holding: () -> Bool = { false }
+    ) -> Placement {
+        let hash = CachetRing.hash(key)
+        return withState { health, state in
+            Placement.of(
+                hash: hash,
+                owner: owner,
+                in: Self.view(of: health, state, owner: owner.id),
+                forwarded: forwarded,
+                inMinority: inMinority,
+                holding: holding
+            )
+        } ?? .forward(owner)
+    }
+
+    /// Where a request for one of this node's own keys goes while the node holds
+    /// (``Placement/standIn(forOwnKeyHash:in:upOnly:)``).
+    func standIn(forOwnKey key: UnsafeRawBufferPointer, upOnly: Bool = false) -> CachetClusterMember? {
+        let hash = CachetRing.hash(key)
+        return withState { health, _ in
+            Placement.standIn(forOwnKeyHash: hash, in: ClusterView(health: health), upOnly: upOnly)
+        } ?? nil
+    }
+
+    /// Runs `body` on the state under the lock, after bringing it up to date: the peers' health made anew
+    /// for a new membership (the minority recounted with it), and the ledger told of an absence of this
+    /// node that the hold counted since the last look (before anything reads or records the log).
     func withState<T>(_ body: (inout CachetClusterHealth, inout State) -> T) -> T? {
         let generation = membership.generation
         let snapshot: (nodeID: String, membership: CachetMembership)? =
-            state.withLock { $0.generation == generation } ? nil : membership.snapshot()
+            state.withLock { $0.peers.isCurrent(generation) } ? nil : membership.snapshot()
         var change: MinorityRule.Change?
         let result = state.withLockUnchecked { state -> T? in
-            if let snapshot, state.generation != generation {
-                state.health = try? CachetClusterHealth(
-                    membership: snapshot.membership,
-                    localID: snapshot.nodeID,
-                    configuration: configuration
-                )
-                state.generation = generation
+            if state.peers.refresh(generation: generation, membership: snapshot, configuration: configuration) {
                 // Every peer starts over as up: the minority is recounted with the new membership.
-                if var health = state.health {
+                if var health = state.peers.health {
                     change = updateMinority(&health, &state)
-                    state.health = health
+                    state.peers.health = health
                 }
             }
-            // This node may have been away since the last look: its stand-in copies are not served again
-            // until written again, before anything reads or records them.
-            if let absences = hold?.absenceCount, absences != state.absencesSeen {
-                state.absencesSeen = absences
-                state.duty.thisNodeMayHaveBeenAway()
-            }
-            guard var health = state.health else { return nil }
-            state.health = nil
-            defer { state.health = health }
+            state.ledger.noteAbsences(hold?.absenceCount)
+            guard var health = state.peers.health else { return nil }
+            state.peers.health = nil
+            defer { state.peers.health = health }
             return body(&health, &state)
         }
         if let change { log(change) }

@@ -149,7 +149,7 @@ public final class CachetNodeServer: Sendable {
             configuration.cluster == nil
             ? nil
             : disk.map {
-                NodeHealth.openStandInFile(
+                StandInLedger.open(
                     directory: $0.store.configuration.directory,
                     membership: statistics.membership,
                     logger: logger
@@ -164,8 +164,7 @@ public final class CachetNodeServer: Sendable {
                 hold: hold,
                 holdPeriod: holdPeriod,
                 logger: logger,
-                standIns: standIns?.log ?? CachetStandInLog(),
-                standInFile: standIns?.file
+                standIns: standIns ?? StandInLedger()
             )
         statistics.health.withLock { $0 = health }
         statistics.hold.withLock { $0 = hold }

@@ -1,33 +1,30 @@
 import CachetCluster
 import CachetRing
 
-/// Where a request for a key goes because of the peers' health and this node's hold
-/// (`Protocol/CLUSTER.md`, "Forwarding" and "Failover without stale reads"): placement of another member's
-/// key, and the stand-in of this node's own keys while it holds.
-extension NodeHealth {
-    /// Where a request for a key this node does not own goes.
-    enum Placement {
-        /// To this member: the owner, or the stand-in when the owner is down.
-        case forward(CachetClusterMember)
-        /// Served here, under the stand-in rules for the owner with this id: this node stands in for it.
-        case standIn(ownerID: String)
-        /// The owner answers again and this node has not finished telling it what it wrote for it: a GET
-        /// misses (another node may have stood in too, with a newer value), a write goes to the owner.
-        case delivering(owner: CachetClusterMember)
-        /// This node would stand in, but it holds after an absence: peers that have not seen it come back
-        /// send the key to the next stand-in, this member, and so does this node (forwarded requests too),
-        /// so that the key has one place until they all see it back.
-        case deferred(to: CachetClusterMember)
-        /// This node would stand in but cannot vouch for its view: a member before it on the key's preference
-        /// list is down only in a view this node formed while cut off (or has not answered since it started),
-        /// or, while it holds after an absence, the member after it, where the others send the key, has not
-        /// answered it yet (it is only assumed up). A GET misses, a write is refused.
-        case unsettled
-        /// This node would serve the key here (it would stand in, or a peer forwarded it) but reaches fewer
-        /// than a majority of the members: the others may have given the key to another member, which takes
-        /// its writes meanwhile. A GET misses, a write is refused.
-        case minority
-    }
+/// Where a request for a key this node does not own goes because of the peers' health and this node's hold
+/// (`Protocol/CLUSTER.md`, "Forwarding" and "Failover without stale reads"), and who stands in for this
+/// node's own keys while it holds: pure functions of a ``ClusterView``, made under ``NodeHealth``'s lock.
+enum Placement: Equatable {
+    /// To this member: the owner, or the stand-in when the owner is down.
+    case forward(CachetClusterMember)
+    /// Served here, under the stand-in rules for the owner with this id: this node stands in for it.
+    case standIn(ownerID: String)
+    /// The owner answers again and this node has not finished telling it what it wrote for it: a GET
+    /// misses (another node may have stood in too, with a newer value), a write goes to the owner.
+    case delivering(owner: CachetClusterMember)
+    /// This node would stand in, but it holds after an absence: peers that have not seen it come back
+    /// send the key to the next stand-in, this member, and so does this node (forwarded requests too),
+    /// so that the key has one place until they all see it back.
+    case deferred(to: CachetClusterMember)
+    /// This node would stand in but cannot vouch for its view: a member before it on the key's preference
+    /// list is down only in a view this node formed while cut off (or has not answered since it started),
+    /// or, while it holds after an absence, the member after it, where the others send the key, has not
+    /// answered it yet (it is only assumed up). A GET misses, a write is refused.
+    case unsettled
+    /// This node would serve the key here (it would stand in, or a peer forwarded it) but reaches fewer
+    /// than a majority of the members: the others may have given the key to another member, which takes
+    /// its writes meanwhile. A GET misses, a write is refused.
+    case minority
 
     /// Where a request for `key`, owned by `owner` (not this node), goes: to the owner while it is
     /// routable, else to the first routable member of the key's preference list (this node, or another
@@ -39,35 +36,41 @@ extension NodeHealth {
     /// (``Placement/deferred(to:)``): a peer that forwarded it here takes this node for the stand-in, and the
     /// others may not see it back yet. In the minority (`inMinority`: the minority rule), it serves no other
     /// member's key at all (``Placement/minority``).
-    func place(
-        _ key: UnsafeRawBufferPointer,
+    /// - Parameters:
+    ///   - hash: the key's ring hash (`CachetRing.hash`).
+    ///   - owner: the key's owner, another member.
+    ///   - view: the cluster as this node sees it, with whether `owner` is clean.
+    ///   - forwarded: a peer forwarded the request here.
+    ///   - inMinority: this node reaches fewer than a majority of the members.
+    ///   - holding: whether this node holds after an absence; asked only when the answer matters.
+    static func of(
+        hash: UInt64,
         owner: CachetClusterMember,
+        in view: ClusterView,
         forwarded: Bool = false,
         inMinority: Bool = false,
         holding: () -> Bool = { false }
     ) -> Placement {
-        let hash = CachetRing.hash(key)
-        return withState { health, state in
-            let route = health.route(hash: hash)
-            let standsIn = route.target == health.localIndex
-            if (standsIn || forwarded) && inMinority { return .minority }
-            // Standing in on a view this node cannot vouch for (a member before it may be down only because
-            // this node was cut off) could make a second place for the key: the others may still send it to
-            // that member.
-            if standsIn && !Self.knowsDown(before: health.localIndex, in: health, hash: hash) { return .unsettled }
-            guard (standsIn || forwarded) && holding() else {
-                if standsIn { return .standIn(ownerID: owner.id) }
-                if route.target == route.owner {
-                    return state.duty.log.phase(of: owner.id) == .clean ? .forward(owner) : .delivering(owner: owner)
-                }
-                return .forward(health.membership.members[route.target])
+        let health = view.health
+        let route = health.route(hash: hash)
+        let standsIn = route.target == health.localIndex
+        if (standsIn || forwarded) && inMinority { return .minority }
+        // Standing in on a view this node cannot vouch for (a member before it may be down only because
+        // this node was cut off) could make a second place for the key: the others may still send it to
+        // that member.
+        if standsIn && !knowsDown(before: health.localIndex, in: health, hash: hash) { return .unsettled }
+        guard (standsIn || forwarded) && holding() else {
+            if standsIn { return .standIn(ownerID: owner.id) }
+            if route.target == route.owner {
+                return view.ownerIsClean ? .forward(owner) : .delivering(owner: owner)
             }
-            switch Self.successor(in: health, hash: hash) {
-            case .member(let next): return .deferred(to: next)
-            case .unanswered: return .unsettled
-            case .none: return standsIn ? .standIn(ownerID: owner.id) : .unsettled
-            }
-        } ?? .forward(owner)
+            return .forward(health.membership.members[route.target])
+        }
+        switch successor(in: health, hash: hash) {
+        case .member(let next): return .deferred(to: next)
+        case .unanswered: return .unsettled
+        case .none: return standsIn ? .standIn(ownerID: owner.id) : .unsettled
+        }
     }
 
     /// Whether this node's view of every member before `member` on the key's preference list is its own:
@@ -123,11 +126,8 @@ extension NodeHealth {
     /// own there too keeps one place for each key until the stand-ins have told it what they wrote.
     /// - Parameter upOnly: take only a peer that is up, not one that is suspect: in the minority, where the
     ///   peers not up are likely out of reach, a forward to one would only wait for its deadline.
-    func standIn(forOwnKey key: UnsafeRawBufferPointer, upOnly: Bool = false) -> CachetClusterMember? {
-        let hash = CachetRing.hash(key)
-        return withState { health, _ -> CachetClusterMember? in
-            if case .member(let next) = Self.successor(in: health, hash: hash, upOnly: upOnly) { return next }
-            return nil
-        } ?? nil
+    static func standIn(forOwnKeyHash hash: UInt64, in view: ClusterView, upOnly: Bool = false) -> CachetClusterMember? {
+        if case .member(let next) = successor(in: view.health, hash: hash, upOnly: upOnly) { return next }
+        return nil
     }
 }
