@@ -75,7 +75,8 @@ public final class CachetCLIConnection {
         } catch {
             // A plain node port answers a TLS ClientHello with a frame, which OpenSSL reports as a record of a
             // wrong version.
-            let plainPort = tls != nil && error.code == .tlsHandshakeFailed && error.message.contains("wrong version number")
+            let plainPort =
+                tls != nil && error.code == .tlsHandshakeFailed && error.message.contains("wrong version number")
             throw Self.translate(
                 error,
                 hint: plainPort

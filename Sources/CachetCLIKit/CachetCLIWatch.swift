@@ -39,7 +39,9 @@ public enum CachetCLIWatch {
                 default:
                     if word.starts(with: Array("--".utf8)) {
                         let option = String(decoding: word, as: UTF8.self)
-                        throw usage("unknown option \(option) (a prefix that starts with -- goes after --: watch -- \(option))")
+                        throw usage(
+                            "unknown option \(option) (a prefix that starts with -- goes after --: watch -- \(option))"
+                        )
                     }
                     guard !prefixSeen else { throw usage("one prefix at most") }
                     prefixSeen = true

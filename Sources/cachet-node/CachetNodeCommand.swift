@@ -389,7 +389,7 @@ struct CachetNodeCommand: ParsableCommand {
             server.run(until: signals)
             if let metrics { _ = Self.waitFor { await metrics.stop() } }
             reload.cancel()
-        } catch where error.code == .invalidConfiguration {
+        } catch  where error.code == .invalidConfiguration {
             throw ValidationError(error.description)
         } catch {
             // Not a mistake in the flags (a port or data directory in use, a disk that cannot be opened): the

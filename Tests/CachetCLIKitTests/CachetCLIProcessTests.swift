@@ -81,7 +81,10 @@ struct CachetCLIProcessTests {
         defer { directory.remove() }
         let missing = try runCLI(["--port", "\(node.port)", "put", "k", "@" + directory.appending("absent")])
         #expect(missing.status == 2)
-        #expect(missing.output.contains("cannot read \(directory.appending("absent")): No such file or directory"), "\(missing.output)")
+        #expect(
+            missing.output.contains("cannot read \(directory.appending("absent")): No such file or directory"),
+            "\(missing.output)"
+        )
         let folder = try runCLI(["--port", "\(node.port)", "put", "k", "@" + directory.path])
         #expect(folder.status == 2 && folder.output.contains("it is a directory"), "\(folder.output)")
     }

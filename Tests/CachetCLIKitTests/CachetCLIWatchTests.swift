@@ -76,9 +76,13 @@ struct CachetCLIWatchTests {
         } catch {
             #expect(error.code == .usage && error.message.contains("unknown option --bogus"), "\(error.message)")
         }
-        #expect(try CachetCLIWatch.Options(words: ["--", "--odd"].map { Array($0.utf8) }).prefix == Array("--odd".utf8))
+        #expect(
+            try CachetCLIWatch.Options(words: ["--", "--odd"].map { Array($0.utf8) }).prefix == Array("--odd".utf8)
+        )
         #expect(try CachetCLIWatch.Options(words: ["--values", "--", "--odd"].map { Array($0.utf8) }).values)
-        #expect(throws: CachetCLIError.self) { try CachetCLIWatch.Options(words: ["--", "a", "b"].map { Array($0.utf8) }) }
+        #expect(throws: CachetCLIError.self) {
+            try CachetCLIWatch.Options(words: ["--", "a", "b"].map { Array($0.utf8) })
+        }
         let put = CachetEvent(kind: .put, sequence: 7, ttl: 60, key: Array("user:1".utf8), value: Array("Ada".utf8))
         #expect(CachetCLIWatch.line(put) == "7 put user:1 = Ada (ttl 60 s)")
         #expect(

@@ -20,7 +20,10 @@ struct CachetMembershipStatsTests {
     }
 
     @Test(arguments: [
-        (#"{"cluster_members": [{"id": "n1", "host": "h", "port": 1}"#, CachetClusterError.Code.invalidJSON, "not valid JSON"),
+        (
+            #"{"cluster_members": [{"id": "n1", "host": "h", "port": 1}"#, CachetClusterError.Code.invalidJSON,
+            "not valid JSON"
+        ),
         ("[1]", .wrongType, "the reply holds"),
         (#"{"cluster_members": 3}"#, .wrongType, #""cluster_members" is"#),
         (#"{"items": 1}"#, .missingField, "not a member of a cluster"),

@@ -52,7 +52,10 @@ struct TestSetupTests {
         let install = calls.split(separator: "\n").first { $0.hasPrefix("install") }.map(String.init) ?? ""
         let asked = Set(install.split(separator: " ").map(String.init))
         for package in try Self.listedPackages() {
-            #expect(asked.contains(package), "./test.sh --setup did not install \(package): apt-get was called \(calls)")
+            #expect(
+                asked.contains(package),
+                "./test.sh --setup did not install \(package): apt-get was called \(calls)"
+            )
         }
         #expect(calls.hasPrefix("update"), "apt-get update comes first: \(calls)")
     }
@@ -79,7 +82,10 @@ struct TestSetupTests {
         )
         #expect(programs.contains("/usr/bin/openssl") && programs.contains("/usr/bin/python3"))
         // What the listed packages bring with them (python3 brings python3-minimal, which has the binary).
-        let depends = try DeployFiles.run("/usr/bin/dpkg-query", ["-W", "-f=${Pre-Depends},${Depends}\n"] + listed.sorted())
+        let depends = try DeployFiles.run(
+            "/usr/bin/dpkg-query",
+            ["-W", "-f=${Pre-Depends},${Depends}\n"] + listed.sorted()
+        )
         let brought = Set(depends.output.matches(of: /(?:^|[,|\n]\s*)([a-z0-9.+-]+)/).map { String($0.output.1) })
         for program in programs.sorted() where !optional.contains(where: { program.contains($0) }) {
             let owner = try DeployFiles.run("/usr/bin/dpkg", ["-S", program])

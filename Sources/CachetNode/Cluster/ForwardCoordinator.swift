@@ -130,7 +130,8 @@ final class ForwardCoordinator {
             forwarder.forward(again) { [self] outcome in
                 settle(again, outcome, retries: max(0, retries), answer: answer)
             }
-        case .suspended(.get(let key, let id, let warmUp, let lease, let withTTL)) where processor.disk != nil:
+        case .suspended(let operation) where processor.disk != nil && operation.isGet:
+            guard case .get(let key, _, _, _, _) = operation else { break }
             // The disk worker answers on its own thread; the reply is made back on this loop's queue.
             let loop = forwarder.loop
             let onLoop = LoopConfined((processor, answer))
@@ -138,19 +139,7 @@ final class ForwardCoordinator {
                 loop.execute {
                     let (processor, answer) = onLoop.value
                     var output = CachetByteBuffer(capacity: 256)
-                    if warmUp {
-                        processor.completeWarmUpRead(id: id, entry: entry, output: &output, now: CachetClock.now())
-                    } else {
-                        processor.completeGet(
-                            key: key,
-                            id: id,
-                            entry: entry,
-                            lease: lease,
-                            withTTL: withTTL,
-                            output: &output,
-                            now: CachetClock.now()
-                        )
-                    }
+                    processor.completeDiskGet(operation, entry: entry, output: &output, now: CachetClock.now())
                     answer(Array(output.readableRegion))
                 }
             }

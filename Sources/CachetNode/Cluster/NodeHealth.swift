@@ -100,7 +100,13 @@ final class NodeHealth: Sendable {
             guard let index = health.membership.index(ofID: member.id) else { return false }
             let wasCutOff = health.isCutOff
             let wasUp = health.state(of: index) == .up
-            let transition = PeerHealthState.apply(outcome, to: index, in: &health, now: now, random: &state.peers.random)
+            let transition = PeerHealthState.apply(
+                outcome,
+                to: index,
+                in: &health,
+                now: now,
+                random: &state.peers.random
+            )
             if transition == .cameUp || (transition == .becameSuspect && wasUp) { memberChange = transition }
             if case .wentDown = transition { memberChange = transition }
             switch transition {

@@ -126,7 +126,8 @@ enum Placement: Equatable {
     /// own there too keeps one place for each key until the stand-ins have told it what they wrote.
     /// - Parameter upOnly: take only a peer that is up, not one that is suspect: in the minority, where the
     ///   peers not up are likely out of reach, a forward to one would only wait for its deadline.
-    static func standIn(forOwnKeyHash hash: UInt64, in view: ClusterView, upOnly: Bool = false) -> CachetClusterMember? {
+    static func standIn(forOwnKeyHash hash: UInt64, in view: ClusterView, upOnly: Bool = false) -> CachetClusterMember?
+    {
         if case .member(let next) = successor(in: view.health, hash: hash, upOnly: upOnly) { return next }
         return nil
     }

@@ -90,7 +90,8 @@ struct StandInLedger {
             // A file at its budget (part of --disk-limit) takes the owner's overflow instead of the key: the
             // owner then gets a CLEAR on its return, as when its log passes its limits.
             remember = addition == .key && file.hasRoom(forKey: key, owner: owner)
-            let record: CachetStandInLogFile.Record = remember ? .key(owner: owner, key: key) : .overflowed(owner: owner)
+            let record: CachetStandInLogFile.Record =
+                remember ? .key(owner: owner, key: key) : .overflowed(owner: owner)
             if let failure = file.append(record) { return failure.message }
         }
         recordInLog(key, owner: owner, ownerRoutable: ownerRoutable, servable: servable, remember: remember)

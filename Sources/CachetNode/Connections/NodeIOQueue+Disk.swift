@@ -34,23 +34,11 @@ extension NodeIOQueue {
         }
         guard let disk = processor.disk else { return }
         switch operation {
-        case .get(let key, let id, let warmUp, let lease, let withTTL):
+        case .get(let key, _, _, _, _):
             disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
                 execute { [self] in
                     resume(connection) { processor, output, now in
-                        if warmUp {
-                            processor.completeWarmUpRead(id: id, entry: entry, output: &output, now: now)
-                        } else {
-                            processor.completeGet(
-                                key: key,
-                                id: id,
-                                entry: entry,
-                                lease: lease,
-                                withTTL: withTTL,
-                                output: &output,
-                                now: now
-                            )
-                        }
+                        processor.completeDiskGet(operation, entry: entry, output: &output, now: now)
                     }
                 }
             }

@@ -30,4 +30,10 @@ extension PendingOperation {
         case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
         }
     }
+
+    /// Whether it is a GET that went to the disk tier.
+    var isGet: Bool {
+        if case .get = self { return true }
+        return false
+    }
 }

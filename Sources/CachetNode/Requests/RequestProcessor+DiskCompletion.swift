@@ -41,6 +41,23 @@ extension RequestProcessor {
         }
     }
 
+    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:)``) with
+    /// what was read: a peer's warm-up GET as ``completeWarmUpRead(id:entry:output:now:)``, a client's as
+    /// ``completeGet(key:id:entry:lease:withTTL:output:now:)``.
+    func completeDiskGet(
+        _ operation: PendingOperation,
+        entry: CachetDiskEntry?,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
+        guard case .get(let key, let id, let warmUp, let lease, let withTTL) = operation else { return }
+        if warmUp {
+            completeWarmUpRead(id: id, entry: entry, output: &output, now: now)
+        } else {
+            completeGet(key: key, id: id, entry: entry, lease: lease, withTTL: withTTL, output: &output, now: now)
+        }
+    }
+
     /// Answers a PUT whose disk write has been queued.
     func completePut(id: UInt32, output: inout CachetByteBuffer) {
         appendReply(opcode: .put, status: .ok, id: id, to: &output)

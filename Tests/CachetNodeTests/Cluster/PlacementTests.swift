@@ -53,7 +53,9 @@ struct PlacementTests {
         )
         // When this node is next on the list, it stands in itself.
         let byThisNode = Self.hash(first: 2, second: 0, in: health)
-        #expect(Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: health)) == .standIn(ownerID: "n2"))
+        #expect(
+            Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: health)) == .standIn(ownerID: "n2")
+        )
     }
 
     @Test func inTheMinorityOrHoldingThisNodeDoesNotStandIn() throws {
@@ -76,7 +78,11 @@ struct PlacementTests {
         #expect(next.id != "n0" && next.id != "n2")
         // `holding` is asked only when it matters: not for a key forwarded to a routable owner.
         var asked = false
-        _ = Placement.of(hash: Self.hash(first: 1, second: 3, in: health), owner: health.membership.members[1], in: view) {
+        _ = Placement.of(
+            hash: Self.hash(first: 1, second: 3, in: health),
+            owner: health.membership.members[1],
+            in: view
+        ) {
             asked = true
             return true
         }

@@ -26,7 +26,9 @@ struct NodeTTLReplyTests {
         let arguments = ["--data-dir", directory.path, "--disk-limit", "64MiB"]
         var node = try NodeProcess(arguments: arguments)
         var socket = try node.connect()
-        #expect(try socket.roundTrip(.put(key: Array("session".utf8), value: Array("abc".utf8), ttl: 3600)).status == .ok)
+        #expect(
+            try socket.roundTrip(.put(key: Array("session".utf8), value: Array("abc".utf8), ttl: 3600)).status == .ok
+        )
         #expect(try socket.roundTrip(.put(key: Array("forever".utf8), value: Array("xyz".utf8), ttl: 0)).status == .ok)
         #expect(try socket.roundTrip(.put(key: Array("empty".utf8), value: [], ttl: 60)).status == .ok)
 
