@@ -25,8 +25,47 @@ public struct CachetDiskConfiguration: Sendable {
     /// stale files could not be deleted; when it is full of the latter, writes are refused.
     public var journalCapacity: Int = CachetDiskConfiguration.defaultJournalCapacity
 
-    /// The default journal size: 65,536 records, 2.9 MB per file.
+    /// The default journal size: 65,536 records, 2.9 MB per file; a tier of 64 MiB or more gets it
+    /// (``sized(footprint:directory:standInLog:)``).
     public static let defaultJournalCapacity = 65_536
+
+    /// The smallest journal a tier is given: 4,096 records (180 KB per file), four times the default queue
+    /// capacity, so that the writes and deletes waiting for the disk seldom wait for the journal.
+    public static let minimumJournalCapacity = 4_096
+
+    /// Bytes a cluster member's stand-in log file may take (`CachetStandInLogFile`'s budget), part of the
+    /// tier's footprint; 0 for a node that is not a cluster member.
+    public var standInLogBytes: Int = 0
+
+    /// The tier's whole footprint on disk: the entry files, the journal's files, the stand-in log's budget.
+    public var footprint: Int { limit + journalBytes + standInLogBytes }
+
+    /// A tier whose whole footprint is `footprint` bytes (the node's `--disk-limit`): the journal takes
+    /// about a sixteenth of it (between ``minimumJournalCapacity`` and ``defaultJournalCapacity`` records), a
+    /// cluster member's stand-in log about an eighth (between 256 KiB and its 4 MiB default), and the entry
+    /// files what they leave; nil when that leaves them less than ``minimumEntryBytes``.
+    /// - Parameters:
+    ///   - footprint: the bytes the tier may take in all.
+    ///   - directory: the data directory.
+    ///   - standInLog: whether the node is a cluster member, which keeps a stand-in log there.
+    /// - Returns: the configuration, or nil when `footprint` is too small (``minimumFootprint(standInLog:)``).
+    public static func sized(footprint: Int, directory: String, standInLog: Bool) -> CachetDiskConfiguration? {
+        var disk = CachetDiskConfiguration(directory: directory, limit: 0)
+        let perRecordPair = 2 * DiskJournal.recordSize
+        disk.journalCapacity = min(defaultJournalCapacity, max(minimumJournalCapacity, footprint / 16 / perRecordPair))
+        disk.standInLogBytes = standInLog ? min(4 << 20, max(256 << 10, footprint / 8)) : 0
+        let entries = footprint - disk.journalBytes - disk.standInLogBytes
+        guard entries >= minimumEntryBytes else { return nil }
+        disk.limit = entries
+        return disk
+    }
+
+    /// The smallest footprint ``sized(footprint:directory:standInLog:)`` accepts.
+    public static func minimumFootprint(standInLog: Bool) -> Int {
+        var disk = CachetDiskConfiguration(directory: "", limit: 0)
+        disk.journalCapacity = minimumJournalCapacity
+        return disk.journalBytes + (standInLog ? 256 << 10 : 0) + minimumEntryBytes
+    }
 
     /// Bytes the two journal files take on disk: they are created at full size when the tier opens.
     public var journalBytes: Int { 2 * (DiskJournal.headerSize + journalCapacity * DiskJournal.recordSize) }

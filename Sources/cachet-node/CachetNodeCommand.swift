@@ -319,23 +319,25 @@ struct CachetNodeCommand: ParsableCommand {
             }
             if diskBytes > 0 {
                 // --disk-limit is the tier's whole footprint: the journal's files, created at full size, a
-                // cluster member's stand-in log at its budget, and the entry files in what they leave.
-                var disk = CachetDiskConfiguration(directory: dataDir, limit: 0)
-                let standInLog = configuration.cluster == nil ? 0 : CachetStandInLogFile.defaultMaximumFileBytes
-                let fixed = disk.journalBytes + standInLog
-                let minimum = fixed + CachetDiskConfiguration.minimumEntryBytes
-                guard diskBytes >= minimum else {
-                    let what =
-                        standInLog == 0
-                        ? "its journal files take \(fixed) bytes"
-                        : "its journal files and the stand-in log take \(fixed) bytes"
+                // cluster member's stand-in log at its budget, both sized from it, and the entry files in what
+                // they leave.
+                let standInLog = configuration.cluster != nil
+                guard
+                    var disk = CachetDiskConfiguration.sized(
+                        footprint: diskBytes,
+                        directory: dataDir,
+                        standInLog: standInLog
+                    )
+                else {
+                    let minimum = CachetDiskConfiguration.minimumFootprint(standInLog: standInLog)
+                    let what = standInLog ? "its journal files and the stand-in log" : "its journal files"
                     throw CachetNodeError(
                         code: .invalidConfiguration,
-                        message: "--disk-limit \(diskLimit) is too small for the disk tier: \(what), so it needs at "
-                            + "least \(minimum) bytes (\(standInLog == 0 ? 6 : 10)MiB will do), or 0 to turn the disk tier off"
+                        message: "--disk-limit \(diskLimit) is too small for the disk tier: \(what) and the least room "
+                            + "for entries take \(minimum) bytes (1MiB will do), or 0 to turn the "
+                            + "disk tier off"
                     )
                 }
-                disk.limit = diskBytes - fixed
                 if let level = compressionLevel { disk.compressionLevel = level }
                 configuration.disk = disk
             }

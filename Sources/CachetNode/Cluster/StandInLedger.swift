@@ -190,18 +190,21 @@ extension StandInLedger {
     ///   - directory: the data directory.
     ///   - membership: the node's id and members.
     ///   - limits: the log's bounds per owner.
+    ///   - maximumFileBytes: the file's budget, its share of `--disk-limit`.
     ///   - logger: where problems are logged.
     /// - Returns: the ledger to start from, with its file.
     static func open(
         directory: String,
         membership: CachetNodeMembership,
         limits: CachetStandInLog.Limits = .init(),
+        maximumFileBytes: Int = CachetStandInLogFile.defaultMaximumFileBytes,
         logger: Logger
     ) -> StandInLedger {
         let (file, replay) = CachetStandInLogFile.open(
             directory: directory,
             maximumKeys: limits.maximumKeys,
-            maximumBytes: limits.maximumBytes
+            maximumBytes: limits.maximumBytes,
+            maximumFileBytes: maximumFileBytes
         )
         var log = CachetStandInLog(limits: limits)
         let (nodeID, current) = membership.snapshot()

@@ -22,6 +22,14 @@ public final class CachetNodeServer: Sendable {
     /// The software version reported by STATS.
     public static let version = "0.1.0"
 
+    /// The stand-in log file's budget in `disk`'s footprint: what ``CachetDiskConfiguration/sized(footprint:directory:standInLog:)``
+    /// gave it, or for a tier configured by hand, the file's default budget (none for a node that is not a
+    /// cluster member).
+    static func standInLogBytes(_ disk: CachetDiskConfiguration, cluster: Bool) -> Int {
+        guard cluster else { return 0 }
+        return disk.standInLogBytes > 0 ? disk.standInLogBytes : CachetStandInLogFile.defaultMaximumFileBytes
+    }
+
     /// The configuration the node was created with.
     public let configuration: CachetNodeConfiguration
     /// The memory tier.
@@ -90,7 +98,7 @@ public final class CachetNodeServer: Sendable {
                     store: store,
                     worker: CachetDiskWorker(store: store),
                     limit: diskConfiguration.limit + diskConfiguration.journalBytes
-                        + (configuration.cluster == nil ? 0 : CachetStandInLogFile.defaultMaximumFileBytes)
+                        + Self.standInLogBytes(diskConfiguration, cluster: configuration.cluster != nil)
                 )
             } catch {
                 throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
@@ -152,6 +160,7 @@ public final class CachetNodeServer: Sendable {
                 StandInLedger.open(
                     directory: $0.store.configuration.directory,
                     membership: statistics.membership,
+                    maximumFileBytes: Self.standInLogBytes($0.store.configuration, cluster: true),
                     logger: logger
                 )
             }

@@ -131,8 +131,10 @@ struct NodeDiskTests {
             }
             #expect(node.stop() == 0)
         }
-        // --disk-limit is the whole footprint: 20 KiB for entries on top of the journal's files.
-        let footprint = CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes + 20 * 1024
+        // --disk-limit is the whole footprint: 20 KiB for entries on top of the smallest journal's files.
+        let footprint =
+            CachetDiskConfiguration.minimumFootprint(standInLog: false) - CachetDiskConfiguration.minimumEntryBytes
+            + 20 * 1024
         let node = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "\(footprint)"])
         let counters = try stats(try node.connect())
         #expect((counters["disk_bytes"] as? Int ?? .max) <= 20 * 1024)
@@ -170,16 +172,44 @@ struct NodeDiskTests {
 
     @Test func aDiskLimitTooSmallForTheJournalIsRefusedAtStartWithTheMinimum() throws {
         let data = TemporaryDirectory(prefix: "cachet-node-data")
-        let minimum =
-            CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes
-            + CachetDiskConfiguration.minimumEntryBytes
+        let minimum = CachetDiskConfiguration.minimumFootprint(standInLog: false)
         do {
-            _ = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "4MiB"], timeout: 10)
-            Issue.record("a node started with --disk-limit 4MiB")
+            _ = try NodeProcess(arguments: ["--data-dir", data.path, "--disk-limit", "256KiB"], timeout: 10)
+            Issue.record("a node started with --disk-limit 256KiB")
         } catch {
             #expect("\(error)".contains("is too small for the disk tier"), "\(error)")
-            #expect("\(error)".contains("at least \(minimum) bytes"), "\(error)")
+            #expect("\(error)".contains("take \(minimum) bytes"), "\(error)")
         }
+    }
+
+    /// The journal is sized from `--disk-limit`: a small tier gets small journals (a 2 MiB tier used to be
+    /// refused, its two journal files taking 5.5 MiB whatever the limit), the default 1 GiB the full ones.
+    @Test func theJournalIsSizedFromTheDiskLimit() throws {
+        let data = TemporaryDirectory(prefix: "cachet-node-data")
+        let small = try NodeProcess(arguments: ["--data-dir", data.appending("small"), "--disk-limit", "2MiB"])
+        let client = try small.connect()
+        for key in 0..<50 {
+            #expect(try client.roundTrip(.put(key: Array("k\(key)".utf8), value: [1, 2, 3], ttl: 0)).status == .ok)
+        }
+        try waitForDiskQueue(client)
+        let sized = try #require(
+            CachetDiskConfiguration.sized(footprint: 2 << 20, directory: "", standInLog: false)
+        )
+        let counters = try stats(client)
+        #expect(counters["disk_limit"] as? Int == 2 << 20)
+        #expect(counters["disk_entry_limit"] as? Int == sized.limit)
+        #expect(sized.journalCapacity == CachetDiskConfiguration.minimumJournalCapacity)
+        var journal = 0
+        for name in ["journal-0", "journal-1"] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: data.appending("small/" + name))
+            journal += attributes[.size] as? Int ?? 0
+        }
+        #expect(journal == sized.journalBytes && journal < 512 << 10, "journal files of \(journal) bytes")
+        #expect(small.stop() == 0)
+        let large = try #require(CachetDiskConfiguration.sized(footprint: 1 << 30, directory: "", standInLog: true))
+        #expect(large.journalCapacity == CachetDiskConfiguration.defaultJournalCapacity)
+        #expect(large.standInLogBytes == 4 << 20)
+        #expect(large.footprint == 1 << 30)
     }
 
     /// A member of a cluster also keeps its stand-in log within `--disk-limit`, at its budget: a limit that
@@ -191,21 +221,20 @@ struct NodeDiskTests {
             "{\"members\": [{\"id\": \"n1\", \"host\": \"127.0.0.1\", \"port\": 17431}, {\"id\": \"n2\", \"host\": \"127.0.0.1\", \"port\": 17432}]}"
                 .utf8
         ).write(to: URL(fileURLWithPath: file))
-        let minimum =
-            CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes
-            + CachetStandInLogFile.defaultMaximumFileBytes + CachetDiskConfiguration.minimumEntryBytes
+        let minimum = CachetDiskConfiguration.minimumFootprint(standInLog: true)
+        #expect(minimum > CachetDiskConfiguration.minimumFootprint(standInLog: false))
         do {
             // Enough for a node alone, not for a member.
             _ = try NodeProcess(
                 arguments: [
-                    "--cluster", file, "--node-id", "n1", "--data-dir", data.appending("d"), "--disk-limit", "8MiB",
+                    "--cluster", file, "--node-id", "n1", "--data-dir", data.appending("d"), "--disk-limit", "512KiB",
                 ],
                 timeout: 10
             )
-            Issue.record("a member started with --disk-limit 8MiB")
+            Issue.record("a member started with --disk-limit 512KiB")
         } catch {
-            #expect("\(error)".contains("the stand-in log take"), "\(error)")
-            #expect("\(error)".contains("at least \(minimum) bytes"), "\(error)")
+            #expect("\(error)".contains("the stand-in log"), "\(error)")
+            #expect("\(error)".contains("take \(minimum) bytes"), "\(error)")
         }
         let node = try NodeProcess(
             arguments: [
@@ -214,11 +243,9 @@ struct NodeDiskTests {
         )
         let stats = try node.stats()
         #expect(stats["disk_limit"] as? Int == 16 << 20, "the footprint, stand-in log included")
-        #expect(
-            stats["disk_entry_limit"] as? Int
-                == (16 << 20) - CachetDiskConfiguration(directory: data.path, limit: 0).journalBytes
-                - CachetStandInLogFile.defaultMaximumFileBytes
-        )
+        let sized = try #require(CachetDiskConfiguration.sized(footprint: 16 << 20, directory: "", standInLog: true))
+        #expect(stats["disk_entry_limit"] as? Int == sized.limit)
+        #expect(sized.limit == (16 << 20) - sized.journalBytes - sized.standInLogBytes && sized.standInLogBytes > 0)
     }
 
     @Test func ttlIsHonouredAfterARestart() throws {

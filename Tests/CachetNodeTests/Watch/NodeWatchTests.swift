@@ -86,7 +86,9 @@ struct NodeWatchTests {
     @Test func aDiskTierAnnouncesWhatItEvictsAndNotWhatMemoryHandsIt() throws {
         let directory = TemporaryDirectory(prefix: "cachet-watch-disk")
         defer { directory.remove() }
-        let footprint = CachetDiskConfiguration(directory: directory.path, limit: 0).journalBytes + 64 * 1024
+        let footprint =
+            CachetDiskConfiguration.minimumFootprint(standInLog: false) - CachetDiskConfiguration.minimumEntryBytes
+            + 64 * 1024
         let node = try NodeProcess(arguments: [
             "--data-dir", directory.path, "--disk-limit", "\(footprint)", "--memory-limit", "1MiB",
         ])
