@@ -41,7 +41,8 @@ public struct CachetDiskConfiguration: Sendable {
     public var footprint: Int { limit + journalBytes + standInLogBytes }
 
     /// A tier whose whole footprint is `footprint` bytes (the node's `--disk-limit`): the journal takes
-    /// about a sixteenth of it (between ``minimumJournalCapacity`` and ``defaultJournalCapacity`` records), a
+    /// about a twelfth of it (a record per KiB, between ``minimumJournalCapacity`` and
+    /// ``defaultJournalCapacity`` records, which a tier of 64 MiB or more gets), a
     /// cluster member's stand-in log about an eighth (between 256 KiB and its 4 MiB default), and the entry
     /// files what they leave; nil when that leaves them less than ``minimumEntryBytes``.
     /// - Parameters:
@@ -51,8 +52,8 @@ public struct CachetDiskConfiguration: Sendable {
     /// - Returns: the configuration, or nil when `footprint` is too small (``minimumFootprint(standInLog:)``).
     public static func sized(footprint: Int, directory: String, standInLog: Bool) -> CachetDiskConfiguration? {
         var disk = CachetDiskConfiguration(directory: directory, limit: 0)
-        let perRecordPair = 2 * DiskJournal.recordSize
-        disk.journalCapacity = min(defaultJournalCapacity, max(minimumJournalCapacity, footprint / 16 / perRecordPair))
+        // A record per KiB of footprint: the journal's two files take about a twelfth of it.
+        disk.journalCapacity = min(defaultJournalCapacity, max(minimumJournalCapacity, footprint / 1024))
         disk.standInLogBytes = standInLog ? min(4 << 20, max(256 << 10, footprint / 8)) : 0
         let entries = footprint - disk.journalBytes - disk.standInLogBytes
         guard entries >= minimumEntryBytes else { return nil }

@@ -33,8 +33,9 @@ public struct DedicatedThreadsTrait: SuiteTrait, TestTrait, TestScoping {
         return max(2, ProcessInfo.processInfo.activeProcessorCount)
     }()
 
-    /// The turns of every test case with this trait in this process; one per process, as the pool is.
-    private static let turns = TestTurns(width: width)
+    /// The turns of every test case with this trait (or ``NodeTurnTrait``) in this process; one per process,
+    /// as the pool is.
+    static let turns = TestTurns(width: width)
 
     /// Scopes each test case (not the suite or a parameterized function as a whole).
     /// - Parameters:
@@ -61,6 +62,37 @@ public struct DedicatedThreadsTrait: SuiteTrait, TestTrait, TestScoping {
         defer { Self.turns.release() }
         try await withTaskExecutorPreference(DedicatedThreadExecutor()) { try await function() }
     }
+}
+
+/// A suite or test trait for async tests that start node clusters and wait for them with `await` (the
+/// `CachetClient` cluster suites): each test case takes one of the turns ``DedicatedThreadsTrait`` gives, so
+/// that no more node-heavy test cases run at once than there are cores, but stays on the task pool. Without
+/// it such a suite ran beside two dedicated ones, three clusters of nodes on two cores, and its forwards and
+/// batches timed out.
+public struct NodeTurnTrait: SuiteTrait, TestTrait, TestScoping {
+    /// Applied to every test of a suite, nested suites included.
+    public var isRecursive: Bool { true }
+
+    /// Scopes each test case (not the suite or a parameterized function as a whole).
+    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+        testCase == nil ? nil : self
+    }
+
+    /// Waits for a turn, then runs the test case where it is.
+    public func provideScope(
+        for test: Test,
+        testCase: Test.Case?,
+        performing function: @Sendable () async throws -> Void
+    ) async throws {
+        await DedicatedThreadsTrait.turns.acquire(first: test.timeLimit != nil)
+        defer { DedicatedThreadsTrait.turns.release() }
+        try await function()
+    }
+}
+
+extension Trait where Self == NodeTurnTrait {
+    /// Takes a turn among the node-heavy tests, on the task pool: see ``NodeTurnTrait``.
+    public static var nodeTurn: Self { NodeTurnTrait() }
 }
 
 extension Trait where Self == DedicatedThreadsTrait {

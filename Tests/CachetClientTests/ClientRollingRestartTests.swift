@@ -14,7 +14,7 @@ import Glibc
 /// a member that holds after its return passes its keys to the stand-in. No request fails, and no GET
 /// returns a value older than the last one its task had acknowledged (`Protocol/CLUSTER.md`, "A member
 /// that stops").
-@Suite("CachetClient through a rolling restart", .serialized)
+@Suite("CachetClient through a rolling restart", .serialized, .nodeTurn)
 struct ClientRollingRestartTests {
     /// What the tasks saw.
     struct Tally: Sendable {
