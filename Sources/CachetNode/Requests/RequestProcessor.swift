@@ -211,6 +211,17 @@ struct RequestProcessor {
                     }
                     warmable = header.flags & CachetRequestFlags.lastHop.rawValue == 0
                 }
+                if header.flags & CachetRequestFlags.ttl.rawValue != 0 {
+                    return getWithTTL(
+                        UnsafeRawBufferPointer(rebasing: buffer[key]),
+                        id: header.id,
+                        output: &output,
+                        outputCapacityLimit: outputCapacityLimit,
+                        noRoom: &noRoom,
+                        now: now,
+                        lease: header.flags & CachetRequestFlags.lease.rawValue != 0
+                    )
+                }
                 return get(
                     UnsafeRawBufferPointer(rebasing: buffer[key]),
                     id: header.id,
@@ -220,8 +231,7 @@ struct RequestProcessor {
                     now: now,
                     directSend: directSend,
                     warmable: warmable,
-                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0,
-                    withTTL: header.flags & CachetRequestFlags.ttl.rawValue != 0
+                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0
                 )
             case .put:
                 let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
@@ -316,21 +326,18 @@ struct RequestProcessor {
         now: UInt32,
         directSend: DirectSend?,
         warmable: Bool = false,
-        lease: Bool = false,
-        withTTL: Bool = false
+        lease: Bool = false
     ) -> PendingOperation? {
-        let hit: Bool? = store.withValue(forKey: key, now: now) { value, expiry in
+        let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
             // direct send may leave all of it to be queued. (Values below the threshold are never held
             // back: their replies fit a connection's initial buffer, or grow it by little.)
             if value.count >= Self.budgetCheckThreshold
-                && value.count + CachetProtocol.frameOverhead + 4 > outputCapacityLimit - output.readableBytes
+                && value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes
             {
                 return false
             }
-            if withTTL {
-                appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
-            } else if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
+            if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
                 appendReplyDirectly(id: id, value: value, output: &output, directSend: directSend)
             } else {
                 appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
@@ -351,12 +358,56 @@ struct RequestProcessor {
         // owner first (its disk tier cannot hold a newer value).
         // (Not for a GET with the lease flag: its miss is granted a lease here, and the one caller that holds
         // it loads the value, so a membership change costs a key at most one load.)
-        // (Nor for one with the `ttl` flag, whose reply carries the TTL left: it is read from the tiers here.)
-        if warmable && !lease && !withTTL, let operation = warmUpRequest(key, id: id) { return operation }
+        if warmable && !lease, let operation = warmUpRequest(key, id: id) { return operation }
         // A miss in memory goes to the disk queue only when the key may be there, counting the writes
         // queued but not applied (the serial queue then answers after them, in order).
         if let disk, disk.worker.mayHold(key: key, now: now) {
-            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL)
+            return .get(key: Array(key), id: id, warmUp: false, lease: lease)
+        }
+        RequestCounters.bump(counters.misses)
+        if lease {
+            appendLeaseMiss(key, id: id, to: &output)
+        } else {
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        }
+        return nil
+    }
+
+    /// A GET with the `ttl` flag (`Protocol/PROTOCOL.md`, "GET with the TTL left"): ``get(_:id:output:outputCapacityLimit:noRoom:now:directSend:warmable:lease:)``
+    /// with the TTL left before the value, kept apart so that a plain GET pays one flag test for it. Not
+    /// warmed up from a previous owner (it is answered from the tiers here, as a GET with `lease` is), and
+    /// never sent directly (its reply is small beside the values that are).
+    private func getWithTTL(
+        _ key: UnsafeRawBufferPointer,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        outputCapacityLimit: Int,
+        noRoom: inout Bool,
+        now: UInt32,
+        lease: Bool
+    ) -> PendingOperation? {
+        let hit: Bool? = store.withValue(forKey: key, now: now) { value, expiry in
+            if value.count >= Self.budgetCheckThreshold
+                && value.count + CachetProtocol.frameOverhead + 4 > outputCapacityLimit - output.readableBytes
+            {
+                return false
+            }
+            appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
+            return true
+        }
+        if let hit {
+            // No room: the frame is not answered now (nor counted), and is read again once there is.
+            guard hit else {
+                noRoom = true
+                return nil
+            }
+            RequestCounters.bump(counters.gets)
+            RequestCounters.bump(counters.hits)
+            return nil
+        }
+        RequestCounters.bump(counters.gets)
+        if let disk, disk.worker.mayHold(key: key, now: now) {
+            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: true)
         }
         RequestCounters.bump(counters.misses)
         if lease {
