@@ -29,6 +29,9 @@ public final class CachetBlockingConnection {
     /// The connection's TLS session; nil for a plain connection.
     public private(set) var tls: CachetTLSSession?
 
+    /// The socket as bytes cross it (``CachetStream``: plain, or through ``tls``).
+    var stream: CachetStream { CachetStream(fd: fd, tls: tls) }
+
     /// Connects and completes a TLS handshake, waiting at most `timeout` for both.
     /// - Parameters:
     ///   - address: where to connect.
@@ -76,11 +79,11 @@ public final class CachetBlockingConnection {
         while sent < bytes.count {
             guard fd >= 0 else { throw closedError("the connection is closed") }
             let rest = UnsafeRawBufferPointer(rebasing: bytes[sent...])
-            switch tls.map({ $0.write(rest) }) ?? CachetSocket.send(fd, rest) {
+            switch stream.write(rest) {
             case .bytes(let count):
                 sent += count
             case .wouldBlock:
-                guard CachetSocket.wait(fd, for: tls?.waitsFor ?? Int16(POLLOUT), until: deadline) else {
+                guard CachetSocket.wait(fd, for: stream.writeWaitEvents, until: deadline) else {
                     throw CachetIOError(
                         code: .timedOut,
                         message:
@@ -122,9 +125,7 @@ public final class CachetBlockingConnection {
             guard fd >= 0 else { throw closedError("the connection is closed") }
             input.reserveWritable(16 << 10)
             let room = input.writableBytes
-            switch tls.map({ $0.read(into: input.writePointer, count: room) })
-                ?? CachetSocket.read(fd, into: input.writePointer, count: room)
-            {
+            switch stream.read(into: input.writePointer, count: room) {
             case .bytes(let count):
                 input.moveWriteIndex(forwardBy: count)
                 return count
@@ -134,7 +135,7 @@ public final class CachetBlockingConnection {
                 if code == ECONNRESET { return 0 }
                 throw closedError("reading from \(address) failed: \(CachetIOError.describe(code))", code)
             case .wouldBlock:
-                guard CachetSocket.wait(fd, for: tls?.waitsFor ?? Int16(POLLIN), until: deadline) else {
+                guard CachetSocket.wait(fd, for: stream.readWaitEvents, until: deadline) else {
                     throw CachetIOError(
                         code: .timedOut,
                         message: "nothing from \(address) within \(deadline.timeout)",

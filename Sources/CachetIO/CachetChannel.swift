@@ -238,16 +238,14 @@ open class CachetChannel: @unchecked Sendable {
     ///   - count: the room in `buffer`.
     /// - Returns: what happened.
     public final func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> CachetSocket.IOResult {
-        if _usesTLS { return tls.unsafelyUnwrapped.read(into: buffer, count: count) }
-        return CachetSocket.read(_fd, into: buffer, count: count)
+        stream.read(into: buffer, count: count)
     }
 
     /// Sends bytes once, bypassing ``output`` (what the socket does not take is the caller's to keep).
     /// - Parameter bytes: what to send.
     /// - Returns: what happened (`.bytes` may be fewer than offered).
     public final func transmit(_ bytes: UnsafeRawBufferPointer) -> CachetSocket.IOResult {
-        if _usesTLS { return tls.unsafelyUnwrapped.write(bytes) }
-        return CachetSocket.send(_fd, bytes)
+        stream.write(bytes)
     }
 
     /// Sends a header and a body in one call, bypassing ``output`` (a reply and its value, without copying
@@ -259,14 +257,7 @@ open class CachetChannel: @unchecked Sendable {
     public final func transmit(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer)
         -> CachetSocket.IOResult
     {
-        guard _usesTLS, let tls else { return CachetSocket.send(_fd, header, body) }
-        // Two records; the count spans both, as one `writev` would.
-        let first = tls.write(header)
-        guard case .bytes(let sent) = first, sent == header.count else { return first }
-        switch tls.write(body) {
-        case .bytes(let more): return .bytes(sent + more)
-        case .wouldBlock, .endOfStream, .failed: return .bytes(sent)
-        }
+        stream.write(header, body)
     }
 
     /// What ``sendOutput()`` did.
@@ -301,15 +292,21 @@ open class CachetChannel: @unchecked Sendable {
     /// Ends the sending side (the peer reads the end of the stream after what was sent); reading goes on.
     public final func shutdownOutput() {
         guard _fd >= 0 else { return }
-        tls?.close()
-        CachetSocket.shutdownOutput(_fd)
+        stream.shutdownOutput()
     }
 
     /// Bytes received and not read yet: the kernel's, not ``input``'s (with TLS, the decrypted bytes
     /// OpenSSL holds and the kernel's still encrypted ones).
     public final var unreadBytes: Int {
         guard _fd >= 0 else { return 0 }
-        return (tls?.pending ?? 0) + CachetSocket.unreadBytes(_fd)
+        return stream.unreadBytes
+    }
+
+    /// The channel's socket as bytes cross it (``CachetStream``: plain, or through ``tls``). Made per call:
+    /// a plain channel reads no reference for it (the one test is ``_usesTLS``).
+    @inline(__always)
+    public final var stream: CachetStream {
+        CachetStream(fd: _fd, tls: _usesTLS ? tls.unsafelyUnwrapped : nil)
     }
 
     // MARK: - TLS

@@ -172,13 +172,14 @@ open class CachetSharedChannel: CachetChannel, @unchecked Sendable {
         while true {
             var blocked = false
             var failed = false
-            // A TLS channel is sent from the loop only, through its session; closed, it sends nothing.
+            // A TLS channel is sent from the loop only, through its session (its ``stream``); closed, it sends
+            // nothing. A plain one is sent from the caller's thread, on a plain stream over the shared socket.
             let closedTLS = sendsOnLoop && !isActive
             while sending.readableBytes > 0 && !blocked && !failed {
                 let result =
                     sendsOnLoop
                     ? (closedTLS ? .failed(EBADF) : transmit(sending.readableRegion))
-                    : CachetSocket.send(fd, sending.readableRegion)
+                    : CachetStream(fd: fd, tls: nil).write(sending.readableRegion)
                 switch result {
                 case .bytes(let count): sending.moveReadIndex(forwardBy: count)
                 case .wouldBlock: blocked = true
