@@ -45,8 +45,18 @@ public struct CachetStream {
     ///   - header: the first bytes.
     ///   - body: the bytes after them.
     /// - Returns: what happened (`.bytes` may be fewer than offered).
+    @inline(__always)
     public func write(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> CachetSocket.IOResult {
         guard let tls else { return CachetSocket.send(fd, header, body) }
+        return Self.writeRecords(tls, header, body)
+    }
+
+    /// A header and a body as two TLS records; the count spans both, as one `writev` would.
+    private static func writeRecords(
+        _ tls: CachetTLSSession,
+        _ header: UnsafeRawBufferPointer,
+        _ body: UnsafeRawBufferPointer
+    ) -> CachetSocket.IOResult {
         let first = tls.write(header)
         guard case .bytes(let sent) = first, sent == header.count else { return first }
         switch tls.write(body) {
