@@ -359,10 +359,22 @@ struct RequestProcessor {
         // (Not for a GET with the lease flag: its miss is granted a lease here, and the one caller that holds
         // it loads the value, so a membership change costs a key at most one load.)
         if warmable && !lease, let operation = warmUpRequest(key, id: id) { return operation }
-        // A miss in memory goes to the disk queue only when the key may be there, counting the writes
-        // queued but not applied (the serial queue then answers after them, in order).
+        return missedMemory(key, id: id, lease: lease, withTTL: false, output: &output, now: now)
+    }
+
+    /// A GET that missed memory: to the disk queue only when the key may be there, counting the writes
+    /// queued but not applied (the serial queue then answers after them, in order); else a miss, with a
+    /// lease reply for a GET with the `lease` flag.
+    private func missedMemory(
+        _ key: UnsafeRawBufferPointer,
+        id: UInt32,
+        lease: Bool,
+        withTTL: Bool,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) -> PendingOperation? {
         if let disk, disk.worker.mayHold(key: key, now: now) {
-            return .get(key: Array(key), id: id, warmUp: false, lease: lease)
+            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL)
         }
         RequestCounters.bump(counters.misses)
         if lease {
@@ -406,16 +418,7 @@ struct RequestProcessor {
             return nil
         }
         RequestCounters.bump(counters.gets)
-        if let disk, disk.worker.mayHold(key: key, now: now) {
-            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: true)
-        }
-        RequestCounters.bump(counters.misses)
-        if lease {
-            appendLeaseMiss(key, id: id, to: &output)
-        } else {
-            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
-        }
-        return nil
+        return missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
     }
 
     /// The NOT_FOUND of a GET with the `lease` flag: with a lease on the key for the caller, or, when
