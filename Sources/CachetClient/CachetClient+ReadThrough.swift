@@ -138,14 +138,7 @@ extension CachetClient {
 
     /// A GET with the `lease` flag.
     func leaseGet(_ key: [UInt8]) async throws(CachetClientError) -> LeaseAnswer {
-        try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
-        let (status, body, node) = try await execute(
-            key: key,
-            value: EmptyCollection(),
-            opcode: .get,
-            ttl: 0,
-            lease: .get
-        )
+        let (status, body, node) = try await flaggedGet(key, .get)
         switch status {
         case .ok: return .hit(body)
         case .notFound:
@@ -153,5 +146,14 @@ extension CachetClient {
             return reply.token == 0 ? .wait(reply.waitMilliseconds) : .lease(reply.token)
         default: throw statusError(status, body: body, opcode: .get, node: node)
         }
+    }
+
+    /// A GET of `key` with a flag (`lease`, or `ttl`), validated first: the reply's status, body and node.
+    func flaggedGet(
+        _ key: some Collection<UInt8>,
+        _ flag: ClientLease
+    ) async throws(CachetClientError) -> (CachetStatus, [UInt8], String) {
+        try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
+        return try await execute(key: key, value: EmptyCollection(), opcode: .get, ttl: 0, lease: flag)
     }
 }

@@ -53,14 +53,7 @@ extension CachetClient {
     }
 
     func getWithTTL(key: some Collection<UInt8>) async throws(CachetClientError) -> CachetEntryWithTTL? {
-        try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
-        let (status, body, node) = try await execute(
-            key: key,
-            value: EmptyCollection(),
-            opcode: .get,
-            ttl: 0,
-            lease: .ttlGet
-        )
+        let (status, body, node) = try await flaggedGet(key, .ttlGet)
         switch status {
         case .ok:
             guard body.count >= 4 else {

@@ -34,11 +34,19 @@ public struct CachetDiskConfiguration: Sendable {
     public static let minimumJournalCapacity = 4_096
 
     /// Bytes a cluster member's stand-in log file may take (`CachetStandInLogFile`'s budget), part of the
-    /// tier's footprint; 0 for a node that is not a cluster member.
-    public var standInLogBytes: Int = 0
+    /// tier's footprint on a member (``footprint(clusterMember:)``); 4 MiB unless
+    /// ``sized(footprint:directory:standInLog:)`` gave it less.
+    public var standInLogBytes: Int = CachetStandInLogFile.defaultMaximumFileBytes
 
-    /// The tier's whole footprint on disk: the entry files, the journal's files, the stand-in log's budget.
-    public var footprint: Int { limit + journalBytes + standInLogBytes }
+    /// The least budget ``sized(footprint:directory:standInLog:)`` gives a member's stand-in log: 256 KiB.
+    public static let minimumStandInLogBytes = 256 << 10
+
+    /// The tier's whole footprint on disk: the entry files, the journal's files, and on a cluster member the
+    /// stand-in log's budget.
+    /// - Parameter clusterMember: whether the node is a cluster member, which keeps a stand-in log here.
+    public func footprint(clusterMember: Bool) -> Int {
+        limit + journalBytes + (clusterMember ? standInLogBytes : 0)
+    }
 
     /// A tier whose whole footprint is `footprint` bytes (the node's `--disk-limit`): the journal takes
     /// about a twelfth of it (a record per KiB, between ``minimumJournalCapacity`` and
@@ -54,8 +62,11 @@ public struct CachetDiskConfiguration: Sendable {
         var disk = CachetDiskConfiguration(directory: directory, limit: 0)
         // A record per KiB of footprint: the journal's two files take about a twelfth of it.
         disk.journalCapacity = min(defaultJournalCapacity, max(minimumJournalCapacity, footprint / 1024))
-        disk.standInLogBytes = standInLog ? min(4 << 20, max(256 << 10, footprint / 8)) : 0
-        let entries = footprint - disk.journalBytes - disk.standInLogBytes
+        disk.standInLogBytes = min(
+            CachetStandInLogFile.defaultMaximumFileBytes,
+            max(minimumStandInLogBytes, footprint / 8)
+        )
+        let entries = footprint - disk.journalBytes - (standInLog ? disk.standInLogBytes : 0)
         guard entries >= minimumEntryBytes else { return nil }
         disk.limit = entries
         return disk
@@ -65,7 +76,7 @@ public struct CachetDiskConfiguration: Sendable {
     public static func minimumFootprint(standInLog: Bool) -> Int {
         var disk = CachetDiskConfiguration(directory: "", limit: 0)
         disk.journalCapacity = minimumJournalCapacity
-        return disk.journalBytes + (standInLog ? 256 << 10 : 0) + minimumEntryBytes
+        return disk.journalBytes + (standInLog ? minimumStandInLogBytes : 0) + minimumEntryBytes
     }
 
     /// Bytes the two journal files take on disk: they are created at full size when the tier opens.

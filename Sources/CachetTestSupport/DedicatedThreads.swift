@@ -35,7 +35,7 @@ public struct DedicatedThreadsTrait: SuiteTrait, TestTrait, TestScoping {
 
     /// The turns of every test case with this trait (or ``NodeTurnTrait``) in this process; one per process,
     /// as the pool is.
-    static let turns = TestTurns(width: width)
+    private static let turns = TestTurns(width: width)
 
     /// Scopes each test case (not the suite or a parameterized function as a whole).
     /// - Parameters:
@@ -57,10 +57,17 @@ public struct DedicatedThreadsTrait: SuiteTrait, TestTrait, TestScoping {
         testCase: Test.Case?,
         performing function: @Sendable () async throws -> Void
     ) async throws {
-        // A test with a time limit goes ahead of the queue: its limit runs while it waits for a turn.
-        await Self.turns.acquire(first: test.timeLimit != nil)
-        defer { Self.turns.release() }
-        try await withTaskExecutorPreference(DedicatedThreadExecutor()) { try await function() }
+        try await Self.withTurn(for: test) {
+            try await withTaskExecutorPreference(DedicatedThreadExecutor()) { try await function() }
+        }
+    }
+
+    /// Runs `body` in one of the turns (``width`` at once). A test with a time limit goes ahead of the queue:
+    /// its limit runs while it waits for a turn.
+    static func withTurn(for test: Test, _ body: () async throws -> Void) async throws {
+        await turns.acquire(first: test.timeLimit != nil)
+        defer { turns.release() }
+        try await body()
     }
 }
 
@@ -84,9 +91,7 @@ public struct NodeTurnTrait: SuiteTrait, TestTrait, TestScoping {
         testCase: Test.Case?,
         performing function: @Sendable () async throws -> Void
     ) async throws {
-        await DedicatedThreadsTrait.turns.acquire(first: test.timeLimit != nil)
-        defer { DedicatedThreadsTrait.turns.release() }
-        try await function()
+        try await DedicatedThreadsTrait.withTurn(for: test, function)
     }
 }
 

@@ -57,8 +57,8 @@ struct MetricsServer {
             do {
                 try await server.run()
             } catch {
-                // A graceful stop ends the run with a CancellationError: expected, not an error.
-                if stopping.requested.load(ordering: .acquiring) || error is CancellationError {
+                // A graceful stop ends the run (with a CancellationError): expected, not an error.
+                if stopping.requested.load(ordering: .acquiring) {
                     logger.debug("the HTTP server stopped")
                 } else {
                     logger.error("the HTTP server stopped", metadata: ["error.message": "\(error)"])

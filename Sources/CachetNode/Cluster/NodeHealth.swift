@@ -295,12 +295,7 @@ final class NodeHealth: Sendable {
 
     // MARK: - Placement (`Protocol/CLUSTER.md`, "Forwarding")
 
-    /// The cluster as routing sees it for a key of `ownerID`, copied under the lock (nil before the first
-    /// membership).
-    func view(forOwner ownerID: String) -> ClusterView? {
-        withState { health, state in Self.view(of: health, state, owner: ownerID) }
-    }
-
+    /// The cluster as routing sees it for a key of `ownerID`, from the state under the lock.
     private static func view(of health: CachetClusterHealth, _ state: State, owner ownerID: String) -> ClusterView {
         ClusterView(health: health, ownerIsClean: state.ledger.log.phase(of: ownerID) == .clean)
     }

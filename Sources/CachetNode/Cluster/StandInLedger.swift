@@ -99,8 +99,13 @@ struct StandInLedger {
     }
 
     /// Records a write of `key` for `owner` in the log alone (the file, if any, already has it).
-    mutating func recordInLog(_ key: [UInt8], owner: String, ownerRoutable: Bool, servable: Bool, remember: Bool = true)
-    {
+    private mutating func recordInLog(
+        _ key: [UInt8],
+        owner: String,
+        ownerRoutable: Bool,
+        servable: Bool,
+        remember: Bool = true
+    ) {
         _ = log.recordWrite(key, owner: owner, ownerRoutable: ownerRoutable, servable: servable, remember: remember)
         // Written here while the owner is being delivered to: as the stand-in in this node's view, the local
         // value is again the latest this node accepted; otherwise (a peer's, or the owner's own write passed

@@ -20,15 +20,7 @@ import Glibc
 /// and returns once they are closed. ``run(until:)`` does the last on SIGTERM or SIGINT.
 public final class CachetNodeServer: Sendable {
     /// The software version reported by STATS.
-    public static let version = "0.1.0"
-
-    /// The stand-in log file's budget in `disk`'s footprint: what ``CachetDiskConfiguration/sized(footprint:directory:standInLog:)``
-    /// gave it, or for a tier configured by hand, the file's default budget (none for a node that is not a
-    /// cluster member).
-    static func standInLogBytes(_ disk: CachetDiskConfiguration, cluster: Bool) -> Int {
-        guard cluster else { return 0 }
-        return disk.standInLogBytes > 0 ? disk.standInLogBytes : CachetStandInLogFile.defaultMaximumFileBytes
-    }
+    public static let version = "0.2.0"
 
     /// The configuration the node was created with.
     public let configuration: CachetNodeConfiguration
@@ -97,8 +89,7 @@ public final class CachetNodeServer: Sendable {
                 disk = DiskTier(
                     store: store,
                     worker: CachetDiskWorker(store: store),
-                    limit: diskConfiguration.limit + diskConfiguration.journalBytes
-                        + Self.standInLogBytes(diskConfiguration, cluster: configuration.cluster != nil)
+                    limit: diskConfiguration.footprint(clusterMember: configuration.cluster != nil)
                 )
             } catch {
                 throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
@@ -160,7 +151,7 @@ public final class CachetNodeServer: Sendable {
                 StandInLedger.open(
                     directory: $0.store.configuration.directory,
                     membership: statistics.membership,
-                    maximumFileBytes: Self.standInLogBytes($0.store.configuration, cluster: true),
+                    maximumFileBytes: $0.store.configuration.standInLogBytes,
                     logger: logger
                 )
             }

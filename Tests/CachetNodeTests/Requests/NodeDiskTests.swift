@@ -209,7 +209,7 @@ struct NodeDiskTests {
         let large = try #require(CachetDiskConfiguration.sized(footprint: 1 << 30, directory: "", standInLog: true))
         #expect(large.journalCapacity == CachetDiskConfiguration.defaultJournalCapacity)
         #expect(large.standInLogBytes == 4 << 20)
-        #expect(large.footprint == 1 << 30)
+        #expect(large.footprint(clusterMember: true) == 1 << 30)
     }
 
     /// A member of a cluster also keeps its stand-in log within `--disk-limit`, at its budget: a limit that
