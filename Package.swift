@@ -91,7 +91,6 @@ let package = Package(
                 "CachetCluster",
                 "CachetRing",
                 "CachetIO",
-                "CEpoll",
                 "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -107,7 +106,6 @@ let package = Package(
                 "CachetRing",
                 "CachetCluster",
                 "CachetIO",
-                "CEpoll",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -221,7 +219,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CachetIOTests",
-            dependencies: ["CachetIO", "CachetLocking", "CachetTestSupport"],
+            dependencies: ["CachetIO", "CEpoll", "CachetLocking", "CachetTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -131,16 +131,18 @@ open class CachetChannel: @unchecked Sendable {
         /// Creates events from an epoll mask.
         /// - Parameter rawValue: the mask.
         @inlinable public init(rawValue: UInt32) { self.rawValue = rawValue }
+        // Linux's values, written out so that they are constants in the modules that use them (which need
+        // not import CEpoll); CachetIOTests checks them against the kernel header's.
         /// `EPOLLIN`: bytes to read.
-        public static let readable = Events(rawValue: cachet_EPOLLIN)
+        @inlinable public static var readable: Events { Events(rawValue: 0x001) }
         /// `EPOLLOUT`: room to send.
-        public static let writable = Events(rawValue: cachet_EPOLLOUT)
+        @inlinable public static var writable: Events { Events(rawValue: 0x004) }
         /// `EPOLLRDHUP`: the peer has closed its sending side (what is left to read ends the stream).
-        public static let readHangup = Events(rawValue: cachet_EPOLLRDHUP)
+        @inlinable public static var readHangup: Events { Events(rawValue: 0x2000) }
         /// `EPOLLHUP`: both directions are closed.
-        public static let hangup = Events(rawValue: cachet_EPOLLHUP)
+        @inlinable public static var hangup: Events { Events(rawValue: 0x010) }
         /// `EPOLLERR`: the socket has an error.
-        public static let error = Events(rawValue: cachet_EPOLLERR)
+        @inlinable public static var error: Events { Events(rawValue: 0x008) }
     }
 
     /// Handles the events of an active channel. The default sends pending output, reads into ``input``

@@ -1,4 +1,3 @@
-import CEpoll
 import CachetIO
 import CachetStore
 import Dispatch
@@ -174,7 +173,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
 
     /// Readable, or the peer has closed its side: `EPOLLRDHUP` tells a short read that left the end of
     /// the stream behind (it needs one more read) from one that drained the socket.
-    static let readInterest = cachet_EPOLLIN | cachet_EPOLLRDHUP
+    static let readInterest = Events.readable.rawValue | Events.readHangup.rawValue
 
     /// The epoll events a connection in `phase` needs: the one place that decides them.
     ///
@@ -187,11 +186,11 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// A TLS connection is registered level-triggered (see `CachetChannel`): a peer's half-close would be
     /// reported on every turn while the connection does not read, so it is watched only while reading.
     static func interest(for phase: Phase, outputPending: Bool, levelTriggered: Bool = false) -> UInt32 {
-        let write = outputPending ? cachet_EPOLLOUT : 0
-        let hangUp = levelTriggered ? 0 : cachet_EPOLLRDHUP
+        let write = outputPending ? Events.writable.rawValue : 0
+        let hangUp = levelTriggered ? 0 : Events.readHangup.rawValue
         switch phase {
         case .reading, .receivingValue, .closing: return readInterest | write
-        case .waitingForOutput: return hangUp | cachet_EPOLLOUT
+        case .waitingForOutput: return hangUp | Events.writable.rawValue
         case .waitingForMemory, .waitingForCompletion, .waitingForForwards, .finishing:
             return hangUp | write
         case .closed: return 0

@@ -1,4 +1,3 @@
-import CEpoll
 import CachetIO
 import CachetStore
 import Dispatch

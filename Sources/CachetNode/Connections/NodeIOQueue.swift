@@ -1,4 +1,3 @@
-import CEpoll
 import CachetIO
 import CachetStore
 import CachetWire
@@ -207,24 +206,25 @@ final class NodeIOQueue: @unchecked Sendable {
     /// The events of one connection, from ``Connection/handleEvents(_:)``.
     @inline(__always)
     func handle(_ connection: Connection, mask: UInt32, now: UInt32) {
-        if mask & cachet_EPOLLERR != 0 {
+        typealias Events = CachetChannel.Events
+        if mask & Events.error.rawValue != 0 {
             close(connection)
             return
         }
-        if mask & cachet_EPOLLOUT != 0 {
+        if mask & Events.writable.rawValue != 0 {
             guard send(connection) else { return }
             // A watcher whose peer read goes on with the changes it was not sent yet.
             if connection.watch != nil { drainWatch(connection, settling: false) }
         }
-        let peerClosed = mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0
-        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 {
+        let peerClosed = mask & (Events.readHangup.rawValue | Events.hangup.rawValue) != 0
+        if mask & (Events.readable.rawValue | Events.readHangup.rawValue | Events.hangup.rawValue) != 0 {
             if connection.wantsRead {
                 receive(connection, peerClosed: peerClosed, now: now)
             } else if peerClosed {
                 peerClosedWhileWaiting(connection)
             }
         }
-        if mask & cachet_EPOLLHUP != 0 && !connection.isClosed && connection.output.readableBytes == 0 {
+        if mask & Events.hangup.rawValue != 0 && !connection.isClosed && connection.output.readableBytes == 0 {
             // Both directions are gone: nothing can be sent or received any more.
             close(connection)
             return

@@ -1,4 +1,3 @@
-import CEpoll
 import CachetAuth
 import CachetCluster
 import CachetIO
