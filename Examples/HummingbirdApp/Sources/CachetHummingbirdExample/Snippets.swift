@@ -6,24 +6,13 @@ import CachetHummingbird
 import Hummingbird
 import HummingbirdAuth
 
-// The Hummingbird snippets of README.md and docs/frameworks.md, word for word inside functions, so that
+// The Hummingbird snippets of docs/frameworks.md, word for word inside functions, so that
 // they compile with every build of this package; the core's SnippetTests fails when one is not found here
 // line for line. Never called.
 
 /// What the snippet's sessions hold.
 struct SnippetSession: Codable, Sendable {
     var name: String
-}
-
-/// README.md, "Use Cachet from Vapor and Hummingbird".
-func readmeHummingbird(
-    _ router: Router<BasicSessionRequestContext<SnippetSession, SnippetSession>>
-) throws -> some ApplicationProtocol {
-    let persist = try CachetPersistDriver(configuration: .init(nodes: [.init(host: "127.0.0.1", port: 7420)]))
-    router.add(middleware: SessionMiddleware(storage: persist))       // HummingbirdAuth's sessions
-    var app = Application(router: router)
-    app.addServices(persist)                                          // shuts the client down with the app
-    return app
 }
 
 /// docs/frameworks.md, "Hummingbird".
