@@ -1,4 +1,5 @@
 import CachetStore
+import Logging
 
 /// The disk tier as the node uses it: the synchronous store (for index look-ups) and the worker that owns
 /// the dedicated disk queue (for everything that touches files).
@@ -7,4 +8,34 @@ struct DiskTier: Sendable {
     let worker: CachetDiskWorker
     /// The tier's whole footprint (`--disk-limit`): the journal's files and the entry files' limit.
     let limit: Int
+
+    /// Opens the tier `configuration` describes (nil when its limit is 0: no tier), its evictions and
+    /// expiries announced to `watches` as the cache's.
+    /// - Parameters:
+    ///   - configuration: the tier's directory and limits.
+    ///   - clusterMember: whether the node is a cluster member (its stand-in log counts in the footprint).
+    ///   - watches: the node's WATCH hub.
+    ///   - logger: where the tier logs.
+    /// - Throws: ``CachetNodeError`` `storageUnusable` with the store's reason.
+    static func open(
+        _ configuration: CachetDiskConfiguration,
+        clusterMember: Bool,
+        watches: NodeWatchHub,
+        logger: Logger
+    ) throws(CachetNodeError) -> DiskTier? {
+        guard configuration.limit > 0 else { return nil }
+        do {
+            let store = try CachetDiskStore(configuration: configuration, logger: logger)
+            store.observeRemovals(when: { watches.isWatched }) { key, reason in
+                key.withUnsafeBytes { watches.publish(reason == .evicted ? .evicted : .expired, key: $0) }
+            }
+            return DiskTier(
+                store: store,
+                worker: CachetDiskWorker(store: store),
+                limit: configuration.footprint(clusterMember: clusterMember)
+            )
+        } catch {
+            throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
+        }
+    }
 }

@@ -77,22 +77,8 @@ public final class CachetNodeServer: Sendable {
             }
         )
         self.memory = memory
-        var disk: DiskTier? = nil
-        if let diskConfiguration = configuration.disk, diskConfiguration.limit > 0 {
-            do {
-                let store = try CachetDiskStore(configuration: diskConfiguration, logger: logger)
-                // The disk tier's evictions and expiries are the cache's: WATCH events.
-                store.observeRemovals(when: { watches.isWatched }) { key, reason in
-                    key.withUnsafeBytes { watches.publish(reason == .evicted ? .evicted : .expired, key: $0) }
-                }
-                disk = DiskTier(
-                    store: store,
-                    worker: CachetDiskWorker(store: store),
-                    limit: diskConfiguration.footprint(clusterMember: configuration.cluster != nil)
-                )
-            } catch {
-                throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
-            }
+        let disk = try configuration.disk.flatMap { (disk) throws(CachetNodeError) in
+            try DiskTier.open(disk, clusterMember: configuration.cluster != nil, watches: watches, logger: logger)
         }
         self.disk = disk
         let statistics = NodeStatistics(
@@ -387,7 +373,7 @@ public final class CachetNodeServer: Sendable {
             state.boundPort = port
         }
         // Connections wait in the listening socket's backlog until the peers are greeted.
-        greetPeers()
+        peerGreetings?.greet()
         let acceptingLoop = loops[0].loop
         acceptingLoop.executeAndWait {
             acceptingLoop.register(listener, fd: fd, isNonBlocking: true)
@@ -513,7 +499,7 @@ public final class CachetNodeServer: Sendable {
             // whose forward is left unanswered sends it elsewhere (to the stand-in once told, or here again,
             // where the closed port marks this member down).
             for loop in loops { loop.executeAndWait { loop.stopAnswering() } }
-            told = announceLeaving()
+            told = peerGreetings?.announceLeaving(id: membership.nodeID) ?? { (0, 0) }
         }
         for loop in loops {
             group.enter()
@@ -551,53 +537,10 @@ public final class CachetNodeServer: Sendable {
         logger.info("node stopped")
     }
 
-    /// Starts telling every peer that this member is leaving (`Protocol/CLUSTER.md`, "A member that
-    /// stops"): they mark it down at once and send its keys to their stand-ins, rather than finding its port
-    /// closed request by request. Returns what waits for their answers, up to the forward deadline (at most
-    /// a second) from now; a peer that does not answer finds the port closed instead.
-    private func announceLeaving() -> () -> (answered: Int, peers: Int) {
-        guard let forwarder = loops.first?.forwardCoordinator?.forwarder else { return { (0, 0) } }
-        let id = membership.nodeID
-        logger.notice("leaving the cluster: telling the peers", metadata: ["cluster.member": "\(id)"])
-        return pingEveryPeer(forwarder, CachetCommand.leavingNotice(memberID: id, id: 0))
-    }
-
-    /// Before the node accepts its first connection, a PING to every peer (waiting up to the forward
-    /// deadline, at most a second; connections wait in the listening socket's backlog meanwhile): a member
-    /// that restarts knows at once which peers answer, so that, while it holds, it passes its keys to a
-    /// stand-in that answered rather than refuse them for want of an answer. A peer that does not answer is
-    /// left to the probes, and not counted down: it may not have started yet (counting it down would make
-    /// the first members of a cluster that starts take themselves for cut off), or be greeting its own
-    /// peers (members that start together answer each other once their greetings time out).
-    private func greetPeers() {
-        guard let forwarder = loops.first?.forwardCoordinator?.forwarder else { return }
-        let greeted = pingEveryPeer(
-            forwarder,
-            CachetCommand.ping.encoded(id: 0, flags: .forwarded),
-            recordingFailures: false
-        )()
-        logger.info("peers greeted", metadata: ["cluster.peers_answered": "\(greeted.answered)/\(greeted.peers)"])
-    }
-
-    /// Sends `frame` to every peer from the first loop; returns what waits for the answers, up to the
-    /// forward deadline (at most a second) from now.
-    private func pingEveryPeer(
-        _ forwarder: PeerForwarder,
-        _ frame: [UInt8],
-        recordingFailures: Bool = true
-    ) -> () -> (answered: Int, peers: Int) {
-        let result = CachetLock((answered: 0, peers: 0))
-        let done = DispatchSemaphore(value: 0)
-        let deadline = DispatchTime.now() + min(configuration.forwardTimeout, 1)
-        forwarder.loop.execute {
-            forwarder.pingEveryPeer(frame, recordingFailures: recordingFailures) { answered, peers in
-                result.withLock { $0 = (answered, peers) }
-                done.signal()
-            }
-        }
-        return {
-            _ = done.wait(timeout: deadline)
-            return result.withLock { $0 }
+    /// The peer greetings of the first loop's forwarder; nil for a node that does not forward.
+    private var peerGreetings: PeerGreetings? {
+        loops.first?.forwardCoordinator.map {
+            PeerGreetings(forwarder: $0.forwarder, forwardTimeout: configuration.forwardTimeout, logger: logger)
         }
     }
 
