@@ -75,6 +75,17 @@ open class CachetChannel: @unchecked Sendable {
     /// Whether the loop reads from the socket; see ``pauseReading()``.
     public final private(set) var isReadingPaused = false
 
+    /// The socket may hold bytes that no edge will report: the last read filled all the room it was given,
+    /// or the per-event read cap stopped reading. Set by the loop from every read's result, so only a read
+    /// that comes back short (the socket drained) clears it; a channel that stops reading with it set, and
+    /// reads again later, renews its registration (``updateInterest(rearm:)``) so that the kernel reports
+    /// the bytes left.
+    @exclusivity(unchecked) public final var unreadBytesPossible = false
+
+    /// Bumped whenever ``sendOutput()`` hands the kernel bytes: a peer that does not read its replies
+    /// leaves it unchanged.
+    @exclusivity(unchecked) public final private(set) var sendProgress: UInt32 = 0
+
     // Loop bookkeeping.
     @exclusivity(unchecked) final var token: UInt64 = 0
     @usableFromInline @exclusivity(unchecked) final var interest: UInt32 = 0
@@ -122,7 +133,7 @@ open class CachetChannel: @unchecked Sendable {
     /// already closed. Not called for a channel that never reached the loop.
     open func channelInactive(error: CachetIOError?) {}
 
-    // MARK: - Taking over the I/O (for servers that read in their own way)
+    // MARK: - The serving loop and its hooks (for servers that read in their own way)
 
     /// The epoll events reported for a channel.
     public struct Events: OptionSet, Sendable, Hashable {
@@ -145,15 +156,49 @@ open class CachetChannel: @unchecked Sendable {
         @inlinable public static var error: Events { Events(rawValue: 0x008) }
     }
 
-    /// Handles the events of an active channel. The default sends pending output, reads into ``input``
-    /// (calling ``channelRead()`` after each read), closes on an error or the end of the stream, and
-    /// renews the registration. A server that reads in its own way (into a value's final memory, say)
-    /// overrides it and uses ``fd``, ``close(error:)`` and ``updateInterest(rearm:)``; it must leave no
-    /// bytes unread without calling `updateInterest(rearm: true)`, since registrations are edge-triggered.
+    /// Handles the events of an active channel: the loop's one serving loop (see ``readRoom()`` and the
+    /// hooks after it for what a channel that reads in its own way overrides). Overridden only by channels
+    /// that are not connections (a listening socket) or that add to every event.
     /// - Parameter events: what epoll reported.
     open func handleEvents(_ events: Events) {
         eventLoop?.serve(self, mask: events.rawValue)
     }
+
+    /// Where the loop reads next: room for at least one byte, or nil to stop reading for now (the channel
+    /// must then see to the bytes it leaves: ``unreadBytesPossible``). The default is the free room of
+    /// ``input``, grown to at least 4 KiB; a server that reads a large value straight into its final
+    /// memory, or throws bytes away while it closes, gives that room instead.
+    open func readRoom() -> UnsafeMutableRawBufferPointer? {
+        input.reserveWritable(Self.minimumReadRoom)
+        return UnsafeMutableRawBufferPointer(start: input.writePointer, count: input.writableBytes)
+    }
+
+    /// `count` bytes were read into the room ``readRoom()`` gave. The default adds them to ``input`` and
+    /// calls ``channelRead()``.
+    open func channelReceived(_ count: Int) {
+        input.moveWriteIndex(forwardBy: count)
+        channelRead()
+    }
+
+    /// The peer ended its stream. Returns whether the loop closes the channel now (the default, with a
+    /// `connectionClosed` error); a server that still has replies to send returns false and closes it
+    /// itself once they have gone.
+    open func channelInputEnded() -> Bool { true }
+
+    /// The peer closed its sending side (`EPOLLRDHUP`), or both directions are gone (`hangup`,
+    /// `EPOLLHUP`); called after this event's reads, if any. The default does nothing: a reading channel
+    /// reads the end of the stream. A channel that is not reading may have to act (it will not read it).
+    open func channelPeerClosed(hangup: Bool) {}
+
+    /// The event has been handled: bring the registration up to date (the default, renewing it when
+    /// `rearm`: the per-event read cap left bytes unread). A server that derives its interest from a state
+    /// of its own settles that state here.
+    open func channelEventsHandled(rearm: Bool) {
+        eventLoop?.settle(self, rearm: rearm)
+    }
+
+    /// Free room below which ``readRoom()``'s default grows the input before a read.
+    static let minimumReadRoom = 4096
 
     /// Whether the channel wants to be told about bytes to read; consulted by ``activeEvents``' default.
     /// The default is `!isReadingPaused`; override to derive it from the channel's own state (output
@@ -281,6 +326,7 @@ open class CachetChannel: @unchecked Sendable {
             switch transmit(output.readableRegion) {
             case .bytes(let count):
                 output.moveReadIndex(forwardBy: count)
+                if sent == 0 { sendProgress &+= 1 }
                 sent += count
             case .wouldBlock, .endOfStream:
                 return .partial(sent: sent)

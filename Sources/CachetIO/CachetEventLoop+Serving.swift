@@ -8,13 +8,15 @@ import Glibc
 /// into the input, closing on an error or the end of the stream.
 extension CachetEventLoop {
     /// Reads of one channel per event before the loop moves on to the others.
-    private static let readsPerEvent = 8
-    private static let minimumReadRoom = 4096
+    static let readsPerEvent = 8
 
-    /// The standard handling of an active channel's events (``CachetChannel/handleEvents(_:)``'s default):
-    /// send pending output on `EPOLLOUT`, read into the input on `EPOLLIN` and hand each read to
-    /// ``CachetChannel/channelRead()``, close on an error or the end of the stream, then bring the
-    /// registration up to date.
+    /// The handling of an active channel's events (``CachetChannel/handleEvents(_:)``'s default), the one
+    /// serving loop every channel goes through: close on an error; send pending output on `EPOLLOUT` (and
+    /// tell the channel once it has all gone); on `EPOLLIN` or a hang-up, read while the channel wants to
+    /// (into the room ``CachetChannel/readRoom()`` gives, handing each read to
+    /// ``CachetChannel/channelReceived(_:)``; the end of the stream to ``CachetChannel/channelInputEnded()``);
+    /// tell the channel the peer has closed (``CachetChannel/channelPeerClosed(hangup:)``); then let it bring
+    /// its registration up to date (``CachetChannel/channelEventsHandled(rearm:)``).
     func serve(_ channel: CachetChannel, mask: UInt32) {
         if mask & cachet_EPOLLERR != 0 {
             let code = CachetSocket.pendingError(channel.fd)
@@ -26,43 +28,52 @@ extension CachetEventLoop {
             if channel.output.readableBytes == 0 { channel.channelWritable() }
             guard channel.state == .active else { return }
         }
-        let rearm: Bool
-        if mask & (cachet_EPOLLIN | cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0 && channel.wantsToRead {
-            guard let capped = receive(channel, peerClosed: mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0)
-            else { return }
-            rearm = capped
-        } else {
-            rearm = false
+        let peerClosed = mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0
+        var capped = false
+        if mask & cachet_EPOLLIN != 0 || peerClosed, channel.wantsToRead {
+            guard let stopped = receive(channel, peerClosed: peerClosed) else { return }
+            capped = stopped
         }
-        settle(channel, rearm: rearm)
+        if peerClosed {
+            channel.channelPeerClosed(hangup: mask & cachet_EPOLLHUP != 0)
+            guard channel.state == .active else { return }
+        }
+        channel.channelEventsHandled(rearm: capped)
     }
 
-    /// Reads until drained (or the per-event cap) and hands each read to the channel. Returns nil when the
-    /// channel was closed, true when the cap stopped it (the registration must be renewed), false otherwise.
+    /// Reads until drained (or the per-event cap), handing each read to the channel, and notes whether the
+    /// socket may hold more (``CachetChannel/unreadBytesPossible``). Returns nil when the channel was closed,
+    /// true when the cap stopped it (the registration must be renewed), false otherwise.
     private func receive(_ channel: CachetChannel, peerClosed: Bool) -> Bool? {
         var reads = 0
         while reads < Self.readsPerEvent {
             reads += 1
-            channel.input.reserveWritable(Self.minimumReadRoom)
-            let room = channel.input.writableBytes
-            switch channel.receive(into: channel.input.writePointer, count: room) {
+            guard let room = channel.readRoom() else { return false }
+            switch channel.receive(into: room.baseAddress.unsafelyUnwrapped, count: room.count) {
             case .bytes(let count):
-                channel.input.moveWriteIndex(forwardBy: count)
-                channel.channelRead()
+                channel.unreadBytesPossible = count == room.count
+                channel.channelReceived(count)
                 guard channel.state == .active else { return nil }
                 if !channel.wantsToRead { return false }
-                if count < room && !peerClosed { return false }
+                if count < room.count && !peerClosed { return false }
             case .wouldBlock:
+                channel.unreadBytesPossible = false
                 return false
             case .endOfStream:
+                channel.unreadBytesPossible = false
+                guard channel.channelInputEnded() else { return false }
                 let name = channel.remoteAddress ?? "the peer"
                 close(channel, error: CachetIOError(code: .connectionClosed, message: "\(name) closed the connection"))
                 return nil
             case .failed(let code):
+                channel.unreadBytesPossible = false
                 close(channel, error: closedError(channel, code: code))
                 return nil
             }
         }
+        // The cap ended the loop: there may be more (after a short read too, when the peer has closed: the
+        // end of its stream is still to be read, and would not be reported again).
+        channel.unreadBytesPossible = true
         return true
     }
 

@@ -139,7 +139,12 @@ final class ForwardCoordinator {
                 loop.execute {
                     let (processor, answer) = onLoop.value
                     var output = CachetByteBuffer(capacity: 256)
-                    processor.completeDiskGet(operation, entry: entry, output: &output, now: CachetClock.now())
+                    processor.diskCompletions.completeGet(
+                        operation,
+                        entry: entry,
+                        output: &output,
+                        now: CachetClock.now()
+                    )
                     answer(Array(output.readableRegion))
                 }
             }
@@ -182,12 +187,18 @@ final class ForwardCoordinator {
                 var output = CachetByteBuffer(capacity: 256)
                 switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                 case .queued:
-                    processor.completePut(id: id, output: &output)
+                    processor.diskCompletions.completePut(id: id, output: &output)
                 case .full:
                     coordinator.queuePut(key: key, value: value, expiry: expiry, id: id, answer: answer)
                     return
                 case .refused(let error):
-                    processor.refusePut(key: key, id: id, error: error, output: &output, now: CachetClock.now())
+                    processor.diskCompletions.refusePut(
+                        key: key,
+                        id: id,
+                        error: error,
+                        output: &output,
+                        now: CachetClock.now()
+                    )
                 }
                 answer(Array(output.readableRegion))
             }
@@ -217,7 +228,7 @@ final class ForwardCoordinator {
         var reply: CachetByteBuffer
         if request.warmUp {
             reply = CachetByteBuffer(capacity: 256)
-            processor.completeWarmUp(request, outcome, output: &reply)
+            processor.peerValues.unsafelyUnwrapped.completeWarmUp(request, outcome, output: &reply)
             return Array(reply.readableRegion)
         }
         switch outcome {

@@ -76,11 +76,11 @@ final class Connection: CachetChannel, @unchecked Sendable {
         var discarded = 0
     }
 
-    /// The loop whose connection this is. Used on every event, where a retain and release of the loop
-    /// cost more than the rest of the event's dispatch (BENCHMARKS.md, "Figures behind choices in the code"), so it is a strong,
-    /// non-optional `let`: the compiler reads it without a retain while the connection is being called,
-    /// and inlines the loop's handler into ``handleEvents(_:)`` (an `Optional`, or an `Unmanaged` used
-    /// through a closure, each cost a retain or a call per event). The loop holds its connections only
+    /// The loop whose connection this is. Used by every hook of the serving loop, where a retain and
+    /// release of the loop cost more than the rest of the event's dispatch (BENCHMARKS.md, "Figures behind
+    /// choices in the code"), so it is a strong, non-optional `let`: the compiler reads it without a retain
+    /// while the connection is being called, and inlines the loop's handlers into the hooks (an
+    /// `Optional`, or an `Unmanaged` used through a closure, each cost a retain or a call per event). The loop holds its connections only
     /// while they are registered, so the two do not keep each other alive.
     private let owner: NodeIOQueue
     let memory: ConnectionMemory
@@ -98,14 +98,6 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false
-    /// The socket may hold bytes that no edge will report: the last read filled all the room it was given
-    /// (or the per-event cap stopped reading, or the peer's end of stream is still to be read). Set by
-    /// every read from its result, so only a read that comes back short (the socket drained) clears it.
-    /// While it is set, every settle of a connection in a reading phase renews the registration, which
-    /// makes the kernel report the bytes left: a connection can stop reading after a full read (its output
-    /// passed its limit, a request waits for the disk) and be reading again before it is settled, with an
-    /// unchanged registration that would otherwise never be reported again.
-    @exclusivity(unchecked) var unreadBytesPossible = false
     /// A block that processes the rest of its input is queued (see `NodeIOQueue.yieldTurn`).
     @exclusivity(unchecked) var turnQueued = false
     /// Bytes of this connection's buffers charged to `memory`.
@@ -115,9 +107,6 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// its bytes arrive, so that connections sharing the last of the budget cannot each hold part of a
     /// frame and none be able to complete it.
     @exclusivity(unchecked) var inputReserved = 0
-    /// Bumped whenever the kernel takes reply bytes: a client that holds replies and does not read them
-    /// leaves it unchanged (see `NodeIOQueue.evictStalledConnections`).
-    @exclusivity(unchecked) var repliesTaken: UInt32 = 0
     /// Bumped whenever every request received has been answered (the input holds no partial frame): a
     /// client that holds part of a frame and does not finish it leaves it unchanged.
     @exclusivity(unchecked) var requestsTaken: UInt32 = 0
@@ -159,8 +148,32 @@ final class Connection: CachetChannel, @unchecked Sendable {
 
     // MARK: - Channel handlers (on the loop's queue)
 
-    override func handleEvents(_ events: Events) {
-        owner.handle(self, mask: events.rawValue, now: owner.loop.batchSeconds)
+    override var wantsToRead: Bool { wantsRead }
+
+    override func readRoom() -> UnsafeMutableRawBufferPointer? {
+        owner.readRoom(self)
+    }
+
+    override func channelReceived(_ count: Int) {
+        owner.received(count, on: self)
+    }
+
+    override func channelInputEnded() -> Bool {
+        owner.inputEnded(self)
+        return false
+    }
+
+    override func channelWritable() {
+        // A watcher whose peer read goes on with the changes it was not sent yet.
+        if watch != nil { owner.watching.drain(self, settling: false) }
+    }
+
+    override func channelPeerClosed(hangup: Bool) {
+        owner.peerClosed(self, hangup: hangup)
+    }
+
+    override func channelEventsHandled(rearm: Bool) {
+        owner.settle(self, now: owner.loop.batchSeconds)
     }
 
     override var activeEvents: Events {
@@ -168,6 +181,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     override func channelInactive(error: CachetIOError?) {
+        if let error { owner.connectionFailed(self, error) }
         owner.connectionClosed(self)
     }
 
@@ -308,40 +322,6 @@ final class Connection: CachetChannel, @unchecked Sendable {
         }
         input.resize(to: newCapacity)
         return true
-    }
-
-    /// Reads once into the input buffer's free room (see ``prepareInput(frameLength:)``).
-    func readOnce() -> CachetSocket.IOResult {
-        let result = readOnce(into: input.writePointer, count: input.writableBytes)
-        if case .bytes(let count) = result { input.moveWriteIndex(forwardBy: count) }
-        return result
-    }
-
-    /// Reads once and throws the bytes away.
-    func discardOnce() -> CachetSocket.IOResult {
-        input.moveReadIndex(to: input.writeIndex)
-        return readOnce(into: input.writePointer, count: input.writableBytes)
-    }
-
-    /// Reads once straight into a large PUT's entry, at most the bytes its value still lacks (so that the
-    /// frames after it stay in the socket for the input buffer).
-    func readValue(into put: DirectPut) -> CachetSocket.IOResult {
-        let room = put.remaining
-        let result = readOnce(into: room.baseAddress!, count: room.count)
-        if case .bytes(let count) = result { put.received += count }
-        return result
-    }
-
-    /// One read through the channel; notes whether the socket may hold more (``unreadBytesPossible``).
-    @inline(__always)
-    private func readOnce(into buffer: UnsafeMutableRawPointer, count: Int) -> CachetSocket.IOResult {
-        let result = receive(into: buffer, count: count)
-        if case .bytes(let read) = result {
-            unreadBytesPossible = read == count
-        } else {
-            unreadBytesPossible = false
-        }
-        return result
     }
 }
 

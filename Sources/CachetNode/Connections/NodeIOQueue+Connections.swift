@@ -37,7 +37,7 @@ extension NodeIOQueue {
     /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
     /// a flood of connections cannot hold descriptors. Called on `queue`.
     func reject(fd: Int32, reply: [UInt8]) {
-        guard closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
+        guard upkeep.closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
             _ = reply.withUnsafeBytes { CachetSocket.send(fd, $0) }
             CachetSocket.close(fd)
             return
@@ -50,7 +50,7 @@ extension NodeIOQueue {
     private func adopt(fd: Int32, counted: Bool, tls: CachetTLSContext? = nil) -> Connection? {
         let connection = Connection(owner: self, memory: memory, counted: counted)
         if let tls { connection.useTLS(tls) }
-        if processor.auth != nil {
+        if processor.authorizer != nil {
             // A node with users: AUTH first; failures are counted against the client's address.
             let address = CachetSocketAddress.remote(of: fd)?.ipAddress ?? "unknown"
             connection.access = ConnectionAccess(state: .anonymous, address: address)
@@ -78,8 +78,7 @@ extension NodeIOQueue {
         let deadline = deadline.map { min($0, limit) } ?? limit
         connection.input.moveReadIndex(to: connection.input.writeIndex)
         connection.phase = .closing(Connection.Closing(deadline: deadline.uptimeNanoseconds))
-        closingCount += 1
-        scheduleHousekeeping()
+        upkeep.closingStarted()
         _ = send(connection)
     }
 
@@ -92,7 +91,7 @@ extension NodeIOQueue {
     /// A connection's channel has closed (by ``close(_:)``, a failed registration or the loop stopping): its
     /// budget, its counts. Called once per connection.
     func connectionClosed(_ connection: Connection) {
-        if case .closing = connection.phase { closingCount -= 1 }
+        if case .closing = connection.phase { upkeep.closingEnded() }
         connection.phase = .closed
         connectionCount -= 1
         // The buffers go with the connection (the last reference is the loop's, or a disk completion's).
@@ -101,13 +100,12 @@ extension NodeIOQueue {
         // Forwards still in flight find their pipeline gone and write nothing.
         connection.dropForwards()
         if let stream = connection.watch {
-            processor.watches.unregister(stream)
+            processor.commands.watches.unregister(stream)
             connection.watch = nil
         }
         if connection.countedAsWaiting {
             connection.countedAsWaiting = false
-            memory.countPaused(-1)
-            waitingForMemory -= 1
+            upkeep.waitingChanged(false)
         }
         if connection.counted { onClose() }
     }

@@ -32,8 +32,9 @@ import Glibc
 /// `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after every event,
 /// completion and wake-up.
 ///
-/// Disk dispatch (a GET that missed memory, a PUT for the disk tier, CLEAR) is in `NodeIOQueue+Disk.swift`,
-/// forwarding in `NodeIOQueue+Forwarding.swift` (what is sent and answered, in ``ForwardCoordinator``).
+/// The host serves the connections' requests (``RequestProcessor``) and calls its collaborators for what
+/// waits on something else: ``DiskDispatch`` (the disk tier), ``ConnectionForwarding`` (other members),
+/// ``ConnectionWatching`` (WATCH) and ``ConnectionUpkeep`` (memory waits, graceful closes, the drain).
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
 /// only through ``execute(_:)`` and ``executeAndWait(_:)``.
@@ -43,8 +44,6 @@ final class NodeIOQueue: @unchecked Sendable {
     let loop: CachetEventLoop
     /// The loop's serial queue.
     let queue: DispatchQueue
-    /// Reads of one connection per event before the loop moves on to the others.
-    private static let readsPerEvent = 8
     /// Requests of one connection answered from its input at a time before the others get a turn (as
     /// memcached's `-R`, requests per event): a client that pipelines thousands of requests does not hold
     /// up the others while it is answered.
@@ -62,31 +61,38 @@ final class NodeIOQueue: @unchecked Sendable {
     private let outputLimit: Int
     let logger: Logger
     let onClose: @Sendable () -> Void
+    /// Stopping: nothing more is read (``ConnectionUpkeep/drain(timeout:leaving:completion:)``).
     @exclusivity(unchecked) var draining = false
-    /// Nothing more is answered (a cluster member leaving: see ``stopAnswering()`` and
-    /// ``drain(timeout:leaving:completion:)``).
+    /// Nothing more is answered (a cluster member leaving: see ``ConnectionUpkeep/stopAnswering()``).
     @exclusivity(unchecked) var leaving = false
-    var drainedCallback: (@Sendable () -> Void)?
-    /// When the drain closes each connection; set when it starts.
-    var drainSchedule: DrainSchedule?
     /// The budget shared by every loop's connections.
     let memory: ConnectionMemory
-    /// `memory.releases` when waiting connections were last retried.
-    var seenReleases = 0
-    /// Connections in the `closing` phase.
-    var closingCount = 0
-    /// Connections counted as waiting for memory (see `settle`).
-    var waitingForMemory = 0
     /// How long a graceful close may wait for the peer to close after the last reply.
     let closeLinger: Double
-    /// When a connection holding budget without progress is closed while others wait for memory
-    /// (`--client-stall-timeout`).
-    var stalls: StallWatch
     /// Input bytes a graceful close throws away before it gives up waiting for the peer.
     static let discardLimit = 64 << 20
-    static let housekeepingInterval = Duration.milliseconds(10)
-    /// The housekeeping timer, while it runs (see ``scheduleHousekeeping()``).
-    var housekeepingTimer: CachetTimerID?
+    /// `--client-stall-timeout`, for ``upkeep``.
+    private let stallTimeout: Double
+
+    /// Timers, memory waits, graceful closes, the drain.
+    private(set) lazy var upkeep = ConnectionUpkeep(host: self, memory: memory, stallTimeout: stallTimeout)
+    /// Requests that went to the disk tier; nil on a node without one.
+    private(set) lazy var diskDispatch: DiskDispatch? = processor.disk.map {
+        DiskDispatch(host: self, disk: $0, memory: memory)
+    }
+    /// Requests for other members' keys, and the replies held behind them.
+    private(set) lazy var forwarding = ConnectionForwarding(
+        host: self,
+        coordinator: forwardCoordinator,
+        processor: processor,
+        memory: memory
+    )
+    /// Connections that sent WATCH.
+    private(set) lazy var watching = ConnectionWatching(
+        host: self,
+        hub: processor.commands.watches,
+        maximumPayloadLength: processor.maximumPayloadLength
+    )
 
     init(
         index: Int,
@@ -138,7 +144,7 @@ final class NodeIOQueue: @unchecked Sendable {
         self.outputLimit = outputLimit
         self.memory = memory
         self.closeLinger = closeLinger
-        self.stalls = StallWatch(timeout: UInt64(max(0, stallTimeout) * 1e9))
+        self.stallTimeout = stallTimeout
         var logger = logger
         logger[metadataKey: "io.loop"] = "\(index)"
         self.logger = logger
@@ -162,9 +168,9 @@ final class NodeIOQueue: @unchecked Sendable {
         loop.start()
         if let forwarder = forwardCoordinator?.forwarder {
             let processor = processor
-            forwarder.dropLocalCopies = { keys in processor.dropStandInCopies(keys) }
+            forwarder.dropLocalCopies = { keys in processor.commands.dropCopies(keys) }
             forwarder.readLocalValue = { [weak self] key, completion in
-                if let local = processor.localValue(key) { return completion(local) }
+                if let local = processor.commands.memoryValue(key) { return completion(local) }
                 guard let self, let disk = processor.disk else { return completion(nil) }
                 // Evicted from memory to the disk tier: read there, and back on this loop with the answer.
                 let completion = LoopConfined(completion)
@@ -178,21 +184,11 @@ final class NodeIOQueue: @unchecked Sendable {
             }
             forwarder.start(probeInterval: probeInterval)
         }
-        if stalls.timeout > 0 {
+        if upkeep.watchesStalls {
             // A connection that starts waiting on another loop may be waiting for this loop's connections.
             memory.onWaitingStarted { [weak self] in
-                self?.execute { [weak self] in self?.scheduleHousekeeping() }
+                self?.execute { [weak self] in self?.upkeep.scheduleHousekeeping() }
             }
-        }
-    }
-
-    /// Starts the housekeeping timer unless it runs. It runs only while some connection waits for memory or
-    /// closes, or the loop drains, so an idle node is not woken for nothing.
-    func scheduleHousekeeping() {
-        guard housekeepingTimer == nil else { return }
-        housekeepingTimer = loop.schedule(after: Self.housekeepingInterval) { [unowned self] in
-            housekeepingTimer = nil
-            housekeep()
         }
     }
 
@@ -203,148 +199,122 @@ final class NodeIOQueue: @unchecked Sendable {
         }
     }
 
-    /// The events of one connection, from ``Connection/handleEvents(_:)``.
+    // MARK: - Serving: the loop's hooks (``CachetEventLoop``'s serving loop calls them through `Connection`)
+
+    /// Where the loop reads next for `connection`, by its phase: the input's free room while it reads
+    /// requests (nil, and the connection waits for memory, when the budget cannot grow the input for the
+    /// frame it is receiving), a large PUT's entry while its value arrives (at most the bytes it still
+    /// lacks, so that the frames after it stay in the socket), the input again to throw bytes away while it
+    /// closes; nil in every other phase, and while its next turn is queued (whole frames wait for it:
+    /// reading more now would only grow the input) or the loop drains (what was read is answered, then
+    /// the connection closes).
     @inline(__always)
-    func handle(_ connection: Connection, mask: UInt32, now: UInt32) {
-        typealias Events = CachetChannel.Events
-        if mask & Events.error.rawValue != 0 {
-            close(connection)
-            return
-        }
-        if mask & Events.writable.rawValue != 0 {
-            guard send(connection) else { return }
-            // A watcher whose peer read goes on with the changes it was not sent yet.
-            if connection.watch != nil { drainWatch(connection, settling: false) }
-        }
-        let peerClosed = mask & (Events.readHangup.rawValue | Events.hangup.rawValue) != 0
-        if mask & (Events.readable.rawValue | Events.readHangup.rawValue | Events.hangup.rawValue) != 0 {
-            if connection.wantsRead {
-                receive(connection, peerClosed: peerClosed, now: now)
-            } else if peerClosed {
-                peerClosedWhileWaiting(connection)
+    func readRoom(_ connection: Connection) -> UnsafeMutableRawBufferPointer? {
+        switch connection.phase {
+        case .reading(let frameLength):
+            guard !connection.turnQueued else {
+                // The turn processes them, and a settle in a reading phase renews the registration.
+                connection.unreadBytesPossible = true
+                return nil
             }
+            if draining {
+                process(connection, now: loop.batchSeconds)
+                return nil
+            }
+            guard connection.prepareInput(frameLength: frameLength) else {
+                connection.phase = .waitingForMemory(.input(frameLength: frameLength))
+                return nil
+            }
+            return UnsafeMutableRawBufferPointer(
+                start: connection.input.writePointer,
+                count: connection.input.writableBytes
+            )
+        case .receivingValue(let direct):
+            return direct.remaining
+        case .closing:
+            connection.input.moveReadIndex(to: connection.input.writeIndex)
+            return UnsafeMutableRawBufferPointer(
+                start: connection.input.writePointer,
+                count: connection.input.writableBytes
+            )
+        default:
+            return nil
         }
-        if mask & Events.hangup.rawValue != 0 && !connection.isClosed && connection.output.readableBytes == 0 {
-            // Both directions are gone: nothing can be sent or received any more.
-            close(connection)
-            return
-        }
-        settle(connection, now: now)
     }
 
-    /// Reads what is available, answers whole frames, and sends the replies. While a large PUT is being
-    /// received in place, reads go straight into its entry, up to its last byte; while closing, what is
-    /// read is thrown away.
-    ///
-    /// Stops at a short read (the socket is drained), unless the peer has closed its side, in which case it
-    /// reads on to the end of the stream, which no later event would report. Stops also after
-    /// `readsPerEvent` reads, so one busy connection cannot hold up the others; then the connection is
-    /// marked for re-arming, since no new edge would report the bytes left. Stops as soon as the
-    /// connection's phase is one that does not read.
-    func receive(_ connection: Connection, peerClosed: Bool, now: UInt32) {
-        var reads = 0
-        while reads < Self.readsPerEvent {
-            reads += 1
-            switch connection.phase {
-            case .reading(let frameLength):
-                // Whole frames wait for the connection's next turn: reading more now would only grow the
-                // input. The turn processes them, and a settle in a reading phase renews the registration.
-                guard !connection.turnQueued else {
-                    connection.unreadBytesPossible = true
-                    return
-                }
-                if draining {
-                    // Stopping: nothing more is read; what was read is answered, then the connection closes.
-                    process(connection, now: now)
-                    return
-                }
-                guard connection.prepareInput(frameLength: frameLength) else {
-                    connection.phase = .waitingForMemory(.input(frameLength: frameLength))
-                    // This event's hang-up would not be reported again.
-                    if peerClosed { peerClosedWhileWaiting(connection) }
-                    return
-                }
-                let result = connection.readOnce()
-                guard case .bytes = result else { return endRead(connection, result) }
-                let full = connection.input.writableBytes == 0
-                process(connection, now: now)
-                if !full && !peerClosed { return }
-            case .receivingValue(let direct):
-                let result = connection.readValue(into: direct)
-                guard case .bytes = result else { return endRead(connection, result) }
-                if direct.isComplete {
-                    connection.phase = .reading(frameLength: 0)
-                    if let forwards = connection.forwards {
-                        processor.completeDirectPut(direct, output: &forwards.pending, now: now)
-                    } else {
-                        processor.completeDirectPut(direct, output: &connection.output, now: now)
-                    }
-                    connection.requestsTaken &+= 1
-                    process(connection, now: now)
-                } else if !peerClosed {
-                    // Fewer bytes than the value lacks: the socket is drained for now.
-                    return
-                }
-            case .closing(var closing):
-                let result = connection.discardOnce()
-                guard case .bytes(let count) = result else { return endRead(connection, result) }
-                closing.discarded += count
-                connection.phase = .closing(closing)
-                if closing.discarded > Self.discardLimit {
-                    close(connection)
-                    return
-                }
-            default:
-                return
-            }
-        }
-        // The cap ended the loop: there may be more (after a short read too, when the peer has closed: the
-        // end of its stream is still to be read, and would not be reported again).
-        connection.unreadBytesPossible = true
-    }
-
-    /// A read that brought no bytes: the socket is drained for now, or the stream has ended (a partial
-    /// frame, or a large value still arriving, is dropped without a reply, and the older value, if any,
-    /// stays; a closing connection notes that its peer is done), or it failed.
-    private func endRead(_ connection: Connection, _ result: CachetSocket.IOResult) {
-        switch result {
-        case .bytes, .wouldBlock:
-            return
-        case .endOfStream:
-            if case .closing(var closing) = connection.phase {
-                closing.peerEnded = true
-                connection.phase = .closing(closing)
+    /// `count` bytes were read into the room ``readRoom(_:)`` gave: whole frames are answered, a large PUT
+    /// whose value is complete is stored and answered, bytes a closing connection reads are thrown away
+    /// (past `discardLimit` of them it closes without waiting for its peer).
+    @inline(__always)
+    func received(_ count: Int, on connection: Connection) {
+        let now = loop.batchSeconds
+        switch connection.phase {
+        case .reading:
+            connection.input.moveWriteIndex(forwardBy: count)
+            process(connection, now: now)
+        case .receivingValue(let direct):
+            direct.received += count
+            guard direct.isComplete else { return }
+            connection.phase = .reading(frameLength: 0)
+            if let forwards = connection.forwards {
+                processor.completeDirectPut(direct, output: &forwards.pending, now: now)
             } else {
+                processor.completeDirectPut(direct, output: &connection.output, now: now)
+            }
+            connection.requestsTaken &+= 1
+            process(connection, now: now)
+        case .closing(var closing):
+            closing.discarded += count
+            connection.phase = .closing(closing)
+            if closing.discarded > Self.discardLimit { close(connection) }
+        default:
+            break
+        }
+    }
+
+    /// The peer ended its stream: a closing connection notes it (and closes once its replies are sent);
+    /// any other finishes (its replies are sent, then it closes). A partial frame, or a large value still
+    /// arriving, is dropped without a reply, and the older value, if any, stays.
+    func inputEnded(_ connection: Connection) {
+        if case .closing(var closing) = connection.phase {
+            closing.peerEnded = true
+            connection.phase = .closing(closing)
+        } else {
+            connection.phase = .finishing
+        }
+    }
+
+    /// The peer closed its side (after this event's reads, if any). A connection that waits for memory to
+    /// grow its input for a frame whose missing bytes are no longer all in the socket can never complete
+    /// it: it finishes now (as at any end of stream inside a frame), so that a peer that leaves half a frame
+    /// behind does not hold its memory. When both directions are gone (`hangup`) and nothing is left to
+    /// send, it closes. Every other case goes on: the peer may still read its replies.
+    func peerClosed(_ connection: Connection, hangup: Bool) {
+        if case .waitingForMemory(.input(let frameLength)) = connection.phase {
+            let missing = frameLength - connection.input.readableBytes
+            if frameLength == 0 || connection.unreadBytes < missing {
                 connection.phase = .finishing
             }
-        case .failed(let code):
-            readFailed(connection, code)
+        }
+        if hangup && !connection.isClosed && connection.output.readableBytes == 0 {
+            close(connection)
         }
     }
 
-    private func readFailed(_ connection: Connection, _ code: Int32) {
+    /// A connection's socket failed (a read, a send, or an error epoll reported): it is closed. A TLS
+    /// failure (a bad certificate, plain text on the TLS port...) is the operator's to see.
+    func connectionFailed(_ connection: Connection, _ error: CachetIOError) {
         if let tls = connection.tls, let failure = tls.lastFailure {
-            // A bad certificate, plain text on the TLS port...: the operator's to see.
             let what = tls.isEstablished ? "TLS connection failed" : "TLS handshake failed"
             logger.info(
                 "\(what): connection closed",
                 metadata: ["connection.fd": "\(connection.fd)", "tls.error": "\(failure)"]
             )
         } else {
-            logger.debug("read failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
-        }
-        close(connection)
-    }
-
-    /// The peer closed its side while the connection was not reading. One that waits for memory to grow
-    /// its input for a frame whose missing bytes are no longer all in the socket can never complete it:
-    /// it is closed now (as at any end of stream inside a frame), so that a peer that leaves half a frame
-    /// behind does not hold its memory. Every other phase goes on: the peer may still read its replies.
-    private func peerClosedWhileWaiting(_ connection: Connection) {
-        guard case .waitingForMemory(.input(let frameLength)) = connection.phase else { return }
-        let missing = frameLength - connection.input.readableBytes
-        if frameLength == 0 || connection.unreadBytes < missing {
-            connection.phase = .finishing
+            logger.debug(
+                "connection failed",
+                metadata: ["connection.fd": "\(connection.fd)", "error.message": "\(error.message)"]
+            )
         }
     }
 
@@ -360,7 +330,7 @@ final class NodeIOQueue: @unchecked Sendable {
 
     /// Answers the whole frames in the input and tries to send the replies. Called with the connection
     /// in a reading phase; leaves it in the phase the input calls for. A request forwarded to another
-    /// member does not stop it: the replies behind it are held in order (``processHeld(_:now:)``).
+    /// member does not stop it: the replies behind it are held in order (``ConnectionForwarding/processHeld(_:now:tally:)``).
     func process(_ connection: Connection, now: UInt32) {
         if leaving {
             // Leaving the cluster: what is left in the input is not answered. Connections are closed once
@@ -369,7 +339,7 @@ final class NodeIOQueue: @unchecked Sendable {
             return
         }
         if connection.watch != nil {
-            processWatching(connection, now: now)
+            watching.process(connection, now: now)
             return
         }
         // Requests answered in this turn are timed together, once their replies are handed to the socket.
@@ -381,7 +351,7 @@ final class NodeIOQueue: @unchecked Sendable {
                 processor.counters.latencies.observe(tally, nanoseconds: CachetDeadline.now() &- started)
             }
         }
-        if connection.forwards != nil && !processHeld(connection, now: now, tally: &tally) {
+        if connection.forwards != nil && !forwarding.processHeld(connection, now: now, tally: &tally) {
             _ = send(connection)
             return
         }
@@ -410,7 +380,7 @@ final class NodeIOQueue: @unchecked Sendable {
                 if frameLength == 0 { connection.requestsTaken &+= 1 }
                 connection.phase = .reading(frameLength: frameLength)
                 // Stopping: every whole request it had read is answered (part of one is not, nor applied).
-                if draining { beginClosing(connection, deadline: drainSchedule?.closesEnd) }
+                if draining { beginClosing(connection, deadline: upkeep.drainSchedule?.closesEnd) }
             case .outputFull:
                 connection.phase = .waitingForOutput
             case .memoryFull:
@@ -419,10 +389,10 @@ final class NodeIOQueue: @unchecked Sendable {
                 beginClosing(connection)
             case .suspended(.forward(let request)):
                 tally.uncount(LatencyCommand(request.opcode))
-                startForward(request, for: connection)
+                forwarding.start(request, for: connection)
                 // Answered already (its owner marked down), it leaves no forward in flight: carry on here
                 // (a loop, not a call, so that a long run of such forwards cannot deepen the stack).
-                if processHeld(connection, now: now, tally: &tally) { continue }
+                if forwarding.processHeld(connection, now: now, tally: &tally) { continue }
             case .suspended(let operation):
                 tally.uncount(operation.latencyCommand)
                 wait(for: operation, connection)
@@ -456,9 +426,7 @@ final class NodeIOQueue: @unchecked Sendable {
     func send(_ connection: Connection) -> Bool {
         guard !connection.isClosed else { return false }
         switch connection.sendOutput() {
-        case .drained(let sent), .partial(let sent):
-            // The kernel took reply bytes: progress, for `evictStalledConnections`.
-            if sent > 0 { connection.repliesTaken &+= 1 }
+        case .drained, .partial:
             return true
         case .failed(let code):
             logger.debug("send failed", metadata: ["connection.fd": "\(connection.fd)", "error.errno": "\(code)"])
@@ -521,9 +489,7 @@ final class NodeIOQueue: @unchecked Sendable {
         let waiting = connection.phase.isWaitingForMemory
         if waiting != connection.countedAsWaiting {
             connection.countedAsWaiting = waiting
-            memory.countPaused(waiting ? 1 : -1)
-            waitingForMemory += waiting ? 1 : -1
-            if waiting { scheduleHousekeeping() }
+            upkeep.waitingChanged(waiting)
         }
         // Derived from the phase (what `Connection.activeEvents` says too); applied when it changed, or
         // renewed while the connection reads and its socket may hold bytes no edge will report.
@@ -535,5 +501,44 @@ final class NodeIOQueue: @unchecked Sendable {
         if desired != connection.registeredEvents.rawValue || (connection.unreadBytesPossible && connection.wantsRead) {
             loop.updateInterest(of: connection, rearm: true)
         }
+    }
+
+    /// Makes a connection wait for a disk operation, a fan-out or a WATCH's start, and starts it.
+    func wait(for operation: PendingOperation, _ connection: Connection) {
+        connection.phase = .waitingForCompletion
+        connection.waitingCommand = operation.latencyCommand
+        switch operation {
+        case .forward(let request):
+            // `process` starts forwards itself and goes on with the requests behind them.
+            forwarding.start(request, for: connection)
+        case .fanOut(let request):
+            forwarding.startFanOut(request, for: connection)
+        case .watch(let start):
+            watching.start(start.request, id: start.id, for: connection)
+        case .get, .put, .clear:
+            diskDispatch?.begin(operation, for: connection)
+        }
+    }
+
+    /// Writes a completed operation's reply (held behind the connection's forwards in flight, if any),
+    /// then carries on with the requests behind it.
+    func resume(
+        _ connection: Connection,
+        reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
+    ) {
+        guard case .waitingForCompletion = connection.phase else { return }
+        processor.counters.latencies.observe(
+            connection.waitingCommand,
+            nanoseconds: CachetDeadline.now() &- connection.turnStarted
+        )
+        let now = CachetClock.now()
+        if let forwards = connection.forwards {
+            reply(processor, &forwards.pending, now)
+        } else {
+            reply(processor, &connection.output, now)
+        }
+        connection.phase = .reading(frameLength: 0)
+        process(connection, now: now)
+        settle(connection, now: now)
     }
 }

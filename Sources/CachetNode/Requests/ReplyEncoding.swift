@@ -59,3 +59,23 @@ func appendMessage(
         appendReply(opcode: opcode, status: status, id: id, body: UnsafeRawBufferPointer($0), to: &output)
     }
 }
+
+/// The NOT_FOUND of a GET with the `lease` flag (`Protocol/PROTOCOL.md`, "Leases"): with the lease granted
+/// to the caller, or, when another caller holds it, how long to wait; a plain NOT_FOUND when leases are off.
+func appendLeaseMiss(_ grant: NodeLeases.Grant, id: UInt32, to output: inout CachetByteBuffer) {
+    let reply: CachetLeaseReply
+    switch grant {
+    case .granted(let token): reply = CachetLeaseReply(token: token, waitMilliseconds: 0)
+    case .held: reply = CachetLeaseReply(token: 0, waitMilliseconds: NodeLeases.waitMilliseconds)
+    case .none:
+        appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        return
+    }
+    reply.encoded.withUnsafeBytes { appendReply(opcode: .get, status: .notFound, id: id, body: $0, to: &output) }
+}
+
+/// A CLEAR's OK reply: how many entries and bytes it removed.
+func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout CachetByteBuffer) {
+    let body = CachetClearResult(items: UInt64(items), bytes: UInt64(bytes)).encoded
+    body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: id, body: $0, to: &output) }
+}

@@ -7,58 +7,39 @@ import CachetWire
 import Glibc
 #endif
 
-/// What processing the buffered input ended with.
-enum ProcessingResult {
-    /// Every whole frame was answered; the input holds at most a partial frame of `frameLength` bytes
-    /// (0 when not even its length prefix has arrived).
-    case needMoreBytes(frameLength: Int)
-    /// The output passed its high-water mark; the rest of the input waits until it drains.
-    case outputFull
-    /// The next reply does not fit the memory the connection may still take (``ConnectionMemory``); its
-    /// request stays at the head of the input until memory is returned.
-    case memoryFull
-    /// A framing error was answered; the connection closes once the reply is sent.
-    case closeAfterReply
-    /// A request needs the disk queue, a fan-out or a forward; the connection waits for the disk or the
-    /// fan-out before answering anything else, and goes on past a forward (`NodeIOQueue.processHeld`).
-    case suspended(PendingOperation)
-    /// The head frame is a PUT of a large value whose remaining bytes are to be read straight into its
-    /// entry; the buffered part has been copied there and the input is empty.
-    case receivingValue(DirectPut)
-    /// The request limit was reached with whole frames left in the input: the connection gives others a
-    /// turn and is processed again after them.
-    case yielded
-}
-
-/// Turns request frames into replies: decoding, dispatch to the store, reply encoding. No I/O.
+/// The binary protocol's front end (`Protocol/PROTOCOL.md`): decodes request frames, has a node with users
+/// check them (``RequestAuthorizer``), a node of a cluster route them (``RequestRouter``), runs them as
+/// ``NodeCommands`` and encodes the replies. No I/O.
 ///
 /// One processor serves one event loop; it is called only on that loop's queue.
 struct RequestProcessor {
-    let store: CachetMemoryStore
-    let disk: DiskTier?
-    let counters: RequestCounters
+    /// What requests come down to.
+    let commands: NodeCommands
     let maximumPayloadLength: Int
     /// The STATS body; `true` for the whole of it, `false` without the cluster's member list (a user
     /// that is not an admin, on a node with users).
     let statistics: @Sendable (Bool) -> String
     /// The budget shared by every connection's buffers and large PUTs still arriving.
     let connectionMemory: ConnectionMemory
-    /// The cluster parts a request may need (routing, health and stand-ins, the hold); nil on a node that
-    /// is a cluster of one, which serves every key. One reference, so that a node without a cluster file
-    /// carries a single nil field: three cost measurably more in copies (BENCHMARKS.md, "Figures behind
-    /// choices in the code").
-    let cluster: ClusterRouting?
+    /// The routing decision of a node of a cluster; nil on a node that is a cluster of one, which serves
+    /// every key. One reference, so that a node without a cluster file carries a single nil field: three
+    /// cost measurably more in copies (BENCHMARKS.md, "Figures behind choices in the code").
+    let cluster: RequestRouter?
     /// Whether ``cluster`` is set: the one test a request pays on a node that never forwards (testing the
     /// optional reference itself cost more: BENCHMARKS.md, "Figures behind choices in the code").
     let forwards: Bool
-    /// The node's users (`--auth-file`); nil: every client may send every request.
-    let auth: NodeAuth?
-    /// The leases of read-through, shared by every loop.
-    let leases: NodeLeases
-    /// The changes WATCH streams, shared by every loop.
-    let watches: NodeWatchHub
-    /// This loop's copy of the watched prefixes (read without a lock on the loop).
-    let watchView: WatchIndexView
+    /// The check of each request against its connection's user (`--auth-file`); nil: every client may
+    /// send every request.
+    let authorizer: RequestAuthorizer?
+
+    /// The disk tier, if the node has one.
+    var disk: DiskTier? { commands.disk }
+    /// The loop's request counters.
+    var counters: RequestCounters { commands.counters }
+    /// The replies to requests that went to the disk tier.
+    var diskCompletions: DiskCompletions { DiskCompletions(commands: commands) }
+    /// What a node of a cluster gives its peers and takes from them; nil on a cluster of one.
+    var peerValues: PeerValues? { cluster?.peerValues }
 
     init(
         store: CachetMemoryStore,
@@ -73,17 +54,20 @@ struct RequestProcessor {
         watches: NodeWatchHub = NodeWatchHub(ringLimit: 1 << 20, retain: 60, sendLimit: 1 << 20),
         watchView: WatchIndexView = WatchIndexView()
     ) {
-        self.auth = auth
-        self.leases = leases
-        self.watches = watches
-        self.watchView = watchView
-        self.store = store
-        self.disk = disk
-        self.counters = counters
+        let commands = NodeCommands(
+            store: store,
+            disk: disk,
+            counters: counters,
+            leases: leases,
+            watches: watches,
+            watchView: watchView
+        )
+        self.commands = commands
+        self.authorizer = auth.map { RequestAuthorizer(auth: $0) }
         self.maximumPayloadLength = maximumPayloadLength
         self.statistics = statistics
         self.connectionMemory = connectionMemory
-        self.cluster = cluster
+        self.cluster = cluster.map { RequestRouter($0, commands: commands) }
         forwards = cluster != nil
     }
 
@@ -149,7 +133,7 @@ struct RequestProcessor {
             var noRoom = false
             if !access.isOpen {
                 // A node with users: AUTH, or the user's rights checked, before anything is served.
-                guard authorize(frame, in: region, access: &access, output: &output) else {
+                guard authorizer.unsafelyUnwrapped.authorize(frame, in: region, access: &access, output: &output) else {
                     input.moveReadIndex(to: frame.end)
                     if access.closeRequested {
                         input.moveReadIndex(to: input.writeIndex)
@@ -197,14 +181,14 @@ struct RequestProcessor {
                 if forwards {
                     let warmUp = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.warmUp.rawValue
                     if header.flags & warmUp == warmUp {
-                        return serveWarmUp(
+                        return cluster.unsafelyUnwrapped.peerValues.serveWarmUp(
                             UnsafeRawBufferPointer(rebasing: buffer[key]),
                             id: header.id,
                             output: &output,
                             now: now
                         )
                     }
-                    switch route(frame, key: key, in: buffer, output: &output) {
+                    switch cluster.unsafelyUnwrapped.route(frame, key: key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil
                     case .pending(let operation): return operation
@@ -238,7 +222,7 @@ struct RequestProcessor {
                 let (put, token) = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased)
                 if forwards {
                     cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[put.key]))
-                    switch route(frame, key: put.key, in: buffer, output: &output) {
+                    switch cluster.unsafelyUnwrapped.route(frame, key: put.key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil
                     case .pending(let operation): return operation
@@ -250,7 +234,7 @@ struct RequestProcessor {
                 let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
                 if forwards {
                     cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[key]))
-                    switch route(frame, key: key, in: buffer, output: &output) {
+                    switch cluster.unsafelyUnwrapped.route(frame, key: key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil
                     case .pending(let operation): return operation
@@ -262,10 +246,14 @@ struct RequestProcessor {
                 // A user limited to key prefixes clears only keys under them (checked by `authorize`).
                 let prefixes = access.clearScope(requested: requested)
                 if forwards {
-                    if let fanOut = fanOut(frame, in: buffer, clearPrefixes: prefixes == requested ? nil : prefixes) {
+                    if let fanOut = RequestRouter.fanOut(
+                        frame,
+                        in: buffer,
+                        clearPrefixes: prefixes == requested ? nil : prefixes
+                    ) {
                         return fanOut
                     }
-                    noteInvalidation(header)
+                    cluster.unsafelyUnwrapped.noteInvalidation(header)
                     cluster.unsafelyUnwrapped.warmUp?.noteClear()
                 }
                 return clear(prefixes: prefixes, id: header.id, output: &output)
@@ -279,7 +267,7 @@ struct RequestProcessor {
                 appendReply(opcode: .unwatch, status: .ok, id: header.id, to: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
-                if forwards, let fanOut = fanOut(frame, in: buffer) { return fanOut }
+                if forwards, let fanOut = RequestRouter.fanOut(frame, in: buffer) { return fanOut }
                 var json = statistics(access.mayReadMembers)
                 json.withUTF8 {
                     appendReply(
@@ -303,7 +291,7 @@ struct RequestProcessor {
             default:
                 let leaving = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.leaving.rawValue
                 if forwards, header.flags & leaving == leaving {
-                    memberLeaving(frame, in: buffer, output: &output)
+                    cluster.unsafelyUnwrapped.memberLeaving(frame, in: buffer, output: &output)
                     return nil
                 }
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
@@ -328,7 +316,7 @@ struct RequestProcessor {
         warmable: Bool = false,
         lease: Bool = false
     ) -> PendingOperation? {
-        let hit: Bool? = store.withValue(forKey: key, now: now) { value, _ in
+        let lookup = commands.lookUp(key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
             // direct send may leave all of it to be queued. (Values below the threshold are never held
             // back: their replies fit a connection's initial buffer, or grow it by little.)
@@ -344,26 +332,24 @@ struct RequestProcessor {
             }
             return true
         }
-        if let hit {
-            guard hit else {
-                noRoom = true
-                return nil
-            }
-            RequestCounters.bump(counters.gets)
-            RequestCounters.bump(counters.hits)
+        switch lookup {
+        case .hit: return nil
+        case .noRoom:
+            noRoom = true
             return nil
+        case .miss: break
         }
-        RequestCounters.bump(counters.gets)
         // A key this node owns since a membership change and never wrote since is asked of its previous
         // owner first (its disk tier cannot hold a newer value).
         // (Not for a GET with the lease flag: its miss is granted a lease here, and the one caller that holds
         // it loads the value, so a membership change costs a key at most one load.)
-        if warmable && !lease, let operation = warmUpRequest(key, id: id) { return operation }
+        if warmable && !lease, let operation = cluster.unsafelyUnwrapped.peerValues.warmUpRequest(key, id: id) {
+            return operation
+        }
         return missedMemory(key, id: id, lease: lease, withTTL: false, output: &output, now: now)
     }
 
-    /// A GET that missed memory: to the disk queue only when the key may be there, counting the writes
-    /// queued but not applied (the serial queue then answers after them, in order); else a miss, with a
+    /// A GET that missed memory: to the disk queue only when the key may be there; else a miss, with a
     /// lease reply for a GET with the `lease` flag.
     private func missedMemory(
         _ key: UnsafeRawBufferPointer,
@@ -373,12 +359,11 @@ struct RequestProcessor {
         output: inout CachetByteBuffer,
         now: UInt32
     ) -> PendingOperation? {
-        if let disk, disk.worker.mayHold(key: key, now: now) {
+        if commands.afterMemoryMiss(key, now: now) {
             return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL)
         }
-        RequestCounters.bump(counters.misses)
         if lease {
-            appendLeaseMiss(key, id: id, to: &output)
+            appendLeaseMiss(commands.acquireLease(key), id: id, to: &output)
         } else {
             appendReply(opcode: .get, status: .notFound, id: id, to: &output)
         }
@@ -398,7 +383,7 @@ struct RequestProcessor {
         now: UInt32,
         lease: Bool
     ) -> PendingOperation? {
-        let hit: Bool? = store.withValue(forKey: key, now: now) { value, expiry in
+        let lookup = commands.lookUp(key, now: now) { value, expiry in
             if value.count >= Self.budgetCheckThreshold
                 && value.count + CachetProtocol.frameOverhead + 4 > outputCapacityLimit - output.readableBytes
             {
@@ -407,32 +392,15 @@ struct RequestProcessor {
             appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
             return true
         }
-        if let hit {
-            // No room: the frame is not answered now (nor counted), and is read again once there is.
-            guard hit else {
-                noRoom = true
-                return nil
-            }
-            RequestCounters.bump(counters.gets)
-            RequestCounters.bump(counters.hits)
+        switch lookup {
+        case .hit: return nil
+        case .noRoom:
+            // The frame is not answered now (nor counted), and is read again once there is room.
+            noRoom = true
             return nil
+        case .miss:
+            return missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
         }
-        RequestCounters.bump(counters.gets)
-        return missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
-    }
-
-    /// The NOT_FOUND of a GET with the `lease` flag: with a lease on the key for the caller, or, when
-    /// another caller holds it, how long to wait (`Protocol/PROTOCOL.md`, "Leases").
-    func appendLeaseMiss(_ key: UnsafeRawBufferPointer, id: UInt32, to output: inout CachetByteBuffer) {
-        let reply: CachetLeaseReply
-        switch leases.acquire(key) {
-        case .granted(let token): reply = CachetLeaseReply(token: token, waitMilliseconds: 0)
-        case .held: reply = CachetLeaseReply(token: 0, waitMilliseconds: NodeLeases.waitMilliseconds)
-        case .none:
-            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
-            return
-        }
-        reply.encoded.withUnsafeBytes { appendReply(opcode: .get, status: .notFound, id: id, body: $0, to: &output) }
     }
 
     /// A PUT with a lease token: stored as any PUT while its lease stands, else NOT_STORED.
@@ -445,7 +413,7 @@ struct RequestProcessor {
         now: UInt32
     ) -> PendingOperation? {
         let key = UnsafeRawBufferPointer(rebasing: buffer[body.key])
-        let stored = leases.complete(key, token: token) {
+        let stored = commands.completeLease(key, token: token) {
             put(body, in: buffer, id: id, output: &output, now: now, invalidatingLease: false)
         }
         guard let stored else {
@@ -470,119 +438,98 @@ struct RequestProcessor {
         now: UInt32,
         invalidatingLease: Bool = true
     ) -> PendingOperation? {
-        RequestCounters.bump(counters.puts)
-        let expiry = Self.expiry(ttl: put.ttl, now: now)
-        let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
-        let value = UnsafeRawBufferPointer(rebasing: buffer[put.value])
-        // Before the store changes: a lease granted before this write must not store a value loaded before it.
-        if invalidatingLease { leases.invalidate(key) }
-        // Before memory changes, so that a disk read queued earlier does not put the older value back.
-        disk?.worker.beginWrite(key: key)
-        let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
-        guard let disk else {
-            if outcome == .stored {
-                watches.publish(.put, key: key, value: value, ttl: put.ttl, view: watchView)
-                appendReply(opcode: .put, status: .ok, id: id, to: &output)
-            } else {
-                appendMessage(
-                    "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit)",
-                    status: .tooLarge,
-                    opcode: .put,
-                    id: id,
-                    to: &output
-                )
-            }
-            return nil
-        }
-        if outcome == .tooLarge {
-            // The disk limit must also hold the entry file's header, even for an incompressible value.
-            guard key.count + value.count <= disk.store.maximumEntryBytes else {
-                disk.worker.abandonWrite(key: Array(key))
-                appendMessage(
-                    "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit) "
-                        + "nor --disk-limit \(disk.limit) (at most \(disk.store.maximumEntryBytes) bytes of key and value)",
-                    status: .tooLarge,
-                    opcode: .put,
-                    id: id,
-                    to: &output
-                )
-                return nil
-            }
-            // Stored on disk only; an older copy in memory must not shadow it.
-            _ = store.remove(key: key, now: now)
-        }
-        let keyBytes = Array(key)
-        let valueBytes = Array(value)
-        switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
-        case .queued:
-            watches.publish(.put, key: key, value: value, ttl: put.ttl, view: watchView)
+        let outcome = commands.put(
+            key: UnsafeRawBufferPointer(rebasing: buffer[put.key]),
+            value: UnsafeRawBufferPointer(rebasing: buffer[put.value]),
+            ttl: put.ttl,
+            now: now,
+            invalidatingLease: invalidatingLease
+        )
+        switch outcome {
+        case .stored:
             appendReply(opcode: .put, status: .ok, id: id, to: &output)
             return nil
-        case .full:
-            watches.publish(.put, key: key, value: value, ttl: put.ttl, view: watchView)
-            return .put(key: keyBytes, value: valueBytes, expiry: expiry, id: id)
-        case .refused(let error):
-            refusePut(key: keyBytes, id: id, error: error, output: &output, now: now)
+        case .waitingForDisk(let key, let value, let expiry):
+            return .put(key: key, value: value, expiry: expiry, id: id)
+        case .tooLarge(let message):
+            appendMessage(message, status: .tooLarge, opcode: .put, id: id, to: &output)
+            return nil
+        case .failed(let error):
+            appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
             return nil
         }
-    }
-
-    /// Answers a PUT the disk journal could not record with SERVER_ERROR. The new value leaves memory too,
-    /// so that what is served stays what was last acknowledged.
-    func refusePut(key: [UInt8], id: UInt32, error: CachetStoreError, output: inout CachetByteBuffer, now: UInt32) {
-        _ = key.withUnsafeBytes { store.remove(key: $0, now: now) }
-        appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
     }
 
     private func delete(_ key: UnsafeRawBufferPointer, id: UInt32, output: inout CachetByteBuffer, now: UInt32) {
-        RequestCounters.bump(counters.deletes)
-        leases.invalidate(key)
-        disk?.worker.beginWrite(key: key)
-        var removed = store.remove(key: key, now: now)
-        if let disk {
-            // Before the delete is queued: counts the writes and deletes of the key still queued.
-            removed = disk.worker.mayHold(key: key, now: now) || removed
-            if case .refused(let error) = disk.worker.submitRemove(key: Array(key)) {
-                appendMessage(error.message, status: .serverError, opcode: .delete, id: id, to: &output)
-                return
-            }
+        switch commands.delete(key, now: now) {
+        case .deleted: appendReply(opcode: .delete, status: .ok, id: id, to: &output)
+        case .notFound: appendReply(opcode: .delete, status: .notFound, id: id, to: &output)
+        case .failed(let error):
+            appendMessage(error.message, status: .serverError, opcode: .delete, id: id, to: &output)
         }
-        if removed { watches.publish(.delete, key: key, view: watchView) }
-        appendReply(opcode: .delete, status: removed ? .ok : .notFound, id: id, to: &output)
     }
 
     /// A CLEAR of every key, or of the keys under `prefixes` when there are any.
     private func clear(prefixes: [[UInt8]], id: UInt32, output: inout CachetByteBuffer) -> PendingOperation? {
-        leases.invalidateAll()
-        if prefixes.isEmpty {
-            watches.publishClear(prefix: [])
-        } else {
-            for prefix in prefixes { watches.publishClear(prefix: prefix) }
-        }
-        guard let disk else {
-            let removed = prefixes.isEmpty ? store.removeAll() : store.removeAll(prefixes: prefixes)
-            appendClearReply(id: id, items: removed.items, bytes: removed.bytes, to: &output)
+        switch commands.clear(prefixes: prefixes) {
+        case .cleared(let items, let bytes):
+            appendClearReply(id: id, items: items, bytes: bytes, to: &output)
             return nil
+        case .waitingForDisk(let memoryOnlyItems, let memoryOnlyBytes):
+            return .clear(
+                id: id,
+                prefixes: prefixes,
+                memoryOnlyItems: memoryOnlyItems,
+                memoryOnlyBytes: memoryOnlyBytes
+            )
         }
-        // Entries are written through to disk, so the disk's count covers memory's, including entries
-        // whose write is still queued (queued before this CLEAR, it lands before the CLEAR runs); an entry
-        // the disk will not hold (its write failed or was refused) is counted from memory.
-        var memoryOnlyItems = 0
-        var memoryOnlyBytes = 0
-        let now = CachetClock.now()
-        disk.worker.beginClear()
-        let visit: (UnsafeRawBufferPointer, Int) -> Void = { key, valueLength in
-            if !disk.worker.mayHold(key: key, now: now) {
-                memoryOnlyItems += 1
-                memoryOnlyBytes += key.count + valueLength
-            }
+    }
+
+    /// Starts receiving a partial PUT frame's value straight into a new entry (``DirectPut``), when the
+    /// frame is a valid PUT whose header and key have arrived, the node has no disk tier (which copies every
+    /// write), and the entry fits the memory limit. Anything else (including every error) returns nil and
+    /// takes the normal path once the whole frame is buffered, so replies and their order do not change.
+    func startDirectPut(
+        in buffer: UnsafeRawBufferPointer,
+        at offset: Int,
+        payloadLength: Int,
+        now: UInt32
+    ) -> DirectPut? {
+        guard commands.disk == nil, payloadLength <= maximumPayloadLength else { return nil }
+        let start = offset + CachetProtocol.lengthPrefixSize
+        let bodyStart = start + CachetProtocol.headerSize
+        guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize,
+            let header = CachetFrameDecoder.decodeHeader(in: buffer, at: offset),
+            header.opcode == .put, header.flags & CachetRequestFlags.lease.rawValue == 0,
+            (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
+            let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
+            put.key.upperBound <= buffer.count,
+            connectionMemory.allows(put.value.count),
+            cluster?.router.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[put.key])) == nil,
+            let pending = commands.reserveDirectPut(
+                UnsafeRawBufferPointer(rebasing: buffer[put.key]),
+                valueLength: put.value.count,
+                ttl: put.ttl,
+                now: now
+            )
+        else { return nil }
+        let buffered = UnsafeRawBufferPointer(rebasing: buffer[put.value.lowerBound..<buffer.count])
+        if buffered.count > 0 {
+            pending.value.baseAddress!.copyMemory(from: buffered.baseAddress!, byteCount: buffered.count)
         }
-        if prefixes.isEmpty {
-            _ = store.removeAll(visit: visit)
-        } else {
-            _ = store.removeAll(prefixes: prefixes, visit: visit)
-        }
-        return .clear(id: id, prefixes: prefixes, memoryOnlyItems: memoryOnlyItems, memoryOnlyBytes: memoryOnlyBytes)
+        return DirectPut(
+            pending: pending,
+            id: header.id,
+            ttl: put.ttl,
+            received: buffered.count,
+            budget: connectionMemory
+        )
+    }
+
+    /// Stores a PUT received in place and answers it.
+    func completeDirectPut(_ put: DirectPut, output: inout CachetByteBuffer, now: UInt32) {
+        commands.commitDirectPut(put, now: now)
+        appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
     }
 
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
@@ -617,12 +564,5 @@ struct RequestProcessor {
                 output.append(UnsafeRawBufferPointer(rebasing: value[(sent - headerBytes.count)...]))
             }
         }
-    }
-
-    /// The absolute expiry for a TTL: 0 stays 0 (never), otherwise now + ttl, saturating.
-    static func expiry(ttl: UInt32, now: UInt32) -> UInt32 {
-        guard ttl > 0 else { return 0 }
-        let (sum, overflow) = now.addingReportingOverflow(ttl)
-        return overflow ? UInt32.max : sum
     }
 }

@@ -27,7 +27,7 @@ public struct CachetNodeConfiguration: Sendable {
     public var connectionMemoryLimit: Int? = nil
     /// Seconds a connection may hold part of the connection memory without progress (its replies not
     /// read, its request not finished) while other connections wait for that memory, before it is closed
-    /// (`--client-stall-timeout`); 0 never closes one. See `NodeIOQueue.evictStalledConnections`.
+    /// (`--client-stall-timeout`); 0 never closes one. See `ConnectionUpkeep.evictStalledConnections`.
     public var clientStallTimeout: Double = 3
     /// Seconds a request forwarded to the member that owns its key may take, the connect included, before
     /// the client is answered UNAVAILABLE (`--forward-timeout`). See `Protocol/CLUSTER.md`, "Forwarding".

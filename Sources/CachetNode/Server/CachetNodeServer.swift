@@ -498,12 +498,12 @@ public final class CachetNodeServer: Sendable {
             // Nothing more is answered, then the peers are told, and the connections close at once: a peer
             // whose forward is left unanswered sends it elsewhere (to the stand-in once told, or here again,
             // where the closed port marks this member down).
-            for loop in loops { loop.executeAndWait { loop.stopAnswering() } }
+            for loop in loops { loop.executeAndWait { loop.upkeep.stopAnswering() } }
             told = peerGreetings?.announceLeaving(id: membership.nodeID) ?? { (0, 0) }
         }
         for loop in loops {
             group.enter()
-            loop.execute { loop.drain(timeout: timeout, leaving: leaving) { group.leave() } }
+            loop.execute { loop.upkeep.drain(timeout: timeout, leaving: leaving) { group.leave() } }
         }
         if group.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning(
@@ -519,7 +519,7 @@ public final class CachetNodeServer: Sendable {
                 metadata: ["cluster.member": "\(membership.nodeID)", "cluster.peers_told": "\(answered)/\(peers)"]
             )
         }
-        for loop in loops { loop.executeAndWait { loop.stop() } }
+        for loop in loops { loop.executeAndWait { loop.upkeep.stop() } }
         hold?.stop()
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
         logger.info(

@@ -171,7 +171,7 @@ struct RequestProcessorTests {
         #expect(harness.input.readableBytes == 0)
         #expect(direct.received == 1_000 && direct.id == 2 && !direct.isComplete)
         // Until complete, readers see the old value.
-        #expect(harness.processor.store.value(forKey: Array("k".utf8)) == [1, 2, 3])
+        #expect(harness.processor.commands.store.value(forKey: Array("k".utf8)) == [1, 2, 3])
         let rest = Array(put.dropFirst(head))
         rest.withUnsafeBytes { direct.remaining.copyMemory(from: $0) }
         direct.received += rest.count
@@ -263,14 +263,8 @@ struct RequestProcessorTests {
             access: &open,
             tally: &tally
         )
-        #expect(harness.processor.store.value(forKey: Array("b".utf8))?.count == 1_000_000)
-        #expect(harness.processor.store.value(forKey: Array("a".utf8)) == nil)
-    }
-
-    @Test func ttlBecomesAnAbsoluteExpiry() {
-        #expect(RequestProcessor.expiry(ttl: 0, now: 1_000) == 0)
-        #expect(RequestProcessor.expiry(ttl: 60, now: 1_000) == 1_060)
-        #expect(RequestProcessor.expiry(ttl: .max, now: 1_000) == .max)
+        #expect(harness.processor.commands.store.value(forKey: Array("b".utf8))?.count == 1_000_000)
+        #expect(harness.processor.commands.store.value(forKey: Array("a".utf8)) == nil)
     }
 }
 

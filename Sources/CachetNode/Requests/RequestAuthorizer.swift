@@ -4,8 +4,13 @@ import CachetWire
 
 /// Users on the request path (`Protocol/PROTOCOL.md`, "AUTH"; `docs/security.md`): on a node with an auth
 /// file, a connection sends AUTH first, and each request after is checked against its user's role and key
-/// prefixes. Not called on a node without one.
-extension RequestProcessor {
+/// prefixes. Not made on a node without one.
+///
+/// One per loop, used on the loop's queue; the users' table it checks is shared (``NodeAuth``).
+struct RequestAuthorizer {
+    /// The node's users.
+    let auth: NodeAuth
+
     /// Answers an AUTH, or checks a request against the connection's user. Returns whether the request
     /// goes on to be served; otherwise its reply (OK for a successful AUTH, NOT_AUTHENTICATED, FORBIDDEN,
     /// or a bad request's error) is in `output`.
@@ -79,7 +84,7 @@ extension RequestProcessor {
         access: inout ConnectionAccess,
         output: inout CachetByteBuffer
     ) {
-        switch auth.unsafelyUnwrapped.authenticate(user: user, secret: secret, address: access.address) {
+        switch auth.authenticate(user: user, secret: secret, address: access.address) {
         case .authenticated(let principal):
             access.state = .user(principal)
             access.failures = 0

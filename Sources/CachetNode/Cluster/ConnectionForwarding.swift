@@ -6,13 +6,32 @@ import CachetWire
 /// Forwarding, as the connections see it: a request for a key another member owns goes to the loop's
 /// ``ForwardCoordinator``, which sends it on and makes the client's reply. While forwards are in flight the connection goes on answering (and forwarding) the requests
 /// behind them, holding their replies in request order (``ForwardPipeline``).
-extension NodeIOQueue {
+///
+/// One per loop, a collaborator of its ``NodeIOQueue``; used only on the loop's queue (`@unchecked
+/// Sendable` for the replies that come back there).
+final class ConnectionForwarding: @unchecked Sendable {
+    /// The loop whose connections forward.
+    unowned let host: NodeIOQueue
+    /// What sends requests on and makes the client's replies; nil on a node that never forwards.
+    let coordinator: ForwardCoordinator?
+    /// The loop's request processor, for the requests behind forwards in flight.
+    let processor: RequestProcessor
+    /// The budget the replies held behind forwards are charged to.
+    let memory: ConnectionMemory
+
+    init(host: NodeIOQueue, coordinator: ForwardCoordinator?, processor: RequestProcessor, memory: ConnectionMemory) {
+        self.host = host
+        self.coordinator = coordinator
+        self.processor = processor
+        self.memory = memory
+    }
+
     /// Sends a request on to its owner (``ForwardCoordinator``) and reserves its reply's place in the
     /// connection's ``ForwardPipeline`` (made if the connection has none). Called while the connection's
     /// input is being processed: the caller goes on with the requests behind it (``processHeld(_:now:)``).
     /// The reply is filled in on this loop's queue, which the peer connections share, possibly before this
     /// returns (an owner marked down).
-    func startForward(_ request: ForwardRequest, for connection: Connection) {
+    func start(_ request: ForwardRequest, for connection: Connection) {
         let pipeline: ForwardPipeline
         if let existing = connection.forwards {
             pipeline = existing
@@ -23,7 +42,7 @@ extension NodeIOQueue {
         let slot = pipeline.reserveForward(releasingTo: &connection.output)
         pipeline.processing = true
         defer { pipeline.processing = false }
-        guard let forwardCoordinator else {
+        guard let coordinator else {
             // Only a node with a router forwards, and every such node has a coordinator.
             var reply = CachetByteBuffer(capacity: 256)
             appendMessage(
@@ -37,7 +56,7 @@ extension NodeIOQueue {
             return
         }
         let started = connection.turnStarted
-        forwardCoordinator.forward(
+        coordinator.forward(
             request,
             // The connection closed meanwhile: nobody waits for this reply.
             isWanted: { connection.forwards === pipeline }
@@ -72,19 +91,19 @@ extension NodeIOQueue {
         let now = CachetClock.now()
         if case .waitingForForwards = connection.phase {
             connection.phase = .reading(frameLength: 0)
-            process(connection, now: now)
+            host.process(connection, now: now)
         } else {
-            guard send(connection) else { return }
+            guard host.send(connection) else { return }
         }
-        settle(connection, now: now)
+        host.settle(connection, now: now)
     }
 
-    /// ``process(_:now:)`` for a connection with forwards in flight: answers the whole frames in the input
+    /// ``NodeIOQueue/process(_:now:)`` for a connection with forwards in flight: answers the whole frames in the input
     /// into the pipeline's pending replies (forwarding those that go to another member), until the input
     /// is used up, a bound is reached (``ForwardPipeline/maximumInFlight``, ``ForwardPipeline/heldLimit``,
     /// the budget's share for replies, the output limit), or a request must wait for the disk or a
     /// fan-out (as without forwards: the connection stops until it completes). Leaves the connection in
-    /// the phase the input calls for; sends nothing (``process(_:now:)`` does).
+    /// the phase the input calls for; sends nothing (``NodeIOQueue/process(_:now:)`` does).
     /// - Returns: true when the last forward has answered meanwhile (at once: its owner marked down) and
     ///   the connection is still reading: the caller goes on processing as usual.
     func processHeld(_ connection: Connection, now: UInt32, tally: inout RequestTally) -> Bool {
@@ -97,7 +116,7 @@ extension NodeIOQueue {
                 connection.phase = .waitingForForwards
                 break
             }
-            if connection.output.readableBytes > pendingOutputLimit(connection, room: replyRoom) {
+            if connection.output.readableBytes > host.pendingOutputLimit(connection, room: replyRoom) {
                 connection.phase = .waitingForOutput
                 break
             }
@@ -118,7 +137,7 @@ extension NodeIOQueue {
                 tally: &tally,
                 // Never straight to the socket: earlier replies are still held.
                 directSend: nil,
-                requestLimit: Self.requestsPerTurn
+                requestLimit: NodeIOQueue.requestsPerTurn
             )
             switch result {
             case .needMoreBytes(let frameLength):
@@ -133,22 +152,22 @@ extension NodeIOQueue {
                 connection.phase = .waitingForMemory(.reply)
                 break processing
             case .closeAfterReply:
-                beginClosing(connection)
+                host.beginClosing(connection)
                 break processing
             case .suspended(.forward(let request)):
                 tally.uncount(LatencyCommand(request.opcode))
-                startForward(request, for: connection)
+                start(request, for: connection)
                 connection.chargeForwards()
             case .suspended(let operation):
                 tally.uncount(operation.latencyCommand)
-                wait(for: operation, connection)
+                host.wait(for: operation, connection)
                 break processing
             case .receivingValue(let direct):
                 connection.phase = .receivingValue(direct)
                 break processing
             case .yielded:
                 connection.phase = .reading(frameLength: 0)
-                yieldTurn(connection)
+                host.yieldTurn(connection)
                 yielded = true
                 break processing
             }
@@ -160,21 +179,19 @@ extension NodeIOQueue {
         if case .reading = connection.phase, !yielded { return true }
         return false
     }
-}
 
-extension NodeIOQueue {
     /// Sends a cluster-wide CLEAR or STATS to every member (``ForwardCoordinator/fanOut(_:answer:)``) and
     /// resumes the connection with the aggregate reply once all have answered or failed.
     func startFanOut(_ request: ForwardRequest, for connection: Connection) {
-        let started = forwardCoordinator?.fanOut(request) { [self] body in
-            resume(connection) { _, output, _ in
+        let started = coordinator?.fanOut(request) { [self] body in
+            host.resume(connection) { _, output, _ in
                 body.withUnsafeBytes {
                     appendReply(opcode: request.opcode, status: .ok, id: request.id, body: $0, to: &output)
                 }
             }
         }
         guard started != true else { return }
-        resume(connection) { _, output, _ in
+        host.resume(connection) { _, output, _ in
             appendMessage(
                 "cluster-wide requests are not set up",
                 status: .serverError,

@@ -6,12 +6,18 @@ import CachetWire
 /// What a node gives its peers from its memory tier, and takes from them: warm-up after a membership change
 /// (`Protocol/CLUSTER.md`, "Warm-up after a membership change") and the values a stand-in hands back to a
 /// returned owner ("Handing back values").
-extension RequestProcessor {
+///
+/// Made per use from the loop's commands and router; used on the loop's queue.
+struct PeerValues {
+    let commands: NodeCommands
+    let cluster: RequestRouter
+
+    private var counters: RequestCounters { commands.counters }
+
     /// The warm-up request for `key`, which this node missed (``NodeWarmUp``): a GET with `forwarded`,
     /// `lastHop` and `warmUp` to the key's previous owner, with half the forward deadline; nil when the key
     /// is not one to warm.
     func warmUpRequest(_ key: UnsafeRawBufferPointer, id: UInt32) -> PendingOperation? {
-        let cluster = cluster.unsafelyUnwrapped
         guard let warmUp = cluster.warmUp, let source = warmUp.source(for: key),
             cluster.router.foreignOwner(of: key) == nil
         else { return nil }
@@ -31,38 +37,46 @@ extension RequestProcessor {
         -> PendingOperation?
     {
         RequestCounters.bump(counters.gets)
-        let cluster = cluster.unsafelyUnwrapped
         let ownedBefore = cluster.warmUp?.servesWarmUp(key) ?? false
         guard ownedBefore, cluster.hold?.isHolding() != true else {
-            appendWarmUpReply(nil, id: id, output: &output, now: now)
+            Self.appendWarmUpReply(nil, id: id, counters: counters, output: &output, now: now)
             return nil
         }
-        let served = store.withValue(forKey: key, now: now) { value, expiry -> Bool in
+        let served = commands.store.withValue(forKey: key, now: now) { value, expiry -> Bool in
             guard expiry == 0 || expiry > now else { return false }
-            appendWarmUpReply((value, expiry), id: id, output: &output, now: now)
+            Self.appendWarmUpReply((value, expiry), id: id, counters: counters, output: &output, now: now)
             return true
         }
         if served == true { return nil }
-        if let disk, disk.worker.mayHold(key: key, now: now) {
+        if let disk = commands.disk, disk.worker.mayHold(key: key, now: now) {
             return .get(key: Array(key), id: id, warmUp: true)
         }
-        appendWarmUpReply(nil, id: id, output: &output, now: now)
+        Self.appendWarmUpReply(nil, id: id, counters: counters, output: &output, now: now)
         return nil
     }
 
     /// Answers a warm-up GET whose key was read from the disk tier (``serveWarmUp(_:id:output:now:)``).
-    func completeWarmUpRead(id: UInt32, entry: CachetDiskEntry?, output: inout CachetByteBuffer, now: UInt32) {
-        guard let entry else { return appendWarmUpReply(nil, id: id, output: &output, now: now) }
+    static func completeWarmUpRead(
+        id: UInt32,
+        entry: CachetDiskEntry?,
+        counters: RequestCounters,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
+        guard let entry else {
+            return appendWarmUpReply(nil, id: id, counters: counters, output: &output, now: now)
+        }
         entry.value.withUnsafeBytes { value in
-            appendWarmUpReply((value, entry.expiry), id: id, output: &output, now: now)
+            appendWarmUpReply((value, entry.expiry), id: id, counters: counters, output: &output, now: now)
         }
     }
 
     /// A warm-up GET's reply: OK with the TTL left (4 bytes, big-endian seconds, 0 for none) before the
     /// value, or NOT_FOUND for none or an expired one; counted as a hit or a miss.
-    private func appendWarmUpReply(
+    private static func appendWarmUpReply(
         _ found: (value: UnsafeRawBufferPointer, expiry: UInt32)?,
         id: UInt32,
+        counters: RequestCounters,
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
@@ -79,7 +93,7 @@ extension RequestProcessor {
     /// previous owner had it and no write of the key was noted meanwhile; a miss otherwise (never
     /// UNAVAILABLE: the key was only asked for because it missed here).
     func completeWarmUp(_ request: ForwardRequest, _ outcome: ForwardOutcome, output: inout CachetByteBuffer) {
-        let warmUp = cluster.unsafelyUnwrapped.warmUp
+        let warmUp = cluster.warmUp
         if case .answered(.ok, let body) = outcome, body.count >= 4, let warmUp,
             let key = PeerForwarder.key(of: request)
         {
@@ -89,7 +103,7 @@ extension RequestProcessor {
             let kept = warmUp.keep(key) {
                 key.withUnsafeBytes { key in
                     body.withUnsafeBytes { body in
-                        _ = store.put(
+                        _ = commands.store.put(
                             key: key,
                             value: UnsafeRawBufferPointer(rebasing: body[4...]),
                             expiry: expiry,
@@ -116,17 +130,5 @@ extension RequestProcessor {
         warmUp?.misses.add(1, ordering: .relaxed)
         RequestCounters.bump(counters.misses)
         appendReply(opcode: .get, status: .notFound, id: request.id, to: &output)
-    }
-
-    /// The memory tier's value of `key` and its TTL left in whole seconds (0 for none), for a hand-back to a
-    /// returned owner; nil when memory holds no live value (the loop then asks the disk tier).
-    func localValue(_ key: [UInt8]) -> (value: [UInt8], ttl: UInt32)? {
-        let now = CachetClock.now()
-        return key.withUnsafeBytes { key in
-            store.withValue(forKey: key, now: now) { value, expiry -> (value: [UInt8], ttl: UInt32)? in
-                guard expiry == 0 || expiry > now else { return nil }
-                return (Array(value), expiry == 0 ? 0 : expiry - now)
-            } ?? nil
-        }
     }
 }

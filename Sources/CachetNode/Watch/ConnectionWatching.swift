@@ -5,22 +5,37 @@ import CachetWire
 /// WATCH on the node's connections (`Protocol/PROTOCOL.md`, "WATCH"): a connection that sent WATCH is
 /// sent EVENT frames from the ``NodeWatchHub`` on its own loop, up to the hub's send limit, and answers
 /// only UNWATCH and PING until it sends UNWATCH.
-extension NodeIOQueue {
+///
+/// One per loop, a collaborator of its ``NodeIOQueue``; used only on the loop's queue (`@unchecked
+/// Sendable` for the completions that hop back there).
+final class ConnectionWatching: @unchecked Sendable {
+    /// The loop whose connections watch.
+    unowned let host: NodeIOQueue
+    /// The node's changes, shared by every loop.
+    let hub: NodeWatchHub
+    /// The longest request frame a watching connection may send.
+    let maximumPayloadLength: Int
+
+    init(host: NodeIOQueue, hub: NodeWatchHub, maximumPayloadLength: Int) {
+        self.host = host
+        self.hub = hub
+        self.maximumPayloadLength = maximumPayloadLength
+    }
+
     /// Starts a WATCH: registers it, answers OK with the position the stream starts after (a GAP first
     /// when a resume cannot be served), then sends what the ring holds after it.
-    func startWatch(_ request: CachetWatchRequest, id: UInt32, for connection: Connection) {
-        let hub = processor.watches
+    func start(_ request: CachetWatchRequest, id: UInt32, for connection: Connection) {
         let confined = LoopConfined(connection)
         let stream = WatchStream(request: request, id: id) { [self] in
-            execute { [self] in drainWatch(confined.value) }
+            host.execute { [self] in drain(confined.value) }
         }
         if let previous = connection.watch { hub.unregister(previous) }
         connection.watch = stream
         hub.register(stream) { [self] position, gap in
-            execute { [self] in
+            host.execute { [self] in
                 let connection = confined.value
                 guard connection.watch === stream, !connection.isClosed else { return }
-                resume(connection) { _, output, _ in
+                host.resume(connection) { _, output, _ in
                     var body: [UInt8] = []
                     CachetFrameEncoder.appendBigEndian(position.run, to: &body)
                     CachetFrameEncoder.appendBigEndian(position.sequence, to: &body)
@@ -30,16 +45,15 @@ extension NodeIOQueue {
                         frame.withUnsafeBytes { output.append($0) }
                     }
                 }
-                drainWatch(connection)
+                drain(connection)
             }
         }
     }
 
     /// Sends a watcher its next changes while its queued output is under the send limit; the rest waits
-    /// for its peer to read (``handle(_:mask:now:)`` drains again once the socket takes bytes).
-    func drainWatch(_ connection: Connection, settling: Bool = true) {
+    /// for its peer to read (the host drains again once the socket takes bytes).
+    func drain(_ connection: Connection, settling: Bool = true) {
         guard let stream = connection.watch, !connection.isClosed else { return }
-        let hub = processor.watches
         var sent = false
         while true {
             let room = hub.sendLimit - connection.output.readableBytes
@@ -58,10 +72,10 @@ extension NodeIOQueue {
             }
             frames.withUnsafeBytes { connection.output.append($0) }
             sent = true
-            guard send(connection) else { return }
+            guard host.send(connection) else { return }
             if !more { break }
         }
-        if sent && settling { settle(connection, now: CachetClock.now()) }
+        if sent && settling { host.settle(connection, now: CachetClock.now()) }
     }
 
     /// One change as the watcher asked for it: the value only with `includesValues`, up to its length limit.
@@ -92,7 +106,7 @@ extension NodeIOQueue {
 
     /// The input of a watching connection: UNWATCH ends the watch (and what follows it is served as usual),
     /// PING is answered, anything else is BAD_REQUEST.
-    func processWatching(_ connection: Connection, now: UInt32) {
+    func process(_ connection: Connection, now: UInt32) {
         while let stream = connection.watch {
             let region = connection.input.wholeRegion
             let frame: CachetFrame?
@@ -100,12 +114,12 @@ extension NodeIOQueue {
                 frame = try CachetFrameDecoder.decodeFrame(
                     in: region,
                     at: connection.input.readIndex,
-                    maximumPayloadLength: processor.maximumPayloadLength
+                    maximumPayloadLength: maximumPayloadLength
                 )
             } catch {
                 appendError(error, opcode: .none, id: 0, to: &connection.output)
                 connection.input.moveReadIndex(to: connection.input.writeIndex)
-                beginClosing(connection)
+                host.beginClosing(connection)
                 break
             }
             guard let frame else {
@@ -124,12 +138,12 @@ extension NodeIOQueue {
             let header = frame.header
             switch header.opcode {
             case .unwatch:
-                processor.watches.unregister(stream)
+                hub.unregister(stream)
                 connection.watch = nil
                 appendReply(opcode: .unwatch, status: .ok, id: header.id, to: &connection.output)
                 connection.phase = .reading(frameLength: 0)
                 // The requests after it are served as on any connection.
-                process(connection, now: now)
+                host.process(connection, now: now)
                 return
             case .ping:
                 appendReply(opcode: .ping, status: .ok, id: header.id, to: &connection.output)
@@ -143,6 +157,6 @@ extension NodeIOQueue {
                 )
             }
         }
-        _ = send(connection)
+        _ = host.send(connection)
     }
 }

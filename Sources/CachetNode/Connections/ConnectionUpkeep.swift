@@ -1,14 +1,77 @@
+import CachetIO
 import CachetStore
 import Dispatch
 
-/// The loop's lifecycle and upkeep: a timer that retries connections waiting for memory, ends graceful
-/// closes at their deadline and drives a drain; winding down; stopping. Everything here runs on `queue`.
-extension NodeIOQueue {
+/// The upkeep of a loop's connections: a timer that retries connections waiting for memory, closes the
+/// ones that stall while others wait, ends graceful closes at their deadline and drives a drain; winding
+/// down; stopping.
+///
+/// One per loop, a collaborator of its ``NodeIOQueue``; used only on the loop's queue (`@unchecked
+/// Sendable` for the timer's work).
+final class ConnectionUpkeep: @unchecked Sendable {
+    /// The loop whose connections are kept.
+    unowned let host: NodeIOQueue
+    /// The budget shared by every loop's connections.
+    let memory: ConnectionMemory
+    /// `memory.releases` when waiting connections were last retried.
+    private var seenReleases = 0
+    /// Connections in the `closing` phase.
+    private(set) var closingCount = 0
+    /// Connections counted as waiting for memory (see ``NodeIOQueue/settle(_:now:)``).
+    private(set) var waitingForMemory = 0
+    /// When a connection holding budget without progress is closed while others wait for memory
+    /// (`--client-stall-timeout`).
+    private var stalls: StallWatch
+    /// Called once no connection is left, during a drain.
+    private var drainedCallback: (@Sendable () -> Void)?
+    /// When the drain closes each connection; set when it starts.
+    private(set) var drainSchedule: DrainSchedule?
+    /// The housekeeping timer, while it runs (see ``scheduleHousekeeping()``).
+    private var housekeepingTimer: CachetTimerID?
+    static let housekeepingInterval = Duration.milliseconds(10)
+
+    init(host: NodeIOQueue, memory: ConnectionMemory, stallTimeout: Double) {
+        self.host = host
+        self.memory = memory
+        stalls = StallWatch(timeout: UInt64(max(0, stallTimeout) * 1e9))
+    }
+
+    /// Whether stalled connections are watched for at all (`--client-stall-timeout` above 0).
+    var watchesStalls: Bool { stalls.timeout > 0 }
+
+    /// Starts the housekeeping timer unless it runs. It runs only while some connection waits for memory or
+    /// closes, or the loop drains, so an idle node is not woken for nothing.
+    func scheduleHousekeeping() {
+        guard housekeepingTimer == nil else { return }
+        housekeepingTimer = host.loop.schedule(after: Self.housekeepingInterval) { [unowned self] in
+            housekeepingTimer = nil
+            housekeep()
+        }
+    }
+
+    /// A connection began a graceful close.
+    func closingStarted() {
+        closingCount += 1
+        scheduleHousekeeping()
+    }
+
+    /// A connection in a graceful close has closed.
+    func closingEnded() {
+        closingCount -= 1
+    }
+
+    /// A connection started (`true`) or stopped waiting for memory.
+    func waitingChanged(_ waiting: Bool) {
+        memory.countPaused(waiting ? 1 : -1)
+        waitingForMemory += waiting ? 1 : -1
+        if waiting { scheduleHousekeeping() }
+    }
+
     /// Runs every `housekeepingInterval` on `queue`: retries connections waiting for memory once some has
     /// been returned, closes graceful closes that reached their deadline, and drives a drain.
     func housekeep() {
         let watchStalls = stalls.isWatching(connectionsWaiting: memory.paused > 0)
-        guard waitingForMemory > 0 || closingCount > 0 || draining || watchStalls else { return }
+        guard waitingForMemory > 0 || closingCount > 0 || host.draining || watchStalls else { return }
         // Runs again after the interval while there is upkeep to do.
         defer { scheduleHousekeeping() }
         if watchStalls { evictStalledConnections() }
@@ -19,11 +82,11 @@ extension NodeIOQueue {
         if retry { retryWaitingForMemory(now: now) }
         if closingCount > 0 {
             let clock = DispatchTime.now().uptimeNanoseconds
-            forEachConnection { connection in
-                if case .closing(let closing) = connection.phase, clock >= closing.deadline { close(connection) }
+            host.forEachConnection { connection in
+                if case .closing(let closing) = connection.phase, clock >= closing.deadline { host.close(connection) }
             }
         }
-        if draining { drainStep(now: now) }
+        if host.draining { drainStep(now: now) }
     }
 
     /// Closes the connections that hold part of the budget and have not moved for `stallTimeout` while
@@ -38,9 +101,9 @@ extension NodeIOQueue {
         let clock = DispatchTime.now().uptimeNanoseconds
         guard stalls.shouldScan(now: clock) else { return }
         var stalled: [(connection: Connection, held: Int)] = []
-        forEachConnection { connection in
-            if connection.repliesTaken != connection.repliesSeen || connection.repliesStalledSince == 0 {
-                connection.repliesSeen = connection.repliesTaken
+        host.forEachConnection { connection in
+            if connection.sendProgress != connection.repliesSeen || connection.repliesStalledSince == 0 {
+                connection.repliesSeen = connection.sendProgress
                 connection.repliesStalledSince = clock
             }
             if connection.requestsTaken != connection.requestsSeen || connection.requestsStalledSince == 0 {
@@ -63,7 +126,7 @@ extension NodeIOQueue {
         stalled.sort { $0.held > $1.held }
         let seconds = Double(stalls.timeout) / 1e9
         for (connection, held) in stalled {
-            logger.warning(
+            host.logger.warning(
                 "closing a connection that held connection memory without progress while others waited for it",
                 metadata: [
                     "connection.fd": "\(connection.fd)", "connection.held_bytes": "\(held)",
@@ -71,7 +134,7 @@ extension NodeIOQueue {
                 ]
             )
             memory.countEvicted()
-            close(connection)
+            host.close(connection)
         }
     }
 
@@ -92,7 +155,7 @@ extension NodeIOQueue {
     /// others' needs are met, so it cannot take back all that the others return.
     private func retryWaitingForMemory(now: UInt32) {
         var waiting: [Connection] = []
-        forEachConnection { connection in
+        host.forEachConnection { connection in
             if connection.phase.isWaitingForMemory { waiting.append(connection) }
         }
         waiting.sort { $0.footprint < $1.footprint }
@@ -101,13 +164,15 @@ extension NodeIOQueue {
             guard case .waitingForMemory(let wait) = connection.phase else { continue }
             switch wait {
             case .input(let frameLength):
+                // Reads again once its settle has renewed the registration: the kernel reports what the
+                // socket holds.
                 connection.phase = .reading(frameLength: frameLength)
-                receive(connection, peerClosed: false, now: now)
+                connection.unreadBytesPossible = true
             case .reply:
                 connection.phase = .reading(frameLength: 0)
-                process(connection, now: now)
+                host.process(connection, now: now)
             }
-            settle(connection, now: now)
+            host.settle(connection, now: now)
         }
     }
 
@@ -116,7 +181,7 @@ extension NodeIOQueue {
     /// forward they sent and find unanswered when the connection closes goes to a stand-in rather than to
     /// this member again. Called on `queue`.
     func stopAnswering() {
-        leaving = true
+        host.leaving = true
     }
 
     /// Winds the loop down within `timeout` (SIGTERM or SIGINT): nothing more is read from the moment the
@@ -132,20 +197,20 @@ extension NodeIOQueue {
     /// connect to it, take writes of its keys on its behalf. Calls `completion` (on `queue`) once no
     /// connection is left. Called on `queue`.
     func drain(timeout: Double, leaving: Bool, completion: @escaping @Sendable () -> Void) {
-        draining = true
-        self.leaving = leaving
+        host.draining = true
+        host.leaving = leaving
         // The queue is wanted for the drain's work now, not for waiting on more requests.
-        loop.lingerMilliseconds = 0
+        host.loop.lingerMilliseconds = 0
         drainedCallback = completion
         drainSchedule = DrainSchedule(start: DispatchTime.now(), timeout: timeout, leaving: leaving)
         scheduleHousekeeping()
         let now = CachetClock.now()
         if !leaving {
             // Each connection answers what it had read, and is closed once that is done.
-            forEachConnection { connection in
+            host.forEachConnection { connection in
                 guard case .reading(frameLength: _) = connection.phase, !connection.turnQueued else { return }
-                process(connection, now: now)
-                settle(connection, now: now)
+                host.process(connection, now: now)
+                host.settle(connection, now: now)
             }
         }
         drainStep(now: now)
@@ -154,7 +219,7 @@ extension NodeIOQueue {
     private func drainStep(now: UInt32) {
         guard let schedule = drainSchedule else { return }
         let clock = DispatchTime.now()
-        forEachConnection { connection in
+        host.forEachConnection { connection in
             let activity: DrainSchedule.Activity
             switch connection.phase {
             case .closing, .closed:
@@ -167,10 +232,10 @@ extension NodeIOQueue {
                 activity = .answering
             }
             guard schedule.closes(activity, now: clock) else { return }
-            beginClosing(connection, deadline: schedule.closesEnd)
-            settle(connection, now: now)
+            host.beginClosing(connection, deadline: schedule.closesEnd)
+            host.settle(connection, now: now)
         }
-        if connectionCount == 0, let callback = drainedCallback {
+        if host.connectionCount == 0, let callback = drainedCallback {
             drainedCallback = nil
             callback()
         }
@@ -180,10 +245,10 @@ extension NodeIOQueue {
     /// failing their forwards, and drops the timers). Called on `queue`.
     func stop() {
         if let timer = housekeepingTimer {
-            loop.cancelTimer(timer)
+            host.loop.cancelTimer(timer)
             housekeepingTimer = nil
         }
-        forEachConnection { close($0) }
-        loop.stop()
+        host.forEachConnection { host.close($0) }
+        host.loop.stop()
     }
 }

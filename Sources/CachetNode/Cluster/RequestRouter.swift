@@ -3,19 +3,37 @@ import CachetIO
 import CachetStore
 import CachetWire
 
-/// Where a request for a key goes (see `RequestProcessor.route`).
-enum RouteDecision {
-    /// Served here, as usual.
-    case here
-    /// Answered already (a miss).
-    case answered
-    /// Forwarded.
-    case pending(PendingOperation)
-}
+/// The routing decision of a node of a cluster: where a request for a key goes (served here, forwarded to
+/// the owner or a stand-in, or answered as a miss or a refusal), from which member owns the key, the peers'
+/// health with the stand-in ledger, and the owner's hold (`Protocol/CLUSTER.md`, "Forwarding" and "Failover
+/// without stale reads"). What the request then does to the store is ``NodeCommands``'.
+///
+/// One per event loop (its ring router is), used only on that loop's queue.
+final class RequestRouter {
+    /// Which member owns a key.
+    let router: ForwardRouter
+    /// The peers' health, the minority rule and the stand-in ledger.
+    let health: NodeHealth
+    /// The owner's hold (nil in a cluster of one member at start).
+    let hold: NodeReturnHold?
+    /// Warm-up after a membership change; nil when turned off.
+    let warmUp: NodeWarmUp?
+    /// The loop's commands: the local copies a route drops, the counters it bumps.
+    let commands: NodeCommands
 
-// MARK: - Cluster routing
+    /// A router over the cluster's parts, for a loop whose commands are `commands`.
+    init(_ parts: ClusterRouting, commands: NodeCommands) {
+        router = parts.router
+        health = parts.health
+        hold = parts.hold
+        warmUp = parts.warmUp
+        self.commands = commands
+    }
 
-extension RequestProcessor {
+    private var counters: RequestCounters { commands.counters }
+    /// What this node gives its peers and takes from them.
+    var peerValues: PeerValues { PeerValues(commands: commands, cluster: self) }
+
     /// Where a request for a key goes on a node of a cluster (`Protocol/CLUSTER.md`, "Forwarding" and
     /// "Failover without stale reads"):
     /// - this node's key: served here, but a GET misses while the node holds (it may have been away, or it
@@ -41,10 +59,8 @@ extension RequestProcessor {
         let lastHop =
             forwarded
             && header.flags & (CachetRequestFlags.lastHop.rawValue | CachetRequestFlags.invalidation.rawValue) != 0
-        let cluster = self.cluster.unsafelyUnwrapped
-        let health = cluster.health
         noteInvalidation(header)
-        let foreignOwner = cluster.router.foreignOwner(of: keyBytes)
+        let foreignOwner = router.foreignOwner(of: keyBytes)
         if forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0 {
             // A stand-in's word on a key (`Protocol/CLUSTER.md`, "Handing back values"): its value is stored only
             // by the key's owner while it holds, as the first word on the key in that hold, and only when its
@@ -52,8 +68,8 @@ extension RequestProcessor {
             // its own, or handed back already); otherwise the key is deleted, as an invalidation deletes it.
             // An invalidation (a confirmation too) is a word.
             if header.opcode == .put && header.flags & CachetRequestFlags.lastHop.rawValue == 0 {
-                let held = store.withValue(forKey: keyBytes, now: CachetClock.now()) { _, _ in true } ?? false
-                guard foreignOwner == nil, !held, cluster.hold?.takesHandBack(keyBytes) == true else {
+                let held = commands.store.withValue(forKey: keyBytes, now: CachetClock.now()) { _, _ in true } ?? false
+                guard foreignOwner == nil, !held, hold?.takesHandBack(keyBytes) == true else {
                     if let failure = dropLocalCopy(keyBytes) {
                         appendMessage(failure, status: .serverError, opcode: .put, id: header.id, to: &output)
                     } else {
@@ -62,7 +78,7 @@ extension RequestProcessor {
                     return .answered
                 }
             } else if header.opcode == .delete, foreignOwner == nil {
-                cluster.hold?.invalidated(keyBytes)
+                hold?.invalidated(keyBytes)
             }
         }
         guard let owner = foreignOwner else {
@@ -75,7 +91,7 @@ extension RequestProcessor {
             // this node while it sees every peer failed starts the hold (a partition healed). In the
             // minority (fewer than a majority of the members reached: the minority rule), it holds as well,
             // and sends requests only to a stand-in that is up.
-            guard let hold = cluster.hold else { return .here }
+            guard let hold else { return .here }
             if forwarded { hold.peerRequestArrived() }
             let minority = hold.isInMinority
             guard minority || hold.isHoldingAfterAbsence() else { return .here }
@@ -119,7 +135,6 @@ extension RequestProcessor {
             )
             return .answered
         }
-        let hold = cluster.hold
         let placement = health.place(
             keyBytes,
             owner: owner,
@@ -207,7 +222,7 @@ extension RequestProcessor {
             header.flags & CachetRequestFlags.lastHop.rawValue == 0,
             header.opcode == .delete || header.opcode == .clear || header.opcode == .put
         else { return }
-        cluster.unsafelyUnwrapped.hold?.invalidationReceived()
+        hold?.invalidationReceived()
     }
 
     /// A peer's PING with `forwarded` and `leaving`: the member whose id is the body is leaving the cluster
@@ -216,7 +231,7 @@ extension RequestProcessor {
     /// back once it answers again. Answered OK, even for an id not in force (nothing is marked then).
     func memberLeaving(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer, output: inout CachetByteBuffer) {
         let id = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[frame.body]), as: UTF8.self)
-        cluster.unsafelyUnwrapped.health.memberLeaving(id)
+        health.memberLeaving(id)
         appendReply(opcode: .ping, status: .ok, id: frame.header.id, to: &output)
     }
 
@@ -333,35 +348,17 @@ extension RequestProcessor {
         )
     }
 
-    /// Deletes the local copies of keys this node stood in for, once their owner has been told (they are
-    /// never served again either way; this returns their memory). Disk deletions that cannot be queued
-    /// are skipped: the copies are dead whatever happens to them.
     /// Removes this node's copy of one of its own keys (memory, and the disk tier through its queue) before
     /// a write of it is sent to the stand-in. Returns why the disk tier could not record the removal: the
     /// write must then be refused, since the copy left on disk could be served once the hold ends.
     private func dropLocalCopy(_ key: UnsafeRawBufferPointer) -> String? {
-        disk?.worker.beginWrite(key: key)
-        _ = store.remove(key: key, now: CachetClock.now())
-        guard let disk else { return nil }
-        if case .refused(let error) = disk.worker.submitRemove(key: Array(key)) { return error.message }
-        return nil
-    }
-
-    func dropStandInCopies(_ keys: [[UInt8]]) {
-        let now = CachetClock.now()
-        for key in keys {
-            key.withUnsafeBytes { key in
-                disk?.worker.beginWrite(key: key)
-                _ = store.remove(key: key, now: now)
-                _ = disk?.worker.submitRemove(key: Array(key))
-            }
-        }
+        commands.dropCopy(key)
     }
 
     /// The fan-out of a CLEAR or STATS with the `cluster` flag (and without `forwarded`, which cancels it):
     /// the same request, `forwarded` set and `cluster` clear, for every member, this node included.
     @inline(never)
-    func fanOut(
+    static func fanOut(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         clearPrefixes: [[UInt8]]? = nil

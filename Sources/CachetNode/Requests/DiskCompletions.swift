@@ -1,0 +1,87 @@
+import CachetIO
+import CachetStore
+import CachetWire
+
+/// The replies to requests that went to the disk tier (``PendingOperation``), written on the loop's queue
+/// once the disk queue has answered: a GET's read (kept in memory on a hit), a PUT whose write waited for
+/// room in the queue, a CLEAR once the tier is empty.
+///
+/// Made per use from the loop's commands.
+struct DiskCompletions {
+    let commands: NodeCommands
+
+    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:)``) with
+    /// what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
+    /// a client's as ``completeGet(key:id:entry:lease:withTTL:output:now:)``.
+    func completeGet(
+        _ operation: PendingOperation,
+        entry: CachetDiskEntry?,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
+        guard case .get(let key, let id, let warmUp, let lease, let withTTL) = operation else { return }
+        if warmUp {
+            PeerValues.completeWarmUpRead(id: id, entry: entry, counters: commands.counters, output: &output, now: now)
+        } else {
+            completeGet(key: key, id: id, entry: entry, lease: lease, withTTL: withTTL, output: &output, now: now)
+        }
+    }
+
+    /// Answers a client's GET that went to disk, promoting a hit into memory.
+    func completeGet(
+        key: [UInt8],
+        id: UInt32,
+        entry: CachetDiskEntry?,
+        lease: Bool = false,
+        withTTL: Bool = false,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
+        key.withUnsafeBytes { key in
+            guard let entry, entry.expiry == 0 || entry.expiry > now else {
+                RequestCounters.bump(commands.counters.misses)
+                if lease {
+                    appendLeaseMiss(commands.acquireLease(key), id: id, to: &output)
+                } else {
+                    appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+                }
+                return
+            }
+            commands.promote(key, entry, now: now)
+            entry.value.withUnsafeBytes { value in
+                if withTTL {
+                    appendValueWithTTL(value, expiry: entry.expiry, id: id, output: &output, now: now)
+                } else {
+                    appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
+                }
+            }
+        }
+    }
+
+    /// Answers a PUT whose disk write has been queued.
+    func completePut(id: UInt32, output: inout CachetByteBuffer) {
+        appendReply(opcode: .put, status: .ok, id: id, to: &output)
+    }
+
+    /// Answers a PUT the disk journal could not record with SERVER_ERROR. The new value leaves memory too,
+    /// so that what is served stays what was last acknowledged.
+    func refusePut(key: [UInt8], id: UInt32, error: CachetStoreError, output: inout CachetByteBuffer, now: UInt32) {
+        commands.forgetRefusedPut(key: key, now: now)
+        appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
+    }
+
+    /// Answers a CLEAR once the disk tier is empty.
+    func completeClear(
+        id: UInt32,
+        memoryOnlyItems: Int,
+        memoryOnlyBytes: Int,
+        disk: CachetDiskClearResult,
+        output: inout CachetByteBuffer
+    ) {
+        if let failure = disk.failure {
+            appendMessage(failure.message, status: .serverError, opcode: .clear, id: id, to: &output)
+            return
+        }
+        appendClearReply(id: id, items: memoryOnlyItems + disk.items, bytes: memoryOnlyBytes + disk.bytes, to: &output)
+    }
+}
