@@ -80,11 +80,18 @@ open class CachetChannel: @unchecked Sendable {
     /// that comes back short (the socket drained) clears it; a channel that stops reading with it set, and
     /// reads again later, renews its registration (``updateInterest(rearm:)``) so that the kernel reports
     /// the bytes left.
-    @exclusivity(unchecked) public final var unreadBytesPossible = false
+    public final var unreadBytesPossible: Bool {
+        @inlinable get { _unreadBytesPossible }
+        @inlinable set { _unreadBytesPossible = newValue }
+    }
+    @usableFromInline @exclusivity(unchecked) final var _unreadBytesPossible = false
 
     /// Bumped whenever ``sendOutput()`` hands the kernel bytes: a peer that does not read its replies
     /// leaves it unchanged.
-    @exclusivity(unchecked) public final private(set) var sendProgress: UInt32 = 0
+    public final var sendProgress: UInt32 {
+        @inlinable get { _sendProgress }
+    }
+    @usableFromInline @exclusivity(unchecked) final var _sendProgress: UInt32 = 0
 
     // Loop bookkeeping.
     @exclusivity(unchecked) final var token: UInt64 = 0
@@ -159,16 +166,20 @@ open class CachetChannel: @unchecked Sendable {
     /// Handles the events of an active channel: the loop's one serving loop (see ``readRoom()`` and the
     /// hooks after it for what a channel that reads in its own way overrides). Overridden only by channels
     /// that are not connections (a listening socket) or that add to every event.
-    /// - Parameter events: what epoll reported.
-    open func handleEvents(_ events: Events) {
-        eventLoop?.serve(self, mask: events.rawValue)
+    /// - Parameters:
+    ///   - events: what epoll reported.
+    ///   - loop: the loop calling (the channel's ``eventLoop``, passed so that the call reads no reference).
+    open func handleEvents(_ events: Events, on loop: CachetEventLoop) {
+        loop.serve(self, mask: events.rawValue)
     }
 
     /// Where the loop reads next: room for at least one byte, or nil to stop reading for now (the channel
-    /// must then see to the bytes it leaves: ``unreadBytesPossible``). The default is the free room of
-    /// ``input``, grown to at least 4 KiB; a server that reads a large value straight into its final
+    /// must then see to the bytes it leaves: ``unreadBytesPossible``). Asked before every read, so a
+    /// channel that stops wanting to read while it handles one is not read again. The default is nil while
+    /// ``wantsToRead`` is false, else the free room of ``input``, grown to at least 4 KiB; a server that reads a large value straight into its final
     /// memory, or throws bytes away while it closes, gives that room instead.
     open func readRoom() -> UnsafeMutableRawBufferPointer? {
+        guard wantsToRead else { return nil }
         input.reserveWritable(Self.minimumReadRoom)
         return UnsafeMutableRawBufferPointer(start: input.writePointer, count: input.writableBytes)
     }
@@ -326,7 +337,7 @@ open class CachetChannel: @unchecked Sendable {
             switch transmit(output.readableRegion) {
             case .bytes(let count):
                 output.moveReadIndex(forwardBy: count)
-                if sent == 0 { sendProgress &+= 1 }
+                if sent == 0 { _sendProgress &+= 1 }
                 sent += count
             case .wouldBlock, .endOfStream:
                 return .partial(sent: sent)

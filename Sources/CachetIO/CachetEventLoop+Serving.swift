@@ -13,10 +13,11 @@ extension CachetEventLoop {
     /// The handling of an active channel's events (``CachetChannel/handleEvents(_:)``'s default), the one
     /// serving loop every channel goes through: close on an error; send pending output on `EPOLLOUT` (and
     /// tell the channel once it has all gone); on `EPOLLIN` or a hang-up, read while the channel wants to
-    /// (into the room ``CachetChannel/readRoom()`` gives, handing each read to
+    /// (into the room ``CachetChannel/readRoom()`` gives, none when it does not read now, handing each read to
     /// ``CachetChannel/channelReceived(_:)``; the end of the stream to ``CachetChannel/channelInputEnded()``);
     /// tell the channel the peer has closed (``CachetChannel/channelPeerClosed(hangup:)``); then let it bring
     /// its registration up to date (``CachetChannel/channelEventsHandled(rearm:)``).
+    @inline(__always)
     func serve(_ channel: CachetChannel, mask: UInt32) {
         if mask & cachet_EPOLLERR != 0 {
             let code = CachetSocket.pendingError(channel.fd)
@@ -30,7 +31,7 @@ extension CachetEventLoop {
         }
         let peerClosed = mask & (cachet_EPOLLRDHUP | cachet_EPOLLHUP) != 0
         var capped = false
-        if mask & cachet_EPOLLIN != 0 || peerClosed, channel.wantsToRead {
+        if mask & cachet_EPOLLIN != 0 || peerClosed {
             guard let stopped = receive(channel, peerClosed: peerClosed) else { return }
             capped = stopped
         }
@@ -44,6 +45,7 @@ extension CachetEventLoop {
     /// Reads until drained (or the per-event cap), handing each read to the channel, and notes whether the
     /// socket may hold more (``CachetChannel/unreadBytesPossible``). Returns nil when the channel was closed,
     /// true when the cap stopped it (the registration must be renewed), false otherwise.
+    @inline(__always)
     private func receive(_ channel: CachetChannel, peerClosed: Bool) -> Bool? {
         var reads = 0
         while reads < Self.readsPerEvent {
@@ -54,7 +56,6 @@ extension CachetEventLoop {
                 channel.unreadBytesPossible = count == room.count
                 channel.channelReceived(count)
                 guard channel.state == .active else { return nil }
-                if !channel.wantsToRead { return false }
                 if count < room.count && !peerClosed { return false }
             case .wouldBlock:
                 channel.unreadBytesPossible = false

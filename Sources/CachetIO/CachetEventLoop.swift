@@ -361,7 +361,7 @@ public final class CachetEventLoop: @unchecked Sendable {
                 finishConnect(channel, mask: mask)
                 return
             }
-            channel.handleEvents(CachetChannel.Events(rawValue: mask))
+            channel.handleEvents(CachetChannel.Events(rawValue: mask), on: self)
         }
     }
 
@@ -404,7 +404,7 @@ public final class CachetEventLoop: @unchecked Sendable {
         if rearm, let tls = channel.tls, tls.pending > 0, desired & cachet_EPOLLIN != 0 {
             execute { [weak channel] in
                 guard let channel, channel.state == .active else { return }
-                channel.handleEvents(.readable)
+                channel.handleEvents(.readable, on: self)
             }
         }
     }

@@ -28,7 +28,7 @@ public final class CachetListener: CachetChannel, @unchecked Sendable {
     /// Readable while accepting; nothing (errors only) while paused.
     public override var activeEvents: Events { paused ? [] : [.readable] }
 
-    public override func handleEvents(_ events: Events) {
+    public override func handleEvents(_ events: Events, on loop: CachetEventLoop) {
         acceptWaiting()
     }
 

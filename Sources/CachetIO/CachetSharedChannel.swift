@@ -248,13 +248,15 @@ open class CachetSharedChannel: CachetChannel, @unchecked Sendable {
     // MARK: - The loop's side
 
     /// Sends what is left once the socket is writable, then handles the events as every channel does.
-    /// - Parameter events: what epoll reported.
-    open override func handleEvents(_ events: Events) {
+    /// - Parameters:
+    ///   - events: what epoll reported.
+    ///   - loop: the loop calling.
+    open override func handleEvents(_ events: Events, on loop: CachetEventLoop) {
         if awaitingWritable && !events.isDisjoint(with: [.writable, .error, .hangup]) {
             awaitingWritable = false
             runSender(onLoop: true)
         }
-        super.handleEvents(events)
+        super.handleEvents(events, on: loop)
     }
 
     /// The events of ``CachetChannel/activeEvents``, and ``CachetChannel/Events/writable`` while the loop

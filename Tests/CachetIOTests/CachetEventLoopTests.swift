@@ -56,9 +56,9 @@ class RecordingChannel: CachetChannel, @unchecked Sendable {
 final class PausingChannel: RecordingChannel, @unchecked Sendable {
     var eventCount = 0
 
-    override func handleEvents(_ events: Events) {
+    override func handleEvents(_ events: Events, on loop: CachetEventLoop) {
         eventCount += 1
-        super.handleEvents(events)
+        super.handleEvents(events, on: loop)
     }
 
     override func channelRead() {

@@ -61,7 +61,7 @@ final class ConnectionForwarding: @unchecked Sendable {
             // The connection closed meanwhile: nobody waits for this reply.
             isWanted: { connection.forwards === pipeline }
         ) { [self] reply in
-            processor.counters.latencies.observe(
+            processor.commands.counters.latencies.observe(
                 LatencyCommand(request.opcode),
                 nanoseconds: CachetDeadline.now() &- started
             )

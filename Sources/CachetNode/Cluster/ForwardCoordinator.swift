@@ -47,7 +47,7 @@ final class ForwardCoordinator {
             guard isWanted() else { return }
             settle(request, outcome, retries: 2, answer: answer)
         }
-        if collapsed { RequestCounters.bump(processor.counters.forwardsCollapsed) }
+        if collapsed { RequestCounters.bump(processor.commands.counters.forwardsCollapsed) }
     }
 
     /// Answers `request` from its forward's outcome, or sends it again when the outcome says it was not
@@ -130,12 +130,12 @@ final class ForwardCoordinator {
             forwarder.forward(again) { [self] outcome in
                 settle(again, outcome, retries: max(0, retries), answer: answer)
             }
-        case .suspended(let operation) where processor.disk != nil && operation.isGet:
+        case .suspended(let operation) where processor.commands.disk != nil && operation.isGet:
             guard case .get(let key, _, _, _, _) = operation else { break }
             // The disk worker answers on its own thread; the reply is made back on this loop's queue.
             let loop = forwarder.loop
             let onLoop = LoopConfined((processor, answer))
-            processor.disk.unsafelyUnwrapped.worker.get(key: key, now: CachetClock.now()) { entry in
+            processor.commands.disk.unsafelyUnwrapped.worker.get(key: key, now: CachetClock.now()) { entry in
                 loop.execute {
                     let (processor, answer) = onLoop.value
                     var output = CachetByteBuffer(capacity: 256)
@@ -148,7 +148,7 @@ final class ForwardCoordinator {
                     answer(Array(output.readableRegion))
                 }
             }
-        case .suspended(.put(let key, let value, let expiry, let id)) where processor.disk != nil:
+        case .suspended(.put(let key, let value, let expiry, let id)) where processor.commands.disk != nil:
             // The disk queue is full: the write is answered once the queue takes it, as a connection's is.
             queuePut(key: key, value: value, expiry: expiry, id: id, answer: answer)
         default:
@@ -177,7 +177,7 @@ final class ForwardCoordinator {
         id: UInt32,
         answer: @escaping ([UInt8]) -> Void
     ) {
-        guard let disk = processor.disk else { return }
+        guard let disk = processor.commands.disk else { return }
         let loop = forwarder.loop
         let onLoop = LoopConfined((self, answer))
         disk.worker.notifyWhenWritable {
@@ -219,7 +219,7 @@ final class ForwardCoordinator {
             return cluster.health.place(key, owner: owner) { cluster.hold?.isHoldingAfterAbsence() ?? false }
         }
         guard case .forward(let target)? = placement, sameOwner || target != request.owner else { return nil }
-        RequestCounters.bump(processor.counters.forwards)
+        RequestCounters.bump(processor.commands.counters.forwards)
         return ForwardRequest(frame: request.frame, opcode: request.opcode, id: request.id, owner: target)
     }
 
@@ -259,7 +259,7 @@ final class ForwardCoordinator {
                 appendReply(opcode: request.opcode, status: status, id: request.id, body: $0, to: &reply)
             }
         case .unavailable(let reason, _):
-            RequestCounters.bump(processor.counters.forwardFailures)
+            RequestCounters.bump(processor.commands.counters.forwardFailures)
             logger.debug(
                 "forward failed",
                 metadata: ["cluster.member": "\(request.owner.id)", "error.message": "\(reason)"]
@@ -342,16 +342,5 @@ final class ForwardCoordinator {
             }
         }
         return CachetClusterStatsReply(answeredBy: nodeID, clusterHash: clusterHash, members: results).encoded
-    }
-}
-
-/// The answers of a fan-out, gathered on the loop as they come.
-private final class FanOutAnswers {
-    var outcomes: [ForwardOutcome?]
-    var remaining: Int
-
-    init(count: Int) {
-        outcomes = Array(repeating: nil, count: count)
-        remaining = count
     }
 }

@@ -77,7 +77,7 @@ final class NodeIOQueue: @unchecked Sendable {
     /// Timers, memory waits, graceful closes, the drain.
     private(set) lazy var upkeep = ConnectionUpkeep(host: self, memory: memory, stallTimeout: stallTimeout)
     /// Requests that went to the disk tier; nil on a node without one.
-    private(set) lazy var diskDispatch: DiskDispatch? = processor.disk.map {
+    private(set) lazy var diskDispatch: DiskDispatch? = processor.commands.disk.map {
         DiskDispatch(host: self, disk: $0, memory: memory)
     }
     /// Requests for other members' keys, and the replies held behind them.
@@ -171,7 +171,7 @@ final class NodeIOQueue: @unchecked Sendable {
             forwarder.dropLocalCopies = { keys in processor.commands.dropCopies(keys) }
             forwarder.readLocalValue = { [weak self] key, completion in
                 if let local = processor.commands.memoryValue(key) { return completion(local) }
-                guard let self, let disk = processor.disk else { return completion(nil) }
+                guard let self, let disk = processor.commands.disk else { return completion(nil) }
                 // Evicted from memory to the disk tier: read there, and back on this loop with the answer.
                 let completion = LoopConfined(completion)
                 disk.worker.get(key: key, now: CachetClock.now()) { [weak self] entry in
@@ -348,7 +348,7 @@ final class NodeIOQueue: @unchecked Sendable {
         var tally = RequestTally()
         defer {
             if !tally.isEmpty {
-                processor.counters.latencies.observe(tally, nanoseconds: CachetDeadline.now() &- started)
+                processor.commands.counters.latencies.observe(tally, nanoseconds: CachetDeadline.now() &- started)
             }
         }
         if connection.forwards != nil && !forwarding.processHeld(connection, now: now, tally: &tally) {
@@ -527,7 +527,7 @@ final class NodeIOQueue: @unchecked Sendable {
         reply: (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
     ) {
         guard case .waitingForCompletion = connection.phase else { return }
-        processor.counters.latencies.observe(
+        processor.commands.counters.latencies.observe(
             connection.waitingCommand,
             nanoseconds: CachetDeadline.now() &- connection.turnStarted
         )

@@ -33,19 +33,20 @@ struct NodeCommands {
     /// Looks `key` up in memory and hands a live value and its expiry to `found` under the shard's lock (the
     /// value is valid only there, so the reply is written without a copy); counts a GET, and a hit.
     /// - Parameter found: writes the reply; returns false when the reply does not fit the memory the
-    ///   connection may take (the GET is then not counted).
+    ///   connection may take (the GET is then not counted). Generic, as the store's `withValue` is, so that
+    ///   a closure written at the call site reaches the store as it is, with no thunk between.
     @inline(__always)
-    func lookUp(
+    func lookUp<Written: ExpressibleByBooleanLiteral & Equatable>(
         _ key: UnsafeRawBufferPointer,
         now: UInt32,
-        _ found: (UnsafeRawBufferPointer, UInt32) -> Bool
+        _ found: (UnsafeRawBufferPointer, UInt32) -> Written
     ) -> Lookup {
-        let hit: Bool? = store.withValue(forKey: key, now: now, found)
+        let hit = store.withValue(forKey: key, now: now, found)
         guard let hit else {
             RequestCounters.bump(counters.gets)
             return .miss
         }
-        guard hit else { return .noRoom }
+        guard hit == true else { return .noRoom }
         RequestCounters.bump(counters.gets)
         RequestCounters.bump(counters.hits)
         return .hit
@@ -66,17 +67,18 @@ struct NodeCommands {
         leases.acquire(key)
     }
 
-    /// What a PUT came to.
+    /// What a PUT came to. The cases with a payload are rare and boxed (`indirect`), so that the common one
+    /// is a word to return and nothing to destroy.
     enum PutOutcome {
         /// Stored (and its disk write queued, on a node with a disk tier).
         case stored
         /// Stored in memory; its disk write waits for room in the bounded disk queue (acknowledged once it
         /// is queued).
-        case waitingForDisk(key: [UInt8], value: [UInt8], expiry: UInt32)
+        indirect case waitingForDisk(key: [UInt8], value: [UInt8], expiry: UInt32)
         /// Too large for either tier (the message says which limits).
-        case tooLarge(String)
+        indirect case tooLarge(String)
         /// The disk journal could not record it; it is not stored.
-        case failed(CachetStoreError)
+        indirect case failed(CachetStoreError)
     }
 
     /// Stores `value` under `key` for `ttl` seconds (0: no TTL): in memory, written through to the disk tier.
@@ -94,25 +96,39 @@ struct NodeCommands {
         let expiry = Self.expiry(ttl: ttl, now: now)
         // Before the store changes: a lease granted before this write must not store a value loaded before it.
         if invalidatingLease { leases.invalidate(key) }
-        // Before memory changes, so that a disk read queued earlier does not put the older value back.
-        disk?.worker.beginWrite(key: key)
-        let outcome = store.put(key: key, value: value, expiry: expiry, now: now)
-        guard let disk else {
-            guard outcome == .stored else {
-                return .tooLarge(
-                    "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit)"
-                )
-            }
-            watches.publish(.put, key: key, value: value, ttl: ttl, view: watchView)
-            return .stored
+        // A node with a disk tier takes the longer way, apart so that a node without one inlines only this.
+        if let disk { return putThrough(disk, key: key, value: value, ttl: ttl, expiry: expiry, now: now) }
+        guard store.put(key: key, value: value, expiry: expiry, now: now) == .stored else {
+            return .tooLarge(tooLargeForMemory(key.count + value.count))
         }
-        if outcome == .tooLarge {
+        watches.publish(.put, key: key, value: value, ttl: ttl, view: watchView)
+        return .stored
+    }
+
+    /// Why an entry of `bytes` bytes of key and value was refused on a node without a disk tier.
+    private func tooLargeForMemory(_ bytes: Int) -> String {
+        "entry of \(bytes) bytes does not fit --memory-limit \(store.statistics.memoryLimit)"
+    }
+
+    /// ``put(key:value:ttl:now:invalidatingLease:)`` on a node with a disk tier: in memory (or on disk only,
+    /// when memory cannot hold it), the disk write queued.
+    private func putThrough(
+        _ disk: DiskTier,
+        key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        ttl: UInt32,
+        expiry: UInt32,
+        now: UInt32
+    ) -> PutOutcome {
+        // Before memory changes, so that a disk read queued earlier does not put the older value back.
+        disk.worker.beginWrite(key: key)
+        if store.put(key: key, value: value, expiry: expiry, now: now) == .tooLarge {
             // The disk limit must also hold the entry file's header, even for an incompressible value.
             guard key.count + value.count <= disk.store.maximumEntryBytes else {
                 disk.worker.abandonWrite(key: Array(key))
                 return .tooLarge(
-                    "entry of \(key.count + value.count) bytes does not fit --memory-limit \(store.statistics.memoryLimit) "
-                        + "nor --disk-limit \(disk.limit) (at most \(disk.store.maximumEntryBytes) bytes of key and value)"
+                    tooLargeForMemory(key.count + value.count)
+                        + " nor --disk-limit \(disk.limit) (at most \(disk.store.maximumEntryBytes) bytes of key and value)"
                 )
             }
             // Stored on disk only; an older copy in memory must not shadow it.

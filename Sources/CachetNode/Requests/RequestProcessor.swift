@@ -32,10 +32,6 @@ struct RequestProcessor {
     /// send every request.
     let authorizer: RequestAuthorizer?
 
-    /// The disk tier, if the node has one.
-    var disk: DiskTier? { commands.disk }
-    /// The loop's request counters.
-    var counters: RequestCounters { commands.counters }
     /// The replies to requests that went to the disk tier.
     var diskCompletions: DiskCompletions { DiskCompletions(commands: commands) }
     /// What a node of a cluster gives its peers and takes from them; nil on a cluster of one.
@@ -107,7 +103,7 @@ struct RequestProcessor {
                     maximumPayloadLength: maximumPayloadLength
                 )
             } catch {
-                RequestCounters.bump(counters.badRequests)
+                RequestCounters.bump(commands.counters.badRequests)
                 appendError(error, opcode: .none, id: 0, to: &output)
                 input.moveReadIndex(to: input.writeIndex)
                 return .closeAfterReply
@@ -298,7 +294,7 @@ struct RequestProcessor {
                 appendReply(opcode: .ping, status: .ok, id: header.id, to: &output)
             }
         } catch {
-            RequestCounters.bump(counters.badRequests)
+            RequestCounters.bump(commands.counters.badRequests)
             appendError(error, opcode: header.opcode, id: header.id, to: &output)
         }
         return nil
