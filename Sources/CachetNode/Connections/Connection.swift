@@ -11,7 +11,8 @@ import Glibc
 ///
 /// Touched only on its event loop's queue. The connection reads and sends through its channel's I/O
 /// (``CachetChannel/receive(into:count:)``, ``CachetChannel/sendOutput()``) and leaves protocol work to
-/// ``RequestProcessor``; its events go to its ``NodeIOQueue`` (``handleEvents(_:)``). What the
+/// ``RequestProcessor``; the serving loop's hooks (``readRoom()``, ``channelReceived(_:)``...) go to its
+/// ``NodeIOQueue``. What the
 /// connection is doing is one value, ``phase``; the epoll events it is registered for are derived from it in
 /// one place, ``interest(for:outputPending:)``, so that no state can leave a live connection waiting for
 /// nothing.
@@ -93,7 +94,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// The replies held in order while forwards of this connection's requests are in flight; nil while none
     /// is (replies then go straight to the output).
     @exclusivity(unchecked) var forwards: ForwardPipeline?
-    /// The connection's WATCH, while it watches (`NodeIOQueue+Watch.swift`).
+    /// The connection's WATCH, while it watches (``ConnectionWatching``).
     @exclusivity(unchecked) var watch: WatchStream?
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).

@@ -19,7 +19,9 @@ import Glibc
 /// next request came quickly went first again, and the tail latency of many connections grew with it:
 /// BENCHMARKS.md, "Figures behind choices in the code"), and
 /// lingers in `epoll_wait` after a batch (`--io-linger-ms`) so that a busy loop is woken by the kernel
-/// directly. A connection's events come here through ``Connection/handleEvents(_:)``.
+/// directly. A connection's events come here through the hooks `Connection` overrides for the loop's one
+/// serving loop (``readRoom(_:)``, ``received(_:on:)``, ``inputEnded(_:)``, ``peerClosed(_:hangup:)``,
+/// ``settle(_:now:)``).
 ///
 /// Edge-triggered, a connection is reported again only when new bytes arrive, so the loop must leave none
 /// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer

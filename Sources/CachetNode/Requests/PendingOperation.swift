@@ -15,7 +15,7 @@ enum PendingOperation {
     /// A CLEAR or STATS with the `cluster` flag: asked of every member (`Protocol/PROTOCOL.md`,
     /// "Cluster-wide CLEAR and STATS"). The request's `owner` is unused.
     case fanOut(ForwardRequest)
-    /// A WATCH: the connection becomes a stream of changes (`NodeIOQueue+Watch.swift`). Boxed, so that
+    /// A WATCH: the connection becomes a stream of changes (``ConnectionWatching``). Boxed, so that
     /// the enum every request returns stays small.
     case watch(WatchStart)
 }
