@@ -15,6 +15,7 @@ Run by hand; nothing in CI runs it. Python 3.11, standard library only. Talks on
     python3 Benchmarks/rolling-restart.py --through n1         # every request to n1, which forwards; n2 and n3 restart
     python3 Benchmarks/rolling-restart.py --bin-dir .build/debug --warm 10 --after 35
     python3 Benchmarks/rolling-restart.py --event add           # scale out: 3 members to 4
+    python3 Benchmarks/rolling-restart.py --event add --order back-to-back   # n4 started, the others reloaded at once
     python3 Benchmarks/rolling-restart.py --event remove        # scale in: 3 members to 2
     python3 Benchmarks/rolling-restart.py --event add --node-flags "--warm-up-seconds 0"   # without warm-up
 
@@ -164,9 +165,12 @@ def load(index: int, args, ports: dict[str, int], routing: Routing, tally: Tally
             acknowledged.pop(key, None)
 
 
-def change_membership(event, cluster, env, ports, members, routing, key_map_type, all_keys, note) -> None:
-    """Adds n4 or removes n3: the cluster file rewritten, the new member started first (it sees the others
-    on the old file), then every node reloaded; the load follows the new members."""
+def change_membership(event, cluster, env, ports, members, routing, key_map_type, all_keys, note,
+                      order="start-then-wait") -> None:
+    """Adds n4 or removes n3: the cluster file rewritten, then, for an added member, in `order`: n4 started
+    and the others reloaded once n4 has seen them on the old file (start-then-wait), n4 started and the
+    others reloaded at once (back-to-back), or the others reloaded and n4 started after (reload-first);
+    every node reloaded in the end; the load follows the new members."""
     path = os.path.join(env["CACHET_CLUSTER_DIR"], "cluster.json")
     with open(path) as handle:
         document = json.load(handle)
@@ -181,11 +185,14 @@ def change_membership(event, cluster, env, ports, members, routing, key_map_type
     with open(temporary, "w") as handle:
         handle.write('{\n  "members": [\n' + ",\n".join(lines) + "\n  ]\n}\n")
     os.replace(temporary, path)
+    if event == "add" and order == "reload-first":
+        cluster("reload", check=False)
+        note("the others reloaded before n4 starts")
     if event == "add":
         note(cluster("start", "n4").stdout.strip())
         cli = os.path.join(env["CACHET_BIN_DIR"], "cachet-cli")
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+        while order == "start-then-wait" and time.monotonic() < deadline:
             stats = subprocess.run([cli, "--port", str(ports["n4"]), "stats"], text=True, capture_output=True).stdout
             if any(line.split()[:1] == ["cluster_peers_disagreeing"] and line.split()[1] != "0"
                    for line in stats.splitlines()):
@@ -211,6 +218,10 @@ def main() -> int:
     parser.add_argument("--max-hit-drop", type=float, default=5, help="points the hit ratio may lose")
     parser.add_argument("--port", type=int, default=27620, help="the cluster's first port")
     parser.add_argument("--node-flags", default="", help="more flags for every node, one string")
+    parser.add_argument("--order", choices=["start-then-wait", "back-to-back", "reload-first"],
+                        default="start-then-wait",
+                        help="--event add: start n4 and reload the others once it has seen them on the old file, "
+                             "or at once, or reload the others first and start n4 after")
     args = parser.parse_args()
 
     bin_dir = os.path.abspath(args.bin_dir)
@@ -262,7 +273,8 @@ def main() -> int:
                 print("the rolling restart failed", file=sys.stderr)
                 return 2
         else:
-            change_membership(args.event, cluster, env, ports, members, routing, key_map_type, all_keys, note)
+            change_membership(args.event, cluster, env, ports, members, routing, key_map_type, all_keys, note,
+                              args.order)
         last_restart = time.monotonic() - start
         if args.event == "remove":
             time.sleep(20)

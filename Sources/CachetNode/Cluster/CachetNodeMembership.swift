@@ -163,8 +163,8 @@ public final class CachetNodeMembership: Sendable {
     func statisticsFields(
         stateOf peerState: (String) -> (state: CachetClusterMemberState, answered: Bool)
     ) -> [(String, String)] {
-        let (id, membership, reloads, failures) = state.withLock {
-            ($0.nodeID, $0.membership, $0.reloads, $0.reloadFailures)
+        let (id, membership, reloads, failures, previous) = state.withLock {
+            ($0.nodeID, $0.membership, $0.reloads, $0.reloadFailures, $0.previous)
         }
         var members = "["
         for (index, member) in membership.members.enumerated() {
@@ -182,6 +182,21 @@ public final class CachetNodeMembership: Sendable {
             ("cluster_reloads", "\(reloads)"),
             ("cluster_reload_failures", "\(failures)"),
             ("cluster_members", members),
+        ] + Self.changeFields(previous)
+    }
+
+    /// What a peer warming up after a membership change needs to know of this node's last change
+    /// (`Protocol/CLUSTER.md`, "Warm-up after a membership change"): the hash of the membership before it
+    /// (`cluster_previous_hash`) and how long ago it was (`cluster_changed_ms_ago`); nothing before any
+    /// change.
+    private static func changeFields(_ previous: (membership: CachetMembership, changedAt: UInt64)?) -> [(
+        String, String
+    )] {
+        guard let previous else { return [] }
+        let elapsed = DispatchTime.now().uptimeNanoseconds &- previous.changedAt
+        return [
+            ("cluster_previous_hash", quoted(previous.membership.membershipHashText)),
+            ("cluster_changed_ms_ago", "\(elapsed / 1_000_000)"),
         ]
     }
 

@@ -1,5 +1,6 @@
 import CachetCluster
 import CachetLocking
+import Dispatch
 import Logging
 import Synchronization
 
@@ -14,6 +15,9 @@ final class MembershipComparison: Sendable {
     private let disagreeing = CachetLock<Set<String>>([])
     /// Each peer's membership hash as last seen, by id.
     private let seen = CachetLock<[String: String]>([:])
+    /// Each peer's last membership change as it reported it (the hash before, the hash after, and when:
+    /// uptime nanoseconds here), by id; none for a peer that has not changed since it started.
+    private let changes = CachetLock<[String: (from: String, to: String, at: UInt64)]>([:])
     /// Whether any peer was ever seen reading another membership than this node's.
     let sawDisagreement = Atomic<Bool>(false)
     /// Which peers are routable now (set by the probing loop), for ``everyRoutablePeerAgrees``.
@@ -24,16 +28,33 @@ final class MembershipComparison: Sendable {
         self.membership = membership
     }
 
-    /// Records `member`'s membership hash; a change between agreeing and disagreeing with this node's is
-    /// logged.
+    /// Records `member`'s membership hash, and the hash of the one it read before its last change; a change
+    /// between agreeing and disagreeing with this node's is logged.
     /// - Parameters:
     ///   - hash: the peer's `cluster_hash`.
+    ///   - previousHash: the peer's `cluster_previous_hash` (nil: it has not changed since it started),
+    ///     with its `cluster_changed_ms_ago`.
     ///   - member: the peer.
     ///   - logger: where the change is logged.
-    func record(_ hash: String, of member: CachetClusterMember, logger: Logger) {
+    func record(
+        _ hash: String,
+        previous previousHash: (hash: String, millisecondsAgo: UInt64)? = nil,
+        of member: CachetClusterMember,
+        logger: Logger
+    ) {
         let own = membership.current.membershipHashText
         let differs = hash != own
+        let now = DispatchTime.now().uptimeNanoseconds
         seen.withLock { $0[member.id] = hash }
+        changes.withLock { changes in
+            if let previousHash {
+                changes[member.id] = (
+                    from: previousHash.hash, to: hash, at: now &- previousHash.millisecondsAgo * 1_000_000
+                )
+            } else {
+                changes[member.id] = nil
+            }
+        }
         if differs { sawDisagreement.store(true, ordering: .relaxed) }
         let changed = disagreeing.withLock { peers -> Bool in
             differs ? peers.insert(member.id).inserted : peers.remove(member.id) != nil
@@ -49,6 +70,22 @@ final class MembershipComparison: Sendable {
                 "a peer's membership agrees with this node's again",
                 metadata: ["cluster.member": "\(member.id)"]
             )
+        }
+    }
+
+    /// Whether `member` was last seen reading this node's membership.
+    func agrees(_ member: String) -> Bool {
+        let own = membership.current.membershipHashText
+        return seen.withLock { $0[member] == own }
+    }
+
+    /// Whether a peer was seen to have changed from the membership hashed `from` to this node's own, and
+    /// when (uptime nanoseconds, the latest such change): how a member just added learns that the others
+    /// read a membership without it before, whatever the order of its start and their reloads.
+    func peerChanged(from previous: String) -> UInt64? {
+        let own = membership.current.membershipHashText
+        return changes.withLock { changes in
+            changes.values.filter { $0.from == previous && $0.to == own }.map(\.at).max()
         }
     }
 

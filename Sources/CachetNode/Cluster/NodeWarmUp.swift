@@ -35,6 +35,8 @@ final class NodeWarmUp: Sendable {
         var joining = false
         /// When the change the window is for happened (uptime nanoseconds; 0: none yet).
         var changedAt: UInt64 = 0
+        /// The hash of ``previous`` (for a joining node, compared with the changes its peers report).
+        var previousHash = ""
     }
 
     private let membership: CachetNodeMembership
@@ -79,6 +81,7 @@ final class NodeWarmUp: Sendable {
             state.nodeID = nodeID
             state.until = now &+ self.window
             state.joining = before != nil
+            state.previousHash = before?.membershipHashText ?? ""
         }
         open.store(before != nil, ordering: .releasing)
     }
@@ -99,6 +102,7 @@ final class NodeWarmUp: Sendable {
                     state.noted = []
                     state.full = false
                     state.previous = previous.membership
+                    state.previousHash = previous.membership.membershipHashText
                     state.joining = false
                     state.nodeID = nodeID
                     state.until = previous.changedAt &+ window
@@ -160,9 +164,14 @@ final class NodeWarmUp: Sendable {
         refreshIfChanged()
         guard open.load(ordering: .acquiring) else { return nil }
         let now = DispatchTime.now().uptimeNanoseconds
-        let sawDisagreement = comparison.sawDisagreement.load(ordering: .relaxed)
+        let joinSeen = comparison.sawDisagreement.load(ordering: .relaxed)
         let source = state.withLock { state -> CachetClusterMember? in
-            guard let previous = state.previous, !state.joining || sawDisagreement else { return nil }
+            guard let previous = state.previous else { return nil }
+            if state.joining && !joinSeen {
+                // Started with nothing: a member just added only once a peer shows the change, as a peer
+                // still on another membership, or one that changed from the members but this one to ours.
+                guard comparison.peerChanged(from: state.previousHash) != nil else { return nil }
+            }
             guard now < state.until, !state.full else {
                 state.previous = nil
                 state.noted = []
@@ -172,7 +181,12 @@ final class NodeWarmUp: Sendable {
             guard owner.id != state.nodeID, !state.noted.contains(Array(key)) else { return nil }
             return owner
         }
-        guard let source, comparison.everyRoutablePeerAgrees else { return nil }
+        // The previous owner must route the key here too (or have left the membership): then a write that
+        // a node on the old membership still sends it is confirmed here before it is acknowledged, which
+        // drops what was warmed; a previous owner on the old membership would take it itself.
+        guard let source, comparison.agrees(source.id) || membership.current.member(id: source.id) == nil else {
+            return nil
+        }
         return source
     }
 

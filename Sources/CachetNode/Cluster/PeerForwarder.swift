@@ -153,7 +153,10 @@ final class PeerForwarder: @unchecked Sendable {
                 guard case .answered(.ok, let body) = outcome,
                     let hash = Self.field("cluster_hash", in: body)
                 else { return }
-                health.membershipComparison.record(hash, of: member, logger: self.logger)
+                let previous = Self.field("cluster_previous_hash", in: body).flatMap { previous in
+                    Self.number("cluster_changed_ms_ago", in: body).map { (hash: previous, millisecondsAgo: $0) }
+                }
+                health.membershipComparison.record(hash, previous: previous, of: member, logger: self.logger)
             }
         }
     }
@@ -166,6 +169,17 @@ final class PeerForwarder: @unchecked Sendable {
             let value = body[(start + pattern.count)...]
             guard let end = value.firstIndex(of: UInt8(ascii: "\"")) else { return nil }
             return String(decoding: value[..<end], as: UTF8.self)
+        }
+        return nil
+    }
+
+    /// The value of a top-level number field of a STATS JSON object, found by its name.
+    static func number(_ name: String, in body: [UInt8]) -> UInt64? {
+        let pattern = Array("\"\(name)\":".utf8)
+        guard body.count > pattern.count else { return nil }
+        for start in 0...(body.count - pattern.count) where body[start..<start + pattern.count].elementsEqual(pattern) {
+            let digits = body[(start + pattern.count)...].prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+            return UInt64(String(decoding: digits, as: UTF8.self))
         }
         return nil
     }

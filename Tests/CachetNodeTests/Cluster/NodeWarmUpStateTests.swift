@@ -7,7 +7,7 @@ import Testing
 @testable import CachetNode
 
 /// When a node warms a key from its previous owner (``NodeWarmUp``), without sockets: the window a change
-/// opens, the gate of agreeing peers, the writes noted since, and the limit that closes the window.
+/// opens, the gate of an agreeing previous owner and of a change seen at a peer, the writes noted since, and the limit that closes the window.
 @Suite("Warm-up windows")
 struct NodeWarmUpStateTests {
     static let logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
@@ -43,7 +43,7 @@ struct NodeWarmUpStateTests {
         Array((0...).lazy.map { Array("k\($0)".utf8) }.filter { membership.owner(of: $0).id == id }.prefix(count))
     }
 
-    @Test func aJoiningMemberWarmsOnceItSawAnotherMembershipAndEveryPeerAgrees() throws {
+    @Test func aJoiningMemberWarmsOnceItSawAnotherMembershipAndThePreviousOwnerAgrees() throws {
         let directory = TemporaryDirectory(prefix: "cachet-warm-up")
         let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
         let comparison = MembershipComparison(membership: membership)
@@ -71,6 +71,64 @@ struct NodeWarmUpStateTests {
         // A CLEAR closes the window.
         warmUp.noteClear()
         #expect(other.withUnsafeBytes { warmUp.source(for: $0) } == nil)
+    }
+
+    @Test func aJoiningMemberLearnsTheChangeFromAPeerThatAlreadyReloaded() throws {
+        // The others reloaded before this member was ever compared with them (back to back, or before it
+        // started): no peer is ever seen on the old file, but each reports its change from it.
+        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
+        let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
+        let comparison = MembershipComparison(membership: membership)
+        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
+        let key = Self.keys(1, ownedBy: "n4", in: membership.current)[0]
+        let before = try CachetMembership(
+            members: membership.current.members.filter { $0.id != "n4" },
+            virtualNodesPerMember: membership.current.virtualNodesPerMember
+        )
+        let source = before.owner(of: key)
+        let ask = { key.withUnsafeBytes { warmUp.source(for: $0) } }
+        let own = membership.current.membershipHashText
+        // Agreeing peers that never changed (a cluster started together): no one is asked.
+        Self.agree(comparison, membership, but: "n4")
+        #expect(ask() == nil)
+        // A peer that changed from another membership than the members but n4: still no one.
+        comparison.record(own, previous: (hash: "0123", millisecondsAgo: 10), of: source, logger: Self.logger)
+        #expect(ask() == nil)
+        // The previous owner reports its change from the members but n4 to this membership.
+        comparison.record(
+            own,
+            previous: (hash: before.membershipHashText, millisecondsAgo: 10),
+            of: source,
+            logger: Self.logger
+        )
+        #expect(ask()?.id == source.id)
+        let sawDisagreement = comparison.sawDisagreement.load(ordering: .relaxed)
+        #expect(!sawDisagreement)
+    }
+
+    @Test func thePreviousOwnerIsAskedOnceItReadsThisMembershipWhateverTheOthersRead() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
+        let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
+        let comparison = MembershipComparison(membership: membership)
+        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
+        let key = Self.keys(1, ownedBy: "n4", in: membership.current)[0]
+        let before = try CachetMembership(
+            members: membership.current.members.filter { $0.id != "n4" },
+            virtualNodesPerMember: membership.current.virtualNodesPerMember
+        )
+        let source = before.owner(of: key)
+        let other = try #require(before.members.first { $0.id != source.id })
+        let ask = { key.withUnsafeBytes { warmUp.source(for: $0) } }
+        // The previous owner and another peer still read the old file: the previous owner would take a write
+        // of the key sent to it, so it is not asked.
+        comparison.record(before.membershipHashText, of: other, logger: Self.logger)
+        comparison.record(before.membershipHashText, of: source, logger: Self.logger)
+        #expect(ask() == nil)
+        // The previous owner reloaded; the other peer has not: asked (a write the other still sends it is
+        // confirmed with n4 before it is acknowledged).
+        comparison.record(membership.current.membershipHashText, of: source, logger: Self.logger)
+        #expect(ask()?.id == source.id)
+        #expect(comparison.disagreeingPeers == 1)
     }
 
     /// n1 of n1-n4, with a warm-up over `window` seconds, after n4 left the file (reloaded, every peer agreeing):

@@ -17,8 +17,21 @@ import Glibc
 struct NodeWarmUpTests {
     typealias Cluster = NodeForwardingTests.Cluster
 
-    /// n4 added to a three-member cluster, every node sent SIGHUP; returns the four-member membership.
-    static func addN4(to cluster: Cluster) throws -> CachetMembership {
+    /// In which order a member is added: the file is written first, then
+    enum Order {
+        /// the new member is started, the others are reloaded once it has seen them on the old file (the
+        /// order docs/clustering.md gave before a member learned the change from its peers);
+        case startThenWait
+        /// the new member is started and the others reloaded at once, as a script does back to back;
+        case backToBack
+        /// the others are reloaded first, the new member started after (the file changed under every
+        /// member at once, as on Kubernetes, and the new one scheduled last).
+        case reloadFirst
+    }
+
+    /// n4 added to a three-member cluster in `order`, every node sent SIGHUP; returns the four-member
+    /// membership once every member reads it and sees the others read it, and n1 sees n4 up.
+    static func addN4(to cluster: Cluster, order: Order = .startThenWait) throws -> CachetMembership {
         let (fd, port) = try CachetSocket.listen(on: CachetAddress(host: "127.0.0.1", port: 0))
         close(fd)
         cluster.ports["n4"] = port
@@ -28,15 +41,28 @@ struct NodeWarmUpTests {
         try Data(("{\"members\": [" + entries.joined(separator: ", ") + "]}\n").utf8)
             .write(to: URL(fileURLWithPath: cluster.file))
         let four = try CachetMembership(contentsOfFile: cluster.file)
-        try cluster.start("n4")
-        // As an operator would: the new member first, which sees the others still on the old file, then
-        // the others reloaded.
-        let seenBy = Date().addingTimeInterval(5)
-        while try cluster.stats("n4")["cluster_peers_disagreeing"] as? Int ?? 0 == 0 && Date() < seenBy {
-            Thread.sleep(forTimeInterval: 0.05)
+        let reloadOthers = {
+            for id in ["n1", "n2", "n3"] { kill(cluster.node(id).process.processIdentifier, SIGHUP) }
         }
-        // Every node, n4 too (as `local-cluster.sh reload` does): a reload that changes nothing keeps n4's window.
-        for id in ["n1", "n2", "n3", "n4"] { kill(cluster.node(id).process.processIdentifier, SIGHUP) }
+        switch order {
+        case .startThenWait:
+            try cluster.start("n4")
+            // The new member first, which sees the others still on the old file, then the others reloaded.
+            let seenBy = Date().addingTimeInterval(5)
+            while try cluster.stats("n4")["cluster_peers_disagreeing"] as? Int ?? 0 == 0 && Date() < seenBy {
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            reloadOthers()
+        case .backToBack:
+            try cluster.start("n4")
+            reloadOthers()
+        case .reloadFirst:
+            reloadOthers()
+            Thread.sleep(forTimeInterval: 0.3)
+            try cluster.start("n4")
+        }
+        // n4 too (as `local-cluster.sh reload` does): a reload that changes nothing keeps n4's window.
+        kill(cluster.node("n4").process.processIdentifier, SIGHUP)
         // Every member reads the four members, and every one has seen every other read them too.
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
@@ -44,13 +70,20 @@ struct NodeWarmUpTests {
             let agreeing = try ["n1", "n2", "n3", "n4"].map {
                 try cluster.stats($0)["cluster_peers_disagreeing"] as? Int
             }
-            if hashes.allSatisfy({ $0 == four.membershipHashText }) && agreeing.allSatisfy({ $0 == 0 }) { break }
+            let n4Up = try (cluster.stats("n1")["cluster_members"] as? [[String: Any]] ?? []).contains {
+                $0["id"] as? String == "n4" && $0["state"] as? String == "up"
+            }
+            if hashes.allSatisfy({ $0 == four.membershipHashText }) && agreeing.allSatisfy({ $0 == 0 }) && n4Up {
+                break
+            }
             Thread.sleep(forTimeInterval: 0.05)
         }
         return four
     }
 
-    static func run(warmUpSeconds: Double) throws -> (hits: Int, of: Int, written: Bool, deleted: Bool) {
+    static func run(warmUpSeconds: Double, order: Order = .startThenWait) throws -> (
+        hits: Int, of: Int, written: Bool, deleted: Bool
+    ) {
         let cluster = try Cluster(
             extraArguments: ["--probe-interval", "0.1", "--warm-up-seconds", "\(warmUpSeconds)"]
         )
@@ -65,7 +98,7 @@ struct NodeWarmUpTests {
             let stats = try cluster.stats(id)
             #expect(stats["warm_up_hits"] as? Int == 0 && stats["warm_up_misses"] as? Int == 0, "\(id)")
         }
-        let four = try addN4(to: cluster)
+        let four = try addN4(to: cluster, order: order)
         let moved = keys.filter { four.owner(of: $0).id == "n4" }
         #expect(moved.count > 40, "\(moved.count) keys moved to n4")
         // A key written and one deleted through n4 after the change: never read back from before.
@@ -97,6 +130,15 @@ struct NodeWarmUpTests {
         #expect(result.hits == result.of, "\(result.hits) of \(result.of) moved keys hit")
         #expect(result.written, "a key written through n4 after the change keeps that value")
         #expect(result.deleted, "a key deleted through n4 after the change stays deleted")
+    }
+
+    /// The same with the others reloaded right after n4 starts, before any comparison could show it a peer
+    /// on the old file, and with the others reloaded before n4 starts: n4 learns the change from them.
+    @Test(arguments: [Order.backToBack, .reloadFirst])
+    func aMemberAddedInAnyOrderWarmsTheKeysItTookOver(order: Order) throws {
+        let result = try Self.run(warmUpSeconds: 300, order: order)
+        #expect(result.hits == result.of, "\(order): \(result.hits) of \(result.of) moved keys hit")
+        #expect(result.written && result.deleted, "\(order)")
     }
 
     /// The other way: n4 removed from the file (the others sent SIGHUP; n4 still runs, on its old file),
