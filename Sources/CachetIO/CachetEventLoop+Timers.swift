@@ -80,7 +80,7 @@ extension CachetEventLoop {
         timerSource?.schedule(
             deadline: .now() + .nanoseconds(Int(clamping: delay)),
             repeating: .never,
-            leeway: .microseconds(100)
+            leeway: timerLeeway
         )
     }
 
