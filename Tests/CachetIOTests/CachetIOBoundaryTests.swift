@@ -15,10 +15,6 @@ struct CachetIOBoundaryTests {
         #expect(CachetChannel.Events.error.rawValue == cachet_EPOLLERR)
     }
 
-    /// The load generator's own epoll loop (`CachetBenchKit/LoadWorker.swift`) is the one exception left:
-    /// it is to move onto `CachetEventLoop` (docs/architecture.md).
-    static let exceptions: Set = ["CachetBenchKit/LoadWorker.swift"]
-
     @Test func noTargetButCachetIOImportsCEpoll() throws {
         let sources = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -29,7 +25,7 @@ struct CachetIOBoundaryTests {
             checked += 1
             let text = try String(contentsOf: sources.appendingPathComponent(file), encoding: .utf8)
             let imports = text.split(separator: "\n").contains { $0.hasSuffix("import CEpoll") }
-            #expect(!imports || Self.exceptions.contains(file), "Sources/\(file) imports CEpoll")
+            #expect(!imports, "Sources/\(file) imports CEpoll")
         }
         #expect(checked > 100, "only \(checked) source files found")
     }
