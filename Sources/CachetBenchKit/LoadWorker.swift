@@ -295,13 +295,16 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
     /// waits for a pipeline to have room (a reply sends it).
     private func armPacingTimer(now: UInt64) {
         guard isRunning, pacing, pacingTimer == nil, workLeft(now: now), nextScheduled > now else { return }
-        pacingTimer = loop.schedule(after: .nanoseconds(Int64(nextScheduled - now))) { [unowned self] in
-            pacingTimer = nil
-            let now = monotonicNanoseconds()
-            sendScheduled(now: now)
-            armPacingTimer(now: now)
-            finishIfDone(now: now)
-        }
+        pacingTimer = loop.schedule(after: .nanoseconds(Int64(nextScheduled - now)), pacingWork)
+    }
+
+    /// What the pacing timer runs: one closure for every timer, so that scheduling one allocates nothing.
+    private lazy var pacingWork: () -> Void = { [unowned self] in
+        pacingTimer = nil
+        let now = monotonicNanoseconds()
+        sendScheduled(now: now)
+        armPacingTimer(now: now)
+        finishIfDone(now: now)
     }
 
     // MARK: Requests and replies (on the loop)

@@ -51,6 +51,8 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// while it is busy (a load generator's paced requests, whose latencies count from their scheduled
     /// times). Set on `queue`.
     public var lingersThroughTimers = false
+    /// Whether the handler is lingering through timers now (it runs them; the timer source waits).
+    var isLingeringThroughTimers = false
     private let events: UnsafeMutablePointer<epoll_event>
     private let eventCapacity: Int32 = 256
     private var source: (any DispatchSourceRead)?
@@ -300,6 +302,12 @@ public final class CachetEventLoop: @unchecked Sendable {
         // While lingering through timers: when the linger ends (monotonic ns); 0 otherwise.
         var lingerEnd: UInt64 = 0
         if lingersThroughTimers { cachet_set_timer_slack_ns(1_000) }
+        defer {
+            if isLingeringThroughTimers {
+                isLingeringThroughTimers = false
+                armTimerSource()
+            }
+        }
         while true {
             let count =
                 lingerEnd > 0
@@ -336,6 +344,7 @@ public final class CachetEventLoop: @unchecked Sendable {
             guard lingerMilliseconds > 0 else { return }
             if lingersThroughTimers {
                 lingerEnd = CachetDeadline.now() + UInt64(lingerMilliseconds) * 1_000_000
+                isLingeringThroughTimers = true
                 continue
             }
             timeout = lingerMilliseconds
