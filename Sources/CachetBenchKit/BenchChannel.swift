@@ -59,6 +59,13 @@ final class BenchChannel<Driver: BenchProtocolDriver>: CachetChannel, @unchecked
         return (entry >> 1, entry & 1 == 1)
     }
 
+    /// Notes when the loop found the socket ready, before it reads: a reply's latency ends when it has
+    /// arrived, not when the read that takes it returns.
+    override func handleEvents(_ events: Events) {
+        worker.readyAt = monotonicNanoseconds()
+        super.handleEvents(events)
+    }
+
     override func channelRead() {
         worker.received(on: self)
     }

@@ -68,6 +68,9 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
     /// The connection the next scheduled request is offered to first.
     private var pacingCursor = 0
     private var lastReply: UInt64 = 0
+    /// When the loop found the channel being served ready (``BenchChannel/handleEvents(_:)``): the time
+    /// its replies count as received.
+    var readyAt: UInt64 = 0
     private var nextCountersPublish: UInt64 = 0
     private var nextRecentPublish: UInt64 = 0
     /// A connection that broke, or bytes nobody asked for, between phases: the next phase fails with it.
@@ -356,7 +359,7 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
     /// Counts every whole reply the channel's input holds, then writes the requests that take their
     /// place. Called by the channel on each read.
     func received(on channel: BenchChannel<Driver>) {
-        let now = monotonicNanoseconds()
+        let now = readyAt
         let bytes = channel.input.wholeRegion
         var offset = channel.input.readIndex
         let valueLength = data.value.count
