@@ -104,9 +104,12 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
         seed: UInt64
     ) throws(BenchError) {
         do {
+            // Default QoS, whose threads run at nice 0 as a thread of the process would (Dispatch gives
+            // user-initiated ones nice -2, above the server under test where the two share a core).
             loop = try CachetEventLoop(
                 label: "cachet.bench.\(index)",
-                lingerMilliseconds: Int(Self.lingerMilliseconds)
+                lingerMilliseconds: Int(Self.lingerMilliseconds),
+                qos: .default
             )
         } catch {
             throw BenchError(.connectionFailed, "cannot create a load thread's event loop: \(error.message)")
