@@ -127,7 +127,6 @@ let package = Package(
                 "CachetCluster",
                 "CachetWire",
                 "CachetRing",
-                "CEpoll",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             swiftSettings: swiftSettings

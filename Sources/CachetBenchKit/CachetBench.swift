@@ -11,7 +11,8 @@ import Glibc
 
 /// Runs a load: connects, optionally prefills and warms up, measures, and reports.
 public enum CachetBench {
-    /// Runs `configuration` on `configuration.threads` threads of its own and reports.
+    /// Runs `configuration` on `configuration.threads` event loops of its own (one serial queue each) and
+    /// reports.
     ///
     /// With `requests` 0 and `prefill`, it only writes every key once (a fill, as for memory
     /// measurements); the report's `prefill` says how it went.
@@ -40,7 +41,6 @@ public enum CachetBench {
     ) throws(BenchError) -> BenchReport {
         let data = try BenchDataSet(configuration: configuration)
         let chooser = KeyChooser(count: configuration.keys, distribution: configuration.distribution)
-        let requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
 
         // Connection i goes to server i % servers and to thread (i / servers) % threads, so that every
         // thread has a connection to every server.
@@ -69,14 +69,28 @@ public enum CachetBench {
             }
             perThread[(index / serverCount) % configuration.threads].append((opened.fd, opened.tls, target))
         }
-        let threads = perThread.enumerated().map { thread, sockets in
-            BenchLoadThread(
-                sockets: sockets,
-                pipeline: configuration.pipeline,
-                requestBound: requestBound,
-                seed: configuration.seed &+ UInt64(thread) &* 0x9E37_79B9_7F4A_7C15
-            )
+        var workers: [LoadWorker<Driver>] = []
+        for thread in perThread.indices {
+            do {
+                workers.append(
+                    try LoadWorker(
+                        index: thread,
+                        driver: driver,
+                        data: data,
+                        chooser: chooser,
+                        configuration: configuration,
+                        seed: configuration.seed &+ UInt64(thread) &* 0x9E37_79B9_7F4A_7C15
+                    )
+                )
+            } catch {
+                closeAll()
+                throw error
+            }
         }
+        // Each worker's loop owns its sockets from here, and closes them when it stops.
+        for (worker, sockets) in zip(workers, perThread) { worker.register(sockets) }
+        defer { for worker in workers { worker.close() } }
+        let threads = workers
 
         /// Runs one phase on every thread, calling `progress` once a second meanwhile.
         func phase(
@@ -90,17 +104,8 @@ public enum CachetBench {
             let cpuBefore = processCPUSeconds()
             let start = monotonicNanoseconds()
             for (index, thread) in threads.enumerated() {
-                let work = work(index)
                 group.enter()
-                Thread.detachNewThread {
-                    var loop = LoadLoop(
-                        driver: driver,
-                        data: data,
-                        chooser: chooser,
-                        configuration: configuration,
-                        thread: thread
-                    )
-                    let result = loop.run(work)
+                thread.run(work(index)) { result in
                     results.withLock { $0.append(result) }
                     group.leave()
                 }

@@ -1,156 +1,58 @@
-import CEpoll
 import CachetIO
-import CachetLocking
 import Histogram
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A latency histogram in nanoseconds, from 1 ns to 60 s, three significant digits.
-func makeLatencyHistogram() -> Histogram<UInt64> {
-    Histogram<UInt64>(
-        lowestDiscernibleValue: 1,
-        highestTrackableValue: 60_000_000_000,
-        numberOfSignificantValueDigits: .three
-    )
-}
-
-/// What one load thread publishes for the progress line: counters added once per batch, and the
-/// latencies of the last moments, handed over a few times a second.
-final class WorkerCounters: Sendable {
-    let replies = Atomic<Int>(0)
-    let hits = Atomic<Int>(0)
-    let misses = Atomic<Int>(0)
-    let errors = Atomic<Int>(0)
-    let verificationErrors = Atomic<Int>(0)
-    /// The latencies of the current progress interval, added by a load thread and taken by the progress
-    /// reporter.
-    let recent = CachetLock(makeLatencyHistogram())
-
-    /// Zeroes everything before a phase.
-    func reset() {
-        replies.store(0, ordering: .relaxed)
-        hits.store(0, ordering: .relaxed)
-        misses.store(0, ordering: .relaxed)
-        errors.store(0, ordering: .relaxed)
-        verificationErrors.store(0, ordering: .relaxed)
-        recent.withLock { $0.reset() }
-    }
-}
-
-/// What one load thread measured in one phase.
-struct WorkerResult: Sendable {
-    /// Every request's latency.
-    var histogram = makeLatencyHistogram()
-    /// Reads' latencies alone.
-    var getHistogram = makeLatencyHistogram()
-    /// Writes' latencies alone.
-    var putHistogram = makeLatencyHistogram()
-    var replies = 0
-    var hits = 0
-    var misses = 0
-    var errors = 0
-    var verificationErrors = 0
-    var failure: BenchError?
-
-    mutating func add(_ other: WorkerResult) {
-        histogram.add(other.histogram)
-        getHistogram.add(other.getHistogram)
-        putHistogram.add(other.putHistogram)
-        replies += other.replies
-        hits += other.hits
-        misses += other.misses
-        errors += other.errors
-        verificationErrors += other.verificationErrors
-        if failure == nil { failure = other.failure }
-    }
-}
-
-/// What a load thread does in one phase.
-enum WorkerPhase: Sendable {
-    /// Write every key of `positions[target]` (positions in that server's key list) once.
-    case prefill(positions: [Range<Int>])
-    /// Random reads and writes until `deadline` (monotonic ns) or `budget` requests; latencies are
-    /// recorded when `record` is set (not while warming up).
-    case measure(deadline: UInt64?, budget: Int?, record: Bool)
-}
-
-/// One load thread's connections and epoll set. Its memory is plain structs behind pointers, so that the
-/// event loop touches no reference counts.
+/// One load thread: its connections (``BenchChannel``s) on a `CachetEventLoop` of its own, and what a phase
+/// needs to drive them: requests written as replies come (closed loop, `--pipeline` in flight per
+/// connection) or on a fixed schedule (open loop, `--rate`), every reply counted and its latency recorded
+/// from the moment its request was written (or, paced, was due).
 ///
-/// `@unchecked Sendable`: the object is created on the calling thread, then handed to exactly one load
-/// thread per phase (phases never overlap), and closed on the calling thread after the last phase.
-final class BenchLoadThread: @unchecked Sendable {
-    let connections: UnsafeMutableBufferPointer<BenchConnectionState>
-    let epoll: Int32
-    let events: UnsafeMutablePointer<epoll_event>
-    let eventCapacity: Int32 = 256
+/// Generic over the protocol, so that requests and replies are encoded and parsed without existentials.
+/// The loop reads the replies and calls ``received(on:)``; the loop's timers end a phase at its deadline,
+/// send paced requests when due, and give up on a server that has not answered for 10 s. While requests
+/// go as fast as replies come, the loop lingers in `epoll_wait` after each batch (as a thread of its own
+/// would) instead of handing the queue back to Dispatch; while paced it does not, so that its timers fire
+/// on time.
+///
+/// `@unchecked Sendable`: made on the calling thread, which hands it its sockets (``register(_:)``); from
+/// then on every property but the immutable ones is touched on the loop's queue only, where ``run(_:then:)``
+/// starts each phase. Phases never overlap.
+final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
+    /// What the progress line reads.
     let counters = WorkerCounters()
-    var random: BenchRandom
-    /// Where the key of the request being written is spelled out.
-    let keyScratch = UnsafeMutableRawPointer.allocate(byteCount: 256, alignment: 16)
-
-    /// Takes ownership of the sockets in `sockets` and registers them for reading.
-    /// - Parameters:
-    ///   - sockets: connected sockets and the index of the server each goes to.
-    ///   - pipeline: requests in flight per connection.
-    ///   - requestBound: the most bytes one request takes.
-    ///   - seed: the random generator's seed.
-    init(sockets: [(fd: Int32, tls: CachetTLSSession?, target: Int)], pipeline: Int, requestBound: Int, seed: UInt64) {
-        connections = .allocate(capacity: sockets.count)
-        for (index, socket) in sockets.enumerated() {
-            (connections.baseAddress! + index).initialize(
-                to: BenchConnectionState(
-                    fd: socket.fd,
-                    tls: socket.tls,
-                    target: socket.target,
-                    pipeline: pipeline,
-                    requestBound: requestBound
-                )
-            )
-        }
-        epoll = cachet_epoll_create()
-        events = cachet_epoll_events_create(eventCapacity)
-        random = BenchRandom(seed: seed)
-        for index in 0..<sockets.count {
-            _ = cachet_epoll_add(epoll, sockets[index].fd, cachet_EPOLLIN, UInt64(index))
-        }
-    }
-
-    deinit {
-        // Each state closes its socket and frees its buffers.
-        connections.baseAddress?.deinitialize(count: connections.count)
-        connections.deallocate()
-        cachet_epoll_events_free(events)
-        keyScratch.deallocate()
-        _ = close(epoll)
-    }
-}
-
-/// The event loop of one load thread for one phase, generic over the protocol so that requests and
-/// replies are encoded and parsed without dynamic dispatch.
-struct LoadLoop<Driver: BenchProtocolDriver> {
-    let driver: Driver
-    let data: BenchDataSet
-    let chooser: KeyChooser
-    let pipeline: Int
-    let getRatio: Double
+    let loop: CachetEventLoop
+    private let driver: Driver
+    private let data: BenchDataSet
+    private let chooser: KeyChooser
+    private let pipeline: Int
+    private let getRatio: Double
     /// With `--prefill`, every read must hit with the value's length.
-    let verify: Bool
-    let thread: BenchLoadThread
-
-    private let connections: UnsafeMutablePointer<BenchConnectionState>
-    private let keyScratch: UnsafeMutableRawPointer
-    private let connectionCount: Int
+    private let verify: Bool
     private let requestBound: Int
+    /// Nanoseconds between two requests of this worker with `--rate`; 0 without.
+    private let interval: UInt64
+    /// Where the key of the request being written is spelled out.
+    private let keyScratch = UnsafeMutableRawPointer.allocate(byteCount: 256, alignment: 16)
+    private var channels: [BenchChannel<Driver>] = []
     private var random: BenchRandom
+
+    /// How long the loop waits in `epoll_wait` for more replies after a batch, while not pacing.
+    private static var lingerMilliseconds: Int32 { 100 }
+    /// How often the counters are published while replies come.
+    private static var countersInterval: UInt64 { 10_000_000 }
+    /// How often the latencies of the last moments are handed to the progress line.
+    private static var recentInterval: UInt64 { 200_000_000 }
+    /// How long a server may leave requests unanswered before the phase fails.
+    private static var silenceLimit: UInt64 { 10_000_000_000 }
+
+    // The phase.
+    private var finished: (@Sendable (WorkerResult) -> Void)?
     private var result = WorkerResult()
     private var recent = makeLatencyHistogram()
     private var outstanding = 0
-
-    // The phase.
     private var prefilling = false
     private var prefillNext: [Int] = []
     private var prefillEnd: [Int] = []
@@ -159,14 +61,23 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
     private var budget = Int.max
     private var issued = 0
     private var recording = false
-    /// Nanoseconds between two requests of this thread with `--rate`; 0 without.
-    private let interval: UInt64
     /// Whether this phase follows the schedule (measure phases with `--rate`).
     private var pacing = false
     /// When the schedule means to send the next request (monotonic ns), while pacing.
     private var nextScheduled: UInt64 = 0
     /// The connection the next scheduled request is offered to first.
     private var pacingCursor = 0
+    private var lastReply: UInt64 = 0
+    /// When the loop found the channel being served ready (``BenchChannel/handleEvents(_:)``): the time
+    /// its replies count as received.
+    var readyAt: UInt64 = 0
+    private var nextCountersPublish: UInt64 = 0
+    private var nextRecentPublish: UInt64 = 0
+    /// A connection that broke, or bytes nobody asked for, between phases: the next phase fails with it.
+    private var pendingFailure: BenchError?
+    private var pacingTimer: CachetTimerID?
+    private var deadlineTimer: CachetTimerID?
+    private var silenceTimer: CachetTimerID?
 
     // Counts not yet published.
     private var batchReplies = 0
@@ -175,31 +86,93 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
     private var batchErrors = 0
     private var batchVerificationErrors = 0
 
+    /// Creates the worker and its loop (not started).
+    /// - Parameters:
+    ///   - index: the worker's number, for the loop's label.
+    ///   - driver: the protocol.
+    ///   - data: the keys and the value.
+    ///   - chooser: how keys are drawn.
+    ///   - configuration: the run's settings.
+    ///   - seed: the random generator's seed.
+    /// - Throws: ``BenchError`` `connectionFailed` when the loop's descriptors cannot be created.
     init(
+        index: Int,
         driver: Driver,
         data: BenchDataSet,
         chooser: KeyChooser,
         configuration: BenchConfiguration,
-        thread: BenchLoadThread
-    ) {
+        seed: UInt64
+    ) throws(BenchError) {
+        do {
+            // Default QoS, whose threads run at nice 0 as a thread of the process would (Dispatch gives
+            // user-initiated ones nice -2, above the server under test where the two share a core).
+            loop = try CachetEventLoop(
+                label: "cachet.bench.\(index)",
+                lingerMilliseconds: Int(Self.lingerMilliseconds),
+                qos: .default
+            )
+        } catch {
+            throw BenchError(.connectionFailed, "cannot create a load thread's event loop: \(error.message)")
+        }
         self.driver = driver
         self.data = data
         self.chooser = chooser
-        self.pipeline = configuration.pipeline
-        self.getRatio = configuration.getRatio
-        self.verify = configuration.prefill
-        self.thread = thread
-        connections = thread.connections.baseAddress!
-        keyScratch = thread.keyScratch
-        connectionCount = thread.connections.count
+        pipeline = configuration.pipeline
+        getRatio = configuration.getRatio
+        verify = configuration.prefill
         requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
-        random = thread.random
         interval = configuration.rate.map { UInt64(max(1, (Double(configuration.threads) / $0 * 1e9).rounded())) } ?? 0
+        random = BenchRandom(seed: seed)
     }
 
-    /// Runs `phase` to its end on the calling thread.
-    /// - Returns: what was measured, with `failure` set when a server broke the protocol or the connection.
-    mutating func run(_ phase: WorkerPhase) -> WorkerResult {
+    deinit {
+        keyScratch.deallocate()
+    }
+
+    /// Starts the loop and hands it the connections, which it owns from then on.
+    /// - Parameter sockets: connected sockets (their TLS handshakes done) and the server each goes to.
+    func register(_ sockets: [(fd: Int32, tls: CachetTLSSession?, target: Int)]) {
+        loop.start()
+        loop.executeAndWait {
+            for socket in sockets {
+                let channel = BenchChannel(
+                    worker: self,
+                    target: socket.target,
+                    pipeline: pipeline,
+                    requestBound: requestBound
+                )
+                if let tls = socket.tls { channel.useTLS(session: tls) }
+                channels.append(channel)
+                loop.register(channel, fd: socket.fd, isNonBlocking: true)
+            }
+        }
+    }
+
+    /// Closes every connection and stops the loop.
+    func close() {
+        loop.stop()
+        loop.executeAndWait { channels = [] }
+    }
+
+    // MARK: Phases (on the loop)
+
+    /// Runs `phase` on the loop; `finished` gets what was measured (with `failure` set when a server broke
+    /// the protocol or the connection), on the loop's queue.
+    func run(_ phase: WorkerPhase, then finished: @escaping @Sendable (WorkerResult) -> Void) {
+        loop.execute { self.begin(phase, finished) }
+    }
+
+    private func begin(_ phase: WorkerPhase, _ finished: @escaping @Sendable (WorkerResult) -> Void) {
+        self.finished = finished
+        result = WorkerResult()
+        recent.reset()
+        outstanding = 0
+        issued = 0
+        prefilling = false
+        pacing = false
+        recording = false
+        deadline = .max
+        budget = .max
         switch phase {
         case .prefill(let positions):
             prefilling = true
@@ -211,101 +184,90 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
             budget = limit ?? .max
             recording = record
             pacing = interval > 0
-            if pacing {
-                // Timed waits of a few microseconds must not end 50 µs late (the default slack).
-                cachet_set_timer_slack_ns(1_000)
-                nextScheduled = monotonicNanoseconds()
-            }
+            if pacing { nextScheduled = monotonicNanoseconds() }
         }
-        defer { thread.random = random }
+        if let failure = pendingFailure {
+            pendingFailure = nil
+            fail(failure)
+            return
+        }
+        // A paced request's latency counts from its scheduled time, so the timer that sends it must fire
+        // on time: in the lingering handler, or from Dispatch without its default leeway.
+        loop.lingersThroughTimers = pacing
+        loop.timerLeeway = pacing ? .microseconds(1) : .microseconds(100)
 
         let start = monotonicNanoseconds()
-        for index in 0..<connectionCount {
-            refill(index, now: start)
-            if let failure = flush(index) { return failed(failure) }
+        lastReply = start
+        nextCountersPublish = start + Self.countersInterval
+        nextRecentPublish = start + Self.recentInterval
+        for channel in channels {
+            refill(channel, now: start)
+            channel.flush()
+            // A send that failed closed the channel, and `closed` ended the phase.
+            guard isRunning else { return }
         }
-        var lastReply = start
-        var nextPublish = start + 200_000_000
-        // While pacing: every connection's pipeline is full, so the next request waits for a reply.
-        var scheduleBlocked = false
-        while true {
-            let now = monotonicNanoseconds()
-            if outstanding == 0 && !workLeft(now: now) { break }
-            if outstanding > 0 && now > lastReply + 10_000_000_000 {
-                return failed(
-                    BenchError(.repliesMissing, "no reply for 10 s with \(outstanding) request(s) in flight")
-                )
-            }
-            let count: Int32
-            if pacing && !scheduleBlocked && workLeft(now: now) {
-                let wait = nextScheduled > now ? min(nextScheduled - now, 100_000_000) : 0
-                count = cachet_epoll_wait_ns(thread.epoll, thread.events, thread.eventCapacity, Int64(wait))
-            } else {
-                count = cachet_epoll_wait(thread.epoll, thread.events, thread.eventCapacity, 100)
-            }
-            if count < 0 && errno != EINTR {
-                return failed(BenchError(.connectionLost, "epoll_wait failed: \(String(cString: strerror(errno)))"))
-            }
-            let received = monotonicNanoseconds()
-            for event in 0..<Int32(max(count, 0)) {
-                let index = Int(cachet_epoll_event_token(thread.events, event))
-                let mask = cachet_epoll_event_mask(thread.events, event)
-                if mask & cachet_EPOLLOUT != 0, let failure = flush(index) { return failed(failure) }
-                guard mask & (cachet_EPOLLIN | cachet_EPOLLHUP | cachet_EPOLLERR) != 0 else { continue }
-                if let failure = receive(index, now: received) { return failed(failure) }
-                refill(index, now: received)
-                if let failure = flush(index) { return failed(failure) }
-            }
-            if pacing {
-                switch sendScheduled() {
-                case .failure(let failure): return failed(failure)
-                case .blocked(let blocked): scheduleBlocked = blocked
-                }
-            }
-            if batchReplies > 0 {
-                lastReply = received
-                publish()
-            }
-            if recording && received >= nextPublish {
-                nextPublish = received + 200_000_000
-                let interval = recent
-                thread.counters.recent.withLock { $0.add(interval) }
-                recent.reset()
+        if deadline != .max {
+            deadlineTimer = loop.schedule(after: .nanoseconds(Int64(clamping: deadline &- min(deadline, start)))) {
+                [unowned self] in
+                deadlineTimer = nil
+                finishIfDone(now: monotonicNanoseconds())
             }
         }
-        if recording { thread.counters.recent.withLock { [recent] in $0.add(recent) } }
-        return result
-    }
-
-    private enum ScheduleOutcome {
-        case failure(BenchError)
-        /// Whether requests are due that found every pipeline full: they wait for a reply.
-        case blocked(Bool)
-    }
-
-    /// Sends the requests whose scheduled time has come, offering them to the connections in turn from
-    /// `pacingCursor`; those that find every pipeline full wait for a reply (and keep their scheduled time).
-    private mutating func sendScheduled() -> ScheduleOutcome {
-        let now = monotonicNanoseconds()
-        var step = 0
-        while nextScheduled <= now && step < connectionCount && workLeft(now: now) {
-            let index = (pacingCursor + step) % connectionCount
-            refill(index, now: now)
-            if let failure = flush(index) { return .failure(failure) }
-            step += 1
+        watchForSilence()
+        if pacing {
+            sendScheduled(now: start)
+            armPacingTimer(now: start)
         }
-        pacingCursor = (pacingCursor + 1) % connectionCount
-        return .blocked(nextScheduled <= now && workLeft(now: now))
+        finishIfDone(now: start)
     }
 
-    private mutating func failed(_ failure: BenchError) -> WorkerResult {
+    /// Whether a phase is under way.
+    private var isRunning: Bool { finished != nil }
+
+    @inline(__always)
+    private func workLeft(now: UInt64) -> Bool {
+        prefilling ? prefillLeft > 0 : issued < budget && now < deadline
+    }
+
+    /// Ends the phase once every request is answered and none is left to send.
+    private func finishIfDone(now: UInt64) {
+        guard isRunning, outstanding == 0, !workLeft(now: now) else { return }
+        publish()
+        finish()
+    }
+
+    private func fail(_ failure: BenchError) {
         publish()
         result.failure = failure
-        return result
+        finish()
     }
 
-    private mutating func publish() {
-        let counters = thread.counters
+    private func finish() {
+        for timer in [pacingTimer, deadlineTimer, silenceTimer] {
+            if let timer { loop.cancelTimer(timer) }
+        }
+        (pacingTimer, deadlineTimer, silenceTimer) = (nil, nil, nil)
+        if recording { counters.recent.withLock { [recent] in $0.add(recent) } }
+        recent.reset()
+        let finished = finished
+        self.finished = nil
+        finished?(result)
+    }
+
+    /// Fails the phase when requests have waited 10 s for a reply; checked every second.
+    private func watchForSilence() {
+        silenceTimer = loop.schedule(after: .seconds(1)) { [unowned self] in
+            silenceTimer = nil
+            guard isRunning else { return }
+            if outstanding > 0 && monotonicNanoseconds() > lastReply + Self.silenceLimit {
+                fail(BenchError(.repliesMissing, "no reply for 10 s with \(outstanding) request(s) in flight"))
+                return
+            }
+            watchForSilence()
+        }
+    }
+
+    private func publish() {
         counters.replies.add(batchReplies, ordering: .relaxed)
         counters.hits.add(batchHits, ordering: .relaxed)
         counters.misses.add(batchMisses, ordering: .relaxed)
@@ -319,17 +281,46 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
         (batchReplies, batchHits, batchMisses, batchErrors, batchVerificationErrors) = (0, 0, 0, 0, 0)
     }
 
-    @inline(__always)
-    private func workLeft(now: UInt64) -> Bool {
-        prefilling ? prefillLeft > 0 : issued < budget && now < deadline
+    // MARK: Pacing
+
+    /// Sends the requests whose scheduled time has come, offering them to the connections in turn from
+    /// `pacingCursor`; those that find every pipeline full wait for a reply (and keep their scheduled time).
+    private func sendScheduled(now: UInt64) {
+        var step = 0
+        let count = channels.count
+        while nextScheduled <= now && step < count && workLeft(now: now) && isRunning {
+            let channel = channels[(pacingCursor + step) % count]
+            refill(channel, now: now)
+            channel.flush()
+            step += 1
+        }
+        if count > 0 { pacingCursor = (pacingCursor + 1) % count }
     }
 
-    /// Writes requests until the connection's pipeline is full or the phase's work is done.
+    /// Sets a timer for the next scheduled request, unless one is set, or the request is due already and
+    /// waits for a pipeline to have room (a reply sends it).
+    private func armPacingTimer(now: UInt64) {
+        guard isRunning, pacing, pacingTimer == nil, workLeft(now: now), nextScheduled > now else { return }
+        pacingTimer = loop.schedule(after: .nanoseconds(Int64(nextScheduled - now)), pacingWork)
+    }
+
+    /// What the pacing timer runs: one closure for every timer, so that scheduling one allocates nothing.
+    private lazy var pacingWork: () -> Void = { [unowned self] in
+        pacingTimer = nil
+        let now = monotonicNanoseconds()
+        sendScheduled(now: now)
+        armPacingTimer(now: now)
+        finishIfDone(now: now)
+    }
+
+    // MARK: Requests and replies (on the loop)
+
+    /// Writes requests until the connection's pipeline is full or the phase's work is done (the caller
+    /// flushes).
     @inline(__always)
-    private mutating func refill(_ index: Int, now: UInt64) {
-        let connection = connections + index
-        while connection.pointee.inFlight < pipeline {
-            let target = connection.pointee.target
+    private func refill(_ channel: BenchChannel<Driver>, now: UInt64) {
+        while channel.inFlight < pipeline {
+            let target = channel.target
             let key: Int
             let read: Bool
             var sentAt = now
@@ -355,126 +346,45 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 read = random.nextUnit() < getRatio
                 issued += 1
             }
-            connection.pointee.output.reserveWritable(requestBound)
-            let destination = connection.pointee.output.writePointer
+            channel.output.reserveWritable(requestBound)
+            let destination = channel.output.writePointer
             let keyBytes = data.key(key, in: keyScratch)
             let written =
                 read
                 ? driver.writeGet(key: keyBytes, to: destination)
                 : driver.writeSet(key: keyBytes, value: data.value, to: destination)
-            connection.pointee.output.moveWriteIndex(forwardBy: written)
-            connection.pointee.push(sentAt: sentAt, read: read)
+            channel.output.moveWriteIndex(forwardBy: written)
+            channel.push(sentAt: sentAt, read: read)
             outstanding += 1
         }
     }
 
-    /// Sends pending output; arms EPOLLOUT while some is left.
-    /// - Returns: nil, or the failure when the connection broke.
-    @inline(__always)
-    private func flush(_ index: Int) -> BenchError? {
-        let connection = connections + index
-        while connection.pointee.output.readableBytes > 0 {
-            let pending = connection.pointee.output.readableRegion
-            var n: Int
-            if let tls = connection.pointee.tls {
-                switch tls.write(pending) {
-                case .bytes(let sent): n = sent
-                case .wouldBlock:
-                    n = -1
-                    errno = EAGAIN
-                case .endOfStream, .failed(_):
-                    n = -1
-                    errno = EPIPE
-                }
-            } else {
-                n = cachet_send(connection.pointee.fd, pending.baseAddress, UInt(pending.count))
-            }
-            if n > 0 {
-                // Sending everything empties the buffer, which starts over at offset 0.
-                connection.pointee.output.moveReadIndex(forwardBy: n)
-            } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if !connection.pointee.writeInterest {
-                    connection.pointee.writeInterest = true
-                    _ = cachet_epoll_modify(
-                        thread.epoll,
-                        connection.pointee.fd,
-                        cachet_EPOLLIN | cachet_EPOLLOUT,
-                        UInt64(index)
-                    )
-                }
-                return nil
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else {
-                return BenchError(
-                    .connectionLost,
-                    "sending to server \(connection.pointee.target) failed: \(String(cString: strerror(errno)))"
-                )
-            }
-        }
-        if connection.pointee.writeInterest {
-            connection.pointee.writeInterest = false
-            _ = cachet_epoll_modify(thread.epoll, connection.pointee.fd, cachet_EPOLLIN, UInt64(index))
-        }
-        return nil
-    }
-
-    /// Reads what has arrived and counts every whole reply.
-    /// - Returns: nil, or the failure when the connection closed or a reply broke the protocol.
-    @inline(__always)
-    private mutating func receive(_ index: Int, now: UInt64) -> BenchError? {
-        let connection = connections + index
-        while true {
-            // Full: move the unparsed bytes to the front, or, if they fill the buffer, double it.
-            if connection.pointee.input.writableBytes == 0 { connection.pointee.input.reserveWritable(1) }
-            let room = connection.pointee.input.writableBytes
-            var n: Int
-            if let tls = connection.pointee.tls {
-                switch tls.read(into: connection.pointee.input.writePointer, count: room) {
-                case .bytes(let count): n = count
-                case .wouldBlock:
-                    n = -1
-                    errno = EAGAIN
-                case .endOfStream: n = 0
-                case .failed(let code):
-                    n = -1
-                    errno = code
-                }
-            } else {
-                n = read(connection.pointee.fd, connection.pointee.input.writePointer, room)
-            }
-            if n > 0 {
-                connection.pointee.input.moveWriteIndex(forwardBy: n)
-                if n < room { break }
-                continue
-            }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
-            if n < 0 && errno == EINTR { continue }
-            let reason = n == 0 ? "closed the connection" : "failed: \(String(cString: strerror(errno)))"
-            return BenchError(
-                .connectionLost,
-                "server \(connection.pointee.target) \(reason) with \(connection.pointee.inFlight) request(s) in flight"
-            )
-        }
-
-        let bytes = connection.pointee.input.wholeRegion
-        var offset = connection.pointee.input.readIndex
+    /// Counts every whole reply the channel's input holds, then writes the requests that take their
+    /// place. Called by the channel on each read.
+    func received(on channel: BenchChannel<Driver>) {
+        let now = readyAt
+        let bytes = channel.input.wholeRegion
+        var offset = channel.input.readIndex
         let valueLength = data.value.count
+        var failure: BenchError?
+        var counted = 0
         while offset < bytes.count {
-            guard connection.pointee.inFlight > 0 else {
-                return BenchError(.malformedReply, "server \(connection.pointee.target) sent bytes nobody asked for")
+            guard channel.inFlight > 0 else {
+                failure = BenchError(.malformedReply, "server \(channel.target) sent bytes nobody asked for")
+                break
             }
             let parsed: (reply: BenchReply, end: Int)?
             do throws(BenchError) {
                 parsed = try driver.parseReply(bytes, at: offset)
             } catch {
-                return error
+                failure = error
+                break
             }
             guard let (reply, end) = parsed else { break }
             offset = end
-            let (sentAt, wasRead) = connection.pointee.pop()
+            let (sentAt, wasRead) = channel.pop()
             outstanding -= 1
-            batchReplies += 1
+            counted += 1
             if recording {
                 let latency = now &- sentAt
                 result.histogram.record(latency)
@@ -498,8 +408,49 @@ struct LoadLoop<Driver: BenchProtocolDriver> {
                 batchErrors += 1
             }
         }
+        batchReplies += counted
         // Everything parsed empties the buffer, which starts over at offset 0.
-        connection.pointee.input.moveReadIndex(to: offset)
-        return nil
+        channel.input.moveReadIndex(to: offset)
+        if let failure {
+            channel.input.clear()
+            if isRunning { fail(failure) } else { pendingFailure = pendingFailure ?? failure }
+            return
+        }
+        guard isRunning else { return }
+        if counted > 0 { lastReply = now }
+        refill(channel, now: now)
+        channel.flush()
+        guard isRunning else { return }
+        if pacing {
+            sendScheduled(now: now)
+            armPacingTimer(now: now)
+        }
+        if now >= nextCountersPublish {
+            nextCountersPublish = now + Self.countersInterval
+            publish()
+        }
+        if recording && now >= nextRecentPublish {
+            nextRecentPublish = now + Self.recentInterval
+            let interval = recent
+            counters.recent.withLock { $0.add(interval) }
+            recent.reset()
+        }
+        finishIfDone(now: now)
+    }
+
+    /// A connection closed: the server closed it, a read or a send failed on it, or the loop stopped.
+    func closed(_ channel: BenchChannel<Driver>, error: CachetIOError?) {
+        guard error?.code != .loopStopped else { return }
+        let reason: String
+        if let error, error.systemError != 0 {
+            reason = "failed: \(String(cString: strerror(error.systemError)))"
+        } else {
+            reason = "closed the connection"
+        }
+        let failure = BenchError(
+            .connectionLost,
+            "server \(channel.target) \(reason) with \(channel.inFlight) request(s) in flight"
+        )
+        if isRunning { fail(failure) } else { pendingFailure = pendingFailure ?? failure }
     }
 }

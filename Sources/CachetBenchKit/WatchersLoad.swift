@@ -85,15 +85,17 @@ public final class WatchersLoad: @unchecked Sendable {
 
     private func read() {
         defer { done.signal() }
-        var polls = connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+        // A connection the node closed is left out (-1).
+        var watched = connections.map(\.fd)
         while !state.withLock({ $0.stopped }) {
-            guard poll(&polls, nfds_t(polls.count), 100) > 0 else { continue }
+            let ready = CachetSocket.waitForAny(watched, for: Int16(POLLIN), timeout: .milliseconds(100))
+            guard !ready.isEmpty else { continue }
             var events = 0
             var gaps = 0
-            for (index, entry) in polls.enumerated() where entry.revents != 0 {
+            for index in ready {
                 let connection = connections[index]
                 guard (try? connection.receive(until: CachetDeadline(after: .milliseconds(1)))) ?? 0 > 0 else {
-                    polls[index].fd = -1
+                    watched[index] = -1
                     continue
                 }
                 // Whole frames: count EVENTs (a GAP is kind 6).

@@ -1,12 +1,4 @@
-import CachetIO
-import CachetLocking
 public import CachetWire
-import Dispatch
-import Synchronization
-
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// One change of a watched key, from the member that owns it (`Protocol/PROTOCOL.md`, "WATCH").
 public struct CachetChange: Sendable {
@@ -77,162 +69,28 @@ extension CachetClient {
             includesValues: values,
             maximumValueLength: UInt32(clamping: maximumValueLength)
         )
-        let nodes = topology.members
-        let configuration = configuration
+        let nodes = topology.nodes
+        let transport = transport
         let coder = coder
-        let logger = logger
+        let shutDown = isShutDownNow
         return AsyncThrowingStream { continuation in
-            let stopped = WatchStop()
-            for node in nodes {
-                let reader = WatchReader(
-                    node: node,
-                    request: request,
-                    configuration: configuration,
-                    coder: coder,
-                    stopped: stopped,
-                    continuation: continuation
-                )
-                DispatchQueue(label: "cachet.client.watch.\(node.id)", qos: .utility).async {
-                    reader.run()
-                    logger.debug("watch of a node ended", metadata: ["cachet.node": "\(node.id)"])
-                }
+            guard !shutDown else {
+                continuation.finish(throwing: NodeWatch.shutdownError)
+                return
             }
-            continuation.onTermination = { _ in stopped.stop() }
-        }
-    }
-}
-
-/// Tells a stream's readers to stop.
-final class WatchStop: Sendable {
-    private let flag = Atomic(false)
-    func stop() { flag.store(true, ordering: .releasing) }
-    var isStopped: Bool { flag.load(ordering: .acquiring) }
-}
-
-/// Watches one node over a blocking connection of its own, on a queue of its own: connects (TLS and AUTH
-/// as configured), sends WATCH (resuming after the last change it delivered), yields each EVENT, and
-/// connects again after a failure, with a backoff of 100 ms doubling to 2 s.
-final class WatchReader: Sendable {
-    let node: CachetClient.Node
-    let request: CachetWatchRequest
-    let configuration: CachetClient.Configuration
-    let coder: any CachetCoder
-    let stopped: WatchStop
-    let continuation: AsyncThrowingStream<CachetChange, any Error>.Continuation
-
-    init(
-        node: CachetClient.Node,
-        request: CachetWatchRequest,
-        configuration: CachetClient.Configuration,
-        coder: any CachetCoder,
-        stopped: WatchStop,
-        continuation: AsyncThrowingStream<CachetChange, any Error>.Continuation
-    ) {
-        self.node = node
-        self.request = request
-        self.configuration = configuration
-        self.coder = coder
-        self.stopped = stopped
-        self.continuation = continuation
-    }
-
-    func run() {
-        var position: CachetWatchPosition?
-        var backoff: Duration = .milliseconds(100)
-        while !stopped.isStopped {
-            do throws(CachetIOError) {
-                try watch(&position) { backoff = .milliseconds(100) }
-            } catch {
-                // The node is down or restarting: watch it again, resuming after `position`.
+            // Each node's watch lives on the client's event loop: its connections are channels of the loop,
+            // its backoff the loop's timers.
+            let watches = nodes.map {
+                NodeWatch(node: $0, request: request, transport: transport, coder: coder, continuation: continuation)
             }
-            var waited: Duration = .zero
-            while waited < backoff && !stopped.isStopped {
-                let step = min(.milliseconds(50), backoff - waited)
-                let nanoseconds = step.components.seconds * 1_000_000_000 + step.components.attoseconds / 1_000_000_000
-                usleep(UInt32(nanoseconds / 1000))
-                waited += step
+            continuation.onTermination = { _ in
+                transport.loop.execute { for watch in watches { watch.stop() } }
             }
-            backoff = min(backoff * 2, .seconds(2))
-        }
-    }
-
-    /// One connection's watch, until it fails or the stream stops.
-    private func watch(_ position: inout CachetWatchPosition?, connected: () -> Void) throws(CachetIOError) {
-        let address = CachetAddress(host: node.host, port: node.port)
-        let connection: CachetBlockingConnection
-        if let tls = configuration.tls {
-            connection = try CachetBlockingConnection(
-                to: address,
-                timeout: configuration.connectTimeout,
-                tls: try CachetTLSContext(role: .client, configuration: tls)
-            )
-        } else {
-            connection = try CachetBlockingConnection(to: address, timeout: configuration.connectTimeout)
-        }
-        defer { connection.close() }
-        if let credentials = configuration.credentials {
-            try connection.send(
-                CachetCommand.auth(user: Array(credentials.user.utf8), secret: Array(credentials.secret.utf8))
-                    .encoded(id: 1),
-                until: CachetDeadline(after: configuration.requestTimeout)
-            )
-            let reply = try read(connection, deadline: CachetDeadline(after: configuration.requestTimeout))
-            guard reply?.status == .ok else { return }
-        }
-        var watch = request
-        watch.resumingAfter = position
-        try connection.send(
-            CachetCommand.watch(watch).encoded(id: 2),
-            until: CachetDeadline(after: configuration.requestTimeout)
-        )
-        guard let reply = try read(connection, deadline: CachetDeadline(after: configuration.requestTimeout)),
-            reply.opcode == .watch, reply.status == .ok, reply.body.count == 16
-        else { return }
-        let run = reply.body[0..<8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-        let sequence = reply.body[8..<16].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-        position = CachetWatchPosition(run: run, sequence: sequence)
-        connected()
-        while !stopped.isStopped {
-            // A short deadline, so that a stopped stream is noticed within a second.
-            let frame: CachetResponse?
-            do throws(CachetIOError) {
-                frame = try read(connection, deadline: CachetDeadline(after: .seconds(1)))
-            } catch  where error.code == .timedOut {
-                continue
-            }
-            guard let frame else { return }
-            guard frame.opcode == .event, let event = try? CachetEvent(decoding: frame.body) else { continue }
-            position = CachetWatchPosition(run: run, sequence: event.sequence)
-            continuation.yield(
-                CachetChange(
-                    kind: event.kind,
-                    key: event.key,
-                    node: node.id,
-                    position: CachetWatchPosition(run: run, sequence: event.sequence),
-                    ttl: event.ttl,
-                    rawValue: event.value,
-                    valueOmitted: event.valueOmitted,
-                    coder: coder
-                )
-            )
-        }
-    }
-
-    /// The next whole frame, or nil when the node closed the connection.
-    private func read(_ connection: CachetBlockingConnection, deadline: CachetDeadline) throws(CachetIOError)
-        -> CachetResponse?
-    {
-        while true {
-            let region = connection.input.readableRegion
-            if let frame = try? CachetReplyDecoder.decodeReply(
-                in: region,
-                maximumPayloadLength: configuration.maximumFrameLength
-            ) {
-                let response = CachetResponse(frame: frame, in: region)
-                connection.input.moveReadIndex(forwardBy: frame.end)
-                return response
-            }
-            guard try connection.receive(until: deadline) > 0 else { return nil }
+            // Names are resolved here, on the caller's thread, and kept by each node: the loop then finds
+            // them resolved and does not wait for a name server.
+            for node in nodes { _ = try? node.address() }
+            transport.startIfNeeded()
+            transport.loop.execute { for watch in watches { watch.start() } }
         }
     }
 }

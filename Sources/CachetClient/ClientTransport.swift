@@ -19,9 +19,12 @@ import Synchronization
 ///
 /// Nothing starts in `init`: the loop starts with the first request, and ``close()`` stops it.
 ///
+/// The streams of changes (``NodeWatch``) run on the same loop; the transport keeps the watches that are
+/// going, so that ``close()`` ends them even while they wait on a timer (a stopped loop drops its timers).
+///
 /// `@unchecked Sendable`: `nodes` and `tickWork` are set by ``install(nodes:)`` before any request and
-/// cleared by ``close()`` on the loop's queue, where they are read; `idleTicks` is touched on the loop's
-/// queue only; the flags are atomics.
+/// cleared by ``close()`` on the loop's queue, where they are read; `idleTicks` and `watches` are touched
+/// on the loop's queue only; the flags are atomics.
 final class ClientTransport: @unchecked Sendable {
     let loop: CachetEventLoop
     /// The TLS client context every connection uses (``CachetClient/Configuration/tls``); nil for plain TCP.
@@ -32,6 +35,8 @@ final class ClientTransport: @unchecked Sendable {
     private let tickInterval: Duration
     private(set) var nodes: [NodeClient] = []
     private var tickWork: (() -> Void)?
+    /// The watches going, by identity.
+    private var watches: [ObjectIdentifier: NodeWatch] = [:]
     /// Consecutive ticks that found nothing to do.
     private var idleTicks = 0
     /// Idle ticks after which the tick stops.
@@ -142,18 +147,36 @@ final class ClientTransport: @unchecked Sendable {
         }
     }
 
+    /// Counts a watch as going, so that ``close()`` ends it. Called on the loop's queue.
+    func add(_ watch: NodeWatch) {
+        watches[ObjectIdentifier(watch)] = watch
+    }
+
+    /// Forgets a watch that ended. Called on the loop's queue.
+    func remove(_ watch: NodeWatch) {
+        watches[ObjectIdentifier(watch)] = nil
+    }
+
+    /// The watches going (for tests). Read on the loop's queue.
+    var watchCount: Int { watches.count }
+
     /// Stops the loop (once): every connection still open closes, and its callers fail with `shutdown`.
     /// Then, unless called on the loop's queue, waits for the work queued before and by the stop (the
     /// report of a channel whose connect was still queued), so that it runs while the nodes and slots it
     /// reports to are alive.
     ///
     /// It also lets go of the tick's closure and of the nodes: the closure holds the transport, and the
-    /// transport would otherwise outlive its client with the nodes, their slots and the loop.
+    /// transport would otherwise outlive its client with the nodes, their slots and the loop. Streams of
+    /// changes end with `shutdown`: those whose connection was open did as the loop stopped, those waiting
+    /// to connect again do here.
     func close() {
         if !closed.exchange(true, ordering: .relaxed) { loop.stop() }
         loop.executeAndWait {
             tickWork = nil
             nodes = []
+            let ending = watches.values
+            watches = [:]
+            for watch in ending { watch.clientClosed() }
         }
     }
 }

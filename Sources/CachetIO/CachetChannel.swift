@@ -396,9 +396,27 @@ open class CachetChannel: @unchecked Sendable {
         tlsContext = context
     }
 
+    /// The session handed over by ``useTLS(session:)``, taken by the loop when the channel is registered.
+    final var handedTLSSession: CachetTLSSession?
+
+    /// Makes the channel speak TLS through a session already made on the socket it is to be registered
+    /// with (its handshake done, by a tool that connects and shakes hands before the load, so that no
+    /// request waits for it): call before ``CachetEventLoop/register(_:fd:isNonBlocking:)``.
+    /// - Parameter session: the session, made for that socket.
+    public final func useTLS(session: CachetTLSSession) {
+        precondition(state == .idle, "TLS is chosen before the channel has a socket")
+        handedTLSSession = session
+    }
+
     /// Called by the loop when the channel gets its socket: the TLS session, if the channel uses TLS.
     /// Returns false when OpenSSL cannot make one.
     final func startTLS(fd: Int32) -> Bool {
+        if let session = handedTLSSession {
+            handedTLSSession = nil
+            tls = session
+            _usesTLS = true
+            return true
+        }
         guard let context = tlsContext else { return true }
         do throws(CachetIOError) {
             tls = try context.session(for: fd)

@@ -61,9 +61,11 @@ extension CachetEventLoop {
         armTimerSource()
     }
 
-    /// Points the timer source at the earliest deadline.
-    private func armTimerSource() {
-        guard let next = timerHeap.first?.deadline else { return }
+    /// Points the timer source at the earliest deadline; not while the handler lingers through timers (it
+    /// runs them itself, and it arms the source when it returns): each change of a Dispatch timer wakes
+    /// Dispatch's manager thread, and a paced load changes it once per request.
+    func armTimerSource() {
+        guard !isLingeringThroughTimers, let next = timerHeap.first?.deadline else { return }
         if timerSource == nil {
             let timer = DispatchSource.makeTimerSource(queue: queue)
             timer.setEventHandler { [unowned self] in
@@ -80,7 +82,7 @@ extension CachetEventLoop {
         timerSource?.schedule(
             deadline: .now() + .nanoseconds(Int(clamping: delay)),
             repeating: .never,
-            leeway: .microseconds(100)
+            leeway: timerLeeway
         )
     }
 

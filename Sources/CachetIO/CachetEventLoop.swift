@@ -22,7 +22,8 @@ public struct CachetTimerID: Hashable, Sendable {
 ///
 /// Lingering (optional): after a batch, the handler waits up to `lingerMilliseconds` in `epoll_wait` on its
 /// own set before returning, so a busy loop is woken by the kernel directly. ``execute(_:)`` signals an
-/// eventfd in the set, so a lingering handler returns at once and queued work runs.
+/// eventfd in the set, so a lingering handler returns at once and queued work runs. With
+/// ``lingersThroughTimers``, timers due meanwhile run on time and the handler lingers on.
 ///
 /// Timers (``schedule(after:_:)``) are kept in a heap; one `DispatchSourceTimer` is set to the earliest,
 /// and a lingering handler waits no longer than it (`CachetEventLoop+Timers.swift`). Outbound connects are in
@@ -43,6 +44,15 @@ public final class CachetEventLoop: @unchecked Sendable {
     /// How long the handler waits in `epoll_wait` for more events after a batch; 0 returns at once. Set on
     /// `queue` (a server winding down turns it off, so that its queue is free for the drain's work).
     @exclusivity(unchecked) public var lingerMilliseconds: Int32
+    /// Whether a lingering handler wakes for each timer at its time (to the nanosecond, with its thread's
+    /// timer slack at 1 µs), runs it, and lingers on until `lingerMilliseconds` pass with no event. Off by
+    /// default: the linger then ends at the next timer, counted in whole milliseconds (so up to 1 ms
+    /// late), and the handler returns after running it. For a loop whose timers send work on a schedule
+    /// while it is busy (a load generator's paced requests, whose latencies count from their scheduled
+    /// times). Set on `queue`.
+    public var lingersThroughTimers = false
+    /// Whether the handler is lingering through timers now (it runs them; the timer source waits).
+    var isLingeringThroughTimers = false
     private let events: UnsafeMutablePointer<epoll_event>
     private let eventCapacity: Int32 = 256
     private var source: (any DispatchSourceRead)?
@@ -76,6 +86,12 @@ public final class CachetEventLoop: @unchecked Sendable {
     var nextTimerID: UInt64 = 1
     var timerSource: (any DispatchSourceTimer)?
     var timerSourceDeadline: UInt64 = .max
+
+    /// How late Dispatch may fire the loop's timer source, so that it can wake the process less often:
+    /// 100 µs by default. A load generator that sends requests on a schedule sets it lower, since its
+    /// requests' latencies count from their scheduled times. Set on `queue`, before the timers it is to
+    /// apply to.
+    public var timerLeeway: DispatchTimeInterval = .microseconds(100)
 
     /// The wall clock in whole seconds (`CLOCK_REALTIME_COARSE`, as `CachetStore.CachetClock.now()`) when
     /// the batch of events being handled began: handlers that stamp or check expiry times use it instead of
@@ -283,11 +299,24 @@ public final class CachetEventLoop: @unchecked Sendable {
 
     private func drain() {
         var timeout: Int32 = 0
+        // While lingering through timers: when the linger ends (monotonic ns); 0 otherwise.
+        var lingerEnd: UInt64 = 0
+        if lingersThroughTimers { cachet_set_timer_slack_ns(1_000) }
+        defer {
+            if isLingeringThroughTimers {
+                isLingeringThroughTimers = false
+                armTimerSource()
+            }
+        }
         while true {
-            let count = cachet_epoll_wait(epollFD, events, eventCapacity, timeout)
+            let count =
+                lingerEnd > 0
+                ? waitForEvents(until: lingerEnd) : cachet_epoll_wait(epollFD, events, eventCapacity, timeout)
             if count < 0 && errno == EINTR { continue }
             if count <= 0 {
                 runDueTimers()
+                // A wait that ended for a timer lingers on (`lingersThroughTimers`).
+                if lingerEnd > 0 && !stopped && CachetDeadline.now() < lingerEnd { continue }
                 // Nothing ready (after a linger, nothing came): hand the set back to the source.
                 return
             }
@@ -309,9 +338,15 @@ public final class CachetEventLoop: @unchecked Sendable {
             if woken || stopped { return }
             if count == eventCapacity {
                 timeout = 0
+                lingerEnd = 0
                 continue
             }
             guard lingerMilliseconds > 0 else { return }
+            if lingersThroughTimers {
+                lingerEnd = CachetDeadline.now() + UInt64(lingerMilliseconds) * 1_000_000
+                isLingeringThroughTimers = true
+                continue
+            }
             timeout = lingerMilliseconds
             if let next = timerHeap.first {
                 let now = CachetDeadline.now()
@@ -319,6 +354,17 @@ public final class CachetEventLoop: @unchecked Sendable {
                 timeout = Int32(clamping: min(UInt64(timeout), (next.deadline - now + 999_999) / 1_000_000))
             }
         }
+    }
+
+    /// Waits for events until the next timer is due or `lingerEnd` comes, whichever is first, to the
+    /// nanosecond (`epoll_pwait2`; on kernels before 5.11, which lack it, to the millisecond, rounded up).
+    private func waitForEvents(until lingerEnd: UInt64) -> Int32 {
+        let now = CachetDeadline.now()
+        let until = min(lingerEnd, timerHeap.first?.deadline ?? .max)
+        let nanoseconds = until > now ? Int64(until - now) : 0
+        let count = cachet_epoll_wait_ns(epollFD, events, eventCapacity, nanoseconds)
+        guard count < 0 && errno == ENOSYS else { return count }
+        return cachet_epoll_wait(epollFD, events, eventCapacity, Int32(clamping: (nanoseconds + 999_999) / 1_000_000))
     }
 
     private static func coarseSeconds() -> UInt32 {

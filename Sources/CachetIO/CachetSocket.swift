@@ -196,6 +196,21 @@ public enum CachetSocket {
         }
     }
 
+    /// Waits until one of `fds` reports `events`, or `timeout` passes (one `poll`; EINTR counts as a
+    /// timeout): for a tool that reads a few blocking connections on one thread.
+    /// - Parameters:
+    ///   - fds: the descriptors; negative ones are skipped.
+    ///   - events: POLLIN or POLLOUT.
+    ///   - timeout: the longest wait, rounded up to whole milliseconds.
+    /// - Returns: the indexes in `fds` of those that are ready (or in error or hung up), in order; empty
+    ///   when none is.
+    public static func waitForAny(_ fds: [Int32], for events: Int16, timeout: Duration) -> [Int] {
+        var polls = fds.map { pollfd(fd: $0, events: events, revents: 0) }
+        let milliseconds = Int32(clamping: (max(0, timeout.nanosecondsClamped) + 999_999) / 1_000_000)
+        guard poll(&polls, nfds_t(polls.count), milliseconds) > 0 else { return [] }
+        return polls.indices.filter { polls[$0].revents != 0 }
+    }
+
     // MARK: - Options
 
     /// Sets TCP_NODELAY (replies and requests go out at once).
@@ -289,7 +304,11 @@ public enum CachetSocket {
     /// Ends the sending side of a connection (`shutdown(SHUT_WR)`: the peer reads the end of the stream
     /// after what was sent).
     /// - Parameter fd: the socket.
-    public static func shutdownOutput(_ fd: Int32) { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    /// - Returns: 0, or the errno value when the call failed (ENOTCONN: the connection is gone).
+    @discardableResult
+    public static func shutdownOutput(_ fd: Int32) -> Int32 {
+        Glibc.shutdown(fd, Int32(SHUT_WR)) == 0 ? 0 : errno
+    }
 
     /// Bytes the kernel holds for a socket that have not been read (`FIONREAD`); 0 when it cannot say.
     /// - Parameter fd: the socket.

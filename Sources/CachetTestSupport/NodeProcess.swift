@@ -1,3 +1,4 @@
+import CachetIO
 public import Foundation
 
 #if canImport(Glibc)
@@ -177,14 +178,13 @@ public final class NodeProcess: Sendable {
         /// Waits at most `milliseconds` for input and reads what is there. Returns `.some(line)` when the
         /// line is complete, `.some(nil)` when the pipe ended first, nil to go on.
         mutating func step(waitingMilliseconds milliseconds: Int32) -> String?? {
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            while poll(&pfd, 1, milliseconds) > 0 {
+            let deadline = CachetDeadline(after: .milliseconds(milliseconds))
+            while CachetSocket.wait(fd, for: Int16(POLLIN), until: deadline) {
                 var byte: UInt8 = 0
                 let n = read(fd, &byte, 1)
                 if n <= 0 { return .some(bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)) }
                 if byte == UInt8(ascii: "\n") { return .some(String(decoding: bytes, as: UTF8.self)) }
                 bytes.append(byte)
-                pfd.revents = 0
             }
             return nil
         }

@@ -1,3 +1,4 @@
+import CachetIO
 import Foundation
 
 #if canImport(Glibc)
@@ -402,11 +403,12 @@ public protocol ProtocolVectorConnection {
 }
 
 extension TestSocket: ProtocolVectorConnection {
-    /// Half-closes the socket's sending side (`shutdown(fd, SHUT_WR)`).
+    /// Half-closes the socket's sending side (`shutdown(fd, SHUT_WR)`, through CachetIO).
     /// - Throws: ``TestSocketError`` when the call fails.
     public func shutdownSending() throws {
-        if Glibc.shutdown(fd, Int32(SHUT_WR)) != 0 {
-            throw TestSocketError(description: "shutdown: errno \(errno)")
+        let code = CachetSocket.shutdownOutput(fd)
+        if code != 0 {
+            throw TestSocketError(description: "shutdown: errno \(code)")
         }
     }
 }

@@ -1,15 +1,19 @@
-import CachetClient
+import CachetIO
 import CachetTestSupport
 import CachetWire
 import Foundation
 import Testing
+
+@testable import CachetClient
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `CachetClient.changes(prefix:)` against real nodes: the streams of every member merged, typed values,
-/// and a member killed and restarted, whose stream comes back after a GAP (a new run).
+/// a member killed and restarted, whose stream comes back after a GAP (a new run), and the end of a
+/// stream: its task cancelled (the node sees its watcher go, the client's loop keeps no channel or timer of
+/// it) or its client shut down (the stream ends with `shutdown`).
 @Suite("CachetClient: watching changes", .serialized)
 struct ClientChangesTests {
     struct User: Codable, Sendable, Equatable {
@@ -87,5 +91,120 @@ struct ClientChangesTests {
         watching.cancel()
         await client.shutdown()
         _ = processes
+    }
+
+    /// How a stream ended: nil while it goes on, `.some(nil)` when it finished, `.some(error)` when it threw.
+    final class Ending: @unchecked Sendable {
+        private let lock = NSLock()
+        private var ended: (any Error)??
+        func record(_ error: (any Error)?) { lock.withLock { ended = .some(error) } }
+        var outcome: (any Error)?? { lock.withLock { ended } }
+    }
+
+    /// The node's `watchers` figure (its STATS).
+    static func watchers(of node: NodeProcess) throws -> Int {
+        try #require(node.stats()["watchers"] as? Int)
+    }
+
+    /// Waits until `done` holds or `limit` passes; returns whether it held.
+    static func eventually(within limit: Duration, _ done: () throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if try done() { return true }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return try done()
+    }
+
+    /// The client's loop: its channels and timers, and the watches its transport keeps.
+    static func loopFigures(_ client: CachetClient) -> (channels: Int, timers: Int, watches: Int) {
+        let transport = client.transport
+        return transport.loop.executeAndWait {
+            (transport.loop.channelCount, transport.loop.timerCount, transport.watchCount)
+        }
+    }
+
+    /// A client of one live node and one port nothing listens on: the second node's watch fails to
+    /// connect and waits on the backoff timer, over and over.
+    static func clientOfALiveAndADeadNode(_ live: NodeProcess) throws -> CachetClient {
+        var configuration = CachetClient.Configuration(
+            nodes: [.init(host: "127.0.0.1", port: live.port), .init(host: "127.0.0.1", port: closedPort())]
+        )
+        configuration.requestTimeout = .seconds(5)
+        configuration.connectTimeout = .seconds(2)
+        return try CachetClient(configuration: configuration)
+    }
+
+    @Test func cancellingTheStreamsTaskClosesItsConnectionsAndCancelsItsTimersAtOnce() async throws {
+        let node = try await NodeProcess.start(arguments: ["--disk-limit", "0"])
+        let client = try Self.clientOfALiveAndADeadNode(node)
+        let watching = Task {
+            for try await _ in client.changes(prefix: "c:") {}
+        }
+        #expect(try await Self.eventually(within: .seconds(10)) { try Self.watchers(of: node) == 1 })
+        // The dead node's watch has a timer at every moment: its connect's, or its backoff's.
+        #expect(try await Self.eventually(within: .seconds(5)) { Self.loopFigures(client).timers > 0 })
+        #expect(Self.loopFigures(client).watches == 2)
+
+        watching.cancel()
+        // Nothing polls: the connection closes as the stream ends, so the node sees it go at once (2 s is
+        // for a loaded machine).
+        let gone = try await Self.eventually(within: .seconds(2)) { try Self.watchers(of: node) == 0 }
+        let left = try Self.watchers(of: node)
+        #expect(gone, "the node still counts \(left) watcher(s)")
+        let figures = Self.loopFigures(client)
+        #expect(figures.channels == 0, "channels left on the client's loop")
+        #expect(figures.timers == 0, "timers left on the client's loop")
+        #expect(figures.watches == 0, "watches left in the client's transport")
+        await client.shutdown()
+        _ = await node.terminate()
+    }
+
+    /// Iterates `stream` in a task of its own; the returned box says how it ended.
+    static func follow(_ stream: AsyncThrowingStream<CachetChange, any Error>) -> (Ending, Task<Void, Never>) {
+        let ending = Ending()
+        let task = Task {
+            do {
+                for try await _ in stream {}
+                ending.record(nil)
+            } catch {
+                ending.record(error)
+            }
+        }
+        return (ending, task)
+    }
+
+    @Test func theStreamEndsWithShutdownWhenTheClientShutsDown() async throws {
+        let node = try await NodeProcess.start(arguments: ["--disk-limit", "0"])
+        let client = try Self.clientOfALiveAndADeadNode(node)
+        let (ending, watching) = Self.follow(client.changes(prefix: "s:"))
+        #expect(try await Self.eventually(within: .seconds(10)) { try Self.watchers(of: node) == 1 })
+        await client.shutdown()
+        #expect(try await Self.eventually(within: .seconds(2)) { ending.outcome != nil }, "the stream goes on")
+        let error = ending.outcome ?? nil
+        #expect((error as? CachetClientError)?.code == .shutdown, "\(String(describing: error))")
+        watching.cancel()
+        #expect(try await Self.eventually(within: .seconds(2)) { try Self.watchers(of: node) == 0 })
+
+        // A stream asked for after the shutdown ends at once.
+        var iterator = client.changes().makeAsyncIterator()
+        await #expect(throws: CachetClientError.self) { _ = try await iterator.next() }
+        _ = await node.terminate()
+    }
+
+    /// A stream whose every node is down has no connection for the loop's stop to close: its watches wait
+    /// on timers, which a stopped loop drops. The client's shutdown ends it all the same.
+    @Test func aStreamWaitingToConnectEndsWithShutdownToo() async throws {
+        var configuration = CachetClient.Configuration(nodes: [.init(host: "127.0.0.1", port: closedPort())])
+        configuration.connectTimeout = .seconds(2)
+        let client = try CachetClient(configuration: configuration)
+        let (ending, watching) = Self.follow(client.changes())
+        // Refused a few times: the backoff has grown past the first 100 ms.
+        try await Task.sleep(for: .milliseconds(400))
+        await client.shutdown()
+        #expect(try await Self.eventually(within: .seconds(2)) { ending.outcome != nil }, "the stream goes on")
+        let error = ending.outcome ?? nil
+        #expect((error as? CachetClientError)?.code == .shutdown, "\(String(describing: error))")
+        watching.cancel()
     }
 }

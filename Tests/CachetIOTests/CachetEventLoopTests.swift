@@ -438,6 +438,46 @@ func waitUntil(
         loop.executeAndWait { #expect(loop.timerCount == 0) }
     }
 
+    /// A loop lingering through timers (as the load generator's, pacing its requests) runs each timer at its
+    /// time while it lingers, not when the linger (a second here) is over, and goes on serving its channels.
+    @Test func aLoopLingeringThroughTimersRunsThemOnTimeAndServesOn() throws {
+        let loop = try CachetEventLoop(label: "test.linger-timers", lingerMilliseconds: 1000)
+        loop.start()
+        defer { loop.stop() }
+        loop.executeAndWait { loop.lingersThroughTimers = true }
+        let server = try EchoServer(loop: loop)
+        defer { server.stop() }
+        let channel = RecordingChannel()
+        loop.execute {
+            loop.connect(channel, to: CachetAddress(host: "127.0.0.1", port: server.port), timeout: .seconds(2))
+        }
+        #expect(waitUntil(loop) { channel.isActive })
+        // How late each timer ran, in nanoseconds; scheduled with a byte whose echo starts the linger.
+        let lateness = CachetLock<[Int64]>([])
+        loop.executeAndWait {
+            for step in 1...10 {
+                let deadline = CachetDeadline(after: .milliseconds(5 * step))
+                loop.schedule(at: deadline) {
+                    lateness.withLock { $0.append(Int64(CachetDeadline.now()) - Int64(deadline.uptimeNanoseconds)) }
+                }
+            }
+            channel.write([1])
+            channel.flush()
+        }
+        // Waited for without the loop's queue: work queued on it would end the linger.
+        let deadline = CachetDeadline(after: .seconds(5))
+        while lateness.withLock({ $0.count }) < 10 && !deadline.hasPassed { usleep(2_000) }
+        let late = lateness.withLock { $0 }
+        #expect(late.allSatisfy { $0 >= 0 }, "a timer ran early: \(late)")
+        // Far less than the linger: a loaded machine may still delay the thread by a few milliseconds.
+        #expect(late.allSatisfy { $0 < 200_000_000 }, "timers waited for the linger to end: \(late)")
+        loop.executeAndWait {
+            channel.write([2])
+            channel.flush()
+        }
+        #expect(waitUntil(loop) { channel.received == [1, 2] })
+    }
+
     @Test func stopClosesChannelsAndLeaksNoDescriptor() throws {
         // Other suites open descriptors in parallel, so the check follows this test's own sockets by
         // identity (socket inodes are unique while open) rather than counting descriptors.
