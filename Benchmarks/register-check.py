@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Register check: a Jepsen-style check of the cluster's promise (Protocol/CLUSTER.md, "Failover without
 stale reads"): no GET returns a value that an acknowledged write replaced, while nodes are killed,
-terminated, stopped, cut off by network partitions, and their stand-ins disturbed. Python 3.11, standard
+terminated, stopped, cut off by network partitions, and their stand-ins disturbed; and how much of what was
+acknowledged every member still returns once everything is back (warmth). Python 3.11, standard
 library only (the ring uses the xxhash package when it is installed, a pure-Python XXH64 otherwise).
 Bounded in time; stops every process it started (and removes the network namespaces it made), also on
 Ctrl-C, SIGTERM and errors.
@@ -10,6 +11,8 @@ Ctrl-C, SIGTERM and errors.
     nice -n 5 python3 Benchmarks/register-check.py --node .build/debug/cachet-node --actions term \\
         --duration 45 --seed 1
     nice -n 5 python3 Benchmarks/register-check.py --actions none --duration 20   # must be clean
+    nice -n 5 python3 Benchmarks/register-check.py --actions kill --duration 45 --node-defaults \\
+        --summary-json /tmp/kill.json                                            # one action kind, the node's defaults
     sudo python3 Benchmarks/register-check.py --network lab --actions all          # partitions too (root)
     python3 Benchmarks/register-check.py --check /tmp/cachet-register-XXXX/history.jsonl   # re-check a run
     python3 Benchmarks/register-check.py --self-test                              # the checker on made-up histories
@@ -17,7 +20,9 @@ Ctrl-C, SIGTERM and errors.
 What it does:
 - Writes a cluster file of --nodes members on 127.0.0.1 and starts one `cachet-node` per member (--node;
   default .build/release/cachet-node if it exists, else .build/debug/cachet-node), each with a data
-  directory of its own that is kept across its restarts; --node-flags are added to every node. With
+  directory of its own that is kept across its restarts; --node-flags are added to every node (by default
+  --probe-interval 0.2 --forward-timeout 0.5, a 2.5 s hold; --node-defaults: none, the node's own defaults,
+  a 1 s probe interval, a 1 s forward timeout, an 11 s hold). With
   --network lab (root and iproute2), each node runs in a Linux network namespace of its own on a private
   10.213.X.0/24 behind a bridge, and the client threads reach them from this namespace; nothing leaves the
   machine.
@@ -64,18 +69,36 @@ What it does:
   send times: O(n log n).
 - Each stale read is attributed to the nemesis actions in progress while it ran or that ended within
   --attribution-window seconds before it was sent (the latest-started one is its primary action).
+- Writes acknowledged: the share of every PUT and DEL the threads sent that was acknowledged, REFUSED ones
+  (no member took the connection, the failover's included: nothing was sent) counted among those sent, also
+  given without them, and the writes by outcome with the UNAVAILABLE messages they got.
+- Warmth: once the load has stopped (no request in flight) and the nemesis has ended its actions, anything
+  it left is brought back (a cut healed, a stopped node SIGCONTed, a node down restarted; normally none), and
+  at each of --warmth-at seconds after the later of the load's end and the last member's return, every key
+  is read through every member (one GET each, a fresh connection per member and moment). A key's expected
+  state is the effect of its last acknowledged write by ack time, L, unless another write, acknowledged or
+  not but not REFUSED, got its outcome at or after L's send: it overlaps L or follows it and may have been
+  applied after it, so the key is ambiguous and left out (counted). A key is warm when every member returns
+  L's value; keys whose L is a DEL are counted apart (NOT_FOUND through every member). A value other than
+  the expected one is judged as during the load: stale (the run fails), of an unacknowledged PUT (allowed),
+  or corrupt (fails).
 
 Output: a Markdown report on stdout (requests by op and outcome, acknowledged writes, stale, corrupt, hung,
+warmth at each moment, writes by outcome, the warmth reads by kind, with the owners of the keys not warm,
 stale per action kind, the actions, UNAVAILABLE messages and how long writes of a restarted node's keys
 were refused, the first 10 stale reads with their timelines, and the node logs' lines around the first 3
 episodes: membership changes and lines naming the key, so that a report is enough to diagnose a run
 whose files are gone), a progress line every 10 s on stderr, and the history (history.jsonl), the nemesis
-log (nemesis.jsonl), the cluster file and the node logs in a temporary directory whose path is printed
-(the nodes' data directories are removed at the end unless --keep-data; all of it when the check passed,
-with --remove-when-passed).
+log (nemesis.jsonl), the warmth reads (warmth.json), the cluster file and the node logs in a temporary
+directory whose path is printed (the nodes' data directories are removed at the end unless --keep-data; all
+of it when the check passed, with --remove-when-passed). The last line is the verdict with the summary as
+JSON (REGISTER CHECK PASSED: {...}); --summary-json PATH also writes it, with the warmth details and the
+run's settings, for tabulating runs.
 
-Exit status: 0 when no read was stale, corrupt or impossible, no request hung and (with --min-ack-ratio)
-enough writes were acknowledged; 1 otherwise; 2 on a setup error (no binary, a node that did not start).
+Exit status: 0 when no read was stale, corrupt or impossible (during the load or after the return), no
+request hung, and (with --min-ack-ratio) enough writes were acknowledged and (with --min-warmth) enough keys
+were warm at the last --warmth-at moment; 1 otherwise; 2 on a setup error (no binary, a node that did not
+start).
 """
 
 from __future__ import annotations
@@ -111,6 +134,9 @@ from soak import DEL, GET, NOT_FOUND, OK, PUT, STATUS_NAMES, Connection, key_bod
 UNAVAILABLE = 7
 OPS = {PUT: "PUT", DEL: "DEL", GET: "GET"}
 OUTCOMES = ["OK", "NOT_FOUND", "UNAVAILABLE", "ERROR", "TIMEOUT", "CUT_OFF", "REFUSED", "CONN_ERROR"]
+# The node flags given by default (as chaos.py): a peer down is seen within about a second, and the hold after
+# a return is 10 x 0.2 + 0.5 = 2.5 s instead of the node's default 11 s. --node-defaults gives none.
+TUNED_NODE_FLAGS = "--probe-interval 0.2 --forward-timeout 0.5"
 ACTION_KINDS = ["kill", "term", "stop", "cascade-standin", "cascade-return", "cascade-freeze", "isolate", "split",
                 "cutoff"]
 # Actions that cut the network: they need --network lab (root, iproute2).
@@ -227,6 +253,7 @@ class NetworkLab:
         self.addresses = [f"{self.subnet}.{n}" for n in range(1, count + 1)]
         self.ports = [f"{self.prefix}p{n}" for n in range(1, count + 1)]
         self.removed = False
+        self.cuts: set[tuple[int, int]] = set()  # the pairs cut() cut and join() has not joined yet
         try:
             self._build()
         except BaseException:
@@ -287,10 +314,12 @@ class NetworkLab:
         nowhere = self.mac(253)
         self._neighbour(self.namespaces[a], b + 1, nowhere)
         self._neighbour(self.namespaces[b], a + 1, nowhere)
+        self.cuts.add((min(a, b), max(a, b)))
 
     def join(self, a: int, b: int) -> None:
         self._neighbour(self.namespaces[a], b + 1, self.mac(b + 1))
         self._neighbour(self.namespaces[b], a + 1, self.mac(a + 1))
+        self.cuts.discard((min(a, b), max(a, b)))
 
     def cut_off(self, index: int) -> None:
         self.ip("-n", self.hub, "link", "set", self.ports[index], "nomaster")
@@ -753,7 +782,140 @@ class Nemesis(threading.Thread):
         self._restart(owner)
 
 
+# MARK: - Warmth reads: one GET of every key through every member, once everything is back
+
+
+def bring_back(cluster: Cluster, t0: float) -> list[list]:
+    """Ends whatever the nemesis left behind (it should leave nothing: no action starts unless it can end
+    before the load does, and the load's end cuts its pauses short): joins every pair it cut, reconnects a
+    node cut off, SIGCONTs a frozen node and restarts one that is down. Returns the steps taken, each
+    [seconds since t0, what]."""
+    steps = []
+    lab = cluster.lab
+    if lab is not None:
+        for a, b in sorted(lab.cuts):
+            lab.join(a, b)
+            steps.append([round(time.monotonic() - t0, 6), f"{cluster.nodes[a].id} and {cluster.nodes[b].id} "
+                                                           f"reach each other again"])
+    for index, node in enumerate(cluster.nodes):
+        if lab is not None and node.cut_off:
+            lab.reconnect(index)
+            node.cut_off = False
+            node.cut_changes += 1
+            steps.append([round(time.monotonic() - t0, 6), f"{node.id} reconnected"])
+        if node.process is None or node.process.poll() is not None:
+            node.start()
+            steps.append([round(time.monotonic() - t0, 6), f"{node.id} restarted (it was down; listening)"])
+        elif node.state == "frozen":
+            node.send(signal.SIGCONT)
+            node.state = "up"
+            steps.append([round(time.monotonic() - t0, 6), f"{node.id} SIGCONT (it was stopped)"])
+    return steps
+
+
+def read_everywhere(cluster: Cluster, keys: list[str], t0: float, args) -> list[list]:
+    """One GET of every key through every member: a thread and a fresh connection per member, each request
+    within --request-timeout; after 3 timeouts in a row a member's remaining keys are recorded as TIMEOUT
+    without being sent. Returns [key, member, outcome, value, message, send, ack] per read, times in seconds
+    since t0."""
+    per_member: dict[str, list[list]] = {node.id: [] for node in cluster.nodes}
+
+    def reader(node: NodeProcess) -> None:
+        connections: dict[str, ClientConnection] = {}
+        timeouts = 0
+        for key in keys:
+            send = time.monotonic()
+            if timeouts >= 3:
+                at = round(send - t0, 6)
+                per_member[node.id].append([key, node.id, "TIMEOUT", None, "not sent: 3 reads in a row timed out",
+                                            at, at])
+                continue
+            outcome, message, value = attempt(node, GET, key_body(key.encode()), send + args.request_timeout,
+                                              connections, args)
+            timeouts = timeouts + 1 if outcome in ("TIMEOUT", "CUT_OFF") else 0
+            per_member[node.id].append([key, node.id, outcome, value, message, round(send - t0, 6),
+                                        round(time.monotonic() - t0, 6)])
+        for connection in connections.values():
+            connection.close()
+
+    readers = [threading.Thread(target=reader, args=(node,), daemon=True) for node in cluster.nodes]
+    for thread in readers:
+        thread.start()
+    for thread in readers:
+        thread.join()
+    return [read for node in cluster.nodes for read in per_member[node.id]]
+
+
+def measure_warmth(cluster: Cluster, keys: list[str], t0: float, args, load_stopped: float,
+                   actions: list[dict]) -> dict:
+    """Once the load has stopped and the nemesis has ended: brings everything back (bring_back), takes the
+    moment the last member returned as `back` (a restart's 'listening', a SIGCONT, a healed cut, or the load's
+    end if later), and reads every key through every member at each of --warmth-at seconds after it.
+    Returns the record evaluate_warmth reads (written to warmth.json)."""
+    restored = bring_back(cluster, t0)
+    returns = [at for action in actions for _, at in action.get("restarts", [])] + [at for at, _ in restored]
+    last_return = max(returns, default=None)
+    back = max(load_stopped, last_return if last_return is not None else load_stopped)
+    moments = []
+    for planned in args.warmth_moments:
+        wait = t0 + back + planned - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        start = time.monotonic() - t0
+        reads = read_everywhere(cluster, keys, t0, args)
+        end = time.monotonic() - t0
+        moments.append({"planned": planned, "start": round(start, 6), "end": round(end, 6), "reads": reads})
+        counts = collections.Counter(read[2] for read in reads)
+        print(f"[warmth +{start - back:4.1f} s] {len(reads):,} reads in {end - start:.2f} s: "
+              + ", ".join(f"{o} {counts[o]:,}" for o in OUTCOMES if counts[o]), file=sys.stderr, flush=True)
+    return {"back": round(back, 6), "load_stopped": round(load_stopped, 6), "last_return": last_return,
+            "restored": restored, "moments": moments}
+
+
 # MARK: - Checker (offline)
+
+
+class ReadIndex:
+    """What tells a GET's value allowed or not: every PUT by value and, per key, the acknowledged writes sorted
+    by ack time with a running maximum of their send times (the latest-sent write acknowledged so far)."""
+
+    def __init__(self, history: list[Record]) -> None:
+        self.puts_by_value: dict[str, Record] = {}
+        writes_by_key: dict[str, list[Record]] = collections.defaultdict(list)
+        for record in history:
+            if record.op == "PUT":
+                self.puts_by_value[record.value] = record
+            if acknowledged(record):
+                writes_by_key[record.key].append(record)
+        self.index: dict[str, tuple[list[float], list[float], list[Record]]] = {}
+        for key, writes in writes_by_key.items():
+            writes.sort(key=lambda r: r.ack)
+            acks, running_send, witness = [], [], []
+            best: Record | None = None
+            for write in writes:
+                if best is None or write.send > best.send:
+                    best = write
+                acks.append(write.ack)
+                running_send.append(best.send)
+                witness.append(best)
+            self.index[key] = (acks, running_send, witness)
+
+    def classify(self, get: Record) -> tuple[str, dict | None]:
+        """The verdict on a GET that returned a value: "allowed", "unacknowledged" (its PUT got no
+        acknowledgement: allowed, it may have been applied), "stale", "corrupt" or "impossible", with the item
+        the report lists for the last three. O(log n)."""
+        put = self.puts_by_value.get(get.value)
+        if put is None or put.key != get.key:
+            return "corrupt", {"get": get._asdict(), "why": "never written" if put is None else f"written to {put.key}"}
+        if put.send > get.ack:
+            return "impossible", {"get": get._asdict(), "put": put._asdict()}
+        if not acknowledged(put):
+            return "unacknowledged", None
+        acks, running_send, witness = self.index[get.key]
+        position = bisect.bisect_left(acks, get.send) - 1  # the writes acknowledged before the GET was sent
+        if position >= 0 and running_send[position] > put.ack:
+            return "stale", {"get": get, "put": put, "overwrite": witness[position]}
+        return "allowed", None
 
 
 def check(history: list[Record], actions: list[dict], window: float, run_end: float | None = None) -> dict:
@@ -761,47 +923,26 @@ def check(history: list[Record], actions: list[dict], window: float, run_end: fl
 
     - Complexity: O(n log n) for n requests: per key, acknowledged writes sorted by ack time with a running
       maximum of their send times, and one binary search per GET that returned a value."""
-    puts_by_value: dict[str, Record] = {}
-    writes_by_key: dict[str, list[Record]] = collections.defaultdict(list)
-    for record in history:
-        if record.op == "PUT":
-            puts_by_value[record.value] = record
-        if acknowledged(record):
-            writes_by_key[record.key].append(record)
-    index: dict[str, tuple[list[float], list[float], list[Record]]] = {}
-    for key, writes in writes_by_key.items():
-        writes.sort(key=lambda r: r.ack)
-        acks, running_send, witness = [], [], []
-        best: Record | None = None
-        for write in writes:
-            if best is None or write.send > best.send:
-                best = write
-            acks.append(write.ack)
-            running_send.append(best.send)
-            witness.append(best)
-        index[key] = (acks, running_send, witness)
-
-    stale, corrupt, impossible, unacknowledged_reads = [], [], [], 0
+    reads = ReadIndex(history)
+    found = {"stale": [], "corrupt": [], "impossible": []}
+    unacknowledged_reads = 0
     for get in history:
         if get.op != "GET" or get.outcome != "OK":
             continue
-        put = puts_by_value.get(get.value)
-        if put is None or put.key != get.key:
-            corrupt.append({"get": get._asdict(),
-                            "why": "never written" if put is None else f"written to {put.key}"})
-            continue
-        if put.send > get.ack:
-            impossible.append({"get": get._asdict(), "put": put._asdict()})
-            continue
-        if not acknowledged(put):
+        verdict, item = reads.classify(get)
+        if verdict == "unacknowledged":
             unacknowledged_reads += 1
-            continue
-        acks, running_send, witness = index[get.key]
-        position = bisect.bisect_left(acks, get.send) - 1  # the writes acknowledged before the GET was sent
-        if position >= 0 and running_send[position] > put.ack:
-            stale.append({"get": get, "put": put, "overwrite": witness[position]})
+        elif verdict in found:
+            found[verdict].append(item)
+    stale = found["stale"]
+    attribute(stale, actions, window, run_end if run_end is not None else max((r.ack for r in history), default=0))
+    return {"stale": stale, "corrupt": found["corrupt"], "impossible": found["impossible"],
+            "unacknowledged_reads": unacknowledged_reads}
 
-    run_end = run_end if run_end is not None else max((r.ack for r in history), default=0)
+
+def attribute(stale: list[dict], actions: list[dict], window: float, run_end: float) -> None:
+    """Sets each stale read's actions (in progress while it ran or ended within `window` s before it was sent)
+    and its primary action (the latest-started of those)."""
     for item in stale:
         get = item["get"]
         involved = []
@@ -811,13 +952,132 @@ def check(history: list[Record], actions: list[dict], window: float, run_end: fl
                 involved.append(action)
         item["actions"] = involved
         item["primary"] = max(involved, key=lambda a: a["start"]) if involved else None
-    return {"stale": stale, "corrupt": corrupt, "impossible": impossible,
-            "unacknowledged_reads": unacknowledged_reads}
 
 
 def acknowledged(record: Record) -> bool:
     return (record.op == "PUT" and record.outcome == "OK") or \
         (record.op == "DEL" and record.outcome in ("OK", "NOT_FOUND"))
+
+
+# MARK: - Warmth (offline): what every member answers once everything is back
+
+# How a warmth read is counted: the expected value, a miss, UNAVAILABLE, another value (stale, unacknowledged,
+# corrupt) or an error (ERROR, TIMEOUT, CUT_OFF, REFUSED, CONN_ERROR: no reply the key's state can be read from).
+WARMTH_READS = ["value", "NOT_FOUND", "UNAVAILABLE", "stale", "unacknowledged", "corrupt", "error"]
+
+
+def expected_values(history: list[Record], keys: list[str] | None = None) -> dict:
+    """What each key must hold once the load has stopped: the effect of its last acknowledged write by ack
+    time, L, unless another write may have taken effect after L. That is any other write of the key,
+    acknowledged or not, whose outcome reached the client at or after L's send: an acknowledged one then
+    overlaps L and may be ordered after it (the stale rule's reasoning), an unacknowledged one may have been
+    applied after it, and one sent after L's ack is always unacknowledged. A REFUSED write sent nothing and
+    counts for nothing. An unacknowledged write is taken to have been applied, if at all, before its outcome
+    (UNAVAILABLE, a timeout, a broken connection) reached the client; should one be applied later, the warmth
+    reads show its value as an unacknowledged value (allowed, as during the load), never as stale.
+
+    Returns {"value": {key: L, a PUT}, "absent": {key: L, a DEL}, "ambiguous": {key: (L, the rival write
+    whose outcome came last)}, "never": [the keys of `keys` and of the history without an acknowledged write]}.
+    - Complexity: O(n) for n requests."""
+    writes: dict[str, list[Record]] = collections.defaultdict(list)
+    for record in history:
+        if record.op in ("PUT", "DEL") and record.outcome != "REFUSED":
+            writes[record.key].append(record)
+    result = {"value": {}, "absent": {}, "ambiguous": {}, "never": []}
+    for key in sorted(set(keys or []) | {r.key for r in history}):
+        done = [w for w in writes.get(key, []) if acknowledged(w)]
+        if not done:
+            result["never"].append(key)
+            continue
+        last = max(done, key=lambda w: (w.ack, w.send))
+        rivals = [w for w in writes[key] if w is not last and w.ack >= last.send]
+        if rivals:
+            result["ambiguous"][key] = (last, max(rivals, key=lambda w: w.ack))
+        else:
+            result["value" if last.op == "PUT" else "absent"][key] = last
+    return result
+
+
+def evaluate_warmth(history: list[Record], warmth: dict, keys: list[str] | None = None,
+                    key_map: KeyMap | None = None) -> dict:
+    """Counts, at each moment of `warmth` (measure_warmth's record), the keys whose expected value every member
+    returned, the deleted keys every member answered NOT_FOUND, and every read by kind. A value other than the
+    expected one is judged as during the load (ReadIndex): stale (an acknowledged write replaced it: the run
+    fails), unacknowledged (allowed) or corrupt (fails); so is a value read of an ambiguous key.
+
+    Returns {"summary": JSON-ready figures per moment, "stale": [stale items], "corrupt": [corrupt items],
+    "messages": Counter of UNAVAILABLE and error messages}."""
+    expected = expected_values(history, keys)
+    reads_index = ReadIndex(history)
+    moments, stale_items, corrupt_items, messages = [], [], [], collections.Counter()
+    for moment in warmth["moments"]:
+        by_key: dict[str, list[list]] = collections.defaultdict(list)
+        members = sorted({read[1] for read in moment["reads"]})
+        value_reads, absent_reads, ambiguous_reads = collections.Counter(), collections.Counter(), \
+            collections.Counter()
+        stale = corrupt = unacknowledged = 0
+        for key, member, outcome, value, message, send, ack in moment["reads"]:
+            by_key[key].append([member, outcome, value])
+            if outcome == "OK":
+                want = expected["value"].get(key) or expected["ambiguous"].get(key, (None,))[0]
+                if want is not None and want.op == "PUT" and value == want.value:
+                    kind = "value"
+                else:
+                    verdict, item = reads_index.classify(Record(-1, key, "GET", value, send, ack, "OK", "", member))
+                    # "allowed" only for an ambiguous key (or one never acknowledged): expected_values
+                    # leaves no acknowledged write but the last one that the stale rule would not flag
+                    kind = {"impossible": "corrupt"}.get(verdict, verdict)
+                    if verdict == "stale":
+                        item["moment"] = moment["planned"]
+                        stale_items.append(item)
+                    elif verdict in ("corrupt", "impossible"):
+                        corrupt_items.append(item)
+            elif outcome in ("NOT_FOUND", "UNAVAILABLE"):
+                kind = outcome
+            else:
+                kind = "error"
+            if kind in ("UNAVAILABLE", "error"):
+                messages[normalize_message(f"{outcome} {message}".strip())] += 1
+            stale += kind == "stale"
+            corrupt += kind == "corrupt"
+            unacknowledged += kind == "unacknowledged"
+            if key in expected["value"]:
+                value_reads[kind] += 1
+            elif key in expected["absent"]:
+                absent_reads[kind] += 1
+            elif key in expected["ambiguous"]:
+                ambiguous_reads[kind] += 1
+        warm, cold_by_owner = 0, collections.Counter()
+        for key, want in expected["value"].items():
+            answers = by_key.get(key, [])
+            if len(answers) == len(members) and members and \
+                    all(outcome == "OK" and value == want.value for _, outcome, value in answers):
+                warm += 1
+            elif key_map is not None:
+                cold_by_owner[key_map.owner[key]] += 1
+        absent_everywhere = sum(
+            1 for key in expected["absent"]
+            if members and len(by_key.get(key, [])) == len(members)
+            and all(outcome == "NOT_FOUND" for _, outcome, _ in by_key[key]))
+        value_keys = len(expected["value"])
+        moments.append({
+            "planned": moment["planned"], "at": round(moment["start"] - warmth["back"], 3),
+            "took": round(moment["end"] - moment["start"], 3), "members": len(members),
+            "value_keys": value_keys, "warm": warm, "share": warm / value_keys if value_keys else None,
+            "value_reads": {k: value_reads[k] for k in WARMTH_READS},
+            "absent_keys": len(expected["absent"]), "absent_everywhere": absent_everywhere,
+            "absent_reads": {k: absent_reads[k] for k in WARMTH_READS},
+            "ambiguous_reads": {k: ambiguous_reads[k] for k in WARMTH_READS + ["allowed"]},
+            "stale": stale, "corrupt": corrupt, "unacknowledged": unacknowledged,
+            "cold_by_owner": dict(sorted(cold_by_owner.items()))})
+    summary = {
+        "back_at": warmth["back"], "load_stopped_at": warmth["load_stopped"],
+        "last_return_at": warmth["last_return"], "restored": warmth.get("restored", []),
+        "keys": {"value": len(expected["value"]), "absent": len(expected["absent"]),
+                 "ambiguous": len(expected["ambiguous"]), "never": len(expected["never"])},
+        "moments": moments, "share_last": moments[-1]["share"] if moments else None,
+        "stale": sum(m["stale"] for m in moments), "corrupt": sum(m["corrupt"] for m in moments)}
+    return {"summary": summary, "stale": stale_items, "corrupt": corrupt_items, "messages": messages}
 
 
 # MARK: - Report
@@ -939,8 +1199,67 @@ def node_log_excerpts(directory: str, stale: list[dict], wall0: float, limit: in
     return out
 
 
+def warmth_section(warmth: dict, args) -> list[str]:
+    """The report's section on the warmth reads (evaluate_warmth's result)."""
+    warm = warmth["summary"]
+    keys = warm["keys"]
+    out = ["\n## Warmth after the return\n"]
+    last = warm["last_return_at"]
+    restored = "; ".join(f"{at:.2f} {text}" for at, text in warm["restored"])
+    restored = f" (brought back by the checker: {restored})" if restored else " (nothing left to bring back)"
+    out.append(f"Everything back at {warm['back_at']:.2f} s: the load stopped at {warm['load_stopped_at']:.2f} s, "
+               f"{'no member was away' if last is None else f'the last member returned at {last:.2f} s'}"
+               f"{restored}. "
+               f"Keys: {keys['value']:,} whose last acknowledged write was a PUT (expected: its value), "
+               f"{keys['absent']:,} a DEL (expected: NOT_FOUND), {keys['ambiguous']:,} excluded as ambiguous "
+               f"(another write whose outcome came after the last acknowledged one was sent: it may have been "
+               f"applied after it), {keys['never']:,} without an acknowledged write. At each moment, one GET of "
+               f"every key through every member. Reads of the PUT keys: the expected value, NOT_FOUND, "
+               f"UNAVAILABLE, another value (stale: one an acknowledged write replaced; unacknowledged: a PUT that "
+               f"got no acknowledgement, allowed; corrupt), errors (no reply within {args.request_timeout:g} s, a "
+               f"connection lost or refused, another status).\n")
+    out.append("| after s | took s | warm keys | share | value | NOT_FOUND | UNAVAILABLE | stale | unacknowledged "
+               "| corrupt | errors | DEL keys NOT_FOUND everywhere | cold keys by owner |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for m in warm["moments"]:
+        reads = m["value_reads"]
+        share = "-" if m["share"] is None else f"{100 * m['share']:.1f}%"
+        cold = " ".join(f"{owner} {count}" for owner, count in m["cold_by_owner"].items()) or "-"
+        out.append(f"| {m['planned']:g} (at {m['at']:.2f}) | {m['took']:.2f} | {m['warm']:,} of {m['value_keys']:,} | "
+                   f"{share} | " + " | ".join(f"{reads[k]:,}" for k in WARMTH_READS) +
+                   f" | {m['absent_everywhere']:,} of {m['absent_keys']:,} | {cold} |")
+    if keys["ambiguous"]:
+        out.append(f"\nReads of the ambiguous keys ({keys['ambiguous']:,}; value: the last acknowledged write's, a "
+                   f"PUT; allowed: another acknowledged value the stale rule allows):\n")
+        for m in warm["moments"]:
+            out.append(f"- {m['planned']:g} s: " + ", ".join(f"{kind} {count:,}" for kind, count
+                                                            in m["ambiguous_reads"].items() if count))
+    absent_values = sum(m["absent_reads"][k] for m in warm["moments"] for k in ("stale", "unacknowledged", "corrupt"))
+    if absent_values:
+        out.append(f"\nReads of the DEL keys that returned a value: {absent_values:,} (counted in the stale, "
+                   f"unacknowledged and corrupt totals).")
+    if warmth["messages"]:
+        out.append("\nUNAVAILABLE and error messages of the warmth reads (digits as #, node ids as nX):\n")
+        out.append("| count | message |\n|---:|---|")
+        for message, count in warmth["messages"].most_common(6):
+            out.append(f"| {count:,} | {message.replace('|', '/')} |")
+    if warmth["stale"]:
+        out.append(f"\n**STALE READS AFTER THE RETURN: {len(warmth['stale']):,}** (the first 10)\n")
+        for item in warmth["stale"][:10]:
+            get, put, overwrite = item["get"], item["put"], item["overwrite"]
+            out.append(f"- GET {get.key} via {get.node} "
+                       f"{item['moment']:g} s after the return (sent at {get.send:.3f} s) returned {put.value}, "
+                       f"acknowledged at {put.ack:.3f} s and replaced by {describe(overwrite)}, sent at "
+                       f"{overwrite.send:.3f} s and acknowledged {overwrite.outcome} at {overwrite.ack:.3f} s")
+    for item in warmth["corrupt"][:5]:
+        out.append(f"- corrupt after the return: {json.dumps(item)}")
+    return out
+
+
 def report(history: list[Record], actions: list[dict], result: dict, args, key_map: KeyMap | None,
-           run_end: float) -> tuple[str, dict]:
+           run_end: float, warmth: dict | None = None) -> tuple[str, dict]:
+    """The Markdown report and the summary (JSON-ready). `warmth` is evaluate_warmth's result, or
+    {"skipped": why} when the warmth reads were not taken, or None (a history without them)."""
     out = []
     table = collections.defaultdict(collections.Counter)
     for record in history:
@@ -959,18 +1278,33 @@ def report(history: list[Record], actions: list[dict], result: dict, args, key_m
     writes = [r for r in history if r.op in ("PUT", "DEL")]
     acked = sum(1 for r in writes if acknowledged(r))
     ack_ratio = acked / len(writes) if writes else 0.0
+    write_outcomes = table["PUT"] + table["DEL"]
+    refused = write_outcomes["REFUSED"]
+    reached = len(writes) - refused
+    ack_ratio_reached = acked / reached if reached else 0.0
     gets_with_value = table["GET"]["OK"]
     hung = sum(1 for r in history if r.outcome == "TIMEOUT")
     stale, corrupt, impossible = result["stale"], result["corrupt"], result["impossible"]
     summary = {"requests": len(history), "writes": len(writes), "acknowledged_writes": acked,
-               "ack_ratio": ack_ratio, "gets_with_value": gets_with_value, "stale": len(stale),
+               "ack_ratio": ack_ratio, "refused_writes": refused, "ack_ratio_reached": ack_ratio_reached,
+               "writes_by_outcome": {o: write_outcomes[o] for o in OUTCOMES},
+               "gets_with_value": gets_with_value, "stale": len(stale),
                "corrupt": len(corrupt), "impossible": len(impossible), "hung": hung,
                "unacknowledged_reads": result["unacknowledged_reads"], "actions": len(actions)}
+    warm = warmth["summary"] if warmth and "summary" in warmth else None
+    if warm is not None:
+        summary.update({"warmth_last": warm["share_last"],
+                        "warmth_shares": {f"{m['planned']:g}": m["share"] for m in warm["moments"]},
+                        "warmth_stale": warm["stale"], "warmth_corrupt": warm["corrupt"], "warmth": warm})
+    elif warmth:
+        summary.update({"warmth_last": None, "warmth_skipped": warmth["skipped"]})
     out.append("\n## Summary\n")
     out.append("| measure | value |\n|---|---:|")
     out.append(f"| requests | {len(history):,} ({len(history) / max(run_end, 1e-9):,.0f}/s) |")
-    out.append(f"| writes acknowledged (PUT OK, DEL OK or NOT_FOUND) | {acked:,} of {len(writes):,} "
-               f"({100 * ack_ratio:.1f}%) |")
+    out.append(f"| writes acknowledged (PUT OK, DEL OK or NOT_FOUND), of every PUT and DEL sent | {acked:,} of "
+               f"{len(writes):,} ({100 * ack_ratio:.1f}%) |")
+    out.append(f"| of the writes that reached a node (all but the {refused:,} REFUSED) | {acked:,} of {reached:,} "
+               f"({100 * ack_ratio_reached:.1f}%) |")
     out.append(f"| GETs that returned a value | {gets_with_value:,} |")
     out.append(f"| of which a value whose PUT was not acknowledged (allowed) | {result['unacknowledged_reads']:,} |")
     out.append(f"| **stale** | **{len(stale):,}** |")
@@ -978,6 +1312,40 @@ def report(history: list[Record], actions: list[dict], result: dict, args, key_m
     out.append(f"| impossible (a value written only after the GET completed) | {len(impossible):,} |")
     out.append(f"| hung (no reply within {args.request_timeout:g} s) | {hung:,} |")
     out.append(f"| nemesis actions | {len(actions)} |")
+    if warm is not None:
+        for moment in warm["moments"]:
+            share = "-" if moment["share"] is None else f"{100 * moment['share']:.1f}%"
+            out.append(f"| warm {moment['planned']:g} s after the return (every member returned the last "
+                       f"acknowledged value) | {moment['warm']:,} of {moment['value_keys']:,} keys ({share}) |")
+        out.append(f"| **stale after the return** (warmth reads) | **{warm['stale']:,}** |")
+        if warm["corrupt"]:
+            out.append(f"| corrupt after the return (warmth reads) | {warm['corrupt']:,} |")
+    elif warmth:
+        out.append(f"| warmth | not measured: {warmth['skipped']} |")
+
+    out.append("\n## Writes by outcome\n")
+    out.append("Every PUT and DEL the client threads sent, the share of each outcome. Acknowledged: PUT OK, DEL OK "
+               "or NOT_FOUND. REFUSED: no member took the connection, the one failover to another member included "
+               "(nothing was sent, so nothing was applied); it counts among the writes sent, and the summary gives "
+               "the share without it too.\n")
+    out.append("| outcome | PUT | DEL | writes | share |\n|---|---:|---:|---:|---:|")
+    for outcome in OUTCOMES:
+        if write_outcomes[outcome] or outcome in ("OK", "UNAVAILABLE", "REFUSED"):
+            share = write_outcomes[outcome] / len(writes) if writes else 0.0
+            out.append(f"| {outcome} | {table['PUT'][outcome]:,} | {table['DEL'][outcome]:,} | "
+                       f"{write_outcomes[outcome]:,} | {100 * share:.2f}% |")
+    out.append(f"| acknowledged | {table['PUT']['OK']:,} | {table['DEL']['OK'] + table['DEL']['NOT_FOUND']:,} | "
+               f"{acked:,} | {100 * ack_ratio:.2f}% |")
+    unavailable_writes = collections.Counter(normalize_message(r.message) for r in writes
+                                             if r.outcome == "UNAVAILABLE")
+    if unavailable_writes:
+        out.append("\nThe writes' UNAVAILABLE messages (digits as #, node ids as nX):\n")
+        out.append("| count | message |\n|---:|---|")
+        for message, count in unavailable_writes.most_common(8):
+            out.append(f"| {count:,} | {message.replace('|', '/')} |")
+
+    if warm is not None:
+        out.extend(warmth_section(warmth, args))
 
     out.append("\n## Stale reads per action kind\n")
     out.append("Primary: the latest-started action in progress during the GET or ended within "
@@ -1106,9 +1474,100 @@ def self_test() -> int:
     if result["stale"] or result["corrupt"] or result["impossible"]:
         failures += 1
         print("FAIL random history of latest values: found something")
-    print(f"{len(cases) + 1 - failures} passed, {failures} failed "
-          f"(random history of {len(history):,} requests checked in {time.monotonic() - started:.2f} s)")
-    return 1 if failures else 0
+    elapsed = time.monotonic() - started
+    passed = len(cases) + 1 - failures
+    run_warmth, failed_warmth = self_test_warmth(rec)
+    print(f"{passed + run_warmth - failed_warmth} passed, {failures + failed_warmth} failed "
+          f"(random history of {len(history):,} requests checked in {elapsed:.2f} s)")
+    return 1 if failures or failed_warmth else 0
+
+
+def self_test_warmth(rec) -> tuple[int, int]:
+    """The expected value per key (what counts as the last acknowledged write, what makes a key ambiguous), the
+    warmth reads' counts and the exit status on made-up histories. Returns (tests run, failures)."""
+    cases = [
+        ("one acknowledged PUT", [rec(0, "k", "PUT", "a", 0, 1)], "a"),
+        ("the later of two PUTs one after the other", [rec(0, "k", "PUT", "a", 0, 1), rec(1, "k", "PUT", "b", 2, 3)],
+         "b"),
+        ("two acknowledged PUTs overlapping", [rec(0, "k", "PUT", "a", 0, 5), rec(1, "k", "PUT", "b", 1, 2)],
+         "ambiguous"),
+        ("an acknowledgement at the last write's send overlaps it",
+         [rec(0, "k", "PUT", "a", 0, 2), rec(1, "k", "PUT", "b", 2, 3)], "ambiguous"),
+        ("a DEL last, NOT_FOUND", [rec(0, "k", "PUT", "a", 0, 1), rec(1, "k", "DEL", None, 2, 3, "NOT_FOUND")],
+         "absent"),
+        ("a DEL last, OK", [rec(0, "k", "PUT", "a", 0, 1), rec(1, "k", "DEL", None, 2, 3)], "absent"),
+        ("an unacknowledged PUT sent after the last ack",
+         [rec(0, "k", "PUT", "a", 0, 1), rec(1, "k", "PUT", "b", 2, 5, "TIMEOUT")], "ambiguous"),
+        ("an unacknowledged PUT overlapping the last",
+         [rec(0, "k", "PUT", "a", 2, 4), rec(1, "k", "PUT", "b", 1, 3, "UNAVAILABLE")], "ambiguous"),
+        ("an unacknowledged DEL after the last", [rec(0, "k", "PUT", "a", 0, 1),
+                                                  rec(1, "k", "DEL", None, 2, 3, "CONN_ERROR")], "ambiguous"),
+        ("an unacknowledged PUT that ended before the last began",
+         [rec(1, "k", "PUT", "b", 0, 1, "UNAVAILABLE"), rec(0, "k", "PUT", "a", 2, 3)], "a"),
+        ("REFUSED writes after the last sent nothing",
+         [rec(0, "k", "PUT", "a", 0, 1), rec(1, "k", "PUT", "b", 2, 2.1, "REFUSED"),
+          rec(1, "k", "DEL", None, 3, 3.1, "REFUSED")], "a"),
+        ("no acknowledged write", [rec(0, "k", "PUT", "a", 0, 1, "UNAVAILABLE")], "never"),
+        ("GETs and other keys do not count",
+         [rec(0, "k", "PUT", "a", 0, 1), rec(1, "k", "GET", "a", 2, 3), rec(1, "j", "PUT", "b", 0.5, 5, "TIMEOUT")],
+         "a"),
+    ]
+    failures = 0
+    for name, history, want in cases:
+        expected = expected_values(history, ["k", "unwritten"])
+        got = expected["value"]["k"].value if "k" in expected["value"] else \
+            next(kind for kind in ("absent", "ambiguous", "never") if "k" in expected[kind])
+        if got != want or "unwritten" not in expected["never"]:
+            failures += 1
+            print(f"FAIL expected value, {name}: {got}, expected {want}")
+
+    # k1 expects b, k2 absent, k3 is ambiguous, k4 expects f, k5 expects g (its unacknowledged u ended before)
+    history = [rec(0, "k1", "PUT", "a", 0, 1), rec(1, "k1", "PUT", "b", 2, 3),
+               rec(0, "k2", "PUT", "c", 0, 1), rec(1, "k2", "DEL", None, 2, 3),
+               rec(0, "k3", "PUT", "d", 0, 1), rec(1, "k3", "PUT", "e", 2, 4, "TIMEOUT"),
+               rec(0, "k4", "PUT", "f", 0, 1),
+               rec(0, "k5", "PUT", "u", 0, 1, "UNAVAILABLE"), rec(1, "k5", "PUT", "g", 2, 3)]
+
+    def reads(at, answers):
+        return [[key, member, outcome, value, "", at, at + 0.1]
+                for key, pair in answers.items() for member, (outcome, value) in zip(("n1", "n2"), pair)]
+
+    ok, miss = (lambda v: ("OK", v)), ("NOT_FOUND", None)
+    first = reads(10, {"k1": (ok("b"), ok("b")), "k2": (miss, miss), "k3": (ok("d"), ok("e")),
+                       "k4": (ok("f"), miss), "k5": (ok("u"), ok("g"))})
+    second = reads(12, {"k1": (ok("a"), ok("b")), "k2": (ok("c"), miss), "k3": (ok("zz"), ("TIMEOUT", None)),
+                        "k4": (ok("f"), ok("f")), "k5": (ok("g"), ("UNAVAILABLE", None))})
+    record = {"back": 9.5, "load_stopped": 9.5, "last_return": 8.0, "restored": [],
+              "moments": [{"planned": 0, "start": 10, "end": 10.2, "reads": first},
+                          {"planned": 2, "start": 12, "end": 12.2, "reads": second}]}
+    warm = evaluate_warmth(history, record)["summary"]
+    got = [(m["warm"], m["value_keys"], m["absent_everywhere"], m["stale"], m["corrupt"], m["unacknowledged"],
+            m["value_reads"]["value"], m["value_reads"]["NOT_FOUND"], m["value_reads"]["UNAVAILABLE"])
+           for m in warm["moments"]]
+    want = [(1, 3, 1, 0, 0, 2, 4, 1, 0), (1, 3, 0, 2, 1, 0, 4, 0, 1)]
+    checks = [
+        ("warmth reads per moment", got, want),
+        ("keys by expectation", warm["keys"], {"value": 3, "absent": 1, "ambiguous": 1, "never": 0}),
+        ("stale and corrupt after the return", (warm["stale"], warm["corrupt"]), (2, 1)),
+        ("share at the last moment", warm["share_last"], 1 / 3),
+        ("reads of the ambiguous key", [{k: v for k, v in m["ambiguous_reads"].items() if v} for m in warm["moments"]],
+         [{"value": 1, "unacknowledged": 1}, {"corrupt": 1, "error": 1}]),
+    ]
+    # the exit status: stale warmth reads fail a run, and so does too little warmth with --min-warmth
+    clean = {"stale": 0, "corrupt": 0, "impossible": 0, "hung": 0, "ack_ratio": 1.0}
+    limits = types.SimpleNamespace(min_ack_ratio=None, min_warmth=0.5)
+    checks += [
+        ("exit status, stale after the return",
+         exit_status({**clean, "warmth_stale": 1, "warmth_last": 1.0}, limits), 1),
+        ("exit status, warm enough", exit_status({**clean, "warmth_stale": 0, "warmth_last": 0.6}, limits), 0),
+        ("exit status, too cold", exit_status({**clean, "warmth_stale": 0, "warmth_last": 0.4}, limits), 1),
+        ("exit status, warmth not measured", exit_status({**clean, "warmth_last": None}, limits), 1),
+    ]
+    for name, got, want in checks:
+        if got != want:
+            failures += 1
+            print(f"FAIL {name}: {got}, expected {want}")
+    return len(cases) + len(checks), failures
 
 
 # MARK: - Main
@@ -1147,10 +1606,23 @@ def parse_args(argv=None):
     parser.add_argument("--attribution-window", type=float, default=5,
                         help="seconds after an action's end during which a stale read is attributed to it (default 5)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--node-flags", default="--probe-interval 0.2 --forward-timeout 0.5",
-                        help="flags for every node (default, as chaos.py: --probe-interval 0.2 --forward-timeout 0.5)")
+    parser.add_argument("--node-flags", default=None,
+                        help="flags for every node (default, as chaos.py: " + TUNED_NODE_FLAGS + ")")
+    parser.add_argument("--node-defaults", action="store_true",
+                        help="give the nodes no flags but the ones every run needs (cluster, id, address, data "
+                             "directory, --disk-limit): the node's default timeouts, probe interval and hold")
     parser.add_argument("--min-ack-ratio", type=float, default=None,
-                        help="also fail when fewer than this share of the writes were acknowledged (0 to 1)")
+                        help="also fail when fewer than this share of the writes were acknowledged (0 to 1; of "
+                             "every PUT and DEL sent, REFUSED ones included)")
+    parser.add_argument("--warmth-at", default="0,2,5,10", metavar="SECONDS",
+                        help="comma-separated seconds after everything is back and the load has stopped at which "
+                             "every key is read through every member (default 0,2,5,10; 'none': no warmth reads)")
+    parser.add_argument("--min-warmth", type=float, default=None,
+                        help="also fail when, at the last --warmth-at moment, fewer than this share of the keys "
+                             "whose last acknowledged write was a PUT returned its value through every member "
+                             "(0 to 1; a run without warmth reads fails it)")
+    parser.add_argument("--summary-json", metavar="PATH",
+                        help="also write the summary (the verdict line's JSON, with the run's settings) to PATH")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data directories")
     parser.add_argument("--remove-when-passed", action="store_true",
                         help="remove the run's directory (history, logs) when the check passes; a failed run's "
@@ -1172,14 +1644,46 @@ def parse_args(argv=None):
         parser.error("--put-ratio + --del-ratio must be within 0 and 1")
     if args.pause_min > args.pause_max:
         parser.error("--pause-min exceeds --pause-max")
+    if args.node_defaults and args.node_flags is not None:
+        parser.error("--node-defaults gives the nodes no flags: leave out --node-flags")
+    if args.node_flags is None:
+        args.node_flags = "" if args.node_defaults else TUNED_NODE_FLAGS
+    try:
+        args.warmth_moments = [] if args.warmth_at.strip() in ("", "none") else \
+            sorted(float(part) for part in args.warmth_at.split(",") if part.strip())
+    except ValueError:
+        parser.error(f"--warmth-at takes comma-separated seconds, not {args.warmth_at!r}")
+    if any(moment < 0 for moment in args.warmth_moments):
+        parser.error("--warmth-at takes seconds from 0 up")
     return args
 
 
 def exit_status(summary: dict, args) -> int:
-    failed = summary["stale"] or summary["corrupt"] or summary["impossible"] or summary["hung"]
+    failed = summary["stale"] or summary["corrupt"] or summary["impossible"] or summary["hung"] or \
+        summary.get("warmth_stale") or summary.get("warmth_corrupt")
     if args.min_ack_ratio is not None and summary["ack_ratio"] < args.min_ack_ratio:
         failed = True
+    if args.min_warmth is not None and (summary.get("warmth_last") is None or
+                                        summary["warmth_last"] < args.min_warmth):
+        failed = True
     return 1 if failed else 0
+
+
+def verdict_json(summary: dict) -> str:
+    """The summary on the verdict line: all but the warmth reads' details (--summary-json has those)."""
+    return json.dumps({name: value for name, value in summary.items() if name != "warmth"})
+
+
+def write_summary(summary: dict, args, status: int) -> None:
+    """--summary-json: the summary with the verdict and the run's settings, for tabulating runs."""
+    if not args.summary_json:
+        return
+    settings = {"check": args.check} if args.check else {name: getattr(args, name) for name in (
+        "node", "nodes", "duration", "workers", "keys", "put_ratio", "del_ratio", "actions", "network", "interval",
+        "pause_min", "pause_max", "seed", "node_flags", "request_timeout", "warmth_at")}
+    with open(args.summary_json, "w") as f:
+        json.dump({"passed": status == 0, "settings": settings, **summary}, f, indent=1)
+        f.write("\n")
 
 
 def check_file(args) -> int:
@@ -1200,10 +1704,19 @@ def check_file(args) -> int:
         key_map = KeyMap(ids, sorted({r.key for r in history}))
     run_end = max((r.ack for r in history), default=0)
     result = check(history, actions, args.attribution_window, run_end)
-    text, summary = report(history, actions, result, args, key_map, run_end)
+    warmth = None
+    warmth_path = os.path.join(os.path.dirname(args.check), "warmth.json")
+    if os.path.exists(warmth_path):
+        with open(warmth_path) as f:
+            record = json.load(f)
+        warmth = {"skipped": record["skipped"]} if "skipped" in record else \
+            evaluate_warmth(history, record, sorted({read[0] for m in record["moments"] for read in m["reads"]}),
+                            key_map)
+    text, summary = report(history, actions, result, args, key_map, run_end, warmth)
     print(text)
     status = exit_status(summary, args)
-    print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {json.dumps(summary)}")
+    write_summary(summary, args, status)
+    print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {verdict_json(summary)}")
     return status
 
 
@@ -1244,57 +1757,82 @@ def main(argv=None) -> int:
     nemesis = None
     threads: list[threading.Thread] = []
     interrupted = None
-    print(f"# Cachet register check\n\n{args.nodes} nodes ({binary} {args.node_flags}), {args.workers} threads "
+    flags = args.node_flags or "no flags: the node's defaults"
+    print(f"# Cachet register check\n\n{args.nodes} nodes ({binary}, {flags}), {args.workers} threads "
           f"over {args.keys} keys, {args.duration:g} s, actions: {', '.join(args.action_list) or 'none'}, "
-          f"seed {args.seed}.\nCluster file, logs and history in {directory}\n", flush=True)
+          f"seed {args.seed}, warmth reads at "
+          f"{', '.join(f'{m:g}' for m in args.warmth_moments) + ' s' if args.warmth_moments else 'none'}.\n"
+          f"Cluster file, logs and history in {directory}\n", flush=True)
+    warmth_record = None
     try:
         try:
-            cluster.start()
-        except SetupError as error:
-            print(f"setup error: {error}", file=sys.stderr)
-            return 2
-        t0 = time.monotonic()
-        wall0 = time.time()
-        end = t0 + args.duration
-        threads = [threading.Thread(target=client, args=(i, args, cluster, keys, t0, stop, histories[i], counts[i]),
-                                    daemon=True) for i in range(args.workers)]
-        for thread in threads:
-            thread.start()
-        if args.action_list:
-            nemesis = Nemesis(args, cluster, key_map, t0, end, stop)
-            nemesis.start()
-        next_progress = t0 + 10
-        while time.monotonic() < end:
-            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
-            if nemesis is not None and nemesis.error is not None:
-                break
-            if time.monotonic() >= next_progress:
-                next_progress += 10
-                total = collections.Counter()
-                for count in counts:
-                    total.update(count)
-                current = nemesis.current if nemesis is not None else None
-                doing = f"{current['kind']} of {' '.join(current['victims'])}" if current else "nothing"
-                done = len(nemesis.actions) if nemesis is not None else 0
-                print(f"[{time.monotonic() - t0:5.1f} s] {sum(total.values()):,} requests: "
-                      + ", ".join(f"{o} {total[o]:,}" for o in OUTCOMES if total[o]) +
-                      f"; {done} actions, now {doing}", file=sys.stderr, flush=True)
-    except (Interrupted, KeyboardInterrupt) as error:
-        interrupted = str(error) or "Ctrl-C"
-        print(f"interrupted ({interrupted}): stopping the nodes, then checking what was recorded",
-              file=sys.stderr, flush=True)
+            try:
+                cluster.start()
+            except SetupError as error:
+                print(f"setup error: {error}", file=sys.stderr)
+                return 2
+            t0 = time.monotonic()
+            wall0 = time.time()
+            end = t0 + args.duration
+            threads = [threading.Thread(target=client,
+                                        args=(i, args, cluster, keys, t0, stop, histories[i], counts[i]),
+                                        daemon=True) for i in range(args.workers)]
+            for thread in threads:
+                thread.start()
+            if args.action_list:
+                nemesis = Nemesis(args, cluster, key_map, t0, end, stop)
+                nemesis.start()
+            next_progress = t0 + 10
+            while time.monotonic() < end:
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+                if nemesis is not None and nemesis.error is not None:
+                    break
+                if time.monotonic() >= next_progress:
+                    next_progress += 10
+                    total = collections.Counter()
+                    for count in counts:
+                        total.update(count)
+                    current = nemesis.current if nemesis is not None else None
+                    doing = f"{current['kind']} of {' '.join(current['victims'])}" if current else "nothing"
+                    done = len(nemesis.actions) if nemesis is not None else 0
+                    print(f"[{time.monotonic() - t0:5.1f} s] {sum(total.values()):,} requests: "
+                          + ", ".join(f"{o} {total[o]:,}" for o in OUTCOMES if total[o]) +
+                          f"; {done} actions, now {doing}", file=sys.stderr, flush=True)
+        except (Interrupted, KeyboardInterrupt) as error:
+            interrupted = str(error) or "Ctrl-C"
+            print(f"interrupted ({interrupted}): stopping the nodes, then checking what was recorded",
+                  file=sys.stderr, flush=True)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=args.request_timeout + 2)
+            if threads:
+                run_end = time.monotonic() - t0  # the load has stopped: no request in flight
+            if nemesis is not None:
+                nemesis.join(timeout=2 * args.pause_max + args.term_wait + 40)
+        if threads:
+            why_not = "interrupted" if interrupted else \
+                "the nemesis failed" if nemesis is not None and nemesis.error is not None else \
+                "the nemesis did not end" if nemesis is not None and nemesis.is_alive() else \
+                "a client thread did not end" if any(thread.is_alive() for thread in threads) else \
+                "--warmth-at none" if not args.warmth_moments else None
+            if why_not:
+                warmth_record = {"skipped": why_not}
+            else:
+                try:
+                    warmth_record = measure_warmth(cluster, keys, t0, args, run_end,
+                                                   nemesis.actions if nemesis is not None else [])
+                except (Interrupted, KeyboardInterrupt) as error:
+                    interrupted = str(error) or "Ctrl-C"
+                    warmth_record = {"skipped": f"interrupted ({interrupted})"}
+                except SetupError as error:  # a node left down did not start again
+                    warmth_record = {"skipped": f"a node could not be brought back: {error}"}
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=args.request_timeout + 2)
-        if nemesis is not None:
-            nemesis.join(timeout=2 * args.pause_max + args.term_wait + 40)
         cluster.shutdown()
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(number, signal.SIG_DFL)  # a second Ctrl-C now ends the check at once
     if not threads:
         return 2
-    run_end = time.monotonic() - t0
     history = sorted((r for h in histories for r in h), key=lambda r: (r.send, r.thread))
     actions = nemesis.actions if nemesis is not None else []
     with open(os.path.join(directory, "history.jsonl"), "w") as f:
@@ -1303,11 +1841,14 @@ def main(argv=None) -> int:
     with open(os.path.join(directory, "nemesis.jsonl"), "w") as f:
         for action in actions:
             f.write(json.dumps(action) + "\n")
+    with open(os.path.join(directory, "warmth.json"), "w") as f:
+        json.dump(warmth_record, f)
     if not args.keep_data:
         for node in cluster.nodes:
             shutil.rmtree(node.data_dir, ignore_errors=True)
     result = check(history, actions, args.attribution_window, run_end)
-    text, summary = report(history, actions, result, args, key_map, run_end)
+    warmth = warmth_record if "skipped" in warmth_record else evaluate_warmth(history, warmth_record, keys, key_map)
+    text, summary = report(history, actions, result, args, key_map, run_end, warmth)
     print(text)
     if result["stale"]:
         print("\n## Node logs around the first stale reads\n")
@@ -1318,13 +1859,15 @@ def main(argv=None) -> int:
     status = exit_status(summary, args)
     if interrupted:
         status = max(status, 1)
+    write_summary(summary, args, status)
     if status == 0 and args.remove_when_passed and not args.keep_data:
         shutil.rmtree(directory, ignore_errors=True)
         print(f"\nThe check passed: its directory {directory} was removed (--remove-when-passed).")
     else:
         print(f"\nHistory: {os.path.join(directory, 'history.jsonl')} (re-check with --check); nemesis log: "
-              f"{os.path.join(directory, 'nemesis.jsonl')}; node logs: {directory}/n*.log")
-    print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {json.dumps(summary)}")
+              f"{os.path.join(directory, 'nemesis.jsonl')}; warmth reads: {os.path.join(directory, 'warmth.json')}; "
+              f"node logs: {directory}/n*.log")
+    print(f"\nREGISTER CHECK {'PASSED' if status == 0 else 'FAILED'}: {verdict_json(summary)}")
     return status
 
 
