@@ -61,9 +61,9 @@ final class BenchChannel<Driver: BenchProtocolDriver>: CachetChannel, @unchecked
 
     /// Notes when the loop found the socket ready, before it reads: a reply's latency ends when it has
     /// arrived, not when the read that takes it returns.
-    override func handleEvents(_ events: Events) {
+    override func handleEvents(_ events: Events, on loop: CachetEventLoop) {
         worker.readyAt = monotonicNanoseconds()
-        super.handleEvents(events)
+        super.handleEvents(events, on: loop)
     }
 
     override func channelRead() {
