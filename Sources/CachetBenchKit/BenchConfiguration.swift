@@ -38,7 +38,7 @@ public struct BenchConfiguration: Sendable, Hashable {
     public var distribution: BenchDistribution = .uniform
     /// Write every key once before measuring, so that every read must hit with the right length.
     public var prefill = false
-    /// Load threads, each with its own epoll loop.
+    /// Load threads, each with its own event loop (a `CachetEventLoop`).
     public var threads = 1
     /// Seed of the key and operation choice.
     public var seed: UInt64 = 42

@@ -48,7 +48,7 @@ struct CachetBenchCommand: ParsableCommand {
     @Flag(help: "Write every key once before measuring; then every GET must hit.") var prefill = false
     @Option(help: "Write N keys once (--keys N --prefill --requests 0) and exit: for memory measurements.")
     var fill: Int?
-    @Option(help: "Load threads, each with its own epoll loop.") var threads = 1
+    @Option(help: "Load threads, each with its own event loop.") var threads = 1
     @Option(help: "Random seed.") var seed: UInt64 = 42
     @Flag(help: "Print one JSON object instead of the summary.") var json = false
     @Flag(help: "No progress line.") var quiet = false
