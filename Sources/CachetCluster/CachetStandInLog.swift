@@ -297,6 +297,30 @@ public struct CachetStandInLog: Sendable {
         return (true, Array(log.keys))
     }
 
+    /// The owner took a write of `key` itself, after this node had dropped its copy of the key (the owner
+    /// holds after an absence and confirmed the write here first: `Protocol/CLUSTER.md`, "The owner's
+    /// hold"): that write is newer than any this node recorded for the key, so the owner is owed no word on
+    /// it any more. Forgotten, unless the log overflowed (its CLEAR still goes); the owner is clean when it was
+    /// the last word owed. A write recorded here later records the key again.
+    /// - Parameters:
+    ///   - key: the key.
+    ///   - owner: the owner's id.
+    /// - Returns: whether the owner is now clean.
+    /// - Complexity: O(k) on average for a key of k bytes.
+    public mutating func ownerTookWrite(_ key: [UInt8], owner: String) -> Bool {
+        guard var log = owners[owner], !log.overflowed, log.keys.remove(key) != nil else { return false }
+        log.bytes -= key.count
+        log.lastWrite[key] = nil
+        log.restored.remove(key)
+        log.outstanding.remove(.delete(key: key))
+        if log.keys.isEmpty && (log.phase == .delivering || log.outstanding.isEmpty) {
+            owners[owner] = nil
+            return true
+        }
+        owners[owner] = log
+        return false
+    }
+
     /// The invalidations an owner still waits for, in the order the writes they stand for were acknowledged
     /// here (a CLEAR first): the order they are sent in.
     /// - Parameter owner: the owner's id.

@@ -58,8 +58,22 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// before this revision ignores it and answers the bare value. Ignored on the other opcodes.
     @inlinable public static var ttl: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0080) }
 
+    /// `0x0100`: on a confirmation (a DEL with ``forwarded``, ``invalidation`` and ``lastHop``), sent by the
+    /// key's owner, which takes the write it confirms itself while it holds (`Protocol/CLUSTER.md`, "The
+    /// owner's hold"): the receiver drops its copy of the key and answers OK whatever it routes the key to
+    /// (a copy it does not serve is dead anyway), instead of refusing a confirmation for a key it routes
+    /// elsewhere. A node before this revision refuses it as such, and the owner then refuses the write.
+    /// Ignored otherwise.
+    @inlinable public static var fromOwner: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0100) }
+
+    /// `0x0200`: with ``fromOwner``, the confirmation was sent on by the member the owner asked, to the member
+    /// that one routes the key to (it holds and defers to the next member, or sees another stand-in): the
+    /// receiver drops its copy as for ``fromOwner``, and refuses rather than sending it on again when it
+    /// routes the key elsewhere in turn. Ignored otherwise.
+    @inlinable public static var relayed: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0200) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x00ff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x03ff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -86,6 +100,8 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.warmUp) { names.append("warmUp") }
         if contains(.lease) { names.append("lease") }
         if contains(.ttl) { names.append("ttl") }
+        if contains(.fromOwner) { names.append("fromOwner") }
+        if contains(.relayed) { names.append("relayed") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

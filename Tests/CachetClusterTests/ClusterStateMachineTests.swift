@@ -506,6 +506,33 @@ struct ClusterStateMachineTests {
         #expect(log.ownerReturned("B") == [.delete(key: [3])])
     }
 
+    /// A write the owner took itself while it holds, after this node dropped its copy, is newer than any
+    /// this node recorded for the key: the owner is owed no word on it, and is clean when it was the last;
+    /// a write recorded here later records the key again; an overflowed log keeps its CLEAR.
+    @Test func aWriteTheOwnerTookItselfEndsTheWordsOwedOnItsKey() {
+        var log = CachetStandInLog()
+        _ = log.recordWrite([1], owner: "A", ownerRoutable: false)
+        _ = log.recordWrite([2], owner: "A", ownerRoutable: false)
+        #expect(Set(log.ownerReturned("A")) == [.delete(key: [1]), .delete(key: [2])])
+        let first = log.ownerTookWrite([1], owner: "A")
+        #expect(!first)
+        #expect(log.outstanding(for: "A") == [.delete(key: [2])])
+        #expect(!log.mayServeLocally([1], owner: "A"))
+        let unknown = log.ownerTookWrite([3], owner: "A")
+        #expect(!unknown, "a key never recorded changes nothing")
+        let last = log.ownerTookWrite([2], owner: "A")
+        #expect(last, "the last word owed: clean")
+        #expect(log.phase(of: "A") == .clean)
+        _ = log.recordWrite([2], owner: "A", ownerRoutable: false)
+        #expect(log.phase(of: "A") == .standingIn)
+        #expect(log.ownerReturned("A") == [.delete(key: [2])])
+        var full = CachetStandInLog(limits: .init(maximumKeys: 1))
+        for key: UInt8 in [5, 6] { _ = full.recordWrite([key], owner: "A", ownerRoutable: false) }
+        let overflowed = full.ownerTookWrite([5], owner: "A")
+        #expect(!overflowed)
+        #expect(full.ownerReturned("A") == [.clear])
+    }
+
     /// A write a peer sent while this node did not stand in (in its own view) is delivered but not served
     /// from here until written here as the stand-in.
     @Test func aWriteTakenOutsideTheStandInsOwnViewIsDeliveredButNotServed() {

@@ -136,16 +136,19 @@ struct CachetRequestFlagsTests {
         #expect(CachetRequestFlags.leaving.rawValue == 0x10)
         #expect(CachetRequestFlags.warmUp.rawValue == 0x20)
         #expect(CachetRequestFlags.lease.rawValue == 0x40 && CachetRequestFlags.ttl.rawValue == 0x80)
-        let header = CachetFrameHeader(opcode: .get, word: 0xff01, id: 1)
+        #expect(CachetRequestFlags.fromOwner.rawValue == 0x100 && CachetRequestFlags.relayed.rawValue == 0x200)
+        let header = CachetFrameHeader(opcode: .get, word: 0xfc01, id: 1)
         #expect(header.requestFlags == .forwarded)
-        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xff00)
+        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xfc00)
         #expect(CachetRequestFlags(rawValue: 0x0080).description == "ttl")
         #expect(CachetRequestFlags(rawValue: 0x0040).description == "lease")
         #expect(CachetRequestFlags(rawValue: 0x0021).description == "forwarded|warmUp")
         #expect(CachetRequestFlags(rawValue: 0x0011).description == "forwarded|leaving")
         #expect(CachetRequestFlags(rawValue: 0x000d).description == "forwarded|invalidation|lastHop")
         #expect(CachetRequestFlags(rawValue: 0x8003).description == "forwarded|cluster|0x8000")
-        #expect(CachetRequestFlags(rawValue: 0x0181).description == "forwarded|ttl|0x100")
+        #expect(CachetRequestFlags(rawValue: 0x0481).description == "forwarded|ttl|0x400")
+        #expect(CachetRequestFlags(rawValue: 0x030d).description == "forwarded|invalidation|lastHop|fromOwner|relayed")
+        #expect(CachetRequestFlags(rawValue: 0x010d).description == "forwarded|invalidation|lastHop|fromOwner")
         #expect(CachetRequestFlags(rawValue: 0x0005).description == "forwarded|invalidation")
         #expect(CachetRequestFlags().description == "none")
     }
@@ -177,7 +180,7 @@ struct CachetRequestFlagsTests {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
                 let frame = try bytes.withUnsafeBytes { try CachetFrameDecoder.decodeFrame(in: $0) }
-                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & 0xff)
+                #expect(frame?.header.requestFlags.rawValue == flags.rawValue & CachetRequestFlags.defined.rawValue)
                 let decoded = try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame!, in: $0) }
                 #expect(decoded == command)
             }

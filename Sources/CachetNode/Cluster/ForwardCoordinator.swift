@@ -64,6 +64,10 @@ final class ForwardCoordinator {
         retries: Int,
         answer: @escaping ([UInt8]) -> Void
     ) {
+        if request.appliesHere, case .answered(let status, _) = outcome, status == .ok || status == .notFound {
+            applyHere(request, standInHadIt: status == .ok, answer: answer)
+            return
+        }
         guard !request.warmUp, retries > 0, case .unavailable(_, let cause) = outcome,
             cause == .refused || cause == .closed
         else {
@@ -82,6 +86,66 @@ final class ForwardCoordinator {
             serveHere(Self.clientFrame(of: request), for: request, retries: retries - 1, answer: answer)
         } else {
             answer(reply(to: request, outcome))
+        }
+    }
+
+    /// Applies here the write a holding owner's confirmation was for, now that its stand-in has dropped its
+    /// copy of the key (``ForwardRequest/appliesHere``), and answers it as any write of this node is: the
+    /// value kept in memory and written through to the disk tier (answered once the disk queue takes it
+    /// when it is full), or the key deleted (OK when the stand-in or this node had it).
+    private func applyHere(_ request: ForwardRequest, standInHadIt: Bool, answer: @escaping ([UInt8]) -> Void) {
+        let commands = processor.commands
+        let now = CachetClock.now()
+        var output = CachetByteBuffer(capacity: 256)
+        let applied: Bool? = request.original.withUnsafeBytes { buffer -> Bool? in
+            guard
+                let frame = try? CachetFrameDecoder.decodeFrame(
+                    in: buffer,
+                    at: 0,
+                    maximumPayloadLength: processor.maximumPayloadLength
+                )
+            else { return nil }
+            switch request.opcode {
+            case .put:
+                guard let put = try? CachetBodyDecoder.decodePut(in: buffer, body: frame.body) else { return nil }
+                let outcome = commands.put(
+                    key: UnsafeRawBufferPointer(rebasing: buffer[put.key]),
+                    value: UnsafeRawBufferPointer(rebasing: buffer[put.value]),
+                    ttl: put.ttl,
+                    now: now
+                )
+                switch outcome {
+                case .stored:
+                    appendReply(opcode: .put, status: .ok, id: request.id, to: &output)
+                case .waitingForDisk(let key, let value, let expiry):
+                    queuePut(key: key, value: value, expiry: expiry, id: request.id, answer: answer)
+                    return false
+                case .tooLarge(let message):
+                    appendMessage(message, status: .tooLarge, opcode: .put, id: request.id, to: &output)
+                case .failed(let error):
+                    appendMessage(error.message, status: .serverError, opcode: .put, id: request.id, to: &output)
+                }
+            case .delete:
+                guard let key = try? CachetBodyDecoder.decodeKey(in: buffer, body: frame.body) else { return nil }
+                switch commands.delete(UnsafeRawBufferPointer(rebasing: buffer[key]), now: now) {
+                case .deleted: appendReply(opcode: .delete, status: .ok, id: request.id, to: &output)
+                case .notFound:
+                    let status: CachetStatus = standInHadIt ? .ok : .notFound
+                    appendReply(opcode: .delete, status: status, id: request.id, to: &output)
+                case .failed(let error):
+                    appendMessage(error.message, status: .serverError, opcode: .delete, id: request.id, to: &output)
+                }
+            default:
+                return nil
+            }
+            return true
+        }
+        switch applied {
+        case true?: answer(Array(output.readableRegion))
+        case false?: break
+        case nil:
+            // The frame was served once already, so it decodes; were it not to, nothing was applied.
+            answer(reply(to: request, .unavailable("the write could not be read back to apply it", .refused)))
         }
     }
 

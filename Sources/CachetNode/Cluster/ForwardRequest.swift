@@ -25,6 +25,10 @@ final class ForwardRequest: Sendable {
     /// A warm-up GET to the key's previous owner (``NodeWarmUp``): its OK reply carries the TTL left before
     /// the value, and the client is answered a miss rather than UNAVAILABLE when it fails.
     let warmUp: Bool
+    /// For a ``confirmation`` this node sends as the key's owner while it holds (with `fromOwner`): once
+    /// `owner`, the stand-in, has dropped its copy, ``original`` is applied here, and its reply is this
+    /// node's (`Protocol/CLUSTER.md`, "The owner's hold").
+    let appliesHere: Bool
 
     /// A GET with the `ttl` flag: its reply carries the TTL left, so it never shares a plain GET's reply.
     var asksTTL: Bool { frame.count >= 12 && frame[7] & UInt8(CachetRequestFlags.ttl.rawValue) != 0 }
@@ -37,7 +41,8 @@ final class ForwardRequest: Sendable {
         confirmation: Bool = false,
         original: [UInt8] = [],
         secondHop: Bool = false,
-        warmUp: Bool = false
+        warmUp: Bool = false,
+        appliesHere: Bool = false
     ) {
         self.frame = frame
         self.opcode = opcode
@@ -47,6 +52,7 @@ final class ForwardRequest: Sendable {
         self.original = original
         self.secondHop = secondHop
         self.warmUp = warmUp
+        self.appliesHere = appliesHere
     }
 
     /// The opcode of ``frame``: the client's, or DEL for a ``confirmation``.

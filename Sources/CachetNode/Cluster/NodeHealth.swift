@@ -210,6 +210,18 @@ final class NodeHealth: Sendable {
         } ?? nil
     }
 
+    /// `ownerID` took a write of `key` itself while it holds, after this node dropped its copy: no word on the
+    /// key is owed to it any more (``StandInLedger/ownerTookWrite(_:owner:)``).
+    func ownerTookWrite(_ key: [UInt8], ownerID: String) {
+        let failure = withState { _, state in state.ledger.ownerTookWrite(key, owner: ownerID) } ?? nil
+        if let failure {
+            logger?.warning(
+                "the stand-in log file could not drop an owner's records: they are delivered again after a restart",
+                metadata: ["cluster.member": "\(ownerID)", "error.message": "\(failure)"]
+            )
+        }
+    }
+
     /// The invalidations to send now: those handed out for owners that are routable and not already on
     /// their way (sent again after a failure), each with its owner. Marked as on their way.
     func invalidationsToSend() -> [(owner: CachetClusterMember, invalidation: CachetStandInLog.Invalidation)] {

@@ -61,6 +61,12 @@ final class RequestRouter {
             && header.flags & (CachetRequestFlags.lastHop.rawValue | CachetRequestFlags.invalidation.rawValue) != 0
         noteInvalidation(header)
         let foreignOwner = router.foreignOwner(of: keyBytes)
+        let ownersWord =
+            CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.invalidation.rawValue
+            | CachetRequestFlags.lastHop.rawValue | CachetRequestFlags.fromOwner.rawValue
+        if header.flags & ownersWord == ownersWord && header.opcode == .delete, let owner = foreignOwner {
+            return ownersWriteConfirmed(header, key: keyBytes, owner: owner, output: &output)
+        }
         if forwarded && header.flags & CachetRequestFlags.invalidation.rawValue != 0 {
             // A stand-in's word on a key (`Protocol/CLUSTER.md`, "Handing back values"): its value is stored only
             // by the key's owner while it holds, as the first word on the key in that hold, and only when its
@@ -104,10 +110,24 @@ final class RequestRouter {
             }
             if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
             if !lastHop, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
-                // The local copy goes first: once the hold ends it would be older than what the stand-in took.
-                // The stand-in serves it without asking this node to confirm: that copy is gone. A hand-back of
-                // the key still on its way (read before this write) would be older too: it now deletes.
+                // A hand-back of the key still on its way (read before this write) would be older: it now deletes.
                 hold.invalidated(keyBytes)
+                if !minority && header.flags & CachetRequestFlags.lease.rawValue == 0 {
+                    // Back from an absence: the write is taken here, once the stand-in has dropped its copy (so
+                    // that nobody serves an older value meanwhile) and forgotten the key (this write is newer
+                    // than any it took), and kept for when the hold ends, instead of being left at the
+                    // stand-in, which would only hand back a delete of it. The local copy goes first, through
+                    // the disk journal: killed before the write is applied here, this node must not serve it
+                    // once the stand-in no longer owes it a word on the key.
+                    if let failure = dropLocalCopy(keyBytes) {
+                        appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
+                        return .answered
+                    }
+                    return ownersConfirmation(frame, in: buffer, key: keyBytes, at: standIn)
+                }
+                // In the minority (or a leased PUT): the write goes to the stand-in, and the local copy goes
+                // first: once the hold ends it would be older than what the stand-in took. The stand-in serves
+                // it without asking this node to confirm: that copy is gone.
                 if let failure = dropLocalCopy(keyBytes) {
                     appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
                     return .answered
@@ -265,6 +285,108 @@ final class RequestRouter {
                     confirmation: true,
                     original: Self.requestBytes(frame, in: buffer),
                     secondHop: true
+                )
+            )
+        )
+    }
+
+    /// A holding owner's confirmation of a write of its key it takes itself (`fromOwner`): this node's copy,
+    /// served or not, goes, so that none older than that write is served here, and no word on the key is owed
+    /// to the owner any more (its write is newer than any this node took). Where this node sends the key
+    /// decides the rest: to the owner itself, or here as the stand-in, that is all (OK); to another member
+    /// (this node holds and defers to the next one, or sees another stand-in), that member must drop its copy
+    /// too (the same confirmation, `relayed`) before the owner may apply the write: that is where the others
+    /// read the key; a relayed one is not sent on again, but refused. Unsettled, or in the minority: refused,
+    /// and the owner refuses the write.
+    private func ownersWriteConfirmed(
+        _ header: CachetFrameHeader,
+        key: UnsafeRawBufferPointer,
+        owner: CachetClusterMember,
+        output: inout CachetByteBuffer
+    ) -> RouteDecision {
+        let placement = health.place(key, owner: owner, forwarded: true, inMinority: hold?.isInMinority ?? false) {
+            hold?.isHoldingAfterAbsence() ?? false
+        }
+        let elsewhere: CachetClusterMember?
+        switch placement {
+        case .standIn: elsewhere = nil
+        case .forward(let target): elsewhere = target.id == owner.id ? nil : target
+        case .delivering: elsewhere = nil
+        case .deferred(let next): elsewhere = next
+        case .unsettled, .minority:
+            appendMessage(
+                "this node cannot tell yet where the key of \(owner.id) is served, so it cannot confirm its write",
+                status: .unavailable,
+                opcode: .delete,
+                id: header.id,
+                to: &output
+            )
+            return .answered
+        }
+        if let failure = dropLocalCopy(key) {
+            appendMessage(failure, status: .serverError, opcode: .delete, id: header.id, to: &output)
+            return .answered
+        }
+        health.ownerTookWrite(Array(key), ownerID: owner.id)
+        guard let elsewhere else {
+            appendReply(opcode: .delete, status: .ok, id: header.id, to: &output)
+            return .answered
+        }
+        guard header.flags & CachetRequestFlags.relayed.rawValue == 0 else {
+            // Sent on once already: a confirmation crosses at most two members.
+            appendMessage(
+                "this node routes the key of \(owner.id) to \(elsewhere.id), so it cannot confirm its write",
+                status: .unavailable,
+                opcode: .delete,
+                id: header.id,
+                to: &output
+            )
+            return .answered
+        }
+        RequestCounters.bump(counters.forwards)
+        let invalidation = CachetCommand.delete(key: Array(key)).encoded(
+            id: 0,
+            flags: [.forwarded, .invalidation, .lastHop, .fromOwner, .relayed]
+        )
+        return .pending(
+            .forward(
+                ForwardRequest(
+                    frame: invalidation,
+                    opcode: .delete,
+                    id: header.id,
+                    owner: elsewhere,
+                    confirmation: true,
+                    secondHop: true
+                )
+            )
+        )
+    }
+
+    /// The confirmation a holding owner sends its stand-in for a write of its own key (a DEL with
+    /// `forwarded`, `invalidation`, `lastHop` and `fromOwner`): once the stand-in has dropped its copy, the
+    /// write is applied here (``ForwardRequest/appliesHere``).
+    private func ownersConfirmation(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        key: UnsafeRawBufferPointer,
+        at standIn: CachetClusterMember
+    ) -> RouteDecision {
+        RequestCounters.bump(counters.forwards)
+        let invalidation = CachetCommand.delete(key: Array(key)).encoded(
+            id: 0,
+            flags: [.forwarded, .invalidation, .lastHop, .fromOwner]
+        )
+        return .pending(
+            .forward(
+                ForwardRequest(
+                    frame: invalidation,
+                    opcode: frame.header.opcode,
+                    id: frame.header.id,
+                    owner: standIn,
+                    confirmation: true,
+                    original: Self.requestBytes(frame, in: buffer),
+                    secondHop: frame.header.flags & CachetRequestFlags.forwarded.rawValue != 0,
+                    appliesHere: true
                 )
             )
         )

@@ -119,6 +119,22 @@ struct StandInLedger {
         }
     }
 
+    /// `owner` took a write of `key` itself while it holds, once this node had dropped its copy: no word on
+    /// the key is owed to it any more (``CachetStandInLog/ownerTookWrite(_:owner:)``). The file keeps the
+    /// key until the owner is clean: read back after a restart, it is delivered as a delete, which costs the
+    /// owner a miss, never a stale value.
+    /// - Returns: why the file could not drop the owner's records once it is clean (nil when it did, or had
+    ///   nothing to do).
+    mutating func ownerTookWrite(_ key: [UInt8], owner: String) -> String? {
+        handBack[owner]?.remove(key)
+        guard log.ownerTookWrite(key, owner: owner) else { return nil }
+        delivering[owner] = nil
+        handBack[owner] = nil
+        returnedAt[owner] = nil
+        let log = self.log
+        return file?.ownerClean(owner, live: { Self.fileEntries(log) })?.message
+    }
+
     /// Whether the local value of `key` may be handed back to `owner` with its delivery: this node took the
     /// key's latest write it knows of, in this run, and no other member had come back since.
     func mayHandBack(_ key: [UInt8], owner: String) -> Bool {

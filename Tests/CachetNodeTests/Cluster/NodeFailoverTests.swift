@@ -143,6 +143,44 @@ struct NodeFailoverTests {
         #expect(restored == Array("v1".utf8), "the control key after the owner's hold")
     }
 
+    /// An owner back from an absence takes the writes of its keys sent to it while it holds (`Protocol/
+    /// CLUSTER.md`, "The owner's hold"): once its stand-in has dropped its copy, the write is applied at the
+    /// owner, so the owner serves it when its hold ends, through every member. Before, the write went to the
+    /// stand-in, which confirmed it with the owner by a delete: acknowledged, and then a miss everywhere.
+    @Test func writesTakenWhileTheOwnerHoldsAreServedOnceItsHoldEnds() throws {
+        let cluster = try Cluster(extraArguments: Self.timings, disk: true)
+        let key = cluster.key(ownedBy: "n1", prefix: "held")
+        let deleted = cluster.key(ownedBy: "n1", prefix: "held-deleted")
+        let n1 = try cluster.node("n1").connect()
+        for written in [key, deleted] {
+            #expect(try n1.roundTrip(.put(key: Array(written.utf8), value: Array("v1".utf8), ttl: 0)).status == .ok)
+        }
+        try Self.checkpointPastWhatIsOnDisk(cluster, owner: "n1", socket: n1, alreadyOnDisk: 2)
+        _ = cluster.node("n1").stop(signal: SIGKILL)
+        try Self.waitForDown("n1", cluster: cluster)
+        #expect(
+            try cluster.node("n2").connect().roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0))
+                .status == .ok
+        )
+
+        try cluster.start("n1")
+        let owner = try cluster.node("n1").connect()
+        #expect(try cluster.stats("n1")["holding"] as? Bool == true, "the owner holds after its restart")
+        // While it holds: a write and a delete of its keys, through the owner itself and through a peer.
+        #expect(try owner.roundTrip(.put(key: Array(key.utf8), value: Array("v3".utf8), ttl: 0)).status == .ok)
+        let deletion = try cluster.node("n3").connect().roundTrip(.delete(key: Array(deleted.utf8))).status
+        #expect(deletion == .ok || deletion == .notFound, "\(deletion)")
+        #expect(try NodeForwardingTests.get(key, from: owner, flags: .forwarded).status == .notFound, "held: a miss")
+        #expect(try Self.waitUntilServing("n1", cluster: cluster), "the owner's hold ended")
+        for id in ["n1", "n2", "n3"] {
+            let connection = try cluster.node(id).connect()
+            #expect(try NodeForwardingTests.get(key, from: connection).body == Array("v3".utf8), "\(id)")
+            #expect(try NodeForwardingTests.get(deleted, from: connection).status == .notFound, "\(id)")
+        }
+        let direct = try NodeForwardingTests.get(key, from: try cluster.node("n1").connect(), flags: .forwarded)
+        #expect(direct.body == Array("v3".utf8), "the owner holds the write itself")
+    }
+
     /// A stand-in hands back the values it took for a returned owner (`Protocol/CLUSTER.md`, "Handing back
     /// values"): the owner is warm for them once its hold ends, with the TTL they had left, and a key the
     /// stand-in deleted stays deleted (not brought back from the owner's disk).
