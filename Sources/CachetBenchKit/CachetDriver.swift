@@ -54,8 +54,11 @@ public struct CachetDriver: BenchProtocolDriver {
     )? {
         let found: CachetFrame?
         do {
-            found = try CachetReplyDecoder.decodeReply(in: buffer, at: offset, maximumPayloadLength: Int(UInt32.max))
-            if let found { try CachetReplyDecoder.validateReplyHeader(found.header) }
+            found = try CachetReplyDecoder.decodeValidReply(
+                in: buffer,
+                at: offset,
+                maximumPayloadLength: Int(UInt32.max)
+            )
         } catch {
             throw BenchError(.malformedReply, "invalid Cachet reply: \(error.message)")
         }

@@ -43,13 +43,12 @@ final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
             let frame: CachetFrame
             do {
                 guard
-                    let found = try CachetReplyDecoder.decodeReply(
+                    let found = try CachetReplyDecoder.decodeValidReply(
                         in: region,
                         at: offset,
                         maximumPayloadLength: maximum
                     )
                 else { break }
-                try CachetReplyDecoder.validateReplyHeader(found.header)
                 frame = found
             } catch {
                 fail(

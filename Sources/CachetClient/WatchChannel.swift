@@ -46,13 +46,12 @@ final class WatchChannel: CachetChannel, @unchecked Sendable {
             let frame: CachetFrame
             do {
                 guard
-                    let found = try CachetReplyDecoder.decodeReply(
+                    let found = try CachetReplyDecoder.decodeValidReply(
                         in: region,
                         at: offset,
                         maximumPayloadLength: maximumFrameLength
                     )
                 else { break }
-                try CachetReplyDecoder.validateReplyHeader(found.header)
                 frame = found
             } catch {
                 fail("the node sent bytes that are not a Cachet reply (\(error.message))")

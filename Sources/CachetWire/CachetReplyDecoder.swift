@@ -33,6 +33,23 @@ public enum CachetReplyDecoder {
         )
     }
 
+    /// ``decodeReply(in:at:maximumPayloadLength:)`` and ``validateReplyHeader(_:)`` together: the reply frame
+    /// at `buffer[offset...]`, checked to be version 1's, or `nil` when more bytes are needed. What every
+    /// reader of a node's replies calls.
+    /// - Throws: ``CachetWireError`` as the two do.
+    @inlinable
+    public static func decodeValidReply(
+        in buffer: UnsafeRawBufferPointer,
+        at offset: Int = 0,
+        maximumPayloadLength: Int = CachetProtocol.defaultMaximumPayloadLength
+    ) throws(CachetWireError) -> CachetFrame? {
+        guard let frame = try decodeReply(in: buffer, at: offset, maximumPayloadLength: maximumPayloadLength) else {
+            return nil
+        }
+        try validateReplyHeader(frame.header)
+        return frame
+    }
+
     /// Checks a reply header: version 1 (every version 1 node answers in version 1's layout, whatever the
     /// request's version).
     /// - Parameter header: the header of a reply frame.

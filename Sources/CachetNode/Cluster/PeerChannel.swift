@@ -74,12 +74,11 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         while true {
             let frame: CachetFrame?
             do {
-                frame = try CachetReplyDecoder.decodeReply(
+                frame = try CachetReplyDecoder.decodeValidReply(
                     in: input.wholeRegion,
                     at: input.readIndex,
                     maximumPayloadLength: maximumReplyLength
                 )
-                if let frame { try CachetReplyDecoder.validateReplyHeader(frame.header) }
             } catch {
                 close(error: CachetIOError(code: .connectionFailed, message: "\(name) sent a bad reply: \(error)"))
                 return

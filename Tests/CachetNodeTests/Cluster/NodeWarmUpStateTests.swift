@@ -43,15 +43,33 @@ struct NodeWarmUpStateTests {
         Array((0...).lazy.map { Array("k\($0)".utf8) }.filter { membership.owner(of: $0).id == id }.prefix(count))
     }
 
+    /// n4 of n1-n4, just started with nothing (joining), with a warm-up over 300 s: the pieces, a key n4 owns,
+    /// and the membership before n4 was added.
+    struct Joining {
+        let directory: TemporaryDirectory
+        let membership: CachetNodeMembership
+        let comparison: MembershipComparison
+        let warmUp: NodeWarmUp
+        let key: [UInt8]
+        let before: CachetMembership
+
+        init() throws {
+            directory = TemporaryDirectory(prefix: "cachet-warm-up")
+            (membership, _) = try NodeWarmUpStateTests.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
+            comparison = MembershipComparison(membership: membership)
+            warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
+            key = NodeWarmUpStateTests.keys(1, ownedBy: "n4", in: membership.current)[0]
+            before = try CachetMembership(
+                members: membership.current.members.filter { $0.id != "n4" },
+                virtualNodesPerMember: membership.current.virtualNodesPerMember
+            )
+        }
+    }
+
     @Test func aJoiningMemberWarmsOnceItSawAnotherMembershipAndThePreviousOwnerAgrees() throws {
-        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
-        let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
-        let comparison = MembershipComparison(membership: membership)
-        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
-        let key = Self.keys(1, ownedBy: "n4", in: membership.current)[0]
-        let before = try CachetMembership(
-            members: membership.current.members.filter { $0.id != "n4" },
-            virtualNodesPerMember: membership.current.virtualNodesPerMember
+        let joining = try Joining()
+        let (membership, comparison, warmUp, key, before) = (
+            joining.membership, joining.comparison, joining.warmUp, joining.key, joining.before
         )
         let source = { key.withUnsafeBytes { warmUp.source(for: $0) } }
         #expect(source() == nil, "a cluster that starts together asks no one")
@@ -76,14 +94,9 @@ struct NodeWarmUpStateTests {
     @Test func aJoiningMemberLearnsTheChangeFromAPeerThatAlreadyReloaded() throws {
         // The others reloaded before this member was ever compared with them (back to back, or before it
         // started): no peer is ever seen on the old file, but each reports its change from it.
-        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
-        let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
-        let comparison = MembershipComparison(membership: membership)
-        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
-        let key = Self.keys(1, ownedBy: "n4", in: membership.current)[0]
-        let before = try CachetMembership(
-            members: membership.current.members.filter { $0.id != "n4" },
-            virtualNodesPerMember: membership.current.virtualNodesPerMember
+        let joining = try Joining()
+        let (membership, comparison, warmUp, key, before) = (
+            joining.membership, joining.comparison, joining.warmUp, joining.key, joining.before
         )
         let source = before.owner(of: key)
         let ask = { key.withUnsafeBytes { warmUp.source(for: $0) } }
@@ -107,14 +120,9 @@ struct NodeWarmUpStateTests {
     }
 
     @Test func thePreviousOwnerIsAskedOnceItReadsThisMembershipWhateverTheOthersRead() throws {
-        let directory = TemporaryDirectory(prefix: "cachet-warm-up")
-        let (membership, _) = try Self.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
-        let comparison = MembershipComparison(membership: membership)
-        let warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
-        let key = Self.keys(1, ownedBy: "n4", in: membership.current)[0]
-        let before = try CachetMembership(
-            members: membership.current.members.filter { $0.id != "n4" },
-            virtualNodesPerMember: membership.current.virtualNodesPerMember
+        let joining = try Joining()
+        let (membership, comparison, warmUp, key, before) = (
+            joining.membership, joining.comparison, joining.warmUp, joining.key, joining.before
         )
         let source = before.owner(of: key)
         let other = try #require(before.members.first { $0.id != source.id })
