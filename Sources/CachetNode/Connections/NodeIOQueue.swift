@@ -8,35 +8,24 @@ import Logging
 import Glibc
 #endif
 
-/// One I/O queue of the node: a ``CachetEventLoop`` (a serial `DispatchQueue` with one `DispatchSourceRead`
-/// over an epoll set of its own, see `docs/transport.md`) hosting the node's inbound ``Connection``s and, on
-/// a node that forwards, its outbound peer channels (``PeerForwarder``), with what the node keeps per loop:
-/// the request processor, the connections' memory budget, graceful closes, the drain.
+/// One I/O queue of the node, the host of its connections: a ``CachetEventLoop`` (a serial `DispatchQueue`
+/// with one `DispatchSourceRead` over an epoll set of its own; how it batches, lingers and registers
+/// channels edge-triggered, and why: `docs/transport.md`) hosting the node's inbound ``Connection``s and, on
+/// a node that forwards, its outbound peer channels (``PeerForwarder``).
 ///
-/// The transport drains every ready channel per wake-up (Dispatch's per-event toll, a hand-off from its
-/// manager thread and a re-arm, is paid once per batch), registers them edge-triggered so that they are
-/// served in the order their requests arrived (level-triggered, a connection answered in one batch whose
-/// next request came quickly went first again, and the tail latency of many connections grew with it:
-/// BENCHMARKS.md, "Figures behind choices in the code"), and
-/// lingers in `epoll_wait` after a batch (`--io-linger-ms`) so that a busy loop is woken by the kernel
-/// directly. A connection's events come here through the hooks `Connection` overrides for the loop's one
-/// serving loop (``readRoom(_:)``, ``received(_:on:)``, ``inputEnded(_:)``, ``peerClosed(_:hangup:)``,
-/// ``settle(_:now:)``).
-///
-/// Edge-triggered, a connection is reported again only when new bytes arrive, so the loop must leave none
-/// behind: it reads until a short read (and on to the end of the stream once `EPOLLRDHUP` says the peer
-/// has closed). A connection whose last read filled its buffer may have bytes left that no edge will report
-/// (`Connection.unreadBytesPossible`): while it is in a reading phase, every settle renews its registration,
-/// which makes the kernel check it at once. That covers the per-event read cap, and a connection that
-/// stopped reading because of its phase (waiting for its output to drain, for memory or for the disk; see
-/// `Connection.Phase`) and is reading again by the time it is settled, with its registration unchanged.
+/// A connection's events come here through the hooks `Connection` overrides for the loop's one serving
+/// loop (``readRoom(_:)``, ``received(_:on:)``, ``inputEnded(_:)``, ``peerClosed(_:hangup:)``,
+/// ``settle(_:now:)``). Edge-triggered, a connection is reported again only when new bytes arrive: one whose
+/// last read filled its room may have bytes left that no edge will report (`unreadBytesPossible`), so while
+/// it is in a reading phase every settle renews its registration, which makes the kernel check it at once.
 /// Which events a connection is registered for is decided in one place,
-/// `Connection.interest(for:outputPending:)`, from its phase, and `settle` applies it after every event,
-/// completion and wake-up.
+/// `Connection.interest(for:outputPending:)`, from its phase (`Connection.Phase`), and `settle` applies it
+/// after every event, completion and wake-up.
 ///
-/// The host serves the connections' requests (``RequestProcessor``) and calls its collaborators for what
-/// waits on something else: ``DiskDispatch`` (the disk tier), ``ConnectionForwarding`` (other members),
-/// ``ConnectionWatching`` (WATCH) and ``ConnectionUpkeep`` (memory waits, graceful closes, the drain).
+/// The host adopts and closes connections and serves their requests (``RequestProcessor``), and calls its
+/// collaborators for what waits on something else: ``DiskDispatch`` (the disk tier), ``ConnectionForwarding``
+/// (other members), ``ConnectionWatching`` (WATCH) and ``ConnectionUpkeep`` (memory waits, graceful closes,
+/// the drain).
 ///
 /// `@unchecked Sendable`: every mutable property is touched only on `queue`; other threads reach the loop
 /// only through ``execute(_:)`` and ``executeAndWait(_:)``.
@@ -542,5 +531,107 @@ final class NodeIOQueue: @unchecked Sendable {
         connection.phase = .reading(frameLength: 0)
         process(connection, now: now)
         settle(connection, now: now)
+    }
+
+    // MARK: - Adopting and ending connections
+
+    /// Adopts an accepted socket. Called on `queue`.
+    func register(fd: Int32) {
+        _ = adopt(fd: fd, counted: true)
+    }
+
+    /// Adopts a socket accepted on the TLS port: its reads and writes go through a session of `context`,
+    /// whose handshake the first read does. One whose handshake has not finished `handshakeDeadline`
+    /// seconds later is closed, with a log line. Called on `queue`.
+    func register(fd: Int32, tls context: CachetTLSContext, handshakeDeadline: Double) {
+        guard let connection = adopt(fd: fd, counted: true, tls: context) else { return }
+        _ = loop.schedule(after: .milliseconds(Int(handshakeDeadline * 1000))) { [weak self, weak connection] in
+            guard let self, let connection, !connection.isClosed, connection.tls?.isEstablished == false else {
+                return
+            }
+            logger.notice(
+                "TLS handshake did not finish in time: connection closed",
+                metadata: ["connection.fd": "\(connection.fd)", "tls.handshake_timeout": "\(handshakeDeadline)"]
+            )
+            close(connection)
+        }
+    }
+
+    /// Answers a connection over `--max-connections` with `reply` and closes it gracefully (a client that
+    /// sent requests at once would otherwise get a reset, which may discard the reply). It is not counted
+    /// as open. Past 1,000 graceful closes in progress on this loop it is closed at once instead, so that
+    /// a flood of connections cannot hold descriptors. Called on `queue`.
+    func reject(fd: Int32, reply: [UInt8]) {
+        guard upkeep.closingCount < 1_000, let connection = adopt(fd: fd, counted: false) else {
+            _ = reply.withUnsafeBytes { CachetSocket.send(fd, $0) }
+            CachetSocket.close(fd)
+            return
+        }
+        reply.withUnsafeBytes { connection.output.append($0) }
+        beginClosing(connection)
+        settle(connection, now: CachetClock.now())
+    }
+
+    private func adopt(fd: Int32, counted: Bool, tls: CachetTLSContext? = nil) -> Connection? {
+        let connection = Connection(owner: self, memory: memory, counted: counted)
+        if let tls { connection.useTLS(tls) }
+        if processor.authorizer != nil {
+            // A node with users: AUTH first; failures are counted against the client's address.
+            let address = CachetSocketAddress.remote(of: fd)?.ipAddress ?? "unknown"
+            connection.access = ConnectionAccess(state: .anonymous, address: address)
+        }
+        connectionCount += 1
+        // Registered for the events its first phase needs; a socket epoll refuses is closed at once
+        // (`connectionClosed` does the bookkeeping).
+        loop.register(connection, fd: fd, isNonBlocking: true)
+        guard !connection.isClosed else {
+            logger.warning("could not watch a new connection", metadata: ["connection.fd": "\(fd)"])
+            return nil
+        }
+        return connection
+    }
+
+    /// Starts the graceful close: nothing more is answered; once what is queued has been sent, the write
+    /// side is shut down; input is read and thrown away until the peer closes, `discardLimit` bytes, or
+    /// `deadline` (by default `closeLinger` from now).
+    func beginClosing(_ connection: Connection, deadline: DispatchTime? = nil) {
+        switch connection.phase {
+        case .closing, .closed: return
+        default: break
+        }
+        let limit = DispatchTime.now() + closeLinger
+        let deadline = deadline.map { min($0, limit) } ?? limit
+        connection.input.moveReadIndex(to: connection.input.writeIndex)
+        connection.phase = .closing(Connection.Closing(deadline: deadline.uptimeNanoseconds))
+        upkeep.closingStarted()
+        _ = send(connection)
+    }
+
+    /// Closes a connection at once: its socket, its registration (``connectionClosed(_:)`` does the rest).
+    func close(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        connection.close()
+    }
+
+    /// A connection's channel has closed (by ``close(_:)``, a failed registration or the loop stopping): its
+    /// budget, its counts. Called once per connection.
+    func connectionClosed(_ connection: Connection) {
+        if case .closing = connection.phase { upkeep.closingEnded() }
+        connection.phase = .closed
+        connectionCount -= 1
+        // The buffers go with the connection (the last reference is the loop's, or a disk completion's).
+        memory.charge(-connection.charged)
+        connection.charged = 0
+        // Forwards still in flight find their pipeline gone and write nothing.
+        connection.dropForwards()
+        if let stream = connection.watch {
+            processor.commands.watches.unregister(stream)
+            connection.watch = nil
+        }
+        if connection.countedAsWaiting {
+            connection.countedAsWaiting = false
+            upkeep.waitingChanged(false)
+        }
+        if connection.counted { onClose() }
     }
 }
