@@ -296,7 +296,7 @@ final class ForwardCoordinator {
             return Array(reply.readableRegion)
         }
         switch outcome {
-        case .answered(let status, _) where request.confirmation:
+        case .answered(let status, let body) where request.confirmation:
             // The invalidation that confirms a peer's write: acknowledged, the write is (a PUT's value is
             // not kept: this node would not serve it); refused, the write is not acknowledged either.
             reply = CachetByteBuffer(capacity: 256)
@@ -308,9 +308,11 @@ final class ForwardCoordinator {
                     to: &reply
                 )
             } else {
+                // The member's own reason, so that a refusal can be traced to the view that made it.
+                let reason = body.isEmpty ? "" : ": " + String(decoding: body.prefix(300), as: UTF8.self)
                 appendMessage(
-                    "\(request.owner.id), where this node routes the key, did not take its invalidation (\(status)); "
-                        + "the write was not applied",
+                    "\(request.owner.id), where this node routes the key, did not take its invalidation (\(status)"
+                        + reason + "); the write was not applied",
                     status: .unavailable,
                     opcode: request.opcode,
                     id: request.id,

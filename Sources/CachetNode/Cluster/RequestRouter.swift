@@ -308,11 +308,17 @@ final class RequestRouter {
             hold?.isHoldingAfterAbsence() ?? false
         }
         let elsewhere: CachetClusterMember?
+        // A member that would stand in but holds defers to the next one after it on the key's preference
+        // list: a relayed confirmation follows such deferrals (each moves on along the list, so it ends), but
+        // goes no further from a member that routes the key to a stand-in of its own view.
+        var deferred = false
         switch placement {
         case .standIn: elsewhere = nil
         case .forward(let target): elsewhere = target.id == owner.id ? nil : target
         case .delivering: elsewhere = nil
-        case .deferred(let next): elsewhere = next
+        case .deferred(let next):
+            elsewhere = next
+            deferred = true
         case .unsettled, .minority:
             appendMessage(
                 "this node cannot tell yet where the key of \(owner.id) is served, so it cannot confirm its write",
@@ -332,8 +338,9 @@ final class RequestRouter {
             appendReply(opcode: .delete, status: .ok, id: header.id, to: &output)
             return .answered
         }
-        guard header.flags & CachetRequestFlags.relayed.rawValue == 0 else {
-            // Sent on once already: a confirmation crosses at most two members.
+        guard deferred || header.flags & CachetRequestFlags.relayed.rawValue == 0 else {
+            // Sent on once already, to a member that routes the key to a stand-in of its own view: refused
+            // rather than sent on again.
             appendMessage(
                 "this node routes the key of \(owner.id) to \(elsewhere.id), so it cannot confirm its write",
                 status: .unavailable,
