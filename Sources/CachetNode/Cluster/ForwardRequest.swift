@@ -57,4 +57,84 @@ final class ForwardRequest: Sendable {
 
     /// The opcode of ``frame``: the client's, or DEL for a ``confirmation``.
     var frameOpcode: CachetOpcode { confirmation ? .delete : opcode }
+
+    // MARK: - The forwards the routing decision makes
+
+    /// The whole request `frame` as received, its length prefix included: what a forward sends on.
+    static func requestBytes(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer) -> [UInt8] {
+        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
+        return Array(buffer[start..<frame.end])
+    }
+
+    /// A request passed on to `target` (the key's owner, or its stand-in) as received, with `forwarded` set,
+    /// and `lastHop` when `target` must serve it itself; a second hop when it came forwarded.
+    static func passingOn(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        to target: CachetClusterMember,
+        lastHop: Bool
+    ) -> ForwardRequest {
+        let forwarded =
+            CachetRequestFlags.forwarded.rawValue | (lastHop ? CachetRequestFlags.lastHop.rawValue : 0)
+        var request = requestBytes(frame, in: buffer)
+        request.withUnsafeMutableBytes {
+            $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
+        }
+        return ForwardRequest(
+            frame: request,
+            opcode: frame.header.opcode,
+            id: frame.header.id,
+            owner: target,
+            secondHop: frame.header.flags & CachetRequestFlags.forwarded.rawValue != 0
+        )
+    }
+
+    /// The confirmation of a write (`opcode`, PUT or DEL, of the client's request `id`) of `key`: a DEL with
+    /// `forwarded`, `invalidation`, `lastHop` and `flags` (`fromOwner`, `relayed`) for `target`
+    /// (`Protocol/CLUSTER.md`, "Forwarding" and "The owner's hold").
+    static func confirmation(
+        of key: UnsafeRawBufferPointer,
+        flags: CachetRequestFlags = [],
+        opcode: CachetOpcode,
+        id: UInt32,
+        to target: CachetClusterMember,
+        original: [UInt8] = [],
+        secondHop: Bool = true,
+        appliesHere: Bool = false
+    ) -> ForwardRequest {
+        ForwardRequest(
+            frame: CachetCommand.delete(key: Array(key)).encoded(
+                id: 0,
+                flags: flags.union([.forwarded, .invalidation, .lastHop])
+            ),
+            opcode: opcode,
+            id: id,
+            owner: target,
+            confirmation: true,
+            original: original,
+            secondHop: secondHop,
+            appliesHere: appliesHere
+        )
+    }
+
+    /// The fan-out of a CLEAR or STATS with the `cluster` flag (and without `forwarded`, which cancels it):
+    /// the same request, `forwarded` set and `cluster` clear, for every member, this node included; nil for
+    /// any other request.
+    @inline(never)
+    static func fanOut(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        clearPrefixes: [[UInt8]]? = nil
+    ) -> PendingOperation? {
+        let flags = CachetRequestFlags(rawValue: frame.header.flags)
+        guard flags.contains(.cluster), !flags.contains(.forwarded) else { return nil }
+        // A CLEAR whose user's prefixes narrow it carries them to every member in its body.
+        var request =
+            clearPrefixes.map { CachetCommand.clearPrefixes($0).encoded(id: frame.header.id, flags: flags) }
+            ?? requestBytes(frame, in: buffer)
+        let word = (frame.header.flags | CachetRequestFlags.forwarded.rawValue) & ~CachetRequestFlags.cluster.rawValue
+        request.withUnsafeMutableBytes { $0.storeBytes(of: word.bigEndian, toByteOffset: 6, as: UInt16.self) }
+        let nobody = CachetClusterMember(id: "", host: "", port: 0)
+        return .fanOut(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: nobody))
+    }
 }

@@ -271,20 +271,14 @@ final class RequestRouter {
         let header = frame.header
         guard header.opcode == .put || header.opcode == .delete else { return nil }
         RequestCounters.bump(counters.forwards)
-        let invalidation = CachetCommand.delete(key: Array(key)).encoded(
-            id: 0,
-            flags: [.forwarded, .invalidation, .lastHop]
-        )
         return .pending(
             .forward(
-                ForwardRequest(
-                    frame: invalidation,
+                .confirmation(
+                    of: key,
                     opcode: header.opcode,
                     id: header.id,
-                    owner: target,
-                    confirmation: true,
-                    original: Self.requestBytes(frame, in: buffer),
-                    secondHop: true
+                    to: target,
+                    original: ForwardRequest.requestBytes(frame, in: buffer)
                 )
             )
         )
@@ -351,20 +345,9 @@ final class RequestRouter {
             return .answered
         }
         RequestCounters.bump(counters.forwards)
-        let invalidation = CachetCommand.delete(key: Array(key)).encoded(
-            id: 0,
-            flags: [.forwarded, .invalidation, .lastHop, .fromOwner, .relayed]
-        )
         return .pending(
             .forward(
-                ForwardRequest(
-                    frame: invalidation,
-                    opcode: .delete,
-                    id: header.id,
-                    owner: elsewhere,
-                    confirmation: true,
-                    secondHop: true
-                )
+                .confirmation(of: key, flags: [.fromOwner, .relayed], opcode: .delete, id: header.id, to: elsewhere)
             )
         )
     }
@@ -379,19 +362,15 @@ final class RequestRouter {
         at standIn: CachetClusterMember
     ) -> RouteDecision {
         RequestCounters.bump(counters.forwards)
-        let invalidation = CachetCommand.delete(key: Array(key)).encoded(
-            id: 0,
-            flags: [.forwarded, .invalidation, .lastHop, .fromOwner]
-        )
         return .pending(
             .forward(
-                ForwardRequest(
-                    frame: invalidation,
+                .confirmation(
+                    of: key,
+                    flags: .fromOwner,
                     opcode: frame.header.opcode,
                     id: frame.header.id,
-                    owner: standIn,
-                    confirmation: true,
-                    original: Self.requestBytes(frame, in: buffer),
+                    to: standIn,
+                    original: ForwardRequest.requestBytes(frame, in: buffer),
                     secondHop: frame.header.flags & CachetRequestFlags.forwarded.rawValue != 0,
                     appliesHere: true
                 )
@@ -436,12 +415,6 @@ final class RequestRouter {
         return .answered
     }
 
-    /// The whole request `frame` as received, its length prefix included: what a forward sends on.
-    private static func requestBytes(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer) -> [UInt8] {
-        let start = frame.body.lowerBound - CachetProtocol.headerSize - CachetProtocol.lengthPrefixSize
-        return Array(buffer[start..<frame.end])
-    }
-
     /// Answers a GET with a miss, counted as one.
     private func miss(_ id: UInt32, output: inout CachetByteBuffer) -> RouteDecision {
         RequestCounters.bump(counters.gets)
@@ -450,8 +423,7 @@ final class RequestRouter {
         return .answered
     }
 
-    /// The forward of a request to `target` (the key's owner, or its stand-in), with `forwarded` set, and
-    /// `lastHop` when `target` must serve it itself.
+    /// The forward of a request to `target` (``ForwardRequest/passingOn(_:in:to:lastHop:)``), counted.
     private func forward(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
@@ -459,22 +431,7 @@ final class RequestRouter {
         lastHop: Bool = false
     ) -> PendingOperation {
         RequestCounters.bump(counters.forwards)
-        let forwarded =
-            CachetRequestFlags.forwarded.rawValue | (lastHop ? CachetRequestFlags.lastHop.rawValue : 0)
-        var request = Self.requestBytes(frame, in: buffer)
-        let secondHop = frame.header.flags & CachetRequestFlags.forwarded.rawValue != 0
-        request.withUnsafeMutableBytes {
-            $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
-        }
-        return .forward(
-            ForwardRequest(
-                frame: request,
-                opcode: frame.header.opcode,
-                id: frame.header.id,
-                owner: target,
-                secondHop: secondHop
-            )
-        )
+        return .forward(ForwardRequest.passingOn(frame, in: buffer, to: target, lastHop: lastHop))
     }
 
     /// Removes this node's copy of one of its own keys (memory, and the disk tier through its queue) before
@@ -482,25 +439,5 @@ final class RequestRouter {
     /// write must then be refused, since the copy left on disk could be served once the hold ends.
     private func dropLocalCopy(_ key: UnsafeRawBufferPointer) -> String? {
         commands.dropCopy(key)
-    }
-
-    /// The fan-out of a CLEAR or STATS with the `cluster` flag (and without `forwarded`, which cancels it):
-    /// the same request, `forwarded` set and `cluster` clear, for every member, this node included.
-    @inline(never)
-    static func fanOut(
-        _ frame: CachetFrame,
-        in buffer: UnsafeRawBufferPointer,
-        clearPrefixes: [[UInt8]]? = nil
-    ) -> PendingOperation? {
-        let flags = CachetRequestFlags(rawValue: frame.header.flags)
-        guard flags.contains(.cluster), !flags.contains(.forwarded) else { return nil }
-        // A CLEAR whose user's prefixes narrow it carries them to every member in its body.
-        var request =
-            clearPrefixes.map { CachetCommand.clearPrefixes($0).encoded(id: frame.header.id, flags: flags) }
-            ?? Self.requestBytes(frame, in: buffer)
-        let word = (frame.header.flags | CachetRequestFlags.forwarded.rawValue) & ~CachetRequestFlags.cluster.rawValue
-        request.withUnsafeMutableBytes { $0.storeBytes(of: word.bigEndian, toByteOffset: 6, as: UInt16.self) }
-        let nobody = CachetClusterMember(id: "", host: "", port: 0)
-        return .fanOut(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: nobody))
     }
 }

@@ -1,4 +1,5 @@
 import CachetIO
+import CachetWire
 
 /// Writes a header and a body to a connection's socket with one non-blocking `writev`, so that a large
 /// value goes from the store's memory to the kernel without a copy into the output buffer.
@@ -16,5 +17,26 @@ struct DirectSend {
     func callAsFunction(_ header: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) -> Int {
         if case .bytes(let count) = channel._withUnsafeGuaranteedRef({ $0.transmit(header, body) }) { return count }
         return 0
+    }
+
+    /// Sends a GET reply's header and value straight to the socket (under the shard's lock, with a
+    /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output
+    /// buffer is empty, so replies stay in order.
+    func sendReply(id: UInt32, value: UnsafeRawBufferPointer, output: inout CachetByteBuffer) {
+        withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead, alignment: 4) { header in
+            CachetFrameEncoder.writePrefixAndHeader(
+                to: header.baseAddress!,
+                bodyLength: value.count,
+                header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
+            )
+            let headerBytes = UnsafeRawBufferPointer(header)
+            let sent = max(0, self(headerBytes, value))
+            if sent < headerBytes.count {
+                output.append(UnsafeRawBufferPointer(rebasing: headerBytes[sent...]))
+                output.append(value)
+            } else {
+                output.append(UnsafeRawBufferPointer(rebasing: value[(sent - headerBytes.count)...]))
+            }
+        }
     }
 }

@@ -242,7 +242,7 @@ struct RequestProcessor {
                 // A user limited to key prefixes clears only keys under them (checked by `authorize`).
                 let prefixes = access.clearScope(requested: requested)
                 if forwards {
-                    if let fanOut = RequestRouter.fanOut(
+                    if let fanOut = ForwardRequest.fanOut(
                         frame,
                         in: buffer,
                         clearPrefixes: prefixes == requested ? nil : prefixes
@@ -263,7 +263,7 @@ struct RequestProcessor {
                 appendReply(opcode: .unwatch, status: .ok, id: header.id, to: &output)
             case .stats:
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
-                if forwards, let fanOut = RequestRouter.fanOut(frame, in: buffer) { return fanOut }
+                if forwards, let fanOut = ForwardRequest.fanOut(frame, in: buffer) { return fanOut }
                 var json = statistics(access.mayReadMembers)
                 json.withUTF8 {
                     appendReply(
@@ -316,13 +316,9 @@ struct RequestProcessor {
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
             // direct send may leave all of it to be queued. (Values below the threshold are never held
             // back: their replies fit a connection's initial buffer, or grow it by little.)
-            if value.count >= Self.budgetCheckThreshold
-                && value.count + CachetProtocol.frameOverhead > outputCapacityLimit - output.readableBytes
-            {
-                return false
-            }
+            guard Self.replyFits(value.count, limit: outputCapacityLimit, output: output) else { return false }
             if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
-                appendReplyDirectly(id: id, value: value, output: &output, directSend: directSend)
+                directSend.sendReply(id: id, value: value, output: &output)
             } else {
                 appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
             }
@@ -380,9 +376,7 @@ struct RequestProcessor {
         lease: Bool
     ) -> PendingOperation? {
         let lookup = commands.lookUp(key, now: now) { value, expiry in
-            if value.count >= Self.budgetCheckThreshold
-                && value.count + CachetProtocol.frameOverhead + 4 > outputCapacityLimit - output.readableBytes
-            {
+            guard Self.replyFits(value.count, extra: 4, limit: outputCapacityLimit, output: output) else {
                 return false
             }
             appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
@@ -528,6 +522,15 @@ struct RequestProcessor {
         appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
     }
 
+    /// Whether a GET reply of a `valueLength`-byte value (and `extra` bytes before it in the body) may be
+    /// queued: always for a value below ``budgetCheckThreshold``, else only within `limit` (the output's
+    /// capacity plus what the memory budget still allows).
+    @inline(__always)
+    static func replyFits(_ valueLength: Int, extra: Int = 0, limit: Int, output: borrowing CachetByteBuffer) -> Bool {
+        valueLength < budgetCheckThreshold
+            || valueLength + extra + CachetProtocol.frameOverhead <= limit - output.readableBytes
+    }
+
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
     /// rather than copied into the output buffer first.
     static let directSendThreshold = 8 * 1024
@@ -535,30 +538,4 @@ struct RequestProcessor {
     static let budgetCheckThreshold = 1024
     /// Frames of PUTs at least this large have their value received straight into the entry.
     static let directPutThreshold = 64 * 1024
-
-    /// Sends a GET reply's header and value straight to the socket (under the shard's lock, with a
-    /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output
-    /// buffer is empty, so replies stay in order.
-    private func appendReplyDirectly(
-        id: UInt32,
-        value: UnsafeRawBufferPointer,
-        output: inout CachetByteBuffer,
-        directSend: DirectSend
-    ) {
-        withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead, alignment: 4) { header in
-            CachetFrameEncoder.writePrefixAndHeader(
-                to: header.baseAddress!,
-                bodyLength: value.count,
-                header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
-            )
-            let headerBytes = UnsafeRawBufferPointer(header)
-            let sent = max(0, directSend(headerBytes, value))
-            if sent < headerBytes.count {
-                output.append(UnsafeRawBufferPointer(rebasing: headerBytes[sent...]))
-                output.append(value)
-            } else {
-                output.append(UnsafeRawBufferPointer(rebasing: value[(sent - headerBytes.count)...]))
-            }
-        }
-    }
 }
