@@ -313,7 +313,7 @@ public struct CachetStandInLog: Sendable {
         log.lastWrite[key] = nil
         log.restored.remove(key)
         log.outstanding.remove(.delete(key: key))
-        if log.keys.isEmpty && (log.phase == .delivering || log.outstanding.isEmpty) {
+        if log.keys.isEmpty {
             owners[owner] = nil
             return true
         }

@@ -60,10 +60,10 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
 
     /// `0x0100`: on a confirmation (a DEL with ``forwarded``, ``invalidation`` and ``lastHop``), sent by the
     /// key's owner, which takes the write it confirms itself while it holds (`Protocol/CLUSTER.md`, "The
-    /// owner's hold"): the receiver drops its copy of the key and answers OK whatever it routes the key to
-    /// (a copy it does not serve is dead anyway), instead of refusing a confirmation for a key it routes
-    /// elsewhere. A node before this revision refuses it as such, and the owner then refuses the write.
-    /// Ignored otherwise.
+    /// owner's hold"): the receiver drops its copy of the key and forgets it for the owner, and answers OK
+    /// when it routes the key to the owner or stands in for it; it sends it on (``relayed``) when it routes
+    /// the key to another member, and refuses while it cannot tell where the key is served. A node before
+    /// this revision takes it for a plain confirmation. Ignored otherwise.
     @inlinable public static var fromOwner: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0100) }
 
     /// `0x0200`: with ``fromOwner``, the confirmation was sent on by the member the owner asked, to the member

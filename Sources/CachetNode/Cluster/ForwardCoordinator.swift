@@ -75,6 +75,11 @@ final class ForwardCoordinator {
             return
         }
         if request.confirmation {
+            // A confirmation with no write of its own (relayed for an owner): its refusal is the answer.
+            guard !request.original.isEmpty else {
+                answer(reply(to: request, outcome))
+                return
+            }
             serveHere(request.original, for: request, retries: retries - 1, answer: answer)
             return
         }
@@ -90,11 +95,21 @@ final class ForwardCoordinator {
     }
 
     /// Applies here the write a holding owner's confirmation was for, now that its stand-in has dropped its
-    /// copy of the key (``ForwardRequest/appliesHere``), and answers it as any write of this node is: the
+    /// copy of the key (``ForwardRequest/appliesHere``), if this node still holds, and answers it as any write
+    /// of this node is: the
     /// value kept in memory and written through to the disk tier (answered once the disk queue takes it
     /// when it is full), or the key deleted (OK when the stand-in or this node had it).
     private func applyHere(_ request: ForwardRequest, standInHadIt: Bool, answer: @escaping ([UInt8]) -> Void) {
         let commands = processor.commands
+        guard processor.cluster?.hold?.isHoldingAfterAbsence() == true else {
+            // The hold ended while the confirmation was on its way: writes of the key are taken here directly
+            // again, and one of them may already be newer. Acknowledged without being applied, as a
+            // confirmed write is (its copies are gone: a miss, never an older value).
+            var output = CachetByteBuffer(capacity: 64)
+            appendReply(opcode: request.opcode, status: .ok, id: request.id, to: &output)
+            answer(Array(output.readableRegion))
+            return
+        }
         let now = CachetClock.now()
         var output = CachetByteBuffer(capacity: 256)
         let applied: Bool? = request.original.withUnsafeBytes { buffer -> Bool? in

@@ -49,7 +49,8 @@ final class MembershipComparison: Sendable {
         changes.withLock { changes in
             if let previousHash {
                 changes[member.id] = (
-                    from: previousHash.hash, to: hash, at: now &- previousHash.millisecondsAgo * 1_000_000
+                    from: previousHash.hash, to: hash,
+                    at: now &- min(previousHash.millisecondsAgo, UInt64.max / 1_000_000) * 1_000_000
                 )
             } else {
                 changes[member.id] = nil

@@ -11,10 +11,11 @@ import Synchronization
 ///
 /// What keeps it from reading back an older value: a key written or deleted here since the change is
 /// never warmed (every PUT and DEL of an own key is noted, under the lock, before it is applied, and a
-/// warm-up stores its answer only if the key was not noted meanwhile), and it warms only while every
-/// routable peer has been seen, since the change, to read the same membership (``MembershipComparison``):
-/// until then a node on the old membership may still send the key's writes to its previous owner. At most
-/// ``maximumNoted`` keys are noted per change; beyond, warm-up stops until the next change.
+/// warm-up stores its answer only if the key was not noted meanwhile), and it asks a previous owner only
+/// once that member has been seen reading this node's membership, or has left it (``MembershipComparison``):
+/// a previous owner still on the old membership would take a write of the key itself, where one on the new
+/// membership confirms it here first. At most ``maximumNoted`` keys are noted per change; beyond, warm-up
+/// stops until the next change.
 ///
 /// Thread-safe: a request pays one atomic load of the membership generation and one of a flag when no
 /// warm-up is under way; the rest takes the lock.
@@ -41,6 +42,8 @@ final class NodeWarmUp: Sendable {
 
     private let membership: CachetNodeMembership
     private let comparison: MembershipComparison
+    /// Whether a joining node takes a peer's reported change as the sign that it was just added.
+    private let learnsFromPeers: Bool
     /// How long a window lasts after a change, in nanoseconds; 0 turns warm-up off.
     private let window: UInt64
     private let state = CachetLock(State())
@@ -62,7 +65,18 @@ final class NodeWarmUp: Sendable {
     ///   - joining: the node starts with nothing from before (no entries, no stand-in log): it may be a
     ///     member just added, so a window opens at once with the members but itself as the membership
     ///     before, used once a peer has been seen reading another membership (the others not told yet).
-    init(membership: CachetNodeMembership, comparison: MembershipComparison, window: Double, joining: Bool) {
+    ///   - learnsFromPeers: a joining node on a new data directory (not one without a directory, which cannot
+    ///     tell a first start from a restart that lost the keys it had written since it joined) may also take
+    ///     a peer's report of its change, from the members but this one to this membership, as the sign
+    ///     that it was just added.
+    init(
+        membership: CachetNodeMembership,
+        comparison: MembershipComparison,
+        window: Double,
+        joining: Bool,
+        learnsFromPeers: Bool = false
+    ) {
+        self.learnsFromPeers = learnsFromPeers
         self.membership = membership
         self.comparison = comparison
         self.window = UInt64(max(0, window) * 1e9)
@@ -170,7 +184,7 @@ final class NodeWarmUp: Sendable {
             if state.joining && !joinSeen {
                 // Started with nothing: a member just added only once a peer shows the change, as a peer
                 // still on another membership, or one that changed from the members but this one to ours.
-                guard comparison.peerChanged(from: state.previousHash) != nil else { return nil }
+                guard learnsFromPeers, comparison.peerChanged(from: state.previousHash) != nil else { return nil }
             }
             guard now < state.until, !state.full else {
                 state.previous = nil

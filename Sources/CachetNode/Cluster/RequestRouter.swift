@@ -287,11 +287,12 @@ final class RequestRouter {
     /// A holding owner's confirmation of a write of its key it takes itself (`fromOwner`): this node's copy,
     /// served or not, goes, so that none older than that write is served here, and no word on the key is owed
     /// to the owner any more (its write is newer than any this node took). Where this node sends the key
-    /// decides the rest: to the owner itself, or here as the stand-in, that is all (OK); to another member
-    /// (this node holds and defers to the next one, or sees another stand-in), that member must drop its copy
-    /// too (the same confirmation, `relayed`) before the owner may apply the write: that is where the others
-    /// read the key; a relayed one is not sent on again, but refused. Unsettled, or in the minority: refused,
-    /// and the owner refuses the write.
+    /// decides the rest: to the owner itself, or here as the stand-in, that is all (OK); to another member,
+    /// that member must drop its copy too (the same confirmation, `relayed`) before the owner may apply the
+    /// write, since that is where the others read the key. A relayed one is sent on again only along a chain
+    /// of members that hold and defer (each to the next member on the key's preference list, so the chain
+    /// ends), and refused by a member that routes the key to a stand-in of its own view. Unsettled, or in the
+    /// minority: refused, and the owner refuses the write.
     private func ownersWriteConfirmed(
         _ header: CachetFrameHeader,
         key: UnsafeRawBufferPointer,

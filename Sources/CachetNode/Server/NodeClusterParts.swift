@@ -88,7 +88,8 @@ struct NodeClusterParts {
                     membership: statistics.membership,
                     comparison: health.membershipComparison,
                     window: configuration.warmUpSeconds,
-                    joining: !restarted
+                    joining: !restarted,
+                    learnsFromPeers: disk != nil
                 ) : nil
         }
         statistics.warmUp.withLock { $0 = warmUp }

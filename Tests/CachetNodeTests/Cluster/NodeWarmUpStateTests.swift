@@ -57,7 +57,13 @@ struct NodeWarmUpStateTests {
             directory = TemporaryDirectory(prefix: "cachet-warm-up")
             (membership, _) = try NodeWarmUpStateTests.node("n4", of: ["n1", "n2", "n3", "n4"], in: directory)
             comparison = MembershipComparison(membership: membership)
-            warmUp = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
+            warmUp = NodeWarmUp(
+                membership: membership,
+                comparison: comparison,
+                window: 300,
+                joining: true,
+                learnsFromPeers: true
+            )
             key = NodeWarmUpStateTests.keys(1, ownedBy: "n4", in: membership.current)[0]
             before = try CachetMembership(
                 members: membership.current.members.filter { $0.id != "n4" },
@@ -117,6 +123,10 @@ struct NodeWarmUpStateTests {
         #expect(ask()?.id == source.id)
         let sawDisagreement = comparison.sawDisagreement.load(ordering: .relaxed)
         #expect(!sawDisagreement)
+        // Without a data directory, a start cannot be told from a restart that lost what it wrote since it
+        // joined: the peers' report is not taken.
+        let withoutDirectory = NodeWarmUp(membership: membership, comparison: comparison, window: 300, joining: true)
+        #expect(key.withUnsafeBytes { withoutDirectory.source(for: $0) } == nil)
     }
 
     @Test func thePreviousOwnerIsAskedOnceItReadsThisMembershipWhateverTheOthersRead() throws {
