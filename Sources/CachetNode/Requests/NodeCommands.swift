@@ -244,9 +244,11 @@ struct NodeCommands {
         }
     }
 
-    /// Removes this node's copy of `key` (memory, and the disk tier through its queue). Returns why the disk
-    /// tier could not record the removal, when it could not.
+    /// Removes this node's copy of `key` (memory, and the disk tier through its queue), and ends a lease on
+    /// it. Returns why the disk tier could not record the removal, when it could not.
     func dropCopy(_ key: UnsafeRawBufferPointer) -> String? {
+        // As any write of the key: a lease granted before must not store a value loaded before it.
+        leases.invalidate(key)
         disk?.worker.beginWrite(key: key)
         _ = store.remove(key: key, now: CachetClock.now())
         guard let disk else { return nil }
@@ -257,14 +259,7 @@ struct NodeCommands {
     /// Removes this node's copies of `keys`; removals the disk queue cannot take are skipped (for copies
     /// that are dead whatever happens to them).
     func dropCopies(_ keys: [[UInt8]]) {
-        let now = CachetClock.now()
-        for key in keys {
-            key.withUnsafeBytes { key in
-                disk?.worker.beginWrite(key: key)
-                _ = store.remove(key: key, now: now)
-                _ = disk?.worker.submitRemove(key: Array(key))
-            }
-        }
+        for key in keys { _ = key.withUnsafeBytes { dropCopy($0) } }
     }
 
     /// The memory tier's live value of `key` and its TTL left in whole seconds (0 for none); nil when memory
