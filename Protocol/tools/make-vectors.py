@@ -340,7 +340,9 @@ def main():
 
     v = Vector("request-flags", "The defined flags change nothing for a cluster of one, and undefined bits are ignored:\n"
                "forwarded (0x0001) PUT and GET are served by the node itself; cluster (0x0002) means nothing\n"
-               "on GET or DEL; 0xfffc (every undefined bit) on DEL, and 0xffff on PING, are served as 0.")
+               "on GET or DEL; 0xfffc (invalidation 0x0004 and lastHop 0x0008, which mean nothing there, and every undefined bit) on\n"
+               "DEL, and 0xffff on PING (leaving 0x0010 and holdCheck 0x0400 included: a cluster of one takes no notice),\n"
+               "are served as 0.\nRuns on one connection to an empty node with default limits.")
     v.send(req(PUT, 11, put_body(b"fw", b"v1"), flags=FORWARDED), note="PUT flags=forwarded")
     v.expect(resp(PUT, OK, 11))
     v.send(req(GET, 12, key_body(b"fw"), flags=FORWARDED), note="GET flags=forwarded")

@@ -72,8 +72,14 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// routes the key elsewhere in turn. Ignored otherwise.
     @inlinable public static var relayed: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0200) }
 
+    /// `0x0400`: with ``forwarded`` on PING, a member that holds its own keys after an absence asks a peer
+    /// whether its hold may end (`Protocol/CLUSTER.md`, "The owner's hold"): the body names the member and
+    /// its membership (``CachetHoldCheck``), and the OK reply's one byte says whether the peer routes the
+    /// member's keys to it and owes it nothing. Ignored otherwise, and by a cluster of one.
+    @inlinable public static var holdCheck: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0400) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x03ff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x07ff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -102,6 +108,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.ttl) { names.append("ttl") }
         if contains(.fromOwner) { names.append("fromOwner") }
         if contains(.relayed) { names.append("relayed") }
+        if contains(.holdCheck) { names.append("holdCheck") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }
