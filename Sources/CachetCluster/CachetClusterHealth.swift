@@ -173,6 +173,16 @@ public struct CachetClusterHealth: Sendable {
         return due
     }
 
+    /// `member` reached this node on its own while down here: its probe is due now
+    /// (``CachetPeerHealth/probeNow(now:)``).
+    /// - Parameters:
+    ///   - member: the member's index.
+    ///   - now: the time.
+    public mutating func probeNow(_ member: Int, now: UInt64) {
+        guard member != localIndex, peers.indices.contains(member) else { return }
+        peers[member].probeNow(now: now)
+    }
+
     /// Whether no peer is up (every one down or suspect): the node may be cut off. When a peer answers
     /// after this was true, the node starts its ``CachetReturnHold`` (`regainedContact(now:)`). `false`
     /// in a cluster of one.

@@ -124,6 +124,31 @@ public struct CachetReturnHold: Sendable, Hashable {
         return true
     }
 
+    /// Whether the peers may be asked to clear the hold now (``release(startedAt:now:)``): while holding, from
+    /// ``quietPeriod`` after the hold started. A peer's requests sent to this node before it came back (a
+    /// stall, a partition) may still time out until a forward deadline after that, and mark it down there
+    /// after the peer said it routes its keys here; asked later, the peer has seen them end.
+    /// - Parameter now: the time.
+    public func mayAskToRelease(now: UInt64) -> Bool {
+        isHolding(now: now) && now >= holdStart &+ quietPeriod
+    }
+
+    /// Every peer said, after the hold that started at `start` began and at least ``quietPeriod`` later
+    /// (``mayAskToRelease(now:)``), that it routes this node's keys here and owes it nothing
+    /// (`Protocol/CLUSTER.md`, "The owner's hold"): nothing a stand-in wrote is left to arrive, and no one
+    /// stands in for it any more, so the hold ends now. Nothing changes when another hold started since (a
+    /// new absence: the answers are from before it), none is in force, or it is too early.
+    /// - Parameters:
+    ///   - start: the ``holdStart`` the checks were sent in.
+    ///   - now: the time.
+    /// - Returns: `true` when the hold ended.
+    @discardableResult
+    public mutating func release(startedAt start: UInt64, now: UInt64) -> Bool {
+        guard start == holdStart, isHolding(now: now), now >= holdStart &+ quietPeriod else { return false }
+        holdUntil = now
+        return true
+    }
+
     private mutating func hold(now: UInt64) -> Bool {
         // A new reason to hold: the bound on extensions counts from here.
         holdStart = now

@@ -130,6 +130,16 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var serveOwnKeysInMinority = false
 
+    @Flag(
+        help: """
+            Hold for the whole --hold-period after an absence, even once every peer has said it routes this \
+            node's keys here and owes it nothing. By default the hold ends then (at the earliest a forward \
+            timeout plus a probe interval after it started), and a restarted member serves its keys within a \
+            second or two.
+            """
+    )
+    var holdFullPeriod = false
+
     @Option(help: "Seconds a shutdown (SIGTERM, SIGINT) may take to answer and close connections.")
     var shutdownTimeout = 10.0
 
@@ -272,6 +282,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.watchRetainSeconds = watchRetain
             configuration.watchSendLimit = try CachetByteCount.parse(watchSendLimit)
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
+            configuration.holdsFullPeriod = holdFullPeriod
             configuration.tlsPort = tlsPort
             configuration.tlsOnly = tlsOnly
             configuration.authFile = authFile

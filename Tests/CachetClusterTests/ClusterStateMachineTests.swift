@@ -594,6 +594,40 @@ struct ClusterStateMachineTests {
         #expect(recommended == 11_000_000_000)
     }
 
+    @Test func aHoldClearedByEveryPeerEndsOnlyIfNoOtherStartedSince() {
+        var hold = CachetReturnHold(holdPeriod: 1_000, stallThreshold: 100, now: 0)
+        let start = hold.holdStart
+        let released = hold.release(startedAt: start, now: 40)
+        #expect(released && !hold.isHolding(now: 40))
+        let twice = hold.release(startedAt: start, now: 50)
+        #expect(!twice, "no hold in force")
+        hold.regainedContact(now: 300)
+        let early = hold.release(startedAt: start, now: 350)
+        #expect(!early && hold.isHolding(now: 350), "answers to checks sent before this hold started")
+        let again = hold.holdStart
+        let stalled = hold.tick(now: 600)
+        #expect(stalled, "a stall during the checks")
+        let afterStall = hold.release(startedAt: again, now: 600)
+        #expect(!afterStall && hold.isHolding(now: 1_500))
+        let last = hold.release(startedAt: hold.holdStart, now: 700)
+        #expect(last && !hold.isHolding(now: 700))
+    }
+
+    @Test func aDownPeerThatReachesThisNodeIsProbedAtOnce() {
+        var random = SplitMix64(state: 3)
+        var peer = CachetPeerHealth(configuration: Self.configuration)
+        guard case .wentDown(let at) = peer.refused(now: 0, using: &random) else { return }
+        #expect(at > 10 && !peer.startProbeIfDue(now: 10))
+        peer.probeNow(now: 10)
+        let due = peer.probeAt == 10 && peer.startProbeIfDue(now: 10)
+        #expect(due)
+        peer.probeNow(now: 20)
+        #expect(peer.probeAt == nil, "a probe already in flight is left alone")
+        _ = peer.replied(now: 30)
+        peer.probeNow(now: 40)
+        #expect(peer.state == .up, "an up peer is left alone")
+    }
+
     @Test func invalidationsWhileHoldingExtendTheHoldUpToItsBound() {
         // A hold of 1000 ns, a quiet period of 300 ns, at most 4000 ns from its start.
         var hold = CachetReturnHold(holdPeriod: 1_000, stallThreshold: 100, now: 0, quietPeriod: 300)

@@ -1,8 +1,10 @@
 import CachetCluster
 import CachetLocking
 import CachetRing
+import CachetWire
 import Dispatch
 import Logging
+import Synchronization
 
 /// The cluster's state as this node keeps it, for its loops: three collaborators under one lock, because
 /// routing reads them at once and an outcome may change all three together.
@@ -40,6 +42,10 @@ final class NodeHealth: Sendable {
     /// How long a returning owner holds: a delivery that takes longer is overdue (logged, counted).
     private let holdPeriod: UInt64
     private let logger: Logger?
+    /// How many times this node told a returning owner that it owes it nothing (``holdCheck(_:)``): a
+    /// routing decision reads it before it places a write, and ``recordWrite(_:ownerID:servable:clearancesBefore:)``
+    /// compares.
+    private let clearances = Atomic<UInt64>(0)
 
     /// - Parameters:
     ///   - membership: the node's membership, whose changes reset the view.
@@ -200,14 +206,78 @@ final class NodeHealth: Sendable {
 
     /// Records a PUT or DEL of `key` served here for `ownerID`, before it is answered: in the stand-in
     /// file first when the log gains a key or overflows (nothing is written for a key already recorded).
-    /// - Parameter servable: whether this node takes the write as the stand-in in its own view (see
-    ///   ``CachetStandInLog/recordWrite(_:owner:ownerRoutable:servable:)``).
-    /// - Returns: nil, or why the file could not record it: the write must be refused (SERVER_ERROR).
-    func recordWrite(_ key: [UInt8], ownerID: String, servable: Bool = true) -> String? {
-        withState { health, state -> String? in
+    /// - Parameters:
+    ///   - servable: whether this node takes the write as the stand-in in its own view (see
+    ///     ``CachetStandInLog/recordWrite(_:owner:ownerRoutable:servable:)``).
+    ///   - clearancesBefore: ``clearancesGiven`` read before the write was placed: when this node has
+    ///   since told `ownerID` it owes it nothing (its hold may have ended on that word), the write is
+    ///     refused instead of recorded (UNAVAILABLE: the owner serves the key again; sent again, it goes there).
+    /// - Returns: nil, or the status and message the write must be refused with: SERVER_ERROR when the file
+    ///   could not record it, UNAVAILABLE when the owner was cleared meanwhile.
+    func recordWrite(
+        _ key: [UInt8],
+        ownerID: String,
+        servable: Bool = true,
+        clearancesBefore: UInt64 = .max
+    ) -> (status: CachetStatus, message: String)? {
+        withState { health, state -> (status: CachetStatus, message: String)? in
+            if clearancesBefore != clearances.load(ordering: .relaxed), state.ledger.isCleared(ownerID) {
+                return (
+                    .unavailable,
+                    "\(ownerID) came back while this node placed the write for it, and may serve the key "
+                        + "again; send the write again"
+                )
+            }
             let routable = health.membership.index(ofID: ownerID).map { health.isRoutable($0) } ?? false
             return state.ledger.recordWrite(key, owner: ownerID, ownerRoutable: routable, servable: servable)
+                .map { (.serverError, $0) }
         } ?? nil
+    }
+
+    /// How many times this node told a returning owner it owes it nothing; read before a write is placed and
+    /// given to ``recordWrite(_:ownerID:servable:clearancesBefore:)``.
+    var clearancesGiven: UInt64 { clearances.load(ordering: .relaxed) }
+
+    /// A returning member asks whether its hold may end (a PING with `holdCheck`, `Protocol/CLUSTER.md`,
+    /// "The owner's hold"): ``CachetHoldCheck/Answer/clear`` when this node reads the same membership, routes
+    /// the member's keys to it, and owes it nothing (its stand-in log for it is clean). A member down here is
+    /// probed at once, so that the next check finds it up. Decided under the lock, with the routing decisions.
+    func holdCheck(_ check: CachetHoldCheck) -> CachetHoldCheck.Answer {
+        let now = DispatchTime.now().uptimeNanoseconds
+        return withState { health, state -> CachetHoldCheck.Answer in
+            guard check.membershipHash == health.membership.membershipHashText,
+                let index = health.membership.index(ofID: check.memberID), index != health.localIndex
+            else {
+                return .otherMembership
+            }
+            guard health.isRoutable(index) else {
+                health.probeNow(index, now: now)
+                return .notRoutedHere
+            }
+            guard state.ledger.clearHold(of: check.memberID) else { return .owesInvalidations }
+            // Counted under the lock, after the mark: a write placed before this reads an older count.
+            clearances.wrappingAdd(1, ordering: .relaxed)
+            return .clear
+        } ?? .otherMembership
+    }
+
+    /// The start of the hold in force after an absence and the check to send every peer, when a hold check is
+    /// due (``PeerForwarder`` asks on its probe ticks); nil when the node does not hold after an absence, or
+    /// some peer is down in its view (that peer cannot answer, and may owe it invalidations).
+    func holdCheckDue() -> (start: UInt64, check: CachetHoldCheck)? {
+        guard let start = hold?.holdStartIfHolding() else { return nil }
+        return withHealth { health -> (start: UInt64, check: CachetHoldCheck)? in
+            let peers = health.membership.members.indices.filter { $0 != health.localIndex }
+            guard !peers.isEmpty, peers.allSatisfy({ health.isRoutable($0) }) else { return nil }
+            let id = health.membership.members[health.localIndex].id
+            return (start, CachetHoldCheck(memberID: id, membershipHash: health.membership.membershipHashText))
+        } ?? nil
+    }
+
+    /// Every peer answered ``CachetHoldCheck/Answer/clear`` to checks sent after the hold that started at
+    /// `start`: that hold ends now, unless another began since (``NodeReturnHold/release(startedAt:peers:)``).
+    func holdCleared(startedAt start: UInt64, peers: Int) {
+        hold?.release(startedAt: start, peers: peers)
     }
 
     /// `ownerID` took a write of `key` itself while it holds, after this node dropped its copy: no word on the

@@ -33,6 +33,8 @@ final class NodeReturnHold: Sendable {
     private let stallThreshold: UInt64
     /// Whether the minority rule is on (off with `--serve-own-keys-in-minority`).
     let holdsInMinority: Bool
+    /// Whether a hold ends once every peer clears it (off with `--hold-full-period`).
+    let releasesEarly: Bool
     /// Whether the node is in the minority now and the rule is on. Cleared (releasing) only after the hold
     /// that follows has been stored, so that a request that sees it clear sees that hold.
     private let minority = Atomic<Bool>(false)
@@ -43,6 +45,8 @@ final class NodeReturnHold: Sendable {
     private let told = CachetLock<Set<[UInt8]>>([])
     /// Invalidations that made a hold last longer (STATS `hold_extensions`).
     let extensions = Atomic<Int>(0)
+    /// Holds that ended early because every peer cleared them (STATS `holds_released`).
+    let releases = Atomic<Int>(0)
     /// How many times a hold started because this node may have been away while it ran (a stall, or
     /// contact regained after every peer had failed or after the minority): ``NodeHealth`` compares it
     /// with the count it last saw, and then no longer serves the copies it wrote as a stand-in before.
@@ -60,6 +64,7 @@ final class NodeReturnHold: Sendable {
     ///   - maximumHold: nanoseconds a hold lasts at most with its extensions; nil: 4 × `holdPeriod`.
     ///   - holdsInMinority: whether the node holds its own keys while it reaches fewer than a majority
     ///     (false: `--serve-own-keys-in-minority`).
+    ///   - releasesEarly: whether a hold ends once every peer clears it (false: `--hold-full-period`).
     init(
         holdPeriod: UInt64,
         stallThreshold: UInt64,
@@ -67,6 +72,7 @@ final class NodeReturnHold: Sendable {
         quietPeriod: UInt64 = 0,
         maximumHold: UInt64? = nil,
         holdsInMinority: Bool = true,
+        releasesEarly: Bool = true,
         logger: Logger? = nil
     ) {
         self.logger = logger
@@ -84,6 +90,7 @@ final class NodeReturnHold: Sendable {
         lastTick = Atomic(now)
         self.stallThreshold = stallThreshold
         self.holdsInMinority = holdsInMinority
+        self.releasesEarly = releasesEarly
     }
 
     /// Starts the ticks.
@@ -174,6 +181,35 @@ final class NodeReturnHold: Sendable {
     /// ``NodeHealth``: while it was away, the others may have given the keys it stood in for to another
     /// member, which took writes of them; its own copies of those keys may be older. One atomic load.
     var absenceCount: UInt64 { absences.load(ordering: .acquiring) }
+
+    /// When the hold in force after an absence started, for a hold check (``NodeHealth/holdCheckDue()``),
+    /// once the peers may be asked (``CachetReturnHold/mayAskToRelease(now:)``: a quiet period after it
+    /// started); nil when the node does not hold after an absence, it is too early, or the hold never ends
+    /// early (`--hold-full-period`).
+    func holdStartIfHolding() -> UInt64? {
+        guard releasesEarly, isHoldingAfterAbsence() else { return nil }
+        let now = DispatchTime.now().uptimeNanoseconds
+        return state.withLock { $0.mayAskToRelease(now: now) ? $0.holdStart : nil }
+    }
+
+    /// Every peer (`peers` of them) cleared the hold that started at `start` (``CachetReturnHold/release(startedAt:now:)``):
+    /// it ends now, unless another started since. A stall noticed now starts its own hold first, so answers
+    /// read after a stop never end the hold that stop calls for.
+    func release(startedAt start: UInt64, peers: Int) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        if now &- lastTick.load(ordering: .relaxed) > stallThreshold { tick() }
+        let released = state.withLock { hold -> Bool in
+            guard hold.release(startedAt: start, now: now) else { return false }
+            holdUntil.store(hold.holdUntil, ordering: .relaxed)
+            return true
+        }
+        guard released else { return }
+        releases.wrappingAdd(1, ordering: .relaxed)
+        logger?.notice(
+            "this node serves its own keys again: every peer routes them here and owes it nothing",
+            metadata: ["hold.seconds": "\(Double(now &- start) / 1e9)", "cluster.peers_cleared": "\(peers)"]
+        )
+    }
 
     /// A peer answered after every peer had failed.
     func regainedContact() {

@@ -111,6 +111,7 @@ final class PeerForwarder: @unchecked Sendable {
                 }
             }
             deliverInvalidations()
+            checkHold(health)
             _ = loop.schedule(after: tick) { run() }
         }
         _ = loop.schedule(after: tick) { run() }
@@ -126,18 +127,49 @@ final class PeerForwarder: @unchecked Sendable {
         recordingFailures: Bool = true,
         completion: @escaping (_ answered: Int, _ peers: Int) -> Void
     ) {
-        guard let health else { return completion(0, 0) }
+        askEveryPeer(frame, recordingFailures: recordingFailures) { outcomes in
+            let answered = outcomes.count { if case .answered(.ok, _) = $0 { return true } else { return false } }
+            completion(answered, outcomes.count)
+        }
+    }
+
+    /// Sends `frame` to every peer of the membership in force as ``pingEveryPeer(_:recordingFailures:completion:)``
+    /// does, and calls `completion` once each has answered or failed, with every outcome (none without peers).
+    private func askEveryPeer(
+        _ frame: [UInt8],
+        recordingFailures: Bool = true,
+        completion: @escaping ([ForwardOutcome]) -> Void
+    ) {
+        guard let health else { return completion([]) }
         let peers = health.peers()
-        guard !peers.isEmpty else { return completion(0, 0) }
-        var remaining = peers.count
-        var answered = 0
+        guard !peers.isEmpty else { return completion([]) }
+        var outcomes: [ForwardOutcome] = []
         for member in peers {
             var request = frame
             forward(&request, to: member, probe: true, control: true, recording: recordingFailures) { outcome in
-                if case .answered(.ok, _) = outcome { answered += 1 }
-                remaining -= 1
-                if remaining == 0 { completion(answered, peers.count) }
+                outcomes.append(outcome)
+                if outcomes.count == peers.count { completion(outcomes) }
             }
+        }
+    }
+
+    /// Whether a round of hold checks is on its way (at most one at a time).
+    private var holdCheckInFlight = false
+
+    /// While this node holds its own keys after an absence, and every peer is routable in its view, asks
+    /// every peer whether the hold may end (``CachetHoldCheck``, `Protocol/CLUSTER.md`, "The owner's hold");
+    /// when each answers ``CachetHoldCheck/Answer/clear``, the hold ends. One round at a time, on the probe
+    /// ticks. A peer's failure is left to the probes.
+    private func checkHold(_ health: NodeHealth) {
+        guard !holdCheckInFlight, let (start, check) = health.holdCheckDue() else { return }
+        holdCheckInFlight = true
+        askEveryPeer(check.encoded(id: 0), recordingFailures: false) { [weak self] outcomes in
+            self?.holdCheckInFlight = false
+            let clear = outcomes.allSatisfy { outcome in
+                guard case .answered(.ok, let body) = outcome else { return false }
+                return body.count == 1 && CachetHoldCheck.Answer(rawValue: body[0]) == .clear
+            }
+            if clear && !outcomes.isEmpty { health.holdCleared(startedAt: start, peers: outcomes.count) }
         }
     }
 

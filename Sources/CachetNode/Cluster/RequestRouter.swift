@@ -155,6 +155,9 @@ final class RequestRouter {
             )
             return .answered
         }
+        // Read before the write is placed: an owner cleared for the end of its hold after this is not
+        // recorded for behind its back (``NodeHealth/recordWrite(_:ownerID:servable:clearancesBefore:)``).
+        let clearancesBefore = health.clearancesGiven
         let placement = health.place(
             keyBytes,
             owner: owner,
@@ -223,9 +226,15 @@ final class RequestRouter {
         if header.opcode == .get {
             return health.mayServeLocally(Array(keyBytes), ownerID: ownerID) ? .here : miss(header.id, output: &output)
         }
-        if let failure = health.recordWrite(Array(keyBytes), ownerID: ownerID, servable: servable) {
-            // Not in the stand-in file, so not acknowledged: a crash could lose what the owner must be told.
-            appendMessage(failure, status: .serverError, opcode: header.opcode, id: header.id, to: &output)
+        if let refusal = health.recordWrite(
+            Array(keyBytes),
+            ownerID: ownerID,
+            servable: servable,
+            clearancesBefore: clearancesBefore
+        ) {
+            // Not in the stand-in file, so not acknowledged: a crash could lose what the owner must be told;
+            // or the owner was cleared to serve its keys again meanwhile.
+            appendMessage(refusal.message, status: refusal.status, opcode: header.opcode, id: header.id, to: &output)
             return .answered
         }
         return .here
@@ -253,6 +262,21 @@ final class RequestRouter {
         let id = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[frame.body]), as: UTF8.self)
         health.memberLeaving(id)
         appendReply(opcode: .ping, status: .ok, id: frame.header.id, to: &output)
+    }
+
+    /// A peer's PING with `forwarded` and `holdCheck`: the member it names holds its own keys after an
+    /// absence and asks whether the hold may end (``NodeHealth/holdCheck(_:)``). Answered OK with the one-byte
+    /// answer; a malformed body is BAD_REQUEST.
+    func holdCheck(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        output: inout CachetByteBuffer
+    ) throws(CachetWireError) {
+        let check = try CachetHoldCheck.decode(in: buffer, body: frame.body)
+        let answer = [health.holdCheck(check).rawValue]
+        answer.withUnsafeBytes {
+            appendReply(opcode: .ping, status: .ok, id: frame.header.id, body: $0, to: &output)
+        }
     }
 
     /// A write a peer forwarded here while this node routes the key to `target` (the owner, or another

@@ -26,6 +26,9 @@ struct StandInLedger {
     let file: CachetStandInLogFile?
     /// The hold's ``NodeReturnHold/absenceCount`` when this ledger last took it into account.
     private var absencesSeen: UInt64 = 0
+    /// The owners this node told, since each last went down here, that it owes them nothing
+    /// (``clearHold(of:)``): a returning owner's hold may then end early.
+    private var cleared: Set<String> = []
 
     /// - Parameters:
     ///   - log: the stand-in log to start from (read back from the data directory).
@@ -38,6 +41,7 @@ struct StandInLedger {
     /// `owner` went down in this node's view: its writes are recorded again, and what was on its way to it
     /// is handed out again on its next return.
     mutating func ownerWentDown(_ owner: String) {
+        cleared.remove(owner)
         log.ownerWentDown(owner)
         delivering[owner] = nil
         handBack[owner] = nil
@@ -74,6 +78,20 @@ struct StandInLedger {
         absencesSeen = count
         thisNodeMayHaveBeenAway()
     }
+
+    /// A returning `owner` asks whether its hold may end (`Protocol/CLUSTER.md`, "The owner's hold"): when
+    /// this node owes it nothing (its phase is clean), the owner is marked cleared until it next goes down
+    /// here, so that a write this node placed as the owner's stand-in before it saw the owner back, and
+    /// records only now, is refused rather than recorded behind the owner's back (``isCleared(_:)``).
+    /// - Returns: whether this node owes `owner` nothing.
+    mutating func clearHold(of owner: String) -> Bool {
+        guard log.phase(of: owner) == .clean else { return false }
+        cleared.insert(owner)
+        return true
+    }
+
+    /// Whether this node told `owner`, since it last went down here, that it owes it nothing.
+    func isCleared(_ owner: String) -> Bool { cleared.contains(owner) }
 
     /// Whether a GET of `key`, served here for `owner`, may return the local value.
     func mayServeLocally(_ key: [UInt8], owner: String) -> Bool {

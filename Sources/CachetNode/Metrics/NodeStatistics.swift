@@ -125,6 +125,7 @@ final class NodeStatistics: Sendable {
         let hold = self.hold.withLock { $0 }
         fields.append(("holding", hold?.isHolding() == true ? "true" : "false"))
         fields.append(("hold_extensions", "\(hold?.extensions.load(ordering: .relaxed) ?? 0)"))
+        fields.append(("holds_released", "\(hold?.releases.load(ordering: .relaxed) ?? 0)"))
         fields.append(("in_minority", health?.isInMinority == true ? "true" : "false"))
         fields.append(("minority_entries", "\(health?.minorityEntries ?? 0)"))
         fields.append(("minority_misses", "\(requests.minorityMisses)"))

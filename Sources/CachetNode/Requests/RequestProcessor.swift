@@ -290,6 +290,11 @@ struct RequestProcessor {
                     cluster.unsafelyUnwrapped.memberLeaving(frame, in: buffer, output: &output)
                     return nil
                 }
+                let holdCheck = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.holdCheck.rawValue
+                if forwards, header.flags & holdCheck == holdCheck {
+                    try cluster.unsafelyUnwrapped.holdCheck(frame, in: buffer, output: &output)
+                    return nil
+                }
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 appendReply(opcode: .ping, status: .ok, id: header.id, to: &output)
             }

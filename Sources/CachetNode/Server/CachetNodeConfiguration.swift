@@ -56,6 +56,11 @@ public struct CachetNodeConfiguration: Sendable {
     /// no GET returns a value a stand-in replaced, across partitions. See `Protocol/CLUSTER.md`, "The
     /// minority rule".
     public var servesOwnKeysInMinority: Bool = false
+    /// Whether a member back from an absence holds for the whole hold period (and its extensions) even once
+    /// every peer has cleared it (`--hold-full-period`). Off by default: the hold ends as soon as every peer
+    /// routes the member's keys to it and owes it nothing, at the earliest a quiet period after it started.
+    /// See `Protocol/CLUSTER.md`, "The owner's hold".
+    public var holdsFullPeriod: Bool = false
     /// Seconds after a membership change during which a member answers a miss of a key it did not own before
     /// by asking the key's previous owner (`--warm-up-seconds`); 0 turns warm-up off. See
     /// `Protocol/CLUSTER.md`, "Warm-up after a membership change".

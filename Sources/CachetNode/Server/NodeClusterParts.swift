@@ -54,6 +54,7 @@ struct NodeClusterParts {
                     probeInterval: probe
                 ),
                 holdsInMinority: !configuration.servesOwnKeysInMinority,
+                releasesEarly: !configuration.holdsFullPeriod,
                 logger: logger
             ) : nil
         // The stand-in log is kept in the data directory, so that a crash of this node cannot lose what it

@@ -121,7 +121,8 @@ struct NodeMetricsTests {
         let httpPort = try Self.freePort()
         let n1 = try NodeProcess(arguments: [
             "--cluster", file, "--node-id", "n1", "--port", "\(ports[0])", "--http-port", "\(httpPort)",
-            "--probe-interval", "0.1", "--forward-timeout", "0.3", "--hold-period", "2", "--disk-limit", "0",
+            "--probe-interval", "0.1", "--forward-timeout", "0.3", "--hold-period", "2", "--hold-full-period",
+            "--disk-limit", "0",
         ])
         let n2 = try NodeProcess(arguments: [
             "--cluster", file, "--node-id", "n2", "--port", "\(ports[1])", "--probe-interval", "0.1",
