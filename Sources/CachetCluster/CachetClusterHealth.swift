@@ -39,6 +39,10 @@ public struct CachetClusterHealth: Sendable {
     public let localIndex: Int
     /// Each member's health; the local member's entry stays up and is never consulted.
     public private(set) var peers: [CachetPeerHealth]
+    /// For each member down here by timeouts: the peers that said, asked after it went down
+    /// (``recordView(of:from:routesThere:askedAt:)``), that they see it down too, with the time it went down
+    /// that they confirm.
+    private var downConfirmations: [Int: (since: UInt64, by: Set<Int>)] = [:]
 
     /// Creates the health of every peer, all up.
     /// - Parameters:
@@ -73,20 +77,44 @@ public struct CachetClusterHealth: Sendable {
     /// - Parameter member: a member index.
     public func isStaleSinceCut(_ member: Int) -> Bool { member != localIndex && peers[member].isStaleSinceCut }
 
-    /// Whether `member`, down in this node's view, is known to be down rather than cut off from this node
-    /// alone: it went down by a refused connection, or, down by timeouts, enough other peers answered this
-    /// node since that, with it, they make a majority (a node cut off from everyone sees every peer time
-    /// out, one after another, and must not act on the first that goes down before it counts itself in the
-    /// minority). True for a member that is not down.
+    /// Whether `member`, down in this node's view, is known to be down rather than unreachable from this
+    /// node alone: it went down by a refused connection, or, down by timeouts, enough other peers said, when
+    /// asked since (``recordView(of:from:routesThere:askedAt:)``), that they see it down too, that with this
+    /// node they make a majority of the members. Timeouts may be this node's own: a node cut off from
+    /// everyone sees every peer time out, one after another, and must not act on the first that goes down
+    /// before it counts itself in the minority; and a connection that lost packets during a partition may
+    /// still time out after it healed, while the others reach the member (the register checker found a
+    /// node standing in for a member the others still served, and a stale read, when this asked only that
+    /// a majority answered since). True for a member that is not down.
     /// - Parameter member: a member index.
-    /// - Complexity: O(members).
+    /// - Complexity: O(1).
     public func isDownVerified(_ member: Int) -> Bool {
         guard member != localIndex, let since = peers[member].downByTimeoutsAt else { return true }
-        var answered = 1  // this node
-        for index in peers.indices where index != localIndex && index != member {
-            if peers[index].lastAnswerAt > since { answered += 1 }
-        }
-        return answered >= majority
+        guard let confirmed = downConfirmations[member], confirmed.since == since else { return 1 >= majority }
+        return 1 + confirmed.by.count >= majority
+    }
+
+    /// The members down here by timeouts and not yet verified (``isDownVerified(_:)``): those to ask the other
+    /// peers about (a `viewCheck`, `Protocol/PROTOCOL.md`).
+    /// - Complexity: O(members).
+    public var unverifiedDownMembers: [Int] {
+        peers.indices.filter { $0 != localIndex && !isDownVerified($0) }
+    }
+
+    /// `peer` answered a question about `member` sent at `askedAt`: whether it still routes to it. A peer that
+    /// sees it down, asked after it went down here by timeouts, counts towards ``isDownVerified(_:)``.
+    /// - Parameters:
+    ///   - member: the member asked about.
+    ///   - peer: the peer that answered.
+    ///   - routesThere: whether the peer routes to `member` (up or suspect in its view).
+    ///   - askedAt: when the question was sent.
+    public mutating func recordView(of member: Int, from peer: Int, routesThere: Bool, askedAt: UInt64) {
+        guard member != localIndex, peer != localIndex, peer != member, peers.indices.contains(member),
+            peers.indices.contains(peer), let since = peers[member].downByTimeoutsAt, askedAt >= since
+        else { return }
+        var confirmed = downConfirmations[member].flatMap { $0.since == since ? $0 : nil } ?? (since: since, by: [])
+        if routesThere { confirmed.by.remove(peer) } else { confirmed.by.insert(peer) }
+        downConfirmations[member] = confirmed
     }
 
     /// Forgets which peers answered (``hasAnswered(_:)``): called when this node reaches fewer than a

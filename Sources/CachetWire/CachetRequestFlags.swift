@@ -78,8 +78,14 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// member's keys to it and owes it nothing. Ignored otherwise, and by a cluster of one.
     @inlinable public static var holdCheck: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0400) }
 
+    /// `0x0800`: with ``forwarded`` on PING, a member that marked a peer down after its requests timed out
+    /// asks another peer whether it still routes to that peer (`Protocol/CLUSTER.md`, "Health"): the body is
+    /// the member id asked about, and the OK reply's one byte is a ``CachetViewCheck/Answer``. Ignored
+    /// otherwise, and by a cluster of one.
+    @inlinable public static var viewCheck: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0800) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x07ff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0fff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -109,6 +115,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.fromOwner) { names.append("fromOwner") }
         if contains(.relayed) { names.append("relayed") }
         if contains(.holdCheck) { names.append("holdCheck") }
+        if contains(.viewCheck) { names.append("viewCheck") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -80,10 +80,12 @@ struct ClusterStateMachineTests {
         #expect(!peer.isStaleSinceCut && peer.hasAnswered)
     }
 
-    /// A peer down by timeouts counts as down for standing in only once a majority has answered since: a
-    /// node cut off from everyone sees its peers time out one after another, and the first one down must
-    /// not make it a stand-in before it counts itself in the minority. A refused connection needs nothing.
-    @Test func aPeerDownByTimeoutsIsVerifiedByAMajorityOfAnswersSince() throws {
+    /// A peer down by timeouts is verified only once enough other peers, asked after it went down, say they
+    /// see it down too that with this node they make a majority: timeouts may be this node's own (it is cut
+    /// off, or its connection still stalls after a partition healed while the others reach the peer), and it
+    /// must not stand in for a member the others still serve. Answers alone (the peers reach this node) are
+    /// not enough. A refused connection needs nothing.
+    @Test func aPeerDownByTimeoutsIsVerifiedByAMajorityThatSeesItDown() throws {
         var random = SplitMix64(state: 6)
         let members = (1...5).map { CachetClusterMember(id: "n\($0)", host: "127.0.0.1", port: 7420 + $0) }
         var health = try CachetClusterHealth(
@@ -94,12 +96,25 @@ struct ClusterStateMachineTests {
         for peer in [0, 1, 2, 4] { _ = health.replied(peer, now: 1) }
         for now in UInt64(10)...12 { _ = health.timedOut(0, now: now, using: &random) }
         #expect(health.state(of: 0) == .down)
-        #expect(!health.isDownVerified(0), "no answer since it went down")
+        #expect(!health.isDownVerified(0) && health.unverifiedDownMembers == [0], "nobody confirmed it")
         _ = health.replied(1, now: 20)
-        #expect(!health.isDownVerified(0), "this node and one peer are not a majority of five")
         _ = health.replied(2, now: 21)
-        #expect(health.isDownVerified(0), "three of five answered since")
-        _ = health.refused(4, now: 30, using: &random)
+        #expect(!health.isDownVerified(0), "answers alone do not confirm it")
+        health.recordView(of: 0, from: 1, routesThere: false, askedAt: 11)
+        #expect(!health.isDownVerified(0), "asked before it went down here")
+        health.recordView(of: 0, from: 1, routesThere: false, askedAt: 13)
+        health.recordView(of: 0, from: 2, routesThere: true, askedAt: 13)
+        #expect(!health.isDownVerified(0), "this node and one peer are not a majority of five")
+        health.recordView(of: 0, from: 4, routesThere: false, askedAt: 14)
+        #expect(health.isDownVerified(0) && health.unverifiedDownMembers.isEmpty, "three of five see it down")
+        health.recordView(of: 0, from: 4, routesThere: true, askedAt: 15)
+        #expect(!health.isDownVerified(0), "a peer that routes there again withdraws its word")
+        // Back up and down again: the confirmations were for the last time it went down.
+        health.recordView(of: 0, from: 4, routesThere: false, askedAt: 16)
+        _ = health.replied(0, now: 30)
+        for now in UInt64(40)...42 { _ = health.timedOut(0, now: now, using: &random) }
+        #expect(!health.isDownVerified(0), "confirmations of an earlier absence")
+        _ = health.refused(4, now: 50, using: &random)
         #expect(health.isDownVerified(4), "a refused connection is certain")
         #expect(health.isDownVerified(1), "a member that is not down")
     }

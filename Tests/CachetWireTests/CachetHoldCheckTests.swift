@@ -21,6 +21,17 @@ struct CachetHoldCheckTests {
         }
     }
 
+    @Test func aViewCheckIsAPingNamingTheMemberAskedAbout() throws {
+        let frame = CachetViewCheck(memberID: "n2").encoded(id: 5)
+        #expect(frame == [0, 0, 0, 10, 1, 6, 0x08, 0x01, 0, 0, 0, 5, 0x6e, 0x32])
+        let decoded = try frame.withUnsafeBytes { try CachetViewCheck.decode(in: $0, body: 12..<frame.count) }
+        #expect(decoded == CachetViewCheck(memberID: "n2"))
+        _ = frame.withUnsafeBytes { buffer in
+            #expect(throws: CachetWireError.self) { try CachetViewCheck.decode(in: buffer, body: 12..<12) }
+        }
+        #expect("\(CachetViewCheck.Answer.down)" == "down" && CachetViewCheck.Answer.down.rawValue == 1)
+    }
+
     @Test func answersHaveNamesAndUnknownBytesAreNotClear() {
         #expect(CachetHoldCheck.Answer.clear.rawValue == 0 && CachetHoldCheck.Answer.otherMembership.rawValue == 3)
         #expect(CachetHoldCheck.Answer(rawValue: 9) != .clear)

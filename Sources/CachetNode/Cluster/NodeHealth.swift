@@ -261,6 +261,48 @@ final class NodeHealth: Sendable {
         } ?? .otherMembership
     }
 
+    /// A peer asks whether this node still routes to the member a view check names (a PING with `viewCheck`,
+    /// `Protocol/CLUSTER.md`, "Health"): it marked that member down after its requests timed out, and stands
+    /// in for it only once a majority of the members see it down.
+    func viewCheck(_ check: CachetViewCheck) -> CachetViewCheck.Answer {
+        withHealth { health -> CachetViewCheck.Answer in
+            guard let index = health.membership.index(ofID: check.memberID), index != health.localIndex else {
+                return .unknown
+            }
+            return health.isRoutable(index) ? .routesThere : .down
+        } ?? .unknown
+    }
+
+    /// The members down here by timeouts that a majority has not yet confirmed down, each with the peers to
+    /// ask about it (every routable peer but it) and the time of asking (``PeerForwarder`` asks on its probe
+    /// ticks).
+    func viewChecksDue() -> [(member: CachetClusterMember, peers: [CachetClusterMember], askedAt: UInt64)] {
+        let now = DispatchTime.now().uptimeNanoseconds
+        return withHealth { health in
+            health.unverifiedDownMembers.map { member in
+                let peers = health.membership.members.indices.filter {
+                    $0 != member && $0 != health.localIndex && health.isRoutable($0)
+                }
+                return (health.membership.members[member], peers.map { health.membership.members[$0] }, now)
+            }
+        } ?? []
+    }
+
+    /// `peer`'s answer to a view check about `member` sent at `askedAt` (``CachetClusterHealth/recordView(of:from:routesThere:askedAt:)``).
+    func recordView(
+        of member: CachetClusterMember,
+        from peer: CachetClusterMember,
+        answer: CachetViewCheck.Answer,
+        askedAt: UInt64
+    ) {
+        withHealth { health in
+            guard let index = health.membership.index(ofID: member.id),
+                let peerIndex = health.membership.index(ofID: peer.id)
+            else { return }
+            health.recordView(of: index, from: peerIndex, routesThere: answer != .down, askedAt: askedAt)
+        }
+    }
+
     /// The start of the hold in force after an absence and the check to send every peer, when a hold check is
     /// due (``PeerForwarder`` asks on its probe ticks); nil when the node does not hold after an absence, or
     /// some peer is down in its view (that peer cannot answer, and may owe it invalidations).

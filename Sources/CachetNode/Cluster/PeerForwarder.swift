@@ -112,6 +112,7 @@ final class PeerForwarder: @unchecked Sendable {
             }
             deliverInvalidations()
             checkHold(health)
+            checkViews(health)
             _ = loop.schedule(after: tick) { run() }
         }
         _ = loop.schedule(after: tick) { run() }
@@ -149,6 +150,31 @@ final class PeerForwarder: @unchecked Sendable {
             forward(&request, to: member, probe: true, control: true, recording: recordingFailures) { outcome in
                 outcomes.append(outcome)
                 if outcomes.count == peers.count { completion(outcomes) }
+            }
+        }
+    }
+
+    /// The members a round of view checks is on its way about (at most one round per member at a time).
+    private var viewChecksInFlight: Set<String> = []
+
+    /// For each member down here by timeouts that a majority has not confirmed down, asks every other routable
+    /// peer whether it still routes to it (``CachetViewCheck``, `Protocol/CLUSTER.md`, "Health"): this node
+    /// stands in for it only once a majority of the members, itself counted, see it down. On the probe ticks.
+    private func checkViews(_ health: NodeHealth) {
+        for (member, peers, askedAt) in health.viewChecksDue() where !viewChecksInFlight.contains(member.id) {
+            guard !peers.isEmpty else { continue }
+            viewChecksInFlight.insert(member.id)
+            var remaining = peers.count
+            let frame = CachetViewCheck(memberID: member.id).encoded(id: 0)
+            for peer in peers {
+                var request = frame
+                forward(&request, to: peer, probe: true, control: true, recording: false) { [weak self] outcome in
+                    if case .answered(.ok, let body) = outcome, body.count == 1 {
+                        health.recordView(of: member, from: peer, answer: .init(rawValue: body[0]), askedAt: askedAt)
+                    }
+                    remaining -= 1
+                    if remaining == 0 { self?.viewChecksInFlight.remove(member.id) }
+                }
             }
         }
     }

@@ -264,6 +264,20 @@ final class RequestRouter {
         appendReply(opcode: .ping, status: .ok, id: frame.header.id, to: &output)
     }
 
+    /// A peer's PING with `forwarded` and `viewCheck`: whether this node still routes to the member it names
+    /// (``NodeHealth/viewCheck(_:)``). Answered OK with the one-byte answer; an empty body is BAD_REQUEST.
+    func viewCheck(
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
+        output: inout CachetByteBuffer
+    ) throws(CachetWireError) {
+        let check = try CachetViewCheck.decode(in: buffer, body: frame.body)
+        let answer = [health.viewCheck(check).rawValue]
+        answer.withUnsafeBytes {
+            appendReply(opcode: .ping, status: .ok, id: frame.header.id, body: $0, to: &output)
+        }
+    }
+
     /// A peer's PING with `forwarded` and `holdCheck`: the member it names holds its own keys after an
     /// absence and asks whether the hold may end (``NodeHealth/holdCheck(_:)``). Answered OK with the one-byte
     /// answer; a malformed body is BAD_REQUEST.

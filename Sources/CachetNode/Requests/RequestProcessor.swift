@@ -295,6 +295,11 @@ struct RequestProcessor {
                     try cluster.unsafelyUnwrapped.holdCheck(frame, in: buffer, output: &output)
                     return nil
                 }
+                let viewCheck = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.viewCheck.rawValue
+                if forwards, header.flags & viewCheck == viewCheck {
+                    try cluster.unsafelyUnwrapped.viewCheck(frame, in: buffer, output: &output)
+                    return nil
+                }
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
                 appendReply(opcode: .ping, status: .ok, id: header.id, to: &output)
             }

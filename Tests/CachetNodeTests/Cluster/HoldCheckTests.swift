@@ -10,7 +10,7 @@ import Testing
 /// "The owner's hold"), without sockets: clear only for a member it routes to and owes nothing, and a write
 /// placed for that member before the answer and recorded after it is refused, never recorded behind the
 /// owner's back.
-@Suite("Hold checks")
+@Suite("Hold and view checks")
 struct HoldCheckTests {
     /// A NodeHealth for n1 of the three-member cluster n1, n2, n3, and the membership's hash.
     static func health() throws -> (NodeHealth, String) {
@@ -43,6 +43,16 @@ struct HoldCheckTests {
         // n3 answers again: this node now owes it the write it took.
         health.record(.answered(status: .ok, body: []), from: CachetClusterMember(id: "n3", host: "127.0.0.1", port: 1))
         #expect(health.holdCheck(CachetHoldCheck(memberID: "n3", membershipHash: hash)) == .owesInvalidations)
+    }
+
+    @Test func aPeerSaysWhetherItStillRoutesToAMember() throws {
+        let (health, _) = try Self.health()
+        #expect(health.viewCheck(CachetViewCheck(memberID: "n2")) == .routesThere)
+        Self.down("n2", in: health)
+        #expect(health.viewCheck(CachetViewCheck(memberID: "n2")) == .down)
+        #expect(health.viewCheck(CachetViewCheck(memberID: "n1")) == .unknown, "itself")
+        #expect(health.viewCheck(CachetViewCheck(memberID: "n7")) == .unknown)
+        #expect(health.viewChecksDue().isEmpty, "down by a refused connection: nothing to ask")
     }
 
     @Test func aWritePlacedBeforeTheOwnerWasClearedIsRefused() throws {
