@@ -196,9 +196,12 @@ public enum CachetCommand: Hashable, Sendable {
     ///   - id: the request id.
     /// - Returns: the frame's bytes.
     public static func leavingNotice(memberID: String, id: UInt32) -> [UInt8] {
+        peerPing(flags: [.forwarded, .leaving], body: Array(memberID.utf8), id: id)
+    }
+
+    /// A PING between members with `flags` and `body`: the leaving notice, the hold check, the view check.
+    static func peerPing(flags: CachetRequestFlags, body: [UInt8], id: UInt32) -> [UInt8] {
         var output: [UInt8] = []
-        let body = Array(memberID.utf8)
-        let flags: CachetRequestFlags = [.forwarded, .leaving]
         body.withUnsafeBytes {
             CachetFrameEncoder.appendFrame(
                 header: CachetFrameHeader(opcode: .ping, word: flags.rawValue, id: id),

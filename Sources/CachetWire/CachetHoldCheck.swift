@@ -57,16 +57,7 @@ public struct CachetHoldCheck: Hashable, Sendable {
         var body: [UInt8] = [UInt8(idBytes.count >> 8), UInt8(idBytes.count & 0xff)]
         body += idBytes
         body += membershipHash.utf8
-        var output: [UInt8] = []
-        let flags: CachetRequestFlags = [.forwarded, .holdCheck]
-        body.withUnsafeBytes {
-            CachetFrameEncoder.appendFrame(
-                header: CachetFrameHeader(opcode: .ping, word: flags.rawValue, id: id),
-                body: $0,
-                to: &output
-            )
-        }
-        return output
+        return CachetCommand.peerPing(flags: [.forwarded, .holdCheck], body: body, id: id)
     }
 
     /// Reads a hold check's body.

@@ -43,16 +43,7 @@ public struct CachetViewCheck: Hashable, Sendable {
     /// - Parameter id: the request id.
     /// - Returns: the frame's bytes.
     public func encoded(id: UInt32) -> [UInt8] {
-        var output: [UInt8] = []
-        let flags: CachetRequestFlags = [.forwarded, .viewCheck]
-        Array(memberID.utf8).withUnsafeBytes {
-            CachetFrameEncoder.appendFrame(
-                header: CachetFrameHeader(opcode: .ping, word: flags.rawValue, id: id),
-                body: $0,
-                to: &output
-            )
-        }
-        return output
+        CachetCommand.peerPing(flags: [.forwarded, .viewCheck], body: Array(memberID.utf8), id: id)
     }
 
     /// Reads a view check's body.

@@ -272,10 +272,12 @@ final class RequestRouter {
         output: inout CachetByteBuffer
     ) throws(CachetWireError) {
         let check = try CachetViewCheck.decode(in: buffer, body: frame.body)
-        let answer = [health.viewCheck(check).rawValue]
-        answer.withUnsafeBytes {
-            appendReply(opcode: .ping, status: .ok, id: frame.header.id, body: $0, to: &output)
-        }
+        Self.appendAnswer(health.viewCheck(check).rawValue, id: frame.header.id, to: &output)
+    }
+
+    /// The OK reply to a peer's check: its one-byte answer.
+    private static func appendAnswer(_ answer: UInt8, id: UInt32, to output: inout CachetByteBuffer) {
+        [answer].withUnsafeBytes { appendReply(opcode: .ping, status: .ok, id: id, body: $0, to: &output) }
     }
 
     /// A peer's PING with `forwarded` and `holdCheck`: the member it names holds its own keys after an
@@ -287,10 +289,7 @@ final class RequestRouter {
         output: inout CachetByteBuffer
     ) throws(CachetWireError) {
         let check = try CachetHoldCheck.decode(in: buffer, body: frame.body)
-        let answer = [health.holdCheck(check).rawValue]
-        answer.withUnsafeBytes {
-            appendReply(opcode: .ping, status: .ok, id: frame.header.id, body: $0, to: &output)
-        }
+        Self.appendAnswer(health.holdCheck(check).rawValue, id: frame.header.id, to: &output)
     }
 
     /// A write a peer forwarded here while this node routes the key to `target` (the owner, or another
