@@ -120,6 +120,8 @@ private enum ExpectedRequest: Equatable {
     /// A PUT with the lease flag: its token before the PUT body ("Leases").
     case leasedPut(token: UInt64, ttl: Int, key: Range<Int>, value: Range<Int>)
     case key(Range<Int>)
+    /// A GET with the range flag: the key, then offset and length ("GET of a range").
+    case rangedKey(Range<Int>, offset: UInt64, length: UInt64)
     case empty
     /// A CLEAR naming key prefixes.
     case clearPrefixes([Range<Int>])
@@ -185,6 +187,17 @@ private func expectedRequest(
             run: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound + 5, 8)),
             sequence: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound + 13, 8)),
             prefix: (body.lowerBound + 21)..<end
+        )
+    case 2 where bytes[offset + 6] & 0x10 != 0:
+        guard body.count >= 18 else { return .error(.malformedBody) }
+        let keyLength = bigEndian(bytes, body.lowerBound, 2)
+        if let problem = keyLengthProblem(keyLength) { return .error(problem) }
+        guard body.count == 18 + keyLength else { return .error(.malformedBody) }
+        let rangeStart = end - 16
+        return .rangedKey(
+            (body.lowerBound + 2)..<rangeStart,
+            offset: UInt64(truncatingIfNeeded: bigEndian(bytes, rangeStart, 8)),
+            length: UInt64(truncatingIfNeeded: bigEndian(bytes, rangeStart + 8, 8))
         )
     case 2, 3:
         guard body.count >= 2 else { return .error(.malformedBody) }
@@ -316,6 +329,11 @@ private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
             Int(ttl) == expectedTTL && key.elementsEqual(bytes[keyRange]) && value.elementsEqual(bytes[valueRange]),
             "\(context): PUT decoded wrong"
         )
+    case (.rangedGet(let key, let range), .rangedKey(let keyRange, let rangeOffset, let rangeLength)):
+        check(
+            key.elementsEqual(bytes[keyRange]) && range.offset == rangeOffset && range.length == rangeLength,
+            "\(context): ranged GET decoded wrong"
+        )
     case (.get(let key), .key(let keyRange)):
         check(bytes[offset + 5] == 2 && key.elementsEqual(bytes[keyRange]), "\(context): GET decoded wrong")
     case (.delete(let key), .key(let keyRange)):
@@ -347,6 +365,7 @@ private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
     withoutFlags[6] = 0
     withoutFlags[7] = 0
     if case .leasedPut = command { withoutFlags[7] = 0x40 }
+    if case .rangedGet = command { withoutFlags[6] = 0x10 }
     let reencoded = command.encoded(id: frame.header.id)
     check(reencoded == withoutFlags, "\(context): re-encoding gives different bytes")
 }
@@ -394,6 +413,14 @@ private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
                 fatalError("\(context()): WATCH decoded as \(request), expected \(expected)")
             }
             check(request.prefix.elementsEqual(bytes[prefix]), "\(context()): WATCH prefix \(request.prefix)")
+        case 2 where frame.header.flags & 0x1000 != 0:
+            let (key, range) = try withoutAllocation("decodeRangedKey") { () throws(CachetWireError) in
+                try CachetBodyDecoder.decodeRangedKey(in: bytes, body: frame.body)
+            }
+            check(
+                expected == .rangedKey(key, offset: range.offset, length: range.length),
+                "\(context()): decodeRangedKey found \(key) \(range), expected \(expected)"
+            )
         case 2, 3:
             let key = try withoutAllocation("decodeKey") { () throws(CachetWireError) in
                 try CachetBodyDecoder.decodeKey(in: bytes, body: frame.body)

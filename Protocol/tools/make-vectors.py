@@ -293,6 +293,26 @@ def main():
     v.expect(resp(GET, OK, 4, b"v1"), note="a plain GET: the bare value")
     v.write()
 
+    v = Vector("get-range", "A GET with the range flag (0x1000) carries offset (u64) and length (u64, all ones: to the end) after\n"
+               "the key, and is answered the value's length (u64) and the bytes of the range; a range running past the\n"
+               "end is cut there, one starting at the end is empty, one starting past it is RANGE_NOT_SATISFIABLE (11)\n"
+               "with the value's length; a miss is NOT_FOUND.")
+    v.send(req(PUT, 1, put_body(b"v", b"0123456789")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"v") + struct.pack(">QQ", 2, 3), flags=0x1000), note="bytes 2 to 4")
+    v.expect(resp(GET, OK, 2, struct.pack(">Q", 10) + b"234"))
+    v.send(req(GET, 3, key_body(b"v") + struct.pack(">QQ", 7, 0xFFFFFFFFFFFFFFFF), flags=0x1000), note="7 to the end")
+    v.expect(resp(GET, OK, 3, struct.pack(">Q", 10) + b"789"))
+    v.send(req(GET, 4, key_body(b"v") + struct.pack(">QQ", 8, 100), flags=0x1000), note="past the end: cut")
+    v.expect(resp(GET, OK, 4, struct.pack(">Q", 10) + b"89"))
+    v.send(req(GET, 5, key_body(b"v") + struct.pack(">QQ", 10, 5), flags=0x1000), note="at the end: empty")
+    v.expect(resp(GET, OK, 5, struct.pack(">Q", 10)))
+    v.send(req(GET, 6, key_body(b"v") + struct.pack(">QQ", 11, 1), flags=0x1000), note="starting past the end")
+    v.expect(resp(GET, 11, 6, struct.pack(">Q", 10)), note="RANGE_NOT_SATISFIABLE, the value's length")
+    v.send(req(GET, 7, key_body(b"nope") + struct.pack(">QQ", 0, 1), flags=0x1000), note="a miss")
+    v.expect(resp(GET, NOT_FOUND, 7))
+    v.write()
+
     v = Vector("stats", "STATS answers OK with a JSON object; its length and body vary, so only the header is fixed.")
     v.send(req(STATS, 3))
     v.expect_header(STATS, OK, 3, note="body: a UTF-8 JSON object with the fields PROTOCOL.md lists")
@@ -342,14 +362,14 @@ def main():
                "forwarded (0x0001) PUT and GET are served by the node itself; cluster (0x0002) means nothing\n"
                "on GET or DEL; 0xfffc (invalidation 0x0004 and lastHop 0x0008, which mean nothing there, and every undefined bit) on\n"
                "DEL, and 0xffff on PING (leaving 0x0010 and holdCheck 0x0400 included: a cluster of one takes no notice),\n"
-               "are served as 0.\nRuns on one connection to an empty node with default limits.")
+               "are served as 0.")
     v.send(req(PUT, 11, put_body(b"fw", b"v1"), flags=FORWARDED), note="PUT flags=forwarded")
     v.expect(resp(PUT, OK, 11))
     v.send(req(GET, 12, key_body(b"fw"), flags=FORWARDED), note="GET flags=forwarded")
     v.expect(resp(GET, OK, 12, b"v1"))
     v.send(req(GET, 13, key_body(b"fw"), flags=CLUSTER), note="GET flags=cluster: ignored")
     v.expect(resp(GET, OK, 13, b"v1"))
-    v.send(req(DEL, 14, key_body(b"fw"), flags=0xfffc), note="DEL flags=0xfffc: undefined bits ignored")
+    v.send(req(DEL, 14, key_body(b"fw"), flags=0xfffc), note="DEL flags=0xfffc: invalidation, lastHop and undefined bits ignored")
     v.expect(resp(DEL, OK, 14))
     v.send(req(DEL, 15, key_body(b"fw"), flags=CLUSTER | FORWARDED))
     v.expect(resp(DEL, NOT_FOUND, 15))

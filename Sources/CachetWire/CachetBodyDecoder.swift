@@ -102,6 +102,37 @@ public enum CachetBodyDecoder {
         return keyStart..<(keyStart + keyLength)
     }
 
+    /// Parses the body of a GET with the ``CachetRequestFlags/range`` flag: `key_len: u16 | key | offset: u64 |
+    /// length: u64` (`Protocol/PROTOCOL.md`, "GET of a range"), ending exactly there.
+    ///
+    /// - Parameters:
+    ///   - buffer: the buffer the frame was decoded from.
+    ///   - body: the body's range in `buffer`.
+    /// - Returns: the key's range in `buffer`, and the range of the value asked for.
+    /// - Throws: ``CachetWireError`` as ``decodeKey(in:body:)``, and `malformedBody` when the 16 range bytes
+    ///   do not follow the key exactly.
+    public static func decodeRangedKey(
+        in buffer: UnsafeRawBufferPointer,
+        body: Range<Int>
+    ) throws(CachetWireError) -> (key: Range<Int>, range: CachetValueRange) {
+        guard body.count >= CachetProtocol.keyBodyPrefixSize + CachetValueRange.encodedSize else {
+            throw malformed(
+                "GET of a range: body of \(body.count) bytes is shorter than a key length and a 16-byte range"
+            )
+        }
+        let keyBody = body.lowerBound..<(body.upperBound - CachetValueRange.encodedSize)
+        let key: Range<Int>
+        do {
+            key = try decodeKey(in: buffer, body: keyBody)
+        } catch {
+            guard error.code == .malformedBody else { throw error }
+            throw malformed("GET of a range: \(error.message), and then 16 bytes of range")
+        }
+        let offset = buffer.loadUnaligned(fromByteOffset: keyBody.upperBound, as: UInt64.self).bigEndian
+        let length = buffer.loadUnaligned(fromByteOffset: keyBody.upperBound + 8, as: UInt64.self).bigEndian
+        return (key, CachetValueRange(offset: offset, length: length))
+    }
+
     /// Parses an AUTH body: `user_len: u16 | user | secret`, the user 1 to 255 bytes, the secret at most
     /// 1024.
     ///

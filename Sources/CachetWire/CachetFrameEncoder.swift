@@ -75,6 +75,9 @@ public enum CachetCommand: Hashable, Sendable {
     case leasedPut(key: [UInt8], value: [UInt8], ttl: UInt32, token: UInt64)
     /// Read the value under `key`.
     case get(key: [UInt8])
+    /// Read part of the value under `key` (`Protocol/PROTOCOL.md`, "GET of a range"): a GET with the
+    /// ``CachetRequestFlags/range`` flag and the range after the key.
+    case rangedGet(key: [UInt8], range: CachetValueRange)
     /// Remove `key`.
     case delete(key: [UInt8])
     /// Remove every entry.
@@ -97,7 +100,7 @@ public enum CachetCommand: Hashable, Sendable {
     public var opcode: CachetOpcode {
         switch self {
         case .put, .leasedPut: return .put
-        case .get: return .get
+        case .get, .rangedGet: return .get
         case .delete: return .delete
         case .clear, .clearPrefixes: return .clear
         case .stats: return .stats
@@ -122,6 +125,7 @@ public enum CachetCommand: Hashable, Sendable {
     public func encode(id: UInt32, flags: CachetRequestFlags = [], to output: inout [UInt8]) {
         var flags = flags
         if case .leasedPut = self { flags.insert(.lease) }
+        if case .rangedGet = self { flags.insert(.range) }
         let header = CachetFrameHeader(opcode: opcode, word: flags.rawValue, id: id)
         switch self {
         case .leasedPut(let key, let value, let ttl, let token):
@@ -153,6 +157,16 @@ public enum CachetCommand: Hashable, Sendable {
             )
             CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
             output.append(contentsOf: key)
+        case .rangedGet(let key, let range):
+            CachetFrameEncoder.appendPrefixAndHeader(
+                header: header,
+                bodyLength: CachetProtocol.keyBodyPrefixSize + key.count + CachetValueRange.encodedSize,
+                to: &output
+            )
+            CachetFrameEncoder.appendBigEndian(UInt16(clamping: key.count), to: &output)
+            output.append(contentsOf: key)
+            CachetFrameEncoder.appendBigEndian(range.offset, to: &output)
+            CachetFrameEncoder.appendBigEndian(range.length, to: &output)
         case .clear, .stats, .ping, .unwatch:
             CachetFrameEncoder.appendPrefixAndHeader(header: header, bodyLength: 0, to: &output)
         case .watch(let request):
@@ -232,6 +246,10 @@ public enum CachetCommand: Hashable, Sendable {
                 ? .leasedPut(key: key, value: value, ttl: put.ttl, token: token)
                 : .put(key: key, value: value, ttl: put.ttl)
         case .get:
+            if frame.header.flags & CachetRequestFlags.range.rawValue != 0 {
+                let (key, range) = try CachetBodyDecoder.decodeRangedKey(in: buffer, body: frame.body)
+                return .rangedGet(key: Array(buffer[key]), range: range)
+            }
             return .get(key: Array(buffer[try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)]))
         case .delete:
             return .delete(key: Array(buffer[try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)]))

@@ -84,8 +84,15 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// otherwise, and by a cluster of one.
     @inlinable public static var viewCheck: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0800) }
 
+    /// `0x1000`: on GET, a range of the value (`Protocol/PROTOCOL.md`, "GET of a range"): the body carries an
+    /// offset and a length after the key (``CachetValueRange``), and the OK reply's body is the value's whole
+    /// length (u64) followed by the bytes of the range. A node before this revision answers such a body
+    /// BAD_REQUEST (bytes after a GET's key), never the whole value. Clients may send it. Not with `lease`
+    /// or `ttl`. Ignored on the other opcodes.
+    @inlinable public static var range: CachetRequestFlags { CachetRequestFlags(rawValue: 0x1000) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x0fff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x1fff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -116,6 +123,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.relayed) { names.append("relayed") }
         if contains(.holdCheck) { names.append("holdCheck") }
         if contains(.viewCheck) { names.append("viewCheck") }
+        if contains(.range) { names.append("range") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

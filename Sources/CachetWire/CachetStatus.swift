@@ -34,6 +34,9 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
     /// A PUT with a lease token was not stored: its lease was lost (a DEL, PUT or CLEAR of the key since
     /// it was granted, or it expired), so its value may be older than what the cache was told since.
     @inlinable public static var notStored: CachetStatus { CachetStatus(rawValue: 10) }
+    /// A GET with the `range` flag whose offset is past the value's end (`Protocol/PROTOCOL.md`, "GET of a
+    /// range"); the body is the value's length (u64).
+    @inlinable public static var rangeNotSatisfiable: CachetStatus { CachetStatus(rawValue: 11) }
 
     /// The upper-case name used in the specification, or `STATUS_N` for an unknown value.
     public var description: String {
@@ -49,6 +52,7 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 8: return "NOT_AUTHENTICATED"
         case 9: return "FORBIDDEN"
         case 10: return "NOT_STORED"
+        case 11: return "RANGE_NOT_SATISFIABLE"
         default: return "STATUS_\(rawValue)"
         }
     }

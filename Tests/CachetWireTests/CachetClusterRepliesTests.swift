@@ -138,16 +138,18 @@ struct CachetRequestFlagsTests {
         #expect(CachetRequestFlags.lease.rawValue == 0x40 && CachetRequestFlags.ttl.rawValue == 0x80)
         #expect(CachetRequestFlags.fromOwner.rawValue == 0x100 && CachetRequestFlags.relayed.rawValue == 0x200)
         #expect(CachetRequestFlags.holdCheck.rawValue == 0x400 && CachetRequestFlags.viewCheck.rawValue == 0x800)
-        let header = CachetFrameHeader(opcode: .get, word: 0xf001, id: 1)
+        #expect(CachetRequestFlags.range.rawValue == 0x1000)
+        let header = CachetFrameHeader(opcode: .get, word: 0xe001, id: 1)
         #expect(header.requestFlags == .forwarded)
-        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xf000)
+        #expect(CachetRequestFlags(rawValue: 0xfffd).undefinedBits == 0xe000)
         #expect(CachetRequestFlags(rawValue: 0x0080).description == "ttl")
         #expect(CachetRequestFlags(rawValue: 0x0040).description == "lease")
         #expect(CachetRequestFlags(rawValue: 0x0021).description == "forwarded|warmUp")
         #expect(CachetRequestFlags(rawValue: 0x0011).description == "forwarded|leaving")
         #expect(CachetRequestFlags(rawValue: 0x000d).description == "forwarded|invalidation|lastHop")
         #expect(CachetRequestFlags(rawValue: 0x8003).description == "forwarded|cluster|0x8000")
-        #expect(CachetRequestFlags(rawValue: 0x1081).description == "forwarded|ttl|0x1000")
+        #expect(CachetRequestFlags(rawValue: 0x2081).description == "forwarded|ttl|0x2000")
+        #expect(CachetRequestFlags(rawValue: 0x1001).description == "forwarded|range")
         #expect(CachetRequestFlags(rawValue: 0x0801).description == "forwarded|viewCheck")
         #expect(CachetRequestFlags(rawValue: 0x0401).description == "forwarded|holdCheck")
         #expect(CachetRequestFlags(rawValue: 0x030d).description == "forwarded|invalidation|lastHop|fromOwner|relayed")
@@ -178,7 +180,7 @@ struct CachetRequestFlagsTests {
         let commands: [CachetCommand] = [.put(key: [1], value: [2], ttl: 3), .get(key: [4]), .clear, .stats]
         for command in commands {
             for flags: CachetRequestFlags in [
-                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xffbf),
+                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xefbf),
             ] {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))

@@ -39,3 +39,41 @@ struct CachetHoldCheckTests {
         #expect("\(CachetHoldCheck.Answer(rawValue: 9))" == "unknown(9)")
     }
 }
+
+/// The part of a value a GET of a range asks for (`Protocol/PROTOCOL.md`, "GET of a range"), and its body.
+@Suite("Value ranges")
+struct CachetValueRangeTests {
+    @Test func boundsAreCutAtTheEndAndNoneStartsPastIt() {
+        #expect(CachetValueRange(offset: 0, length: 10).bounds(total: 100) == 0..<10)
+        #expect(CachetValueRange(offset: 99, length: 1).bounds(total: 100) == 99..<100)
+        #expect(CachetValueRange(offset: 95, length: 10).bounds(total: 100) == 95..<100)
+        #expect(CachetValueRange(offset: 40).bounds(total: 100) == 40..<100)
+        #expect(CachetValueRange(offset: 100).bounds(total: 100) == 100..<100)
+        #expect(CachetValueRange(offset: 7, length: 0).bounds(total: 100) == 7..<7)
+        #expect(CachetValueRange(offset: 0).bounds(total: 0) == 0..<0)
+        #expect(CachetValueRange(offset: 101, length: 1).bounds(total: 100) == nil)
+        #expect(CachetValueRange(offset: .max, length: .max).bounds(total: 100) == nil)
+        #expect(CachetValueRange(10..<20) == CachetValueRange(offset: 10, length: 10))
+        #expect("\(CachetValueRange(offset: 10, length: 10))" == "10-19 (10 bytes)")
+        #expect("\(CachetValueRange(offset: 10))" == "10-")
+    }
+
+    @Test func theRangeFollowsTheKeyAndTheBodyEndsThere() throws {
+        let command = CachetCommand.rangedGet(key: [0x6b], range: CachetValueRange(offset: 2, length: 3))
+        let bytes = command.encoded(id: 1)
+        let header: [UInt8] = [0, 0, 0, 27, 1, 2, 0x10, 0, 0, 0, 0, 1]
+        #expect(bytes == header + [0, 1, 0x6b] + [0, 0, 0, 0, 0, 0, 0, 2] + [0, 0, 0, 0, 0, 0, 0, 3])
+        let frame = try bytes.withUnsafeBytes { try #require(try CachetFrameDecoder.decodeFrame(in: $0)) }
+        #expect(try bytes.withUnsafeBytes { try CachetCommand.decode(frame: frame, in: $0) } == command)
+        for cut in [1, 8, 16, 17] {
+            let body = Array(bytes[12..<(bytes.count - cut)])
+            _ = body.withUnsafeBytes { buffer in
+                #expect(throws: CachetWireError.self) {
+                    try CachetBodyDecoder.decodeRangedKey(in: buffer, body: 0..<body.count)
+                }
+            }
+        }
+        #expect(CachetValueRange.decodeReply([0, 0, 0, 0, 0, 0, 1, 0, 9])! == (256, 8))
+        #expect(CachetValueRange.decodeReply([0, 0, 0]) == nil)
+    }
+}

@@ -33,7 +33,7 @@ struct CachetWireValueTests {
             (.tooLarge, 3, "TOO_LARGE"), (.unknownOpcode, 4, "UNKNOWN_OPCODE"),
             (.unsupportedVersion, 5, "UNSUPPORTED_VERSION"), (.serverError, 6, "SERVER_ERROR"),
             (.unavailable, 7, "UNAVAILABLE"), (.notAuthenticated, 8, "NOT_AUTHENTICATED"), (.forbidden, 9, "FORBIDDEN"),
-            (.notStored, 10, "NOT_STORED"),
+            (.notStored, 10, "NOT_STORED"), (.rangeNotSatisfiable, 11, "RANGE_NOT_SATISFIABLE"),
         ]
     )
     func statusValuesAndNames(status: CachetStatus, raw: UInt16, name: String) {
@@ -43,7 +43,7 @@ struct CachetWireValueTests {
     }
 
     @Test func unknownStatusesAreRepresentable() {
-        #expect(CachetStatus(rawValue: 11).description == "STATUS_11")
+        #expect(CachetStatus(rawValue: 12).description == "STATUS_12")
         #expect(CachetStatus(rawValue: 65535).description == "STATUS_65535")
     }
 

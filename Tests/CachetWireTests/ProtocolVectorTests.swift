@@ -8,7 +8,8 @@ struct ProtocolVectorTests {
 
     /// The vectors the specification promises, one per opcode and per error class.
     static let required = [
-        "put-get", "get-missing", "del", "del-missing", "clear", "clear-prefixes", "lease", "get-ttl", "stats", "ping",
+        "put-get", "get-missing", "del", "del-missing", "clear", "clear-prefixes", "lease", "get-ttl", "get-range",
+        "stats", "ping",
         "put-with-ttl",
         "empty-value",
         "binary-key", "pipelined", "unknown-opcode", "unsupported-version", "empty-key", "key-too-long",
@@ -44,11 +45,15 @@ struct ProtocolVectorTests {
             #expect(version == CachetProtocol.version, "\(vector.name): replies are version 1")
             switch request {
             case .command(let command, let bytes):
-                // A leased PUT carries its flag and token; a token nobody granted is NOT_STORED.
+                // A leased PUT carries its flag and token; a token nobody granted is NOT_STORED. A GET of a
+                // range carries its flag and range, and one starting past the end is RANGE_NOT_SATISFIABLE.
                 var isLeasedPut = false
                 if case .leasedPut = command { isLeasedPut = true }
+                var isRangedGet = false
+                if case .rangedGet = command { isRangedGet = true }
                 #expect(
-                    status == .ok || status == .notFound || (isLeasedPut && status == .notStored),
+                    status == .ok || status == .notFound || (isLeasedPut && status == .notStored)
+                        || (isRangedGet && status == .rangeNotSatisfiable),
                     "\(vector.name): \(command.opcode) answered \(status)"
                 )
                 #expect(opcode == command.opcode)
@@ -61,14 +66,14 @@ struct ProtocolVectorTests {
                 flagsZeroed[7] = 0
                 let flags = CachetRequestFlags(rawValue: UInt16(bytes[6]) << 8 | UInt16(bytes[7]))
                 #expect(
-                    command.encoded(id: id) == (isLeasedPut ? bytes : flagsZeroed),
+                    command.encoded(id: id) == (isLeasedPut || isRangedGet ? bytes : flagsZeroed),
                     "\(vector.name): re-encoding differs"
                 )
                 #expect(command.encoded(id: id, flags: flags) == bytes, "\(vector.name): re-encoding differs")
-                if !["reserved-flags", "request-flags", "lease", "get-ttl"].contains(vector.name) {
+                if !["reserved-flags", "request-flags", "lease", "get-ttl", "get-range"].contains(vector.name) {
                     #expect(bytes == flagsZeroed, "\(vector.name): requests send flags 0")
                 }
-                if case .exact(let reply) = expected.match, status != .notStored {
+                if case .exact(let reply) = expected.match, status != .notStored, status != .rangeNotSatisfiable {
                     checkOKBody(of: command, status: status, body: Array(reply.dropFirst(12)), in: vector)
                 }
             case .bodyError(let error, let requestHeader):
@@ -100,6 +105,8 @@ struct ProtocolVectorTests {
             #expect(body.count == CachetProtocol.clearReplySize, "\(vector.name): CLEAR reply is 16 bytes")
         case (.get, .ok):
             break  // the value
+        case (.rangedGet, .ok):
+            #expect(body.count >= 8, "\(vector.name): a range's reply starts with the value's length")
         default:
             #expect(body.isEmpty, "\(vector.name): \(command.opcode) \(status) has an empty body")
         }

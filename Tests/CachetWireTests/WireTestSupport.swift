@@ -212,6 +212,19 @@ final class CodecModelNode: ProtocolVectorConnection {
                 counters["misses", default: 0] += 1
                 reply(.get, .notFound, id: id)
             }
+        case .rangedGet(let key, let range):
+            counters["gets", default: 0] += 1
+            guard let value = entries[key] else {
+                counters["misses", default: 0] += 1
+                return reply(.get, .notFound, id: id)
+            }
+            counters["hits", default: 0] += 1
+            var total: [UInt8] = []
+            CachetFrameEncoder.appendBigEndian(UInt64(value.count), to: &total)
+            guard let bounds = range.bounds(total: value.count) else {
+                return reply(.get, .rangeNotSatisfiable, id: id, total)
+            }
+            reply(.get, .ok, id: id, total + value[bounds])
         case .delete(let key):
             counters["deletes", default: 0] += 1
             reply(.delete, entries.removeValue(forKey: key) == nil ? .notFound : .ok, id: id)

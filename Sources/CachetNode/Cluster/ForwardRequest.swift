@@ -33,6 +33,9 @@ final class ForwardRequest: Sendable {
     /// A GET with the `ttl` flag: its reply carries the TTL left, so it never shares a plain GET's reply.
     var asksTTL: Bool { frame.count >= 12 && frame[7] & UInt8(CachetRequestFlags.ttl.rawValue) != 0 }
 
+    /// A GET with the `range` flag: its reply is a part of the value, so it never shares another GET's reply.
+    var asksRange: Bool { frame.count >= 12 && frame[6] & UInt8(CachetRequestFlags.range.rawValue >> 8) != 0 }
+
     init(
         frame: [UInt8],
         opcode: CachetOpcode,

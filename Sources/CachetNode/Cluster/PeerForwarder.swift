@@ -310,7 +310,7 @@ final class PeerForwarder: @unchecked Sendable {
             forward(&frame, to: request.owner, secondHop: request.secondHop, completion: completion)
             return false
         }
-        guard request.opcode == .get, !request.warmUp, !request.asksTTL else {
+        guard request.opcode == .get, !request.warmUp, !request.asksTTL, !request.asksRange else {
             if request.opcode != .get { flights.detach(key) }
             forward(
                 &frame,

@@ -10,20 +10,29 @@ import CachetWire
 struct DiskCompletions {
     let commands: NodeCommands
 
-    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:)``) with
-    /// what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
-    /// a client's as ``completeGet(key:id:entry:lease:withTTL:output:now:)``.
+    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:range:)``)
+    /// with what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
+    /// a client's as ``completeGet(key:id:entry:lease:withTTL:range:output:now:)``.
     func completeGet(
         _ operation: PendingOperation,
         entry: CachetDiskEntry?,
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
-        guard case .get(let key, let id, let warmUp, let lease, let withTTL) = operation else { return }
+        guard case .get(let key, let id, let warmUp, let lease, let withTTL, let range) = operation else { return }
         if warmUp {
             PeerValues.completeWarmUpRead(id: id, entry: entry, counters: commands.counters, output: &output, now: now)
         } else {
-            completeGet(key: key, id: id, entry: entry, lease: lease, withTTL: withTTL, output: &output, now: now)
+            completeGet(
+                key: key,
+                id: id,
+                entry: entry,
+                lease: lease,
+                withTTL: withTTL,
+                range: range,
+                output: &output,
+                now: now
+            )
         }
     }
 
@@ -34,6 +43,7 @@ struct DiskCompletions {
         entry: CachetDiskEntry?,
         lease: Bool = false,
         withTTL: Bool = false,
+        range: CachetValueRange? = nil,
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
@@ -49,7 +59,9 @@ struct DiskCompletions {
             }
             commands.promote(key, entry, now: now)
             entry.value.withUnsafeBytes { value in
-                if withTTL {
+                if let range {
+                    appendRange(range, of: value, id: id, output: &output)
+                } else if withTTL {
                     appendValueWithTTL(value, expiry: entry.expiry, id: id, output: &output, now: now)
                 } else {
                     appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)

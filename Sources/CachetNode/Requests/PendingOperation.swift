@@ -1,10 +1,19 @@
+import CachetWire
+
 /// A request that waits for something outside the loop: the disk queue, or the member it is forwarded to.
 /// The connection reads and answers nothing more until it completes, so replies stay in request order.
 enum PendingOperation {
     /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
     /// TTL left before the value and not kept in memory here; `withTTL` for a GET with the `ttl` flag,
-    /// answered with the TTL left too.
-    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false)
+    /// answered with the TTL left too; `range` for a GET with the `range` flag, answered with that part.
+    case get(
+        key: [UInt8],
+        id: UInt32,
+        warmUp: Bool,
+        lease: Bool = false,
+        withTTL: Bool = false,
+        range: CachetValueRange? = nil
+    )
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties

@@ -43,6 +43,33 @@ func appendValueWithTTL(
     if value.count > 0 { output.append(value) }
 }
 
+/// The reply to a GET of a range (`Protocol/PROTOCOL.md`, "GET of a range") of `value`: OK with the
+/// value's length and the range's bytes, or RANGE_NOT_SATISFIABLE with the value's length when the range
+/// starts past its end.
+func appendRange(
+    _ range: CachetValueRange,
+    of value: UnsafeRawBufferPointer,
+    id: UInt32,
+    output: inout CachetByteBuffer
+) {
+    let total = UInt64(value.count).bigEndian
+    guard let bounds = range.bounds(total: value.count) else {
+        withUnsafeBytes(of: total) {
+            appendReply(opcode: .get, status: .rangeNotSatisfiable, id: id, body: $0, to: &output)
+        }
+        return
+    }
+    output.reserveWritable(CachetProtocol.frameOverhead + 8 + bounds.count)
+    CachetFrameEncoder.writePrefixAndHeader(
+        to: output.writePointer,
+        bodyLength: 8 + bounds.count,
+        header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
+    )
+    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+    withUnsafeBytes(of: total) { output.append($0) }
+    if !bounds.isEmpty { output.append(UnsafeRawBufferPointer(rebasing: value[bounds])) }
+}
+
 func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {
     appendMessage(error.message, status: error.status, opcode: opcode, id: id, to: &output)
 }

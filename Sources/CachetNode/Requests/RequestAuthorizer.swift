@@ -46,6 +46,8 @@ struct RequestAuthorizer {
             }
             let key: Range<Int>?
             switch header.opcode {
+            case .get where header.flags & CachetRequestFlags.range.rawValue != 0:
+                key = try CachetBodyDecoder.decodeRangedKey(in: buffer, body: frame.body).key
             case .get, .delete: key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
             case .put:
                 let leased = header.flags & CachetRequestFlags.lease.rawValue != 0

@@ -168,11 +168,25 @@ struct RequestProcessor {
         access: borrowing ConnectionAccess
     ) -> PendingOperation? {
         let header = frame.header
-        do {
+        do throws(CachetWireError) {
             try CachetFrameDecoder.validateRequestHeader(header)
             switch header.opcode {
             case .get:
-                let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
+                let ranged = header.flags & CachetRequestFlags.range.rawValue != 0
+                let key: Range<Int>
+                var range: CachetValueRange?
+                if ranged {
+                    (key, range) = try CachetBodyDecoder.decodeRangedKey(in: buffer, body: frame.body)
+                    let other = CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue
+                    guard header.flags & other == 0 else {
+                        throw CachetWireError(
+                            code: .malformedBody,
+                            message: "a GET of a range takes neither the lease nor the ttl flag"
+                        )
+                    }
+                } else {
+                    key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
+                }
                 var warmable = false
                 if forwards {
                     let warmUp = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.warmUp.rawValue
@@ -190,6 +204,17 @@ struct RequestProcessor {
                     case .pending(let operation): return operation
                     }
                     warmable = header.flags & CachetRequestFlags.lastHop.rawValue == 0
+                }
+                if let range {
+                    return getRange(
+                        UnsafeRawBufferPointer(rebasing: buffer[key]),
+                        range,
+                        id: header.id,
+                        output: &output,
+                        outputCapacityLimit: outputCapacityLimit,
+                        noRoom: &noRoom,
+                        now: now
+                    )
                 }
                 if header.flags & CachetRequestFlags.ttl.rawValue != 0 {
                     return getWithTTL(
@@ -400,6 +425,38 @@ struct RequestProcessor {
             return nil
         case .miss:
             return missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
+        }
+    }
+
+    /// A GET with the `range` flag (`Protocol/PROTOCOL.md`, "GET of a range"): the value's length and the
+    /// bytes of the range, from memory or else the disk tier; kept apart, as ``getWithTTL(_:id:output:outputCapacityLimit:noRoom:now:lease:)``
+    /// is, so that a plain GET pays one flag test for it. Not warmed up from a previous owner.
+    private func getRange(
+        _ key: UnsafeRawBufferPointer,
+        _ range: CachetValueRange,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        outputCapacityLimit: Int,
+        noRoom: inout Bool,
+        now: UInt32
+    ) -> PendingOperation? {
+        let lookup = commands.lookUp(key, now: now) { value, _ in
+            let count = range.bounds(total: value.count)?.count ?? 0
+            guard Self.replyFits(count, extra: 8, limit: outputCapacityLimit, output: output) else { return false }
+            appendRange(range, of: value, id: id, output: &output)
+            return true
+        }
+        switch lookup {
+        case .hit: return nil
+        case .noRoom:
+            noRoom = true
+            return nil
+        case .miss:
+            if commands.afterMemoryMiss(key, now: now) {
+                return .get(key: Array(key), id: id, warmUp: false, range: range)
+            }
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            return nil
         }
     }
 

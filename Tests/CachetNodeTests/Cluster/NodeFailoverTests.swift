@@ -772,7 +772,10 @@ struct NodeFailoverTests {
         #expect(freeze(pid), "n2 stopped")
         defer { kill(pid, SIGCONT) }
         try Self.waitForState("n2", "down", on: others, cluster: cluster)
-        let put = try n4.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0))
+        let put = try NodeForwardingTests.writeOnceStoodIn(
+            .put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0),
+            on: n4
+        )
         #expect(put.status == .ok, "\(put.status): \(String(decoding: put.body, as: UTF8.self))")
         kill(pid, SIGCONT)
 

@@ -113,6 +113,21 @@ struct NodeForwardingTests {
         return try socket.readResponse()
     }
 
+    /// Sends `command` (a write of a down member's key) through `socket` until it is not UNAVAILABLE, for at
+    /// most `seconds`: a member down by timeouts is stood in for once a majority sees it down, which each
+    /// member asks the others on its next probe tick (`Protocol/CLUSTER.md`, "Health").
+    static func writeOnceStoodIn(_ command: CachetCommand, on socket: TestSocket, within seconds: Double = 2) throws
+        -> CachetResponse
+    {
+        var reply = try socket.roundTrip(command)
+        let deadline = Date().addingTimeInterval(seconds)
+        while reply.status == .unavailable && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+            reply = try socket.roundTrip(command)
+        }
+        return reply
+    }
+
     @Test func everyKeyIsServedThroughEveryNodeAndStoredOnlyOnItsOwner() throws {
         let cluster = try Cluster()
         let ids = ["n1", "n2", "n3"]
