@@ -1,4 +1,4 @@
-import CachetWire
+public import CachetWire
 
 /// Where a PUT's value comes from.
 public enum CachetCLIValueSource: Sendable, Equatable {
@@ -12,8 +12,9 @@ public enum CachetCLIValueSource: Sendable, Equatable {
 public enum CachetCLICommand: Sendable, Equatable {
     /// `put KEY VALUE [--ttl SECONDS]` or `put KEY @FILE [--ttl SECONDS]`.
     case put(key: [UInt8], value: CachetCLIValueSource, ttl: UInt32)
-    /// `get KEY [--out FILE]`.
-    case get(key: [UInt8], output: String?)
+    /// `get KEY [--range A-B | --range A-] [--out FILE]`: the value, or the bytes A to B (both included) or A
+    /// to the end.
+    case get(key: [UInt8], output: String?, range: CachetValueRange? = nil)
     /// `del KEY`.
     case delete(key: [UInt8])
     /// `clear [PREFIX...]`: every key, or those that start with one of the prefixes.
@@ -34,6 +35,7 @@ public enum CachetCLICommand: Sendable, Equatable {
           put KEY @FILE [--ttl SECONDS]   store the bytes of FILE
           get KEY [--out FILE]            print the value (UTF-8 as text, anything else as 0x-hex),
                                           or write its raw bytes to FILE
+          get KEY --range A-B [--out FILE]  bytes A to B of the value (both included; A- to the end)
           del KEY                         remove KEY
           clear [PREFIX...]               remove every entry of the node, or those whose keys
                                           start with one of the prefixes
@@ -45,6 +47,19 @@ public enum CachetCLICommand: Sendable, Equatable {
           quit                            leave
         quote words with spaces: put "my key" "a value"; inside quotes \\" \\\\ \\n \\t \\xNN are escapes
         """
+
+    /// `A-B` (bytes A to B, both included) or `A-` (A to the end), as HTTP's byte ranges.
+    static func byteRange(_ text: [UInt8]) throws(CachetCLIError) -> CachetValueRange {
+        let parts = String(decoding: text, as: UTF8.self).split(separator: "-", omittingEmptySubsequences: false)
+        let bad = CachetCLIError(
+            code: .usage,
+            message: "--range takes A-B (bytes A to B, both included) or A- (from A to the end), A ≤ B"
+        )
+        guard parts.count == 2, let first = UInt64(parts[0]) else { throw bad }
+        if parts[1].isEmpty { return CachetValueRange(offset: first) }
+        guard let last = UInt64(parts[1]), last >= first, last < UInt64.max else { throw bad }
+        return CachetValueRange(offset: first, length: last - first + 1)
+    }
 
     /// Parses one line.
     /// - Parameter line: the command line.
@@ -93,8 +108,9 @@ public enum CachetCLICommand: Sendable, Equatable {
             return .put(key: arguments[0], value: .literal(value), ttl: ttl)
         case "get":
             let output = try option("--out").map { String(decoding: $0, as: UTF8.self) }
-            guard arguments.count == 1 else { throw usage("get KEY [--out FILE]") }
-            return .get(key: arguments[0], output: output)
+            let range = try option("--range").map { (text) throws(CachetCLIError) in try byteRange(text) }
+            guard arguments.count == 1 else { throw usage("get KEY [--range A-B] [--out FILE]") }
+            return .get(key: arguments[0], output: output, range: range)
         case "del", "delete":
             guard arguments.count == 1 else { throw usage("del KEY") }
             return .delete(key: arguments[0])

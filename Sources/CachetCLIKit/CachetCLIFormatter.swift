@@ -193,6 +193,14 @@ public enum CachetCLIFormatter {
         case .get, .delete:
             guard body.count >= 2 else { return body.isEmpty ? "" : "body=\(quoted(body))" }
             let keyLength = Int(body[body.startIndex]) << 8 | Int(body[body.startIndex + 1])
+            let rest = body.dropFirst(2 + keyLength)
+            if opcode == .get && rest.count == CachetValueRange.encodedSize {
+                // A GET of a range: the offset and length after the key.
+                let offset = rest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+                let length = rest.suffix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+                let range = CachetValueRange(offset: offset, length: length)
+                return "key_len=\(keyLength) key=\(quoted(body.dropFirst(2).prefix(keyLength))) range=\(range)"
+            }
             return "key_len=\(keyLength) key=\(quoted(body.dropFirst(2)))"
         default:
             return body.isEmpty ? "" : "body=\(quoted(body))"

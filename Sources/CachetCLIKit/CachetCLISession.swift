@@ -111,16 +111,30 @@ public final class CachetCLISession {
             }
             let reply = try send(.put(key: key, value: value, ttl: ttl), lines: &lines)
             return answer(reply, lines: &lines) { _ in "OK" }
-        case .get(let key, let output):
-            let reply = try send(.get(key: key), lines: &lines)
+        case .get(let key, let output, let range):
+            let reply = try send(range.map { .rangedGet(key: key, range: $0) } ?? .get(key: key), lines: &lines)
+            var body = reply.body
+            var of = ""
+            if range != nil {
+                if reply.status == .rangeNotSatisfiable, let (total, _) = CachetValueRange.decodeReply(reply.body) {
+                    lines.append("ERROR RANGE_NOT_SATISFIABLE: the range starts past the value's end (\(total) bytes)")
+                    return .error
+                }
+                if reply.status == .ok, let (total, start) = CachetValueRange.decodeReply(reply.body) {
+                    body = Array(reply.body[start...])
+                    of = " of \(total)"
+                }
+            }
             if reply.status == .ok, let output {
-                guard FileManager.default.createFile(atPath: output, contents: Data(reply.body)) else {
+                guard FileManager.default.createFile(atPath: output, contents: Data(body)) else {
                     throw CachetCLIError(code: .file, message: "cannot write \(output)")
                 }
-                lines.append("OK (\(reply.body.count) bytes written to \(output))")
+                lines.append("OK (\(body.count)\(of) bytes written to \(output))")
                 return .ok
             }
-            return answer(reply, lines: &lines) { CachetCLIFormatter.render($0.body) }
+            return answer(reply, lines: &lines) { _ in
+                CachetCLIFormatter.render(body) + (of.isEmpty ? "" : "  (\(body.count)\(of) bytes)")
+            }
         case .delete(let key):
             let reply = try send(.delete(key: key), lines: &lines)
             return answer(reply, lines: &lines) { _ in "OK" }

@@ -13,6 +13,9 @@ enum ClientLease {
     /// Not a lease: a GET with the `ttl` flag, whose OK reply carries the TTL left before the value
     /// (`Protocol/PROTOCOL.md`, "GET with the TTL left").
     case ttlGet
+    /// Not a lease: a GET with the `range` flag, whose body carries the range after the key and whose OK reply
+    /// carries the value's length before the range's bytes (`Protocol/PROTOCOL.md`, "GET of a range").
+    case rangeGet
 }
 
 /// What a GET with the `lease` flag came to.

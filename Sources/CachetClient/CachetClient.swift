@@ -378,6 +378,10 @@ public final class CachetClient: Sendable {
                         switch lease {
                         case .none: break
                         case .ttlGet: request.flags = CachetRequestFlags.ttl.rawValue
+                        case .rangeGet:
+                            // The range's 16 bytes follow the key.
+                            request.flags = CachetRequestFlags.range.rawValue
+                            request.value = value
                         case .get: request.flags = CachetRequestFlags.lease.rawValue
                         case .put(let token):
                             request.flags = CachetRequestFlags.lease.rawValue

@@ -22,6 +22,7 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case encodingFailed
             case decodingFailed
             case notStored
+            case rangeNotSatisfiable
         }
 
         fileprivate var base: Base
@@ -62,6 +63,9 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
         /// A PUT that carried a read-through lease was not stored: the key was written or deleted since
         /// the lease was granted, or the lease expired (NOT_STORED).
         public static let notStored = Code(.notStored)
+        /// A GET of a range that starts past the value's end (RANGE_NOT_SATISFIABLE); the message gives the
+        /// value's length.
+        public static let rangeNotSatisfiable = Code(.rangeNotSatisfiable)
 
         /// The code's name.
         public var description: String {
@@ -81,6 +85,7 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case .encodingFailed: return "encodingFailed"
             case .decodingFailed: return "decodingFailed"
             case .notStored: return "notStored"
+            case .rangeNotSatisfiable: return "rangeNotSatisfiable"
             }
         }
     }

@@ -37,7 +37,9 @@ struct ClientRequest {
         case .put:
             return CachetProtocol.frameOverhead + CachetProtocol.putBodyPrefixSize + key.count + value.count
                 + (flags & CachetRequestFlags.lease.rawValue != 0 ? 8 : 0)
-        case .get, .delete: return CachetProtocol.frameOverhead + CachetProtocol.keyBodyPrefixSize + key.count
+        case .get, .delete:
+            // A GET of a range carries its 16 range bytes as `value`, after the key.
+            return CachetProtocol.frameOverhead + CachetProtocol.keyBodyPrefixSize + key.count + value.count
         default: return CachetProtocol.frameOverhead + key.count + value.count
         }
     }

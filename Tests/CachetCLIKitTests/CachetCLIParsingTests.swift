@@ -39,6 +39,17 @@ struct CachetCLIParsingTests {
         )
         #expect(try CachetCLICommand.parse("get k --out /tmp/o") == .get(key: Array("k".utf8), output: "/tmp/o"))
         #expect(try CachetCLICommand.parse("get k") == .get(key: Array("k".utf8), output: nil))
+        #expect(
+            try CachetCLICommand.parse("get k --range 10-19 --out /o")
+                == .get(key: Array("k".utf8), output: "/o", range: CachetValueRange(offset: 10, length: 10))
+        )
+        #expect(
+            try CachetCLICommand.parse("get k --range 5-")
+                == .get(key: Array("k".utf8), output: nil, range: CachetValueRange(offset: 5))
+        )
+        for bad in ["get k --range 9-3", "get k --range -3", "get k --range a-b", "get k --range 1-2-3"] {
+            #expect(throws: CachetCLIError.self, "\(bad)") { try CachetCLICommand.parse(bad) }
+        }
         #expect(try CachetCLICommand.parse("del k") == .delete(key: Array("k".utf8)))
         #expect(try CachetCLICommand.parse("clear") == .clear(prefixes: []))
         #expect(try CachetCLICommand.parse("clear app: b") == .clear(prefixes: [Array("app:".utf8), Array("b".utf8)]))

@@ -119,6 +119,17 @@ struct CachetCLIProcessTests {
             )
         )
         #expect(FileManager.default.contents(atPath: output) == Data(bytes))
+        // A range of it: to a file, printed, and past the end.
+        #expect(
+            try runCLI(["--port", "\(node.port)", "get", "blob", "--range", "65536-", "--out", output]) == (
+                "OK (4464 of 70000 bytes written to \(output))\n", 0
+            )
+        )
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes[65536...]))
+        #expect(
+            try runCLI(["--port", "\(node.port)"], input: "put t hello\nget t --range 1-3\nget t --range 6-\n").output
+                == "OK\nell  (3 of 5 bytes)\nERROR RANGE_NOT_SATISFIABLE: the range starts past the value's end (5 bytes)\n"
+        )
         // Without --out a binary value prints as hex.
         #expect(
             try runCLI(["--port", "\(node.port)"], input: "put b \"\\x00\\x01\"\nget b\n").output == "OK\n0x0001\n"

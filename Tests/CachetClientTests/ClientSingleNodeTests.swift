@@ -144,3 +144,29 @@ struct ClientTTLTests {
         }
     }
 }
+
+@Suite("CachetClient: ranges of a value")
+struct ClientRangeTests {
+    @Test("get(_:range:) reads just the bytes asked for and the value's length, routed by the ring")
+    func ranges() async throws {
+        let cluster = try await NodeCluster.start(count: 3)
+        let value = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        try await withClient(cluster.configuration()) { client in
+            try await client.put("video:42", value: value)
+            let head = try #require(try await client.get("video:42", range: 0..<1024))
+            #expect(head == CachetValueSlice(bytes: Array(value[0..<1024]), totalLength: 5000, offset: 0))
+            let tail = try #require(try await client.get("video:42", range: 4990..<6000))
+            #expect(tail.bytes == Array(value[4990...]) && tail.offset == 4990 && tail.totalLength == 5000)
+            #expect(try await client.get("video:42", from: 4999)?.bytes == [value[4999]])
+            #expect(try await client.get("video:42", range: 5000..<5000)?.bytes == [])
+            #expect(try await client.get("absent", range: 0..<10) == nil)
+            do {
+                _ = try await client.get("video:42", range: 5001..<5002)
+                Issue.record("a range past the end was answered")
+            } catch let error as CachetClientError {
+                #expect(error.code == .rangeNotSatisfiable && error.message.contains("5000 bytes"), "\(error)")
+            }
+            await #expect(throws: CachetClientError.self) { try await client.get("video:42", range: -1..<3) }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import CachetWire
+
+/// Part of a value, read with ``CachetClient/get(_:range:)-(String,_)``.
+public struct CachetValueSlice: Sendable, Equatable {
+    /// The bytes of the range: fewer than asked for when the range runs past the value's end.
+    public var bytes: [UInt8]
+    /// The whole value's length, in bytes.
+    public var totalLength: Int
+    /// Where `bytes` start in the value.
+    public var offset: Int
+
+    /// A part of a value.
+    public init(bytes: [UInt8], totalLength: Int, offset: Int) {
+        self.bytes = bytes
+        self.totalLength = totalLength
+        self.offset = offset
+    }
+}
+
+extension CachetClient {
+    /// Bytes `range` of the value under `key`, in one request: a GET with the `range` flag
+    /// (`Protocol/PROTOCOL.md`, "GET of a range"). The node sends only those bytes, and the value's whole
+    /// length. A range that runs past the end is cut at the end (an empty range, or one starting exactly at
+    /// the end, reads no bytes); one that starts past the end is an error.
+    ///
+    /// ```swift
+    /// if let head = try await client.get("video:42", range: 0..<1_048_576) {
+    ///     print(head.bytes.count, "of", head.totalLength)
+    /// }
+    /// ```
+    /// - Parameters:
+    ///   - key: 1 to 4096 bytes of UTF-8.
+    ///   - range: offsets in the value; must not be negative.
+    /// - Returns: the bytes and the value's length, or nil when the key is not stored.
+    /// - Throws: ``CachetClientError``: `rangeNotSatisfiable` when `range` starts past the value's end (the
+    ///   message gives its length), `badRequest` for a negative offset or a node older than ranges (it
+    ///   refuses the body), else as ``get(_:)-(String)``.
+    public func get(_ key: String, range: Range<Int>) async throws(CachetClientError) -> CachetValueSlice? {
+        try await get(key: key.utf8, range: try Self.valueRange(range))
+    }
+
+    /// ``get(_:range:)-(String,_)`` for a key of bytes.
+    public func get(_ key: [UInt8], range: Range<Int>) async throws(CachetClientError) -> CachetValueSlice? {
+        try await get(key: key, range: try Self.valueRange(range))
+    }
+
+    /// The bytes of the value under `key` from `offset` to its end (see ``get(_:range:)-(String,_)``).
+    public func get(_ key: String, from offset: Int) async throws(CachetClientError) -> CachetValueSlice? {
+        guard offset >= 0 else { throw Self.negativeOffset(offset) }
+        return try await get(key: key.utf8, range: CachetValueRange(offset: UInt64(offset)))
+    }
+
+    static func valueRange(_ range: Range<Int>) throws(CachetClientError) -> CachetValueRange {
+        guard range.lowerBound >= 0 else { throw negativeOffset(range.lowerBound) }
+        return CachetValueRange(range)
+    }
+
+    static func negativeOffset(_ offset: Int) -> CachetClientError {
+        CachetClientError(code: .badRequest, message: "range offset \(offset) is negative: offsets start at 0")
+    }
+
+    func get(key: some Collection<UInt8>, range: CachetValueRange) async throws(CachetClientError)
+        -> CachetValueSlice?
+    {
+        try withBytes(key) { (key) throws(CachetClientError) in try ClientRequest.validate(key: key) }
+        let (status, body, node) = try await execute(
+            key: key,
+            value: range.encoded,
+            opcode: .get,
+            ttl: 0,
+            lease: .rangeGet
+        )
+        switch status {
+        case .ok:
+            guard let (total, start) = CachetValueRange.decodeReply(body), total <= UInt64(Int.max),
+                let bounds = range.bounds(total: Int(total)), bounds.count == body.count - start
+            else {
+                throw CachetClientError(
+                    code: .protocolViolation,
+                    message: "a GET of range \(range) was answered \(body.count) bytes, which do not hold the value's "
+                        + "length and that range's bytes",
+                    node: node
+                )
+            }
+            return CachetValueSlice(bytes: Array(body[start...]), totalLength: Int(total), offset: bounds.lowerBound)
+        case .notFound:
+            return nil
+        case .rangeNotSatisfiable:
+            let total = CachetValueRange.decodeReply(body).map { "\($0.total)" } ?? "unknown"
+            throw CachetClientError(
+                code: .rangeNotSatisfiable,
+                message: "range \(range) starts past the end of the value under the key (\(total) bytes)",
+                node: node
+            )
+        default:
+            throw statusError(status, body: body, opcode: .get, node: node)
+        }
+    }
+}
