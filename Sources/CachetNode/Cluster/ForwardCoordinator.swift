@@ -210,7 +210,7 @@ final class ForwardCoordinator {
                 settle(again, outcome, retries: max(0, retries), answer: answer)
             }
         case .suspended(let operation) where processor.commands.disk != nil && operation.isGet:
-            guard case .get(let key, _, _, _, _, _) = operation else { break }
+            guard let key = operation.diskReadKey else { break }
             // The disk worker answers on its own thread; the reply is made back on this loop's queue.
             let loop = forwarder.loop
             let onLoop = LoopConfined((processor, answer))

@@ -33,7 +33,8 @@ final class DiskDispatch: @unchecked Sendable {
     /// Hands a disk operation to the disk queue; its completion hops back to the loop's queue.
     private func start(_ operation: PendingOperation, for connection: Connection) {
         switch operation {
-        case .get(let key, _, _, _, _, _):
+        case .get, .rangedGet:
+            let key = operation.diskReadKey.unsafelyUnwrapped
             disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
                 host.execute { [self] in
                     host.resume(connection) { processor, output, now in

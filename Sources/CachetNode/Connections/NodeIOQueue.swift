@@ -506,7 +506,7 @@ final class NodeIOQueue: @unchecked Sendable {
             forwarding.startFanOut(request, for: connection)
         case .watch(let start):
             watching.start(start.request, id: start.id, for: connection)
-        case .get, .put, .clear:
+        case .get, .rangedGet, .put, .clear:
             diskDispatch?.begin(operation, for: connection)
         }
     }

@@ -10,8 +10,8 @@ import CachetWire
 struct DiskCompletions {
     let commands: NodeCommands
 
-    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:range:)``)
-    /// with what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
+    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:)``, or
+    /// ``PendingOperation/rangedGet(key:id:range:)``) with what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
     /// a client's as ``completeGet(key:id:entry:lease:withTTL:range:output:now:)``.
     func completeGet(
         _ operation: PendingOperation,
@@ -19,20 +19,18 @@ struct DiskCompletions {
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
-        guard case .get(let key, let id, let warmUp, let lease, let withTTL, let range) = operation else { return }
-        if warmUp {
-            PeerValues.completeWarmUpRead(id: id, entry: entry, counters: commands.counters, output: &output, now: now)
-        } else {
-            completeGet(
-                key: key,
-                id: id,
-                entry: entry,
-                lease: lease,
-                withTTL: withTTL,
-                range: range,
-                output: &output,
-                now: now
-            )
+        switch operation {
+        case .get(let key, let id, let warmUp, let lease, let withTTL):
+            if warmUp {
+                let counters = commands.counters
+                PeerValues.completeWarmUpRead(id: id, entry: entry, counters: counters, output: &output, now: now)
+            } else {
+                completeGet(key: key, id: id, entry: entry, lease: lease, withTTL: withTTL, output: &output, now: now)
+            }
+        case .rangedGet(let key, let id, let range):
+            completeGet(key: key, id: id, entry: entry, range: range, output: &output, now: now)
+        default:
+            return
         }
     }
 

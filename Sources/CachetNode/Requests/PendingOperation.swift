@@ -5,15 +5,11 @@ import CachetWire
 enum PendingOperation {
     /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
     /// TTL left before the value and not kept in memory here; `withTTL` for a GET with the `ttl` flag,
-    /// answered with the TTL left too; `range` for a GET with the `range` flag, answered with that part.
-    case get(
-        key: [UInt8],
-        id: UInt32,
-        warmUp: Bool,
-        lease: Bool = false,
-        withTTL: Bool = false,
-        range: CachetValueRange? = nil
-    )
+    /// answered with the TTL left too.
+    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false)
+    /// A GET with the `range` flag that missed memory and may be on disk: answered with that part of the
+    /// value. Boxed, so that the enum every request returns stays as small as it was.
+    indirect case rangedGet(key: [UInt8], id: UInt32, range: CachetValueRange)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties
@@ -33,7 +29,7 @@ extension PendingOperation {
     /// The command its duration is counted under (``RequestLatencies``).
     var latencyCommand: LatencyCommand {
         switch self {
-        case .get: return .get
+        case .get, .rangedGet: return .get
         case .put: return .set
         case .clear, .watch: return .other
         case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
@@ -41,8 +37,14 @@ extension PendingOperation {
     }
 
     /// Whether it is a GET that went to the disk tier.
-    var isGet: Bool {
-        if case .get = self { return true }
-        return false
+    var isGet: Bool { diskReadKey != nil }
+
+    /// The key a GET that went to the disk tier reads (plain, warm-up, with the TTL or of a range); nil for
+    /// anything else.
+    var diskReadKey: [UInt8]? {
+        switch self {
+        case .get(let key, _, _, _, _), .rangedGet(let key, _, _): return key
+        default: return nil
+        }
     }
 }

@@ -172,21 +172,17 @@ struct RequestProcessor {
             try CachetFrameDecoder.validateRequestHeader(header)
             switch header.opcode {
             case .get:
-                let ranged = header.flags & CachetRequestFlags.range.rawValue != 0
-                let key: Range<Int>
-                var range: CachetValueRange?
-                if ranged {
-                    (key, range) = try CachetBodyDecoder.decodeRangedKey(in: buffer, body: frame.body)
-                    let other = CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue
-                    guard header.flags & other == 0 else {
-                        throw CachetWireError(
-                            code: .malformedBody,
-                            message: "a GET of a range takes neither the lease nor the ttl flag"
-                        )
-                    }
-                } else {
-                    key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
+                if header.flags & CachetRequestFlags.range.rawValue != 0 {
+                    return try getRange(
+                        frame,
+                        in: buffer,
+                        output: &output,
+                        outputCapacityLimit: outputCapacityLimit,
+                        noRoom: &noRoom,
+                        now: now
+                    )
                 }
+                let key = try CachetBodyDecoder.decodeKey(in: buffer, body: frame.body)
                 var warmable = false
                 if forwards {
                     let warmUp = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.warmUp.rawValue
@@ -204,17 +200,6 @@ struct RequestProcessor {
                     case .pending(let operation): return operation
                     }
                     warmable = header.flags & CachetRequestFlags.lastHop.rawValue == 0
-                }
-                if let range {
-                    return getRange(
-                        UnsafeRawBufferPointer(rebasing: buffer[key]),
-                        range,
-                        id: header.id,
-                        output: &output,
-                        outputCapacityLimit: outputCapacityLimit,
-                        noRoom: &noRoom,
-                        now: now
-                    )
                 }
                 if header.flags & CachetRequestFlags.ttl.rawValue != 0 {
                     return getWithTTL(
@@ -428,18 +413,35 @@ struct RequestProcessor {
         }
     }
 
-    /// A GET with the `range` flag (`Protocol/PROTOCOL.md`, "GET of a range"): the value's length and the
-    /// bytes of the range, from memory or else the disk tier; kept apart, as ``getWithTTL(_:id:output:outputCapacityLimit:noRoom:now:lease:)``
-    /// is, so that a plain GET pays one flag test for it. Not warmed up from a previous owner.
+    /// A GET with the `range` flag (`Protocol/PROTOCOL.md`, "GET of a range"): its body decoded, routed as any
+    /// GET, then answered with the value's length and the bytes of the range, from memory or else the disk
+    /// tier; kept apart from the plain GET's path, which pays one flag test for it. Not warmed up from a
+    /// previous owner; not with the `lease` or `ttl` flag (BAD_REQUEST).
     private func getRange(
-        _ key: UnsafeRawBufferPointer,
-        _ range: CachetValueRange,
-        id: UInt32,
+        _ frame: CachetFrame,
+        in buffer: UnsafeRawBufferPointer,
         output: inout CachetByteBuffer,
         outputCapacityLimit: Int,
         noRoom: inout Bool,
         now: UInt32
-    ) -> PendingOperation? {
+    ) throws(CachetWireError) -> PendingOperation? {
+        let header = frame.header
+        let (keyRange, range) = try CachetBodyDecoder.decodeRangedKey(in: buffer, body: frame.body)
+        guard header.flags & (CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue) == 0 else {
+            throw CachetWireError(
+                code: .malformedBody,
+                message: "a GET of a range takes neither the lease nor the ttl flag"
+            )
+        }
+        if forwards {
+            switch cluster.unsafelyUnwrapped.route(frame, key: keyRange, in: buffer, output: &output) {
+            case .here: break
+            case .answered: return nil
+            case .pending(let operation): return operation
+            }
+        }
+        let key = UnsafeRawBufferPointer(rebasing: buffer[keyRange])
+        let id = header.id
         let lookup = commands.lookUp(key, now: now) { value, _ in
             let count = range.bounds(total: value.count)?.count ?? 0
             guard Self.replyFits(count, extra: 8, limit: outputCapacityLimit, output: output) else { return false }
@@ -453,7 +455,7 @@ struct RequestProcessor {
             return nil
         case .miss:
             if commands.afterMemoryMiss(key, now: now) {
-                return .get(key: Array(key), id: id, warmUp: false, range: range)
+                return .rangedGet(key: Array(key), id: id, range: range)
             }
             appendReply(opcode: .get, status: .notFound, id: id, to: &output)
             return nil
