@@ -139,6 +139,8 @@ let package = Package(
                 "CachetAuth",
                 "CachetNode",
                 "CachetIO",
+                "CachetClient",
+                "CachetWire",
                 .product(name: "FlyingFox", package: "FlyingFox"),
                 .product(name: "FlyingSocks", package: "FlyingFox"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -1,4 +1,4 @@
-import CachetWire
+public import CachetWire
 
 /// Part of a value, read with ``CachetClient/get(_:range:)-(String,_)``.
 public struct CachetValueSlice: Sendable, Equatable {
@@ -48,6 +48,12 @@ extension CachetClient {
     public func get(_ key: String, from offset: Int) async throws(CachetClientError) -> CachetValueSlice? {
         guard offset >= 0 else { throw Self.negativeOffset(offset) }
         return try await get(key: key.utf8, range: CachetValueRange(offset: UInt64(offset)))
+    }
+
+    /// The bytes of `range` (``CachetValueRange``: an offset, and a length or "to the end") of the value under
+    /// the key of bytes `key` (see ``get(_:range:)-(String,_)``).
+    public func get(_ key: [UInt8], range: CachetValueRange) async throws(CachetClientError) -> CachetValueSlice? {
+        try await get(key: key, range: range)
     }
 
     static func valueRange(_ range: Range<Int>) throws(CachetClientError) -> CachetValueRange {

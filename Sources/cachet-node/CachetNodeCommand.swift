@@ -220,6 +220,15 @@ struct CachetNodeCommand: ParsableCommand {
     @Option(help: "Address the HTTP listener binds (an IPv4 or IPv6 literal). Default: 127.0.0.1.")
     var httpHost = "127.0.0.1"
 
+    @Flag(
+        help: """
+            Also serve values read-only on the HTTP port: GET and HEAD /values/KEY (percent-encoded), with \
+            byte ranges, for players and browsers; users of --auth-file sign in with HTTP Basic. Needs \
+            --http-port, and the plain port (not --tls-only).
+            """
+    )
+    var httpValues = false
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
@@ -379,18 +388,42 @@ struct CachetNodeCommand: ParsableCommand {
                 print("cachet-node listening for TLS on \(host):\(tlsPort)")
             }
             var metrics: MetricsServer?
+            var values: HTTPValues?
+            guard !httpValues || httpPort != nil else {
+                throw CachetNodeError(
+                    code: .invalidConfiguration,
+                    message: "--http-values serves on --http-port: give one"
+                )
+            }
             if let httpPort {
                 guard (0...65535).contains(httpPort) else {
                     throw CachetNodeError(code: .invalidConfiguration, message: "--http-port \(httpPort) is not a port")
                 }
+                guard !httpValues || !configuration.tlsOnly else {
+                    throw CachetNodeError(
+                        code: .invalidConfiguration,
+                        message: "--http-values reads values through the node's plain port, which --tls-only closes"
+                    )
+                }
+                let served = httpValues ? HTTPValues(port: boundPort, tls: nil) : nil
+                values = served
                 let started = Self.waitFor {
-                    try await MetricsServer.start(node: server, host: httpHost, port: httpPort, logger: logger)
+                    try await MetricsServer.start(
+                        node: server,
+                        host: httpHost,
+                        port: httpPort,
+                        values: served,
+                        logger: logger
+                    )
                 }
                 switch started {
                 case .success(let (server, port)):
                     metrics = server
                     let shown = httpHost.contains(":") ? "[\(httpHost)]" : httpHost
                     print("cachet-node metrics and health on http://\(shown):\(port)")
+                    if httpValues {
+                        print("cachet-node values on http://\(shown):\(port)\(HTTPValueRequest.pathPrefix)KEY")
+                    }
                 case .failure(let error):
                     throw CachetNodeError(
                         code: .addressUnusable,
@@ -401,6 +434,7 @@ struct CachetNodeCommand: ParsableCommand {
             fflush(nil)
             server.run(until: signals)
             if let metrics { _ = Self.waitFor { await metrics.stop() } }
+            if let values { _ = Self.waitFor { await values.shutdown() } }
             reload.cancel()
         } catch  where error.code == .invalidConfiguration {
             throw ValidationError(error.description)

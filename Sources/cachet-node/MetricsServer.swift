@@ -24,21 +24,27 @@ struct MetricsServer {
     ///   - node: the node whose figures it serves.
     ///   - host: an IPv4 or IPv6 literal to listen on.
     ///   - port: the port (0 picks a free one).
+    ///   - values: values served read-only under `/values/` (`--http-values`); nil serves none.
     ///   - logger: where failures go.
     /// - Returns: the server and the port it listens on.
-    static func start(node: CachetNodeServer, host: String, port: Int, logger: Logger) async throws -> (
-        MetricsServer, Int
-    ) {
+    static func start(
+        node: CachetNodeServer,
+        host: String,
+        port: Int,
+        values: HTTPValues? = nil,
+        logger: Logger
+    ) async throws -> (MetricsServer, Int) {
         let address: any SocketAddress =
             host.contains(":")
             ? try sockaddr_in6.inet6(ip6: host, port: UInt16(port))
             : try sockaddr_in.inet(ip4: host, port: UInt16(port))
         let server = HTTPServer(address: address, timeout: 5, logger: .disabled)
         await server.appendRoute("GET /metrics") { _ in
-            HTTPResponse(
+            let valuesText = await values?.metricsText ?? ""
+            return HTTPResponse(
                 statusCode: .ok,
                 headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: Data(node.metricsText.utf8)
+                body: Data((node.metricsText + valuesText).utf8)
             )
         }
         await server.appendRoute("GET /health/live") { _ in
@@ -52,6 +58,7 @@ struct MetricsServer {
                 body: Data("\(reason)\n".utf8)
             )
         }
+        if let values { await HTTPValues.addRoutes(to: server, values: values) }
         let stopping = StopRequest()
         Task {
             do {

@@ -73,7 +73,10 @@ struct TestSetupTests {
         for folder in ["Tests", "Sources/CachetTestSupport"] {
             let enumerator = FileManager.default.enumerator(atPath: DeployFiles.path(folder))
             while let file = enumerator?.nextObject() as? String {
-                if file.hasSuffix(".swift") { sources.append(try DeployFiles.text(folder + "/" + file)) }
+                // The Swift tests, and the scripts they run (the browser test's).
+                if file.hasSuffix(".swift") || file.hasSuffix(".py") {
+                    sources.append(try DeployFiles.text(folder + "/" + file))
+                }
             }
         }
         let text = sources.joined(separator: "\n")
@@ -101,8 +104,12 @@ struct TestSetupTests {
             )
         }
         // Python modules outside the standard library, by the package that provides them.
-        for (module, package) in [("prometheus_client", "python3-prometheus-client"), ("yaml", "python3-yaml")] {
-            if text.contains("import \(module)") || text.contains("\"\(module)\"") {
+        let modules = [
+            ("prometheus_client", "python3-prometheus-client"), ("yaml", "python3-yaml"),
+            ("selenium", "python3-selenium"),
+        ]
+        for (module, package) in modules {
+            if text.contains("import \(module)") || text.contains("from \(module)") || text.contains("\"\(module)\"") {
                 #expect(listed.contains(package), "the tests import \(module): list \(package)")
             }
         }

@@ -65,7 +65,7 @@ struct NodeForwardingTests {
         }
 
         /// Starts (or restarts) member `id` on its own port (NodeProcess asks for port 0 unless told).
-        func start(_ id: String, clusterFile: String? = nil) throws {
+        func start(_ id: String, clusterFile: String? = nil, extraArguments more: [String] = []) throws {
             let storage =
                 disk
                 ? ["--data-dir", directory.appending("data-\(id)"), "--disk-limit", "64MiB"] : ["--disk-limit", "0"]
@@ -73,7 +73,7 @@ struct NodeForwardingTests {
                 arguments: [
                     "--cluster", clusterFile ?? file, "--node-id", id, "--host", "127.0.0.1", "--port", "\(ports[id]!)",
                 ]
-                    + storage + extraArguments
+                    + storage + extraArguments + more
             )
         }
 

@@ -1,0 +1,212 @@
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+/// Values read over the node's HTTP port (`--http-values`, `docs/node.md`, "Values over HTTP"), by real HTTP
+/// clients against real node processes: whole values and byte ranges (206, `Content-Range`, 416 past the
+/// end, 404 on a miss, HEAD), users with HTTP Basic, a key another member owns, and a video played, sought
+/// and played again by headless Chromium from a page the cache serves too.
+@Suite("Node: values over HTTP", .dedicatedThreads)
+struct NodeHTTPValuesTests {
+    struct Reply {
+        var status: Int
+        var headers: [String: String]
+        var body: [UInt8]
+    }
+
+    /// One HTTP request with Python's urllib (no redirects, no retries): the status, the headers (lower-case
+    /// names) and the body.
+    static func request(
+        _ port: Int,
+        _ path: String,
+        method: String = "GET",
+        headers: [String: String] = [:]
+    ) throws -> Reply {
+        let script = """
+            import json, sys, urllib.request, urllib.error
+            request = urllib.request.Request("http://127.0.0.1:\(port)" + sys.argv[1], method=sys.argv[2],
+                                             headers=json.loads(sys.argv[3]))
+            try:
+                response = urllib.request.urlopen(request, timeout=10)
+            except urllib.error.HTTPError as error:
+                response = error
+            body = response.read()
+            print(json.dumps({"status": response.status if hasattr(response, "status") else response.code,
+                              "headers": {k.lower(): v for k, v in response.headers.items()},
+                              "body": body.hex()}))
+            """
+        let encoded = String(decoding: try JSONSerialization.data(withJSONObject: headers), as: UTF8.self)
+        let (text, status) = try runProcess(NodeMetricsTests.python, ["-c", script, path, method, encoded])
+        guard status == 0, let data = text.data(using: .utf8),
+            let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let code = object["status"] as? Int, let headers = object["headers"] as? [String: String],
+            let hex = object["body"] as? String
+        else { throw TestSocketError(description: "HTTP \(method) \(path) failed: \(text)") }
+        var body: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            body.append(UInt8(hex[index..<next], radix: 16)!)
+            index = next
+        }
+        return Reply(status: code, headers: headers, body: body)
+    }
+
+    static func node(_ extra: [String] = []) throws -> (NodeProcess, Int) {
+        let httpPort = try NodeMetricsTests.freePort()
+        let node = try NodeProcess(
+            arguments: ["--http-port", "\(httpPort)", "--http-values", "--disk-limit", "0"] + extra
+        )
+        return (node, httpPort)
+    }
+
+    static let value = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) }
+
+    @Test func wholeValuesRangesHeadsAndMisses() throws {
+        let (node, port) = try Self.node()
+        let socket = try node.connect()
+        #expect(
+            try socket.roundTrip(.put(key: Array("films/intro.webm".utf8), value: Self.value, ttl: 0)).status == .ok
+        )
+        #expect(try socket.roundTrip(.put(key: Array("a key".utf8), value: Array("spaced".utf8), ttl: 0)).status == .ok)
+
+        let whole = try Self.request(port, "/values/films/intro.webm")
+        #expect(whole.status == 200 && whole.body == Self.value)
+        #expect(whole.headers["content-type"] == "video/webm" && whole.headers["accept-ranges"] == "bytes")
+        #expect(whole.headers["content-length"] == "3000")
+        #expect(try Self.request(port, "/values/a%20key").body == Array("spaced".utf8), "a percent-encoded key")
+
+        let cases: [(String, Range<Int>)] = [
+            ("bytes=0-99", 0..<100), ("bytes=2999-", 2999..<3000), ("bytes=1000-1999", 1000..<2000),
+            ("bytes=2990-5000", 2990..<3000), ("bytes=-10", 2990..<3000), ("bytes=-5000", 0..<3000),
+        ]
+        for (range, expected) in cases {
+            let reply = try Self.request(port, "/values/films/intro.webm", headers: ["Range": range])
+            #expect(reply.status == 206 && reply.body == Array(Self.value[expected]), "\(range)")
+            let contentRange = "bytes \(expected.lowerBound)-\(expected.upperBound - 1)/3000"
+            #expect(reply.headers["content-range"] == contentRange, "\(range): \(reply.headers)")
+            #expect(reply.headers["content-length"] == "\(expected.count)")
+        }
+        for range in ["bytes=3000-", "bytes=5000-6000", "bytes=-0"] {
+            let reply = try Self.request(port, "/values/films/intro.webm", headers: ["Range": range])
+            #expect(
+                reply.status == 416 && reply.headers["content-range"] == "bytes */3000",
+                "\(range): \(reply.status)"
+            )
+        }
+        // Not a single byte range: ignored, the whole value (RFC 9110 allows it).
+        let several = try Self.request(port, "/values/films/intro.webm", headers: ["Range": "bytes=0-1,5-6"])
+        #expect(several.status == 200 && several.body.count == 3000)
+
+        let head = try Self.request(port, "/values/films/intro.webm", method: "HEAD")
+        #expect(head.status == 200 && head.body.isEmpty && head.headers["content-length"] == "3000")
+        let headRange = try Self.request(
+            port,
+            "/values/films/intro.webm",
+            method: "HEAD",
+            headers: ["Range": "bytes=10-19"]
+        )
+        #expect(
+            headRange.status == 206 && headRange.body.isEmpty
+                && headRange.headers["content-range"] == "bytes 10-19/3000"
+        )
+
+        #expect(try Self.request(port, "/values/absent").status == 404)
+        #expect(try Self.request(port, "/values/").status == 404, "no key: no such path")
+        #expect(try Self.request(port, "/values/%zz").status == 400, "a bad escape")
+        let metrics = try Self.request(port, "/metrics")
+        #expect(
+            String(decoding: metrics.body, as: UTF8.self).contains(#"cachet_http_value_responses_total{code="206"} 7"#)
+        )
+    }
+
+    @Test func usersSignInWithBasicAndKeepTheirPrefixes() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-http-users")
+        defer { directory.remove() }
+        let file = directory.appending("users.json")
+        try NodeAuthTests.writeAuthFile(file, NodeAuthTests.users)
+        let (node, port) = try Self.node(["--auth-file", file])
+        let socket = try node.connect()
+        #expect(
+            try socket.roundTrip(.auth(user: Array("ops".utf8), secret: Array("ops-secret-0123456789".utf8))).status
+                == .ok
+        )
+        #expect(try socket.roundTrip(.put(key: Array("shop:clip".utf8), value: [1, 2, 3], ttl: 0)).status == .ok)
+        #expect(try socket.roundTrip(.put(key: Array("other".utf8), value: [4], ttl: 0)).status == .ok)
+
+        func basic(_ user: String, _ secret: String) -> [String: String] {
+            ["Authorization": "Basic " + Data("\(user):\(secret)".utf8).base64EncodedString()]
+        }
+        let anonymous = try Self.request(port, "/values/shop:clip")
+        #expect(anonymous.status == 401 && anonymous.headers["www-authenticate"] == #"Basic realm="cachet""#)
+        #expect(try Self.request(port, "/values/shop:clip", headers: basic("shop", "wrong")).status == 401)
+        let shop = try Self.request(port, "/values/shop:clip", headers: basic("shop", "shop-secret-0123456789"))
+        #expect(shop.status == 200 && shop.body == [1, 2, 3])
+        #expect(try Self.request(port, "/values/other", headers: basic("shop", "shop-secret-0123456789")).status == 403)
+        let reader = try Self.request(port, "/values/other", headers: basic("reader", "reader-secret-0123456789"))
+        #expect(reader.status == 200 && reader.body == [4])
+        #expect(try Self.request(port, "/values/other", headers: ["Authorization": "Bearer x"]).status == 400)
+    }
+
+    @Test func aKeyAnotherMemberOwnsIsReadThroughTheMemberAsked() throws {
+        let httpPort = try NodeMetricsTests.freePort()
+        let cluster = try NodeForwardingTests.Cluster()
+        let key = cluster.key(ownedBy: "n2")
+        #expect(
+            try cluster.node("n2").connect().roundTrip(.put(key: Array(key.utf8), value: Self.value, ttl: 0)).status
+                == .ok
+        )
+        // n1 again, with the HTTP values on: it owns no copy of the key and forwards the range to n2.
+        _ = cluster.node("n1").stop()
+        try cluster.start("n1", extraArguments: ["--http-port", "\(httpPort)", "--http-values"])
+        let reply = try Self.request(httpPort, "/values/" + key, headers: ["Range": "bytes=100-199"])
+        #expect(reply.status == 206 && reply.body == Array(Self.value[100..<200]))
+    }
+
+    /// A short WebM video, made with ffmpeg now, stored with cachet-cli beside a page that shows it; headless
+    /// Chromium loads the page from the node, reaches the video's duration, plays it, seeks to the middle
+    /// (a range request) and plays on from there, as the page's `<video>` element reports.
+    @Test func aBrowserPlaysAVideoFromTheCacheAndSeeksInIt() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-video")
+        defer { directory.remove() }
+        let video = directory.appending("clip.webm")
+        let page = directory.appending("player.html")
+        let (made, status) = try runProcess(
+            "/usr/bin/ffmpeg",
+            [
+                "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=duration=20:size=640x360:rate=25", "-c:v", "libvpx",
+                "-g", "25", "-b:v", "1M", "-y", video,
+            ]
+        )
+        try #require(status == 0, "ffmpeg: \(made)")
+        try Data(
+            #"<!doctype html><html><body><video id="clip" src="clip.webm" muted preload="metadata"></video></body></html>"#
+                .utf8
+        )
+        .write(to: URL(fileURLWithPath: page))
+        let (node, port) = try Self.node(["--max-frame", "64MiB"])
+        for (key, file) in [("site/clip.webm", video), ("site/player.html", page)] {
+            let cli = BuiltProducts.path(of: "cachet-cli")
+            let (output, code) = try runProcess(cli, ["--port", "\(node.port)", "put", key, "@" + file])
+            #expect(code == 0 && output == "OK\n", "\(output)")
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Browser/play-video.py").path
+        let (output, code) = try runProcess(
+            NodeMetricsTests.python,
+            [script, "http://127.0.0.1:\(port)/values/site/player.html", "--timeout", "40"]
+        )
+        let line = output.split(separator: "\n").last.map(String.init) ?? ""
+        let result = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        #expect(code == 0, "the page: \(output)")
+        let duration = result?["duration"] as? Double ?? 0
+        #expect(duration > 19 && duration < 21, "\(output)")
+        #expect(
+            result?["seeked"] as? Bool == true && (result?["after_seek"] as? Double ?? 0) > duration / 2,
+            "\(output)"
+        )
+        let metrics = String(decoding: try Self.request(port, "/metrics").body, as: UTF8.self)
+        #expect(metrics.contains(#"cachet_http_value_responses_total{code="206"}"#), "the player asked for ranges")
+    }
+}
