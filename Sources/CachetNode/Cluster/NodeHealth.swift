@@ -77,6 +77,16 @@ final class NodeHealth: Sendable {
         } ?? true
     }
 
+    /// Whether requests may be sent to `member`: it is routable, or down here by timeouts alone that no
+    /// majority has confirmed (``CachetClusterHealth/isDownVerified(_:)``), where routing still sends a key
+    /// the others send it (``Placement``).
+    func mayForward(to member: CachetClusterMember) -> Bool {
+        withHealth { health in
+            guard let index = health.membership.index(ofID: member.id) else { return true }
+            return health.isRoutable(index) || !health.isDownVerified(index)
+        } ?? true
+    }
+
     /// `member`'s state for STATS: `self`, `up`, `suspect`, `down`, or `unknown` for an id not in force.
     func state(ofID id: String) -> CachetClusterMemberState {
         withHealth { health in

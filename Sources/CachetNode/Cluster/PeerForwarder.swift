@@ -261,7 +261,7 @@ final class PeerForwarder: @unchecked Sendable {
         // A second hop answers within half the deadline, so that the member waiting on this node for it gets
         // an answer (UNAVAILABLE at worst) before its own deadline, rather than counting this node as slow.
         let timeout = secondHop ? timeout / 2 : timeout
-        if !probe, let health, !health.isRoutable(member) {
+        if !probe, let health, !health.mayForward(to: member) {
             completion(.unavailable("\(member) is marked down; it is probed until it answers", .markedDown))
             return
         }

@@ -58,7 +58,17 @@ enum Placement: Equatable {
         // Standing in on a view this node cannot vouch for (a member before it may be down only because
         // this node was cut off) could make a second place for the key: the others may still send it to
         // that member.
-        if standsIn && !knowsDown(before: health.localIndex, in: health, hash: hash) { return .unsettled }
+        // A member before it that is down here by timeouts alone, which no majority has confirmed down, is
+        // where the others still send the key: the request goes there, as before it went down here (it
+        // may only be this node's connection that stalls); one that is down only in a view formed while
+        // this node was cut off leaves the key unsettled.
+        if standsIn {
+            switch firstUnconfirmedDown(before: health.localIndex, in: health, hash: hash) {
+            case nil: break
+            case .some(.some(let member)): return .forward(health.membership.members[member])
+            case .some(.none): return .unsettled
+            }
+        }
         guard (standsIn || forwarded) && holding() else {
             if standsIn { return .standIn(ownerID: owner.id) }
             if route.target == route.owner {
@@ -73,20 +83,24 @@ enum Placement: Equatable {
         }
     }
 
-    /// Whether this node's view of every member before `member` on the key's preference list is its own:
-    /// none is down only in a view formed while this node reached fewer than a majority
-    /// (``CachetClusterHealth/isStaleSinceCut(_:)``), nor down by timeouts that no majority of answers since
-    /// has shown to be that member's rather than this node's isolation
-    /// (``CachetClusterHealth/isDownVerified(_:)``).
-    private static func knowsDown(before member: Int, in health: CachetClusterHealth, hash: UInt64) -> Bool {
+    /// The first member before `member` on the key's preference list that is down in a view this node
+    /// cannot vouch for: nil when there is none (every one down is known down); `.some(nil)` when it is down
+    /// only in a view formed while this node reached fewer than a majority
+    /// (``CachetClusterHealth/isStaleSinceCut(_:)``); `.some(index)` when it is down by timeouts that no
+    /// majority has confirmed (``CachetClusterHealth/isDownVerified(_:)``): requests may still go to it.
+    private static func firstUnconfirmedDown(
+        before member: Int,
+        in health: CachetClusterHealth,
+        hash: UInt64
+    ) -> Int?? {
         let list = health.membership.ring.preferenceList(forHash: hash, count: health.membership.members.count)
         for earlier in list {
-            if earlier == member { return true }
-            if !health.isRoutable(earlier) && (health.isStaleSinceCut(earlier) || !health.isDownVerified(earlier)) {
-                return false
-            }
+            if earlier == member { return nil }
+            guard !health.isRoutable(earlier) else { continue }
+            if health.isStaleSinceCut(earlier) { return .some(nil) }
+            if !health.isDownVerified(earlier) { return .some(earlier) }
         }
-        return true
+        return nil
     }
 
     /// Who takes a key from this node while it holds.

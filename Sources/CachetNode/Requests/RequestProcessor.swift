@@ -402,14 +402,24 @@ struct RequestProcessor {
             appendValueWithTTL(value, expiry: expiry, id: id, output: &output, now: now)
             return true
         }
+        return Self.afterLookup(lookup, noRoom: &noRoom) {
+            missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
+        }
+    }
+
+    /// What a flagged GET's memory lookup comes to: answered on a hit; not answered now (nor counted) when
+    /// the reply has no room, and read again once there is; else what `miss` says.
+    private static func afterLookup(
+        _ lookup: NodeCommands.Lookup,
+        noRoom: inout Bool,
+        miss: () -> PendingOperation?
+    ) -> PendingOperation? {
         switch lookup {
         case .hit: return nil
         case .noRoom:
-            // The frame is not answered now (nor counted), and is read again once there is room.
             noRoom = true
             return nil
-        case .miss:
-            return missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
+        case .miss: return miss()
         }
     }
 
@@ -448,15 +458,8 @@ struct RequestProcessor {
             appendRange(range, of: value, id: id, output: &output)
             return true
         }
-        switch lookup {
-        case .hit: return nil
-        case .noRoom:
-            noRoom = true
-            return nil
-        case .miss:
-            if commands.afterMemoryMiss(key, now: now) {
-                return .rangedGet(key: Array(key), id: id, range: range)
-            }
+        return Self.afterLookup(lookup, noRoom: &noRoom) {
+            if commands.afterMemoryMiss(key, now: now) { return .rangedGet(key: Array(key), id: id, range: range) }
             appendReply(opcode: .get, status: .notFound, id: id, to: &output)
             return nil
         }

@@ -98,7 +98,21 @@ struct PlacementTests {
             for peer in 1...4 { _ = health.timedOut(peer, now: UInt64(10 + round), using: &random) }
         }
         let byThisNode = Self.hash(first: 2, second: 0, in: health)
+        // Down by timeouts alone, which no majority confirmed: the key still goes to its owner, where the
+        // others may send it (a request there fails on its own if it is really gone).
+        #expect(Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: health)) == .forward(owner))
+        // Once this node counts itself cut off (it forgets what it saw), its view is not its own: unsettled.
+        health.forgetAnswers()
         #expect(Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: health)) == .unsettled)
+        // Confirmed down by a majority (the other peers say so, asked after it went down): this node stands in.
+        var confirmed = try Self.health()
+        for round in 0..<3 { _ = confirmed.timedOut(2, now: UInt64(10 + round), using: &random) }
+        #expect(Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: confirmed)) == .forward(owner))
+        for peer in [1, 3] { confirmed.recordView(of: 2, from: peer, routesThere: false, askedAt: 20) }
+        #expect(
+            Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: confirmed))
+                == .standIn(ownerID: owner.id)
+        )
     }
 
     @Test func whileHoldingThisNodesOwnKeysGoToTheNextMemberThatAnswered() throws {
