@@ -129,6 +129,11 @@ extension NodeStatistics {
             "1 while the node holds its own keys after an absence.",
             hold?.isHolding() == true ? 1 : 0
         )
+        text.counter(
+            "cachet_holds_released_total",
+            "Holds that ended before their period because every peer cleared them.",
+            hold?.releases.load(ordering: .relaxed) ?? 0
+        )
         text.gauge(
             "cachet_in_minority",
             "1 while the node reaches fewer than a majority of the members.",

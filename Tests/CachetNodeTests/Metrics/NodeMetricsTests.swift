@@ -146,6 +146,7 @@ struct NodeMetricsTests {
         #expect(holding.hasPrefix("503 holding"), "\(holding)")
         let samples = try Self.fetch(httpPort, "/metrics", parse: true)
         #expect(samples.contains("cachet_holding{} 1"))
+        #expect(samples.contains("cachet_holds_released_total{} 0"), "--hold-full-period: never released early")
         #expect(samples.contains(#"cachet_cluster_member_state{member="n2",state="up"}"#))
         // The probes n1 sent n2, answered.
         #expect(samples.contains(#"cachet_forward_outcomes_total{member="n2",outcome="answered"}"#), "\(samples)")
