@@ -25,8 +25,9 @@ public struct HTTPValueRequest: Sendable, Equatable {
         public var valueRange: CachetValueRange {
             switch self {
             case .from(let first, let last):
-                guard let last else { return CachetValueRange(offset: first) }
-                return CachetValueRange(offset: first, length: last &- first &+ 1)
+                // A last byte at the largest offset there is means "to the end" (and its length would overflow).
+                guard let last, last < UInt64.max else { return CachetValueRange(offset: first) }
+                return CachetValueRange(offset: first, length: last - first + 1)
             case .suffix:
                 return CachetValueRange(offset: 0)
             }
@@ -38,7 +39,7 @@ public struct HTTPValueRequest: Sendable, Equatable {
             switch self {
             case .from(let first, let last):
                 guard first < total else { return nil }
-                let end = min(last.map { $0 &+ 1 } ?? total, total)
+                let end = last.map { $0 < total ? $0 + 1 : total } ?? total
                 return first..<end
             case .suffix(let count):
                 guard count > 0, total > 0 else { return nil }

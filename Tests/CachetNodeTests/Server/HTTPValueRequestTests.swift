@@ -40,6 +40,10 @@ struct HTTPValueRequestTests {
         #expect(HTTPValueRequest.ByteRange.suffix(5).bounds(total: 0) == nil)
         #expect(HTTPValueRequest.ByteRange.from(3, through: 7).valueRange == CachetValueRange(offset: 3, length: 5))
         #expect(HTTPValueRequest.ByteRange.suffix(5).valueRange == CachetValueRange(offset: 0))
+        // The largest last byte there is: to the end, without overflowing.
+        let huge = HTTPValueRequest.ByteRange.from(5, through: .max)
+        #expect(huge.valueRange == CachetValueRange(offset: 5) && huge.bounds(total: 50) == 5..<50)
+        #expect(HTTPValueRequest(path: "/values/k", rangeHeader: "bytes=5-18446744073709551615")?.range == huge)
     }
 
     @Test func theContentTypeComesFromTheExtension() {
