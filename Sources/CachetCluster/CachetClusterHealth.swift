@@ -94,11 +94,17 @@ public struct CachetClusterHealth: Sendable {
         return 1 + confirmed.by.count >= majority
     }
 
-    /// The members down here by timeouts and not yet verified (``isDownVerified(_:)``): those to ask the other
-    /// peers about (a `viewCheck`, `Protocol/PROTOCOL.md`).
+    /// The members down here by timeouts that no majority has confirmed (``isDownVerified(_:)``).
     /// - Complexity: O(members).
     public var unverifiedDownMembers: [Int] {
         peers.indices.filter { $0 != localIndex && !isDownVerified($0) }
+    }
+
+    /// Every member down here by timeouts, confirmed or not: those to ask the other peers about (a
+    /// `viewCheck`, `Protocol/PROTOCOL.md`), so that a peer that sees one up again withdraws its word.
+    /// - Complexity: O(members).
+    public var downByTimeoutsMembers: [Int] {
+        peers.indices.filter { $0 != localIndex && peers[$0].downByTimeoutsAt != nil }
     }
 
     /// `peer` answered a question about `member` sent at `askedAt`: whether it still routes to it. A peer that

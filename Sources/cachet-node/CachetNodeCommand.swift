@@ -405,7 +405,7 @@ struct CachetNodeCommand: ParsableCommand {
                         message: "--http-values reads values through the node's plain port, which --tls-only closes"
                     )
                 }
-                let served = httpValues ? HTTPValues(port: boundPort, tls: nil) : nil
+                let served = httpValues ? HTTPValues(host: configuration.host, port: boundPort, tls: nil) : nil
                 values = served
                 let started = Self.waitFor {
                     try await MetricsServer.start(

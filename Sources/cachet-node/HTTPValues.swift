@@ -26,10 +26,13 @@ actor HTTPValues {
     private var responses: [Int: Int] = [:]
 
     /// - Parameters:
-    ///   - port: the node's binary port on 127.0.0.1 (or its TLS-only port, with `tls`).
+    ///   - host: the address the node's binary port listens on (`--host`); a wildcard address is reached
+    ///     through the loopback address of its family.
+    ///   - port: the node's binary port (or its TLS-only port, with `tls`).
     ///   - tls: how to reach a TLS-only node; nil for plain TCP.
-    init(port: Int, tls: CachetTLSConfiguration?) {
-        node = CachetClient.Node(host: "127.0.0.1", port: port)
+    init(host: String, port: Int, tls: CachetTLSConfiguration?) {
+        let reachable = host == "0.0.0.0" ? "127.0.0.1" : host == "::" ? "::1" : host
+        node = CachetClient.Node(host: reachable, port: port)
         self.tls = tls
     }
 
@@ -37,7 +40,11 @@ actor HTTPValues {
     static func addRoutes(to server: HTTPServer, values: HTTPValues) async {
         for method in ["GET", "HEAD"] {
             await server.appendRoute(HTTPRoute("\(method) \(HTTPValueRequest.pathPrefix)*")) { request in
-                let response = await values.respond(to: request, head: method == "HEAD")
+                var response = await values.respond(to: request, head: method == "HEAD")
+                // A HEAD answer carries no body, errors included (the client would read it as the next answer).
+                if method == "HEAD" && response.headers[.contentLength] == nil {
+                    response = HTTPResponse(statusCode: response.statusCode, headers: response.headers, body: Data())
+                }
                 await values.count(response.statusCode.code)
                 return response
             }
@@ -75,15 +82,22 @@ actor HTTPValues {
         configuration.requestTimeout = .seconds(5)
         let client = try CachetClient(configuration: configuration)
         if clients.count >= Self.maximumClients {
+            // Requests may still be using it: shut it down once they have had their deadline.
             let oldest = clients.removeFirst().client
-            Task { await oldest.shutdown() }
+            Task {
+                try? await Task.sleep(for: .seconds(10))
+                await oldest.shutdown()
+            }
         }
         clients.append((credentials, client))
         return client
     }
 
     func respond(to request: HTTPRequest, head: Bool) async -> HTTPResponse {
-        guard let asked = HTTPValueRequest(path: request.path, rangeHeader: request.headers[HTTPHeader("Range")])
+        // The target's path as sent, still percent-encoded: `request.path` is decoded and standardized (dot
+        // segments and a trailing slash gone), which would change keys.
+        let path = request.target.path(percentEncoded: true)
+        guard let asked = HTTPValueRequest(path: path, rangeHeader: request.headers[HTTPHeader("Range")])
         else {
             return Self.text(
                 .badRequest,

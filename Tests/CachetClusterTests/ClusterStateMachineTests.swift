@@ -107,6 +107,7 @@ struct ClusterStateMachineTests {
         #expect(!health.isDownVerified(0), "this node and one peer are not a majority of five")
         health.recordView(of: 0, from: 4, routesThere: false, askedAt: 14)
         #expect(health.isDownVerified(0) && health.unverifiedDownMembers.isEmpty, "three of five see it down")
+        #expect(health.downByTimeoutsMembers == [0], "still asked about, so that a word can be withdrawn")
         health.recordView(of: 0, from: 4, routesThere: true, askedAt: 15)
         #expect(!health.isDownVerified(0), "a peer that routes there again withdraws its word")
         // Back up and down again: the confirmations were for the last time it went down.

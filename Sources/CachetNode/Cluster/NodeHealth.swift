@@ -283,13 +283,13 @@ final class NodeHealth: Sendable {
         } ?? .unknown
     }
 
-    /// The members down here by timeouts that a majority has not yet confirmed down, each with the peers to
-    /// ask about it (every routable peer but it) and the time of asking (``PeerForwarder`` asks on its probe
-    /// ticks).
+    /// The members down here by timeouts, each with the peers to ask about it (every routable peer but it) and
+    /// the time of asking (``PeerForwarder`` asks on its probe ticks): until a majority confirms one down, and
+    /// after, so that a peer that sees it up again withdraws its word.
     func viewChecksDue() -> [(member: CachetClusterMember, peers: [CachetClusterMember], askedAt: UInt64)] {
         let now = DispatchTime.now().uptimeNanoseconds
         return withHealth { health in
-            health.unverifiedDownMembers.map { member in
+            health.downByTimeoutsMembers.map { member in
                 let peers = health.membership.members.indices.filter {
                     $0 != member && $0 != health.localIndex && health.isRoutable($0)
                 }

@@ -261,9 +261,15 @@ final class PeerForwarder: @unchecked Sendable {
         // A second hop answers within half the deadline, so that the member waiting on this node for it gets
         // an answer (UNAVAILABLE at worst) before its own deadline, rather than counting this node as slow.
         let timeout = secondHop ? timeout / 2 : timeout
-        if !probe, let health, !health.mayForward(to: member) {
-            completion(.unavailable("\(member) is marked down; it is probed until it answers", .markedDown))
-            return
+        var recordingFailures = recordingFailures
+        if !probe, let health, !health.isRoutable(member) {
+            guard health.mayForward(to: member) else {
+                completion(.unavailable("\(member) is marked down; it is probed until it answers", .markedDown))
+                return
+            }
+            // Down here by timeouts, unconfirmed: its answer brings it back, but its failures are left to
+            // the probe (one at a time, with its backoff), which they would otherwise stand for.
+            recordingFailures = false
         }
         let channel = channel(for: member, control: control)
         guard channel.pending.count < Self.maximumInFlightPerPeer else {

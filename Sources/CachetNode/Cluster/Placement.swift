@@ -62,11 +62,11 @@ enum Placement: Equatable {
         // where the others still send the key: the request goes there, as before it went down here (it
         // may only be this node's connection that stalls); one that is down only in a view formed while
         // this node was cut off leaves the key unsettled.
-        if standsIn {
-            switch firstUnconfirmedDown(before: health.localIndex, in: health, hash: hash) {
+        if route.target != route.owner {
+            switch firstUnconfirmedDown(before: route.target, in: health, hash: hash) {
             case nil: break
             case .some(.some(let member)): return .forward(health.membership.members[member])
-            case .some(.none): return .unsettled
+            case .some(.none): if standsIn { return .unsettled }
             }
         }
         guard (standsIn || forwarded) && holding() else {

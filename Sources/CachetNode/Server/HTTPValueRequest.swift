@@ -71,6 +71,8 @@ public struct HTTPValueRequest: Sendable, Equatable {
         guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return nil }
         let first = spec[..<dash].trimmingSpaces()
         let last = spec[spec.index(after: dash)...].trimmingSpaces()
+        // Digits only (`UInt64` would also take a sign).
+        guard (first + last).allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         if first.isEmpty {
             guard let count = UInt64(last) else { return nil }
             return .suffix(count)

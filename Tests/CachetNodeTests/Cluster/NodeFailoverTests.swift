@@ -285,7 +285,12 @@ struct NodeFailoverTests {
         defer { kill(pid, SIGCONT) }
         try Self.waitForDown("n1", cluster: cluster)
 
-        let put = try n2.roundTrip(.put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0))
+        // n1 is down by timeouts: n2 stands in once n3 confirms it (its next probe tick); until then the write
+        // goes to n1 and times out.
+        let put = try NodeForwardingTests.writeOnceStoodIn(
+            .put(key: Array(key.utf8), value: Array("v2".utf8), ttl: 0),
+            on: n2
+        )
         #expect(put.status == .ok, "\(put.status): \(String(decoding: put.body, as: UTF8.self))")
         // While the owner is stopped, the stand-in serves v2 (asked before the owner resumes: once it has,
         // the stand-in may stop serving the key before any GET of the watch below reaches it).
@@ -295,9 +300,11 @@ struct NodeFailoverTests {
         let seen = try Self.watch(key, cluster: cluster, owner: "n1", seconds: 3)
         #expect(!seen.contains(Array("v1".utf8)), "v1 served after the owner resumed")
         // The owner still had v1 in memory, so the stand-in's hand-back of v2 deleted the key there (a value
-        // in memory may be newer than what the stand-in read): a miss through every node.
+        // in memory may be newer than what the stand-in read): a miss through every node, or v2 where a try of
+        // the write that reached the stopped owner was applied once it resumed (it holds, and takes it).
         for id in ["n1", "n2", "n3"] {
-            #expect(try NodeForwardingTests.get(key, from: try cluster.node(id).connect()).status == .notFound, "\(id)")
+            let reply = try NodeForwardingTests.get(key, from: try cluster.node(id).connect())
+            #expect(reply.status == .notFound || reply.body == Array("v2".utf8), "\(id): \(reply.status)")
         }
     }
 

@@ -108,7 +108,14 @@ struct PlacementTests {
         var confirmed = try Self.health()
         for round in 0..<3 { _ = confirmed.timedOut(2, now: UInt64(10 + round), using: &random) }
         #expect(Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: confirmed)) == .forward(owner))
+        // Another member's stand-in (n3, after n2) is not where the key goes while n2 is unconfirmed either.
+        let byAnother = Self.hash(first: 2, second: 3, in: confirmed)
+        #expect(Placement.of(hash: byAnother, owner: owner, in: ClusterView(health: confirmed)) == .forward(owner))
         for peer in [1, 3] { confirmed.recordView(of: 2, from: peer, routesThere: false, askedAt: 20) }
+        #expect(
+            Placement.of(hash: byAnother, owner: owner, in: ClusterView(health: confirmed))
+                == .forward(confirmed.membership.members[3])
+        )
         #expect(
             Placement.of(hash: byThisNode, owner: owner, in: ClusterView(health: confirmed))
                 == .standIn(ownerID: owner.id)

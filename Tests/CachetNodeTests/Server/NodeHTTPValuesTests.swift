@@ -76,6 +76,12 @@ struct NodeHTTPValuesTests {
         #expect(whole.headers["content-type"] == "video/webm" && whole.headers["accept-ranges"] == "bytes")
         #expect(whole.headers["content-length"] == "3000")
         #expect(try Self.request(port, "/values/a%20key").body == Array("spaced".utf8), "a percent-encoded key")
+        // Keys are decoded once, from the path as sent: a % of its own, a trailing slash.
+        for key in ["100%", "dir/"] {
+            #expect(try socket.roundTrip(.put(key: Array(key.utf8), value: Array(key.utf8), ttl: 0)).status == .ok)
+        }
+        #expect(try Self.request(port, "/values/100%25").body == Array("100%".utf8))
+        #expect(try Self.request(port, "/values/dir/").body == Array("dir/".utf8))
 
         let cases: [(String, Range<Int>)] = [
             ("bytes=0-99", 0..<100), ("bytes=2999-", 2999..<3000), ("bytes=1000-1999", 1000..<2000),
@@ -113,6 +119,8 @@ struct NodeHTTPValuesTests {
         )
 
         #expect(try Self.request(port, "/values/absent").status == 404)
+        let headMiss = try Self.request(port, "/values/absent", method: "HEAD")
+        #expect(headMiss.status == 404 && headMiss.body.isEmpty, "a HEAD answer has no body, errors included")
         #expect(try Self.request(port, "/values/").status == 404, "no key: no such path")
         #expect(try Self.request(port, "/values/%zz").status == 400, "a bad escape")
         let metrics = try Self.request(port, "/metrics")
