@@ -88,6 +88,7 @@ final class PeerForwarder: @unchecked Sendable {
         let tick = min(interval, .milliseconds(100))
         var sinceRoutine = Duration.zero
         var routines = 0
+        let checks = health.map { PeerChecks(forwarder: self, health: $0) }
         func run() {
             guard let health else { return }
             sinceRoutine += tick
@@ -111,8 +112,7 @@ final class PeerForwarder: @unchecked Sendable {
                 }
             }
             deliverInvalidations()
-            checkHold(health)
-            checkViews(health)
+            checks?.askDue()
             _ = loop.schedule(after: tick) { run() }
         }
         _ = loop.schedule(after: tick) { run() }
@@ -128,74 +128,34 @@ final class PeerForwarder: @unchecked Sendable {
         recordingFailures: Bool = true,
         completion: @escaping (_ answered: Int, _ peers: Int) -> Void
     ) {
-        askEveryPeer(frame, recordingFailures: recordingFailures) { outcomes in
+        ask(health?.peers() ?? [], frame, recordingFailures: recordingFailures) { outcomes in
             let answered = outcomes.count { if case .answered(.ok, _) = $0 { return true } else { return false } }
             completion(answered, outcomes.count)
         }
     }
 
-    /// Sends `frame` to every peer of the membership in force as ``pingEveryPeer(_:recordingFailures:completion:)``
-    /// does, and calls `completion` once each has answered or failed, with every outcome (none without peers).
-    private func askEveryPeer(
+    /// Sends `frame` (a PING with `forwarded`) to each of `peers` on the control connections, as a probe (a
+    /// member marked down is asked too), and calls `completion` once each has answered or failed, with every
+    /// outcome in `peers`' order (none without peers); `each` runs with each outcome as it comes. Answers feed
+    /// the peers' health; failures do only with `recordingFailures`. Called on the loop's queue.
+    func ask(
+        _ peers: [CachetClusterMember],
         _ frame: [UInt8],
         recordingFailures: Bool = true,
+        each: @escaping (CachetClusterMember, ForwardOutcome) -> Void = { _, _ in },
         completion: @escaping ([ForwardOutcome]) -> Void
     ) {
-        guard let health else { return completion([]) }
-        let peers = health.peers()
         guard !peers.isEmpty else { return completion([]) }
-        var outcomes: [ForwardOutcome] = []
-        for member in peers {
+        var outcomes = [ForwardOutcome?](repeating: nil, count: peers.count)
+        var remaining = peers.count
+        for (index, member) in peers.enumerated() {
             var request = frame
             forward(&request, to: member, probe: true, control: true, recording: recordingFailures) { outcome in
-                outcomes.append(outcome)
-                if outcomes.count == peers.count { completion(outcomes) }
+                outcomes[index] = outcome
+                each(member, outcome)
+                remaining -= 1
+                if remaining == 0 { completion(outcomes.map { $0.unsafelyUnwrapped }) }
             }
-        }
-    }
-
-    /// The members a round of view checks is on its way about (at most one round per member at a time).
-    private var viewChecksInFlight: Set<String> = []
-
-    /// For each member down here by timeouts that a majority has not confirmed down, asks every other routable
-    /// peer whether it still routes to it (``CachetViewCheck``, `Protocol/CLUSTER.md`, "Health"): this node
-    /// stands in for it only once a majority of the members, itself counted, see it down. On the probe ticks.
-    private func checkViews(_ health: NodeHealth) {
-        for (member, peers, askedAt) in health.viewChecksDue() where !viewChecksInFlight.contains(member.id) {
-            guard !peers.isEmpty else { continue }
-            viewChecksInFlight.insert(member.id)
-            var remaining = peers.count
-            let frame = CachetViewCheck(memberID: member.id).encoded(id: 0)
-            for peer in peers {
-                var request = frame
-                forward(&request, to: peer, probe: true, control: true, recording: false) { [weak self] outcome in
-                    if case .answered(.ok, let body) = outcome, body.count == 1 {
-                        health.recordView(of: member, from: peer, answer: .init(rawValue: body[0]), askedAt: askedAt)
-                    }
-                    remaining -= 1
-                    if remaining == 0 { self?.viewChecksInFlight.remove(member.id) }
-                }
-            }
-        }
-    }
-
-    /// Whether a round of hold checks is on its way (at most one at a time).
-    private var holdCheckInFlight = false
-
-    /// While this node holds its own keys after an absence, and every peer is routable in its view, asks
-    /// every peer whether the hold may end (``CachetHoldCheck``, `Protocol/CLUSTER.md`, "The owner's hold");
-    /// when each answers ``CachetHoldCheck/Answer/clear``, the hold ends. One round at a time, on the probe
-    /// ticks. A peer's failure is left to the probes.
-    private func checkHold(_ health: NodeHealth) {
-        guard !holdCheckInFlight, let (start, check) = health.holdCheckDue() else { return }
-        holdCheckInFlight = true
-        askEveryPeer(check.encoded(id: 0), recordingFailures: false) { [weak self] outcomes in
-            self?.holdCheckInFlight = false
-            let clear = outcomes.allSatisfy { outcome in
-                guard case .answered(.ok, let body) = outcome else { return false }
-                return body.count == 1 && CachetHoldCheck.Answer(rawValue: body[0]) == .clear
-            }
-            if clear && !outcomes.isEmpty { health.holdCleared(startedAt: start, peers: outcomes.count) }
         }
     }
 

@@ -254,42 +254,14 @@ final class RequestRouter {
         hold?.invalidationReceived()
     }
 
-    /// A peer's PING with `forwarded` and `leaving`: the member whose id is the body is leaving the cluster
-    /// (it was sent SIGTERM and answers nothing more). It is marked down at once in this node's view, so
-    /// that its keys go to their stand-ins without waiting for a refused connection; its probes bring it
-    /// back once it answers again. Answered OK, even for an id not in force (nothing is marked then).
-    func memberLeaving(_ frame: CachetFrame, in buffer: UnsafeRawBufferPointer, output: inout CachetByteBuffer) {
-        let id = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[frame.body]), as: UTF8.self)
-        health.memberLeaving(id)
-        appendReply(opcode: .ping, status: .ok, id: frame.header.id, to: &output)
-    }
-
-    /// A peer's PING with `forwarded` and `viewCheck`: whether this node still routes to the member it names
-    /// (``NodeHealth/viewCheck(_:)``). Answered OK with the one-byte answer; an empty body is BAD_REQUEST.
-    func viewCheck(
+    /// A peer's PING with `forwarded` and one of the members' flags (``PeerPings``): answered here, and true;
+    /// false for a PING that carries none, which the caller answers as any PING.
+    func answerPeerPing(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
         output: inout CachetByteBuffer
-    ) throws(CachetWireError) {
-        let check = try CachetViewCheck.decode(in: buffer, body: frame.body)
-        Self.appendAnswer(health.viewCheck(check).rawValue, id: frame.header.id, to: &output)
-    }
-
-    /// The OK reply to a peer's check: its one-byte answer.
-    private static func appendAnswer(_ answer: UInt8, id: UInt32, to output: inout CachetByteBuffer) {
-        [answer].withUnsafeBytes { appendReply(opcode: .ping, status: .ok, id: id, body: $0, to: &output) }
-    }
-
-    /// A peer's PING with `forwarded` and `holdCheck`: the member it names holds its own keys after an
-    /// absence and asks whether the hold may end (``NodeHealth/holdCheck(_:)``). Answered OK with the one-byte
-    /// answer; a malformed body is BAD_REQUEST.
-    func holdCheck(
-        _ frame: CachetFrame,
-        in buffer: UnsafeRawBufferPointer,
-        output: inout CachetByteBuffer
-    ) throws(CachetWireError) {
-        let check = try CachetHoldCheck.decode(in: buffer, body: frame.body)
-        Self.appendAnswer(health.holdCheck(check).rawValue, id: frame.header.id, to: &output)
+    ) throws(CachetWireError) -> Bool {
+        try PeerPings(health: health).answer(frame, in: buffer, output: &output)
     }
 
     /// A write a peer forwarded here while this node routes the key to `target` (the owner, or another

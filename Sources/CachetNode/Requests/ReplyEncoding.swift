@@ -32,15 +32,26 @@ func appendValueWithTTL(
     now: UInt32
 ) {
     let ttl = expiry == 0 ? 0 : expiry &- now
-    output.reserveWritable(CachetProtocol.frameOverhead + 4 + value.count)
+    appendGetReply(prefix: ttl.bigEndian, bytes: value, id: id, output: &output)
+}
+
+/// An OK reply to a GET whose body is `prefix` (a fixed-width field, already big-endian) then `bytes`.
+private func appendGetReply<Prefix: FixedWidthInteger>(
+    prefix: Prefix,
+    bytes: UnsafeRawBufferPointer,
+    id: UInt32,
+    output: inout CachetByteBuffer
+) {
+    let bodyLength = MemoryLayout<Prefix>.size + bytes.count
+    output.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
     CachetFrameEncoder.writePrefixAndHeader(
         to: output.writePointer,
-        bodyLength: 4 + value.count,
+        bodyLength: bodyLength,
         header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
     )
     output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
-    withUnsafeBytes(of: ttl.bigEndian) { output.append($0) }
-    if value.count > 0 { output.append(value) }
+    withUnsafeBytes(of: prefix) { output.append($0) }
+    if bytes.count > 0 { output.append(bytes) }
 }
 
 /// The reply to a GET of a range (`Protocol/PROTOCOL.md`, "GET of a range") of `value`: OK with the
@@ -59,15 +70,7 @@ func appendRange(
         }
         return
     }
-    output.reserveWritable(CachetProtocol.frameOverhead + 8 + bounds.count)
-    CachetFrameEncoder.writePrefixAndHeader(
-        to: output.writePointer,
-        bodyLength: 8 + bounds.count,
-        header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
-    )
-    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
-    withUnsafeBytes(of: total) { output.append($0) }
-    if !bounds.isEmpty { output.append(UnsafeRawBufferPointer(rebasing: value[bounds])) }
+    appendGetReply(prefix: total, bytes: UnsafeRawBufferPointer(rebasing: value[bounds]), id: id, output: &output)
 }
 
 func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {

@@ -295,19 +295,7 @@ struct RequestProcessor {
                     to: &output
                 )
             default:
-                let leaving = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.leaving.rawValue
-                if forwards, header.flags & leaving == leaving {
-                    cluster.unsafelyUnwrapped.memberLeaving(frame, in: buffer, output: &output)
-                    return nil
-                }
-                let holdCheck = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.holdCheck.rawValue
-                if forwards, header.flags & holdCheck == holdCheck {
-                    try cluster.unsafelyUnwrapped.holdCheck(frame, in: buffer, output: &output)
-                    return nil
-                }
-                let viewCheck = CachetRequestFlags.forwarded.rawValue | CachetRequestFlags.viewCheck.rawValue
-                if forwards, header.flags & viewCheck == viewCheck {
-                    try cluster.unsafelyUnwrapped.viewCheck(frame, in: buffer, output: &output)
+                if forwards, try cluster.unsafelyUnwrapped.answerPeerPing(frame, in: buffer, output: &output) {
                     return nil
                 }
                 try CachetBodyDecoder.decodeEmpty(body: frame.body)
