@@ -142,6 +142,10 @@ public struct CachetDiskEntry: Sendable, Equatable {
     /// For a read through ``CachetDiskWorker/get(key:now:completion:)``: the worker's write sequence when
     /// the read was queued, for ``CachetDiskWorker/mayKeepPromotion(key:of:)``. Not part of equality.
     public var readTicket: UInt64 = 0
+    /// The value's length when the reader asked for values no longer than it is shorter
+    /// (``CachetDiskStore/get(key:now:maximumValueLength:)``): the value was not read and is empty. 0
+    /// otherwise. Not part of equality.
+    public var oversizedLength = 0
 
     /// Entries are equal when their values and expiries are.
     public static func == (lhs: CachetDiskEntry, rhs: CachetDiskEntry) -> Bool {

@@ -106,14 +106,14 @@ extension CachetDiskStore {
     /// Reads and checks the header of one entry file (not its payload).
     static func scanFile(_ path: String, name: String) -> ScannedFile {
         guard let digest = KeyDigest(hex: name[...]) else { return .corrupt }
-        let headerAndKey = DiskEntryFormat.headerSize + DiskEntryFormat.maximumKeyLength
+        let headerAndKey = DiskEntryFormat.largestHeaderSize + DiskEntryFormat.maximumKeyLength
         guard let prefix = DiskFiles.readPrefix(path, count: headerAndKey) else { return .gone }
         return prefix.bytes.withUnsafeBytes { raw -> ScannedFile in
             guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else {
                 return .corrupt
             }
             let key = UnsafeRawBufferPointer(
-                rebasing: raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)]
+                rebasing: raw[header.keyStart..<(header.keyStart + header.keyLength)]
             )
             guard KeyDigest(of: key) == digest else { return .corrupt }
             return .entry(

@@ -12,8 +12,10 @@ extension CachetDiskStore {
     /// - Parameters:
     ///   - key: the key.
     ///   - now: the current time; an expired entry is deleted and reads as absent.
+    ///   - maximumValueLength: a value the index lists as longer is not read: the entry returned has an
+    ///     empty value and says its length in ``CachetDiskEntry/oversizedLength``.
     /// - Returns: the value and its expiry, or nil when absent, expired, unreadable or corrupt.
-    public func get(key: [UInt8], now: UInt32) -> CachetDiskEntry? {
+    public func get(key: [UInt8], now: UInt32, maximumValueLength: Int = .max) -> CachetDiskEntry? {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return io.withLock { _ -> CachetDiskEntry? in
             let (indexed, recovering, closed) = state.withLock {
@@ -22,12 +24,18 @@ extension CachetDiskStore {
             // Once closed, the directory may belong to another node.
             guard !closed else { return nil }
             guard let node = indexed else {
-                return recovering ? readUnindexed(key: key, digest: digest, now: now) : nil
+                return recovering
+                    ? readUnindexed(key: key, digest: digest, now: now, maximumValueLength: maximumValueLength) : nil
             }
             if CachetClock.isExpired(node.expiry, now: now) {
                 discard(digest, reason: nil)
                 state.withLock { $0.statistics.expired += 1 }
                 return nil
+            }
+            if node.logicalSize - key.count > maximumValueLength {
+                var entry = CachetDiskEntry(value: [], expiry: node.expiry)
+                entry.oversizedLength = node.logicalSize - key.count
+                return entry
             }
             let file = path(for: digest).file
             switch DiskFiles.read(file) {
@@ -63,9 +71,21 @@ extension CachetDiskStore {
 
     /// Reads a key's file while the index is being rebuilt and the key is not in it yet; indexes it on
     /// success. Called with the I/O lock held.
-    private func readUnindexed(key: [UInt8], digest: KeyDigest, now: UInt32) -> CachetDiskEntry? {
+    private func readUnindexed(key: [UInt8], digest: KeyDigest, now: UInt32, maximumValueLength: Int)
+        -> CachetDiskEntry?
+    {
         guard !state.withLock({ $0.staleClear || $0.staleFiles.contains(digest) }) else { return nil }
         let file = path(for: digest).file
+        if maximumValueLength < BlockEntryFormat.maximumValueLength,
+            let prefix = DiskFiles.readPrefix(file, count: DiskEntryFormat.largestHeaderSize + key.count),
+            let header = prefix.bytes.withUnsafeBytes({ DiskEntryFormat.decodeHeader($0) }),
+            header.valueLength > maximumValueLength
+        {
+            // Indexed once read whole or by range; reported here without reading it.
+            var entry = CachetDiskEntry(value: [], expiry: header.expiry)
+            entry.oversizedLength = header.valueLength
+            return entry
+        }
         guard case .bytes(let bytes) = DiskFiles.read(file) else { return nil }
         guard let entry = Self.decode(bytes, key: key) else {
             warnFailure("corrupt entry file deleted", metadata: ["disk.path": "\(file)"])
@@ -95,9 +115,14 @@ extension CachetDiskStore {
             guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == raw.count,
                 header.keyLength == key.count,
                 key.withUnsafeBytes({
-                    memcmp($0.baseAddress!, raw.baseAddress! + DiskEntryFormat.headerSize, key.count) == 0
+                    memcmp($0.baseAddress!, raw.baseAddress! + header.keyStart, key.count) == 0
                 })
             else { return nil }
+            if header.isBlocked {
+                return BlockEntryFormat.decodeValue(raw, header: header).map {
+                    CachetDiskEntry(value: $0, expiry: header.expiry)
+                }
+            }
             let payloadStart = DiskEntryFormat.headerSize + header.keyLength
             guard
                 let value = DiskEntryFormat.decodeValue(

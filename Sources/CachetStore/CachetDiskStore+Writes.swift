@@ -25,7 +25,7 @@ extension CachetDiskStore {
             warnFailure(
                 """
                 entry not written to disk: keys must be 1 to \(DiskEntryFormat.maximumKeyLength) bytes \
-                and values at most \(DiskEntryFormat.maximumValueLength) bytes
+                and values at most \(BlockEntryFormat.maximumValueLength) bytes
                 """,
                 metadata: ["disk.key_length": "\(key.count)", "disk.value_length": "\(value.count)"]
             )
@@ -251,12 +251,12 @@ extension CachetDiskStore {
         guard
             let prefix = DiskFiles.readPrefix(
                 path,
-                count: DiskEntryFormat.headerSize + DiskEntryFormat.maximumKeyLength
+                count: DiskEntryFormat.largestHeaderSize + DiskEntryFormat.maximumKeyLength
             )
         else { return nil }
         return prefix.bytes.withUnsafeBytes { raw in
             guard let header = DiskEntryFormat.decodeHeader(raw) else { return nil }
-            let key = Array(raw[DiskEntryFormat.headerSize..<(DiskEntryFormat.headerSize + header.keyLength)])
+            let key = Array(raw[header.keyStart..<(header.keyStart + header.keyLength)])
             return (key, header.keyLength + header.valueLength)
         }
     }

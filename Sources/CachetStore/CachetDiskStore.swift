@@ -111,6 +111,13 @@ public final class CachetDiskStore: Sendable {
             statistics.errors += 1
         }
         lockFD = try Self.acquireLock(directory: directory, logger: logger, statistics: &statistics)
+        let leftovers = Self.removeLeftoverUploads(in: directory)
+        if leftovers > 0 {
+            logger.notice(
+                "deleted the parts of uploads that did not finish",
+                metadata: ["disk.uploads": "\(leftovers)"]
+            )
+        }
         if access(directory, W_OK) != 0 {
             if statistics.writable {
                 logger.error("the data directory is not writable; entries on disk are served but none are written")
@@ -235,7 +242,11 @@ public final class CachetDiskStore: Sendable {
     /// one file header and its record in the index file. A bigger entry may still fit if it compresses, but
     /// a caller that promises to keep an entry on disk only should check it against this.
     public var maximumEntryBytes: Int {
-        max(0, configuration.limit - DiskEntryFormat.headerSize - Self.indexRecordSize)
+        // Values shorter than blocks take a header of version 1; longer ones a header of version 2 and a table.
+        let single = configuration.limit - DiskEntryFormat.headerSize - Self.indexRecordSize
+        let table = BlockEntryFormat.tableSize(blockCount: configuration.limit / BlockEntryFormat.blockSize + 1)
+        let blocked = configuration.limit - DiskEntryFormat.largestHeaderSize - table - Self.indexRecordSize
+        return max(0, min(single, BlockEntryFormat.threshold - 1), blocked)
     }
 
     // MARK: Failure warnings

@@ -276,12 +276,97 @@ public final class CachetDiskWorker: Sendable {
     ///   - key: the key.
     ///   - now: the time expiry is judged at.
     ///   - completion: receives the entry or nil, on the disk queue.
-    public func get(key: [UInt8], now: UInt32, completion: @escaping @Sendable (CachetDiskEntry?) -> Void) {
+    ///   - maximumValueLength: a longer value is not read (``CachetDiskEntry/oversizedLength``).
+    public func get(
+        key: [UInt8],
+        now: UInt32,
+        maximumValueLength: Int = .max,
+        completion: @escaping @Sendable (CachetDiskEntry?) -> Void
+    ) {
         let ticket = writes.withLock { $0.sequence }
         enqueue { [store] in
-            var entry = store.get(key: key, now: now)
+            var entry = store.get(key: key, now: now, maximumValueLength: maximumValueLength)
             entry?.readTicket = ticket
             completion(entry)
+        }
+    }
+
+    // MARK: Uploads
+
+    /// Starts an upload of a `total`-byte value for `key` (a chunked PUT): its parts go to
+    /// ``writeUpload(_:bytes:completion:)``, then ``submitUploadCommit(_:completion:)`` makes it the key's
+    /// value, or ``abortUpload(_:)`` deletes it.
+    public func beginUpload(key: [UInt8], total: Int, expiry: UInt32) -> CachetDiskUpload {
+        store.makeUpload(key: key, total: total, expiry: expiry)
+    }
+
+    /// Queues the next part of an upload's value; `completion` gets nil once written (into its block, and
+    /// the block to the staging file once full), or why it failed, on the disk queue.
+    public func writeUpload(
+        _ upload: CachetDiskUpload,
+        bytes: [UInt8],
+        completion: @escaping @Sendable (String?) -> Void
+    ) {
+        enqueue { completion(bytes.withUnsafeBytes { upload.append($0) }) }
+    }
+
+    /// Journals and queues the commit of an upload whose every byte has been written
+    /// (``writeUpload(_:bytes:completion:)``): from the journal record on, the key counts as written (a read
+    /// goes to the disk queue, behind the commit), as for ``submitPut(key:value:expiry:)``. Call
+    /// ``beginWrite(key:)`` before the key leaves memory. `completion` gets nil once the file is in place,
+    /// or the error that made the key a miss instead, on the disk queue.
+    /// - Returns: `.queued`; `.full` when the journal is full of operations still waiting (nothing queued:
+    ///   retry after ``notifyWhenWritable(_:)``); `.refused` when the journal cannot record it.
+    public func submitUploadCommit(
+        _ upload: CachetDiskUpload,
+        completion: @escaping @Sendable (CachetStoreError?) -> Void
+    ) -> CachetDiskAdmission {
+        let digest = upload.digest
+        let bucket = upload.key.withUnsafeBytes { Self.bucket($0) }
+        let seen = appliedOperations.load(ordering: .acquiring)
+        switch store.admit(digest) {
+        case .recorded:
+            break
+        case .wait:
+            blockedAt.store(seen, ordering: .releasing)
+            return .full
+        case .refused(let reason):
+            endWrite(bucket: bucket)
+            return .refused(refusal("PUT", reason))
+        }
+        writes.withLock { tracking in
+            let sequence = tracking.sequence + 1
+            enqueue { [self] in
+                let failure = store.commitUpload(upload)
+                store.applied(digest)
+                dequeued(digest, sequence: sequence)
+                appliedOperations.add(1, ordering: .releasing)
+                wakeWaiters()
+                completion(failure)
+            }
+            Self.endWrite(&tracking, bucket: bucket)
+            tracking.queued[digest] = QueuedOperation(expiry: upload.expiry, sequence: sequence)
+        }
+        return .queued
+    }
+
+    /// Queues the deletion of an upload given up (its client went away, or stopped sending parts).
+    public func abortUpload(_ upload: CachetDiskUpload) {
+        enqueue { upload.discard() }
+    }
+
+    /// Queues a read of part of a value (``CachetDiskStore/getRange(key:offset:length:limit:now:)``), in
+    /// order behind the writes queued before it.
+    public func getRange(
+        key: [UInt8],
+        offset: UInt64,
+        length: UInt64,
+        limit: Int,
+        now: UInt32,
+        completion: @escaping @Sendable (CachetDiskRange) -> Void
+    ) {
+        enqueue { [store] in
+            completion(store.getRange(key: key, offset: offset, length: length, limit: limit, now: now))
         }
     }
 

@@ -79,12 +79,14 @@ enum DiskEntryFormat {
     static let flagDeflate: UInt8 = 1
     /// The longest key a file may hold (the wire protocol's limit); the start-up scan reads no further.
     static let maximumKeyLength = 4096
-    /// The longest value a file may hold: its length is a `u32`.
+    /// The longest value a file of version 1 may hold: its length is a `u32` (version 2 holds more).
     static let maximumValueLength = Int(UInt32.max)
+    /// The longest header of either version: what a reader takes before it knows the version.
+    static let largestHeaderSize = BlockEntryFormat.headerSize
 
     /// Whether a file can hold a key and value of these lengths.
     static func canHold(keyLength: Int, valueLength: Int) -> Bool {
-        (1...maximumKeyLength).contains(keyLength) && valueLength <= maximumValueLength
+        (1...maximumKeyLength).contains(keyLength) && valueLength <= BlockEntryFormat.maximumValueLength
     }
     /// Compression must save at least this share of the value, or the value is stored raw.
     static let minimumSaving = 0.10
@@ -104,16 +106,49 @@ enum DiskEntryFormat {
         return compressed
     }
 
+    /// `input` deflated at `level` when that saves ``minimumSaving`` (judged on a sample first for long
+    /// inputs, so that media does not pay for a whole deflate), else nil: store it raw. Nil for inputs under
+    /// 64 bytes and for level 0.
+    static func compressIfWorthIt(_ input: UnsafeBufferPointer<UInt8>, level: Int32) -> [UInt8]? {
+        guard level > 0 && input.count >= 64 else { return nil }
+        if input.count > sampleSize * 2,
+            deflate(UnsafeBufferPointer(rebasing: input[0..<sampleSize]), level: level) == nil
+        {
+            return nil
+        }
+        return deflate(input, level: level)
+    }
+
+    /// An entry file's header, of either version: 1 (one payload) or 2 (blocks, ``BlockEntryFormat``).
     struct Header: Equatable {
+        /// 1 or 2.
+        var version: UInt8 = DiskEntryFormat.version
         var flags: UInt8
         var keyLength: Int
         var expiry: UInt32
         var valueLength: Int
         var payloadLength: Int
+        /// Version 1: the CRC-32 of the value; 0 in version 2, whose blocks carry their own.
         var valueCRC: UInt32
         var headerCRC: UInt32
+        /// Version 2: the bytes of value in each block but the last; 0 in version 1.
+        var blockSize: Int = 0
+        /// Version 2: the value's tag (``CachetValueTag``), stored; 0 in version 1, where it is computed.
+        var tag: UInt64 = 0
 
-        var fileSize: Int { DiskEntryFormat.headerSize + keyLength + payloadLength }
+        /// Whether the value is stored in blocks (version 2).
+        var isBlocked: Bool { version == BlockEntryFormat.version }
+        /// Where the key starts: after the header of the file's version.
+        var keyStart: Int { isBlocked ? BlockEntryFormat.headerSize : DiskEntryFormat.headerSize }
+        /// Version 2: how many blocks the value takes.
+        var blockCount: Int {
+            isBlocked ? BlockEntryFormat.blockCount(valueLength: valueLength, blockSize: blockSize) : 0
+        }
+        /// Where the payload (version 2: the first block) starts.
+        var payloadStart: Int {
+            keyStart + keyLength + (isBlocked ? BlockEntryFormat.tableSize(blockCount: blockCount) : 0)
+        }
+        var fileSize: Int { payloadStart + payloadLength }
     }
 
     static func crc32(_ bytes: UnsafeRawBufferPointer, seed: UInt32 = 0) -> UInt32 {
@@ -128,26 +163,28 @@ enum DiskEntryFormat {
         return UInt32(truncatingIfNeeded: crc)
     }
 
-    /// Builds a whole file: header, key, payload (compressed when that saves enough).
+    /// Builds a whole file: header, key, payload (compressed when that saves enough); in blocks
+    /// (``BlockEntryFormat``) for a value of ``BlockEntryFormat/threshold`` bytes or more.
     ///
     /// The caller checks ``canHold(keyLength:valueLength:)`` first.
     static func encode(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (file: [UInt8], compressed: Bool)
     {
+        if value.count >= BlockEntryFormat.threshold {
+            return BlockEntryFormat.encode(key: key, value: value, expiry: expiry, level: level)
+        }
+        return encodeSingle(key: key, value: value, expiry: expiry, level: level)
+    }
+
+    /// Builds a whole file of version 1 (one payload), whatever the value's length: what every value was
+    /// written as before version 2, and what shorter values still are.
+    static func encodeSingle(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (
+        file: [UInt8], compressed: Bool
+    ) {
         var payload = value
         var flags: UInt8 = 0
-        if level > 0 && value.count >= 64 {
-            let compressed = value.withUnsafeBufferPointer { input -> [UInt8]? in
-                if input.count > sampleSize * 2,
-                    deflate(UnsafeBufferPointer(rebasing: input[0..<sampleSize]), level: level) == nil
-                {
-                    return nil
-                }
-                return deflate(input, level: level)
-            }
-            if let compressed {
-                payload = compressed
-                flags = flagDeflate
-            }
+        if let compressed = value.withUnsafeBufferPointer({ compressIfWorthIt($0, level: level) }) {
+            payload = compressed
+            flags = flagDeflate
         }
         var file = [UInt8]()
         file.reserveCapacity(headerSize + key.count + payload.count)
@@ -177,7 +214,9 @@ enum DiskEntryFormat {
     /// Parses and checks a header and the key after it.
     /// - Returns: the header, or nil when the bytes are not a valid entry header.
     static func decodeHeader(_ bytes: UnsafeRawBufferPointer) -> Header? {
-        guard bytes.count >= headerSize, Array(bytes[0..<4]) == magic, bytes[4] == version else { return nil }
+        guard bytes.count >= 5, Array(bytes[0..<4]) == magic else { return nil }
+        if bytes[4] == BlockEntryFormat.version { return BlockEntryFormat.decodeHeader(bytes) }
+        guard bytes.count >= headerSize, bytes[4] == version else { return nil }
         let header = Header(
             flags: bytes[5],
             keyLength: Int(read(UInt16.self, bytes, at: 6)),
