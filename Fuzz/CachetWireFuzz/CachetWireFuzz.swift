@@ -16,7 +16,7 @@
 //    so a receiver never buffers any of a payload whose declared length is out of range.
 // 4. Re-encoding a decoded valid request gives back its bytes (with the reserved flags zeroed, but a
 //    leased PUT's lease flag); a decoded reply re-encodes to exactly its bytes; CLEAR reply, EVENT and lease
-//    reply bodies round-trip. Requests cover every opcode: PUT (leased too), GET, DEL, CLEAR (with key
+//    reply bodies round-trip. Requests cover every opcode: PUT (leased too, and parts), GET (of a range too), DEL, CLEAR (with key
 //    prefixes too), STATS, PING, AUTH, WATCH and UNWATCH.
 // 5. The in-place decoders (frame, header, PUT, key) allocate nothing when they succeed.
 //
@@ -155,9 +155,25 @@ private func expectedRequest(
         if let problem = keyLengthProblem(keyLength) { return .error(problem) }
         let keyStart = start + 6
         guard keyStart + keyLength <= end else { return .error(.malformedBody) }
-        let (ttl, key, value) = (bigEndian(bytes, start, 4), keyStart..<(keyStart + keyLength), (keyStart + keyLength)..<end)
+        let (ttl, key, value) = (
+            bigEndian(bytes, start, 4), keyStart..<(keyStart + keyLength), (keyStart + keyLength)..<end
+        )
+        if bytes[offset + 6] & 0x20 != 0 {
+            // A part ("PUT in parts"): no lease; upload id, length and offset, then bytes within the length.
+            guard !leased, value.count >= 24 else { return .error(.malformedBody) }
+            let total = UInt64(truncatingIfNeeded: bigEndian(bytes, value.lowerBound + 8, 8))
+            let partOffset = UInt64(truncatingIfNeeded: bigEndian(bytes, value.lowerBound + 16, 8))
+            guard partOffset <= total, UInt64(value.count - 24) <= total - partOffset else {
+                return .error(.malformedBody)
+            }
+        }
         guard leased else { return .put(ttl: ttl, key: key, value: value) }
-        return .leasedPut(token: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound, 8)), ttl: ttl, key: key, value: value)
+        return .leasedPut(
+            token: UInt64(truncatingIfNeeded: bigEndian(bytes, body.lowerBound, 8)),
+            ttl: ttl,
+            key: key,
+            value: value
+        )
     case 4 where !body.isEmpty:
         var prefixes: [Range<Int>] = []
         var position = body.lowerBound
@@ -173,7 +189,8 @@ private func expectedRequest(
         guard body.count >= 2 else { return .error(.malformedBody) }
         let userLength = bigEndian(bytes, body.lowerBound, 2)
         let userStart = body.lowerBound + 2
-        guard (1...255).contains(userLength), userStart + userLength <= end, end - (userStart + userLength) <= 1024 else {
+        guard (1...255).contains(userLength), userStart + userLength <= end, end - (userStart + userLength) <= 1024
+        else {
             return .error(.malformedBody)
         }
         return .auth(user: userStart..<(userStart + userLength), secret: (userStart + userLength)..<end)
@@ -338,7 +355,10 @@ private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
         check(bytes[offset + 5] == 2 && key.elementsEqual(bytes[keyRange]), "\(context): GET decoded wrong")
     case (.delete(let key), .key(let keyRange)):
         check(bytes[offset + 5] == 3 && key.elementsEqual(bytes[keyRange]), "\(context): DEL decoded wrong")
-    case (.leasedPut(let key, let value, let ttl, let token), .leasedPut(let expectedToken, let expectedTTL, let keyRange, let valueRange)):
+    case (
+        .leasedPut(let key, let value, let ttl, let token),
+        .leasedPut(let expectedToken, let expectedTTL, let keyRange, let valueRange)
+    ):
         check(
             token == expectedToken && Int(ttl) == expectedTTL && key.elementsEqual(bytes[keyRange])
                 && value.elementsEqual(bytes[valueRange]),
@@ -349,7 +369,10 @@ private func checkRequest(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
     case (.clearPrefixes(let prefixes), .clearPrefixes(let ranges)):
         check(prefixes.elementsEqual(ranges.map { Array(bytes[$0]) }), "\(context): CLEAR prefixes decoded wrong")
     case (.auth(let user, let secret), .auth(let userRange, let secretRange)):
-        check(user.elementsEqual(bytes[userRange]) && secret.elementsEqual(bytes[secretRange]), "\(context): AUTH decoded wrong")
+        check(
+            user.elementsEqual(bytes[userRange]) && secret.elementsEqual(bytes[secretRange]),
+            "\(context): AUTH decoded wrong"
+        )
     case (.watch(let request), .watch(let options, let maximumValue, let run, let sequence, let prefix)):
         check(
             request.includesValues == (options & 1 != 0) && Int(request.maximumValueLength) == maximumValue
@@ -387,7 +410,10 @@ private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
             }
             switch expected {
             case .put(let ttl, let key, let value) where !leased:
-                check(Int(put.ttl) == ttl && put.key == key && put.value == value, "\(context()): decodePut found \(put)")
+                check(
+                    Int(put.ttl) == ttl && put.key == key && put.value == value,
+                    "\(context()): decodePut found \(put)"
+                )
             case .leasedPut(let expectedToken, let ttl, let key, let value) where leased:
                 check(
                     token == expectedToken && Int(put.ttl) == ttl && put.key == key && put.value == value,
@@ -401,7 +427,10 @@ private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
             switch expected {
             case .empty: check(prefixes.isEmpty, "\(context()): decodeClear found prefixes in an empty body")
             case .clearPrefixes(let ranges):
-                check(prefixes.elementsEqual(ranges.map { Array(bytes[$0]) }), "\(context()): decodeClear found \(prefixes)")
+                check(
+                    prefixes.elementsEqual(ranges.map { Array(bytes[$0]) }),
+                    "\(context()): decodeClear found \(prefixes)"
+                )
             default: fatalError("\(context()): decodeClear found \(prefixes), expected \(expected)")
             }
         case 7:
@@ -458,13 +487,19 @@ private func checkReply(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer, 
     // An EVENT body and a lease reply are read without trusting their lengths.
     if let event = try? CachetEvent(decoding: response.body) {
         let keyLength = bigEndian(bytes, frame.body.lowerBound + 14, 2)
-        check(event.key.elementsEqual(bytes[(frame.body.lowerBound + 16)..<(frame.body.lowerBound + 16 + keyLength)]), "\(context): EVENT key")
+        check(
+            event.key.elementsEqual(bytes[(frame.body.lowerBound + 16)..<(frame.body.lowerBound + 16 + keyLength)]),
+            "\(context): EVENT key"
+        )
         if let value = event.value {
             check(16 + event.key.count + value.count == response.body.count, "\(context): EVENT read as \(event)")
         }
         // Defined flags only, and no bytes the flags do not account for: the event is its bytes exactly.
         if response.body[1] & ~3 == 0 && (event.value != nil || response.body.count == 16 + keyLength) {
-            check(event.encoded(id: response.id).dropFirst(12).elementsEqual(response.body), "\(context): EVENT re-encodes differently")
+            check(
+                event.encoded(id: response.id).dropFirst(12).elementsEqual(response.body),
+                "\(context): EVENT re-encodes differently"
+            )
         }
     }
     if let lease = CachetLeaseReply(decoding: response.body) {

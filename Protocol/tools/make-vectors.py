@@ -6,8 +6,12 @@ The vectors are committed; this script documents how each byte was derived.
 """
 import os
 import struct
+import sys
+import zlib
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "vectors")
+# Names given on the command line: only those vectors are written (the others are left as they are).
+ONLY = set(sys.argv[1:])
 PUT, GET, DEL, CLEAR, STATS, PING = 1, 2, 3, 4, 5, 6
 OK, NOT_FOUND, BAD_REQUEST, TOO_LARGE, UNKNOWN_OPCODE, UNSUPPORTED_VERSION = 0, 1, 2, 3, 4, 5
 SERVER_ERROR, UNAVAILABLE = 6, 7
@@ -38,6 +42,19 @@ def key_body(key):
 
 def put_body(key, value, ttl=0):
     return struct.pack(">IH", ttl, len(key)) + key + value
+
+
+PART = 0x2000
+
+
+def value_tag(value):
+    """A value's tag: its CRC-32 in the high 32 bits, its Adler-32 in the low ones."""
+    return zlib.crc32(value) << 32 | zlib.adler32(value)
+
+
+def part_field(upload, total, offset, data):
+    """The value field of a PUT with the part flag."""
+    return struct.pack(">QQQ", upload, total, offset) + data
 
 
 def hexline(data):
@@ -76,6 +93,8 @@ class Vector:
         self.lines.append("! " + word)
 
     def write(self):
+        if ONLY and self.name not in ONLY:
+            return
         with open(os.path.join(OUT, self.name + ".vector"), "w") as f:
             f.write("\n".join(self.lines) + "\n")
 
@@ -207,7 +226,7 @@ def msg(text):
 def main():
     os.makedirs(OUT, exist_ok=True)
     for old in os.listdir(OUT):
-        if old.endswith(".vector"):
+        if old.endswith(".vector") and not ONLY:
             os.remove(os.path.join(OUT, old))
 
     v = Vector("ping", "PING with an empty body: OK with an empty body, id echoed.")
@@ -294,23 +313,45 @@ def main():
     v.write()
 
     v = Vector("get-range", "A GET with the range flag (0x1000) carries offset (u64) and length (u64, all ones: to the end) after\n"
-               "the key, and is answered the value's length (u64) and the bytes of the range; a range running past the\n"
-               "end is cut there, one starting at the end is empty, one starting past it is RANGE_NOT_SATISFIABLE (11)\n"
-               "with the value's length; a miss is NOT_FOUND.")
-    v.send(req(PUT, 1, put_body(b"v", b"0123456789")))
+               "the key, and is answered the value's length (u64) and tag (u64: the CRC-32 of the value, then its\n"
+               "Adler-32) and the bytes of the range; a range running past the end is cut there, one starting at the\n"
+               "end is empty, one starting past it is RANGE_NOT_SATISFIABLE (11) with the value's length and tag; a\n"
+               "miss is NOT_FOUND.")
+    value = b"0123456789"
+    head = struct.pack(">QQ", len(value), value_tag(value))
+    v.send(req(PUT, 1, put_body(b"v", value)))
     v.expect(resp(PUT, OK, 1))
     v.send(req(GET, 2, key_body(b"v") + struct.pack(">QQ", 2, 3), flags=0x1000), note="bytes 2 to 4")
-    v.expect(resp(GET, OK, 2, struct.pack(">Q", 10) + b"234"))
+    v.expect(resp(GET, OK, 2, head + b"234"))
     v.send(req(GET, 3, key_body(b"v") + struct.pack(">QQ", 7, 0xFFFFFFFFFFFFFFFF), flags=0x1000), note="7 to the end")
-    v.expect(resp(GET, OK, 3, struct.pack(">Q", 10) + b"789"))
+    v.expect(resp(GET, OK, 3, head + b"789"))
     v.send(req(GET, 4, key_body(b"v") + struct.pack(">QQ", 8, 100), flags=0x1000), note="past the end: cut")
-    v.expect(resp(GET, OK, 4, struct.pack(">Q", 10) + b"89"))
+    v.expect(resp(GET, OK, 4, head + b"89"))
     v.send(req(GET, 5, key_body(b"v") + struct.pack(">QQ", 10, 5), flags=0x1000), note="at the end: empty")
-    v.expect(resp(GET, OK, 5, struct.pack(">Q", 10)))
+    v.expect(resp(GET, OK, 5, head))
     v.send(req(GET, 6, key_body(b"v") + struct.pack(">QQ", 11, 1), flags=0x1000), note="starting past the end")
-    v.expect(resp(GET, 11, 6, struct.pack(">Q", 10)), note="RANGE_NOT_SATISFIABLE, the value's length")
+    v.expect(resp(GET, 11, 6, head), note="RANGE_NOT_SATISFIABLE, the value's length and tag")
     v.send(req(GET, 7, key_body(b"nope") + struct.pack(">QQ", 0, 1), flags=0x1000), note="a miss")
     v.expect(resp(GET, NOT_FOUND, 7))
+    v.write()
+
+    v = Vector("put-parts", "A value sent in parts: PUTs with the part flag (0x2000) whose value field is upload id (u64),\n"
+               "the value's length (u64), the part's offset (u64) and the part's bytes. Each part is answered OK; the\n"
+               "key reads as before (here: a miss) until the last part, then as the whole value. A field shorter than\n"
+               "its 24 bytes, or a part running past the length, is BAD_REQUEST. Runs on a node with a disk tier.")
+    v.send(req(PUT, 1, put_body(b"p", part_field(9, 10, 0, b"01234")), flags=PART), note="upload 9: bytes 0 to 4 of 10")
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"p")), note="not visible yet")
+    v.expect(resp(GET, NOT_FOUND, 2))
+    v.send(req(PUT, 3, put_body(b"p", part_field(9, 10, 5, b"56789")), flags=PART), note="the last part")
+    v.expect(resp(PUT, OK, 3))
+    v.send(req(GET, 4, key_body(b"p")))
+    v.expect(resp(GET, OK, 4, b"0123456789"))
+    v.send(req(PUT, 5, put_body(b"p", b"\x00\x01\x02"), flags=PART), note="3 bytes: no id, length and offset")
+    v.expect(resp(PUT, BAD_REQUEST, 5,
+                  msg("PUT of a part: 3 bytes after the key, fewer than the 24 of upload id, length and offset")))
+    v.send(req(PUT, 6, put_body(b"p", part_field(9, 2, 0, b"abc")), flags=PART), note="3 bytes of a 2-byte value")
+    v.expect(resp(PUT, BAD_REQUEST, 6, msg("PUT of a part: 3 bytes at offset 0 run past the value's length 2")))
     v.write()
 
     v = Vector("stats", "STATS answers OK with a JSON object; its length and body vary, so only the header is fixed.")
@@ -377,7 +418,8 @@ def main():
     v.expect(resp(PING, OK, 16))
     v.write()
 
-    write_cluster_replies()
+    if not ONLY:
+        write_cluster_replies()
 
     v = Vector("unknown-opcode", "An opcode version 1 does not define: UNKNOWN_OPCODE, opcode and id echoed; the connection stays usable.")
     v.send(req(0x0b, 21))

@@ -241,6 +241,11 @@ public enum CachetCommand: Hashable, Sendable {
         case .put:
             let leased = frame.header.flags & CachetRequestFlags.lease.rawValue != 0
             let (put, token) = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased)
+            if frame.header.flags & CachetRequestFlags.part.rawValue != 0 {
+                // A part: checked as a node checks it; its value field is the part (id, length, offset, bytes).
+                guard !leased else { throw CachetUploadPart.leasedPartError }
+                _ = try CachetUploadPart.decode(in: buffer, value: put.value)
+            }
             let (key, value) = (Array(buffer[put.key]), Array(buffer[put.value]))
             return leased
                 ? .leasedPut(key: key, value: value, ttl: put.ttl, token: token)

@@ -86,13 +86,20 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
 
     /// `0x1000`: on GET, a range of the value (`Protocol/PROTOCOL.md`, "GET of a range"): the body carries an
     /// offset and a length after the key (``CachetValueRange``), and the OK reply's body is the value's whole
-    /// length (u64) followed by the bytes of the range. A node before this revision answers such a body
+    /// length (u64) and tag (u64, ``CachetValueRange/decodeReply(_:)``) followed by the bytes of the range. A node before this revision answers such a body
     /// BAD_REQUEST (bytes after a GET's key), never the whole value. Clients may send it. Not with `lease`
     /// or `ttl`. Ignored on the other opcodes.
     @inlinable public static var range: CachetRequestFlags { CachetRequestFlags(rawValue: 0x1000) }
 
+    /// `0x2000`: on PUT, one part of a value sent in parts (`Protocol/PROTOCOL.md`, "PUT in parts"): the
+    /// value field starts with the upload's id, the value's whole length and the part's offset
+    /// (``CachetUploadPart``), then the part's bytes; the value is stored, and seen by readers, once its last
+    /// part has arrived. Clients may send it. Not with `lease`. Ignored on the other opcodes. A node before
+    /// this revision would store the part as the whole value: send it only to nodes of this revision or later.
+    @inlinable public static var part: CachetRequestFlags { CachetRequestFlags(rawValue: 0x2000) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x1fff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x3fff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -124,6 +131,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.holdCheck) { names.append("holdCheck") }
         if contains(.viewCheck) { names.append("viewCheck") }
         if contains(.range) { names.append("range") }
+        if contains(.part) { names.append("part") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -58,13 +58,24 @@ public struct CachetValueRange: Hashable, Sendable, CustomStringConvertible {
         length == Self.toEnd ? "\(offset)-" : "\(offset)-\(offset &+ length &- 1) (\(length) bytes)"
     }
 
-    /// Reads an OK reply's body to a GET of a range: the value's whole length, then the range's bytes.
+    /// Bytes before the range's bytes in an OK reply: the value's length and its tag.
+    public static let replyPrefixSize = 16
+
+    /// Reads an OK reply's body to a GET of a range: the value's whole length and its tag, then the range's
+    /// bytes; or a RANGE_NOT_SATISFIABLE reply's body, which ends after the tag.
+    ///
+    /// The tag is a 64-bit checksum of the whole value (CRC-32 and Adler-32), the same on every node and in
+    /// either tier: a reader of several ranges compares it to tell that the value was replaced between them.
     /// - Parameter body: the reply's body.
-    /// - Returns: the value's length and where the bytes start in `body`; nil for a body shorter than 8 bytes.
-    public static func decodeReply(_ body: some Collection<UInt8>) -> (total: UInt64, sliceStart: Int)? {
-        guard body.count >= 8 else { return nil }
+    /// - Returns: the value's length and tag and where the bytes start in `body`; nil for a body shorter than
+    ///   16 bytes.
+    public static func decodeReply(_ body: some Collection<UInt8>) -> (total: UInt64, tag: UInt64, sliceStart: Int)? {
+        guard body.count >= replyPrefixSize else { return nil }
         var total: UInt64 = 0
-        for byte in body.prefix(8) { total = total << 8 | UInt64(byte) }
-        return (total, 8)
+        var tag: UInt64 = 0
+        for (index, byte) in body.prefix(replyPrefixSize).enumerated() {
+            if index < 8 { total = total << 8 | UInt64(byte) } else { tag = tag << 8 | UInt64(byte) }
+        }
+        return (total, tag, replyPrefixSize)
     }
 }

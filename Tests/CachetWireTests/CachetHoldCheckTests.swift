@@ -73,7 +73,8 @@ struct CachetValueRangeTests {
                 }
             }
         }
-        #expect(CachetValueRange.decodeReply([0, 0, 0, 0, 0, 0, 1, 0, 9])! == (256, 8))
+        #expect(CachetValueRange.decodeReply([0, 0, 0, 0, 0, 0, 1, 0] + [0, 0, 0, 0, 0, 0, 0, 5, 9])! == (256, 5, 16))
+        #expect(CachetValueRange.decodeReply([0, 0, 0, 0, 0, 0, 1, 0, 9]) == nil)
         #expect(CachetValueRange.decodeReply([0, 0, 0]) == nil)
     }
 }

@@ -146,6 +146,8 @@ final class CodecModelNode: ProtocolVectorConnection {
     private var output: [UInt8] = []
     private var entries: [[UInt8]: [UInt8]] = [:]
     private var ttls: [[UInt8]: UInt32] = [:]
+    /// Values being received in parts, by key and upload id: the announced length and the bytes so far.
+    private var uploads: [[UInt8]: (total: UInt64, bytes: [UInt8])] = [:]
     private var counters: [String: Int] = [:]
     private(set) var closed = false
 
@@ -184,9 +186,50 @@ final class CodecModelNode: ProtocolVectorConnection {
                 reply(header.opcode, error.status, id: header.id, Array(error.message.utf8))
             case .command(let command, let bytes):
                 let id = bytes[8...11].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-                answer(command, id: id, withTTL: bytes[7] & UInt8(CachetRequestFlags.ttl.rawValue) != 0)
+                let flags = UInt16(bytes[6]) << 8 | UInt16(bytes[7])
+                if case .put(let key, let value, _) = command, flags & CachetRequestFlags.part.rawValue != 0 {
+                    answerPart(key: key, field: value, id: id)
+                    continue
+                }
+                answer(command, id: id, withTTL: flags & CachetRequestFlags.ttl.rawValue != 0)
             }
         }
+    }
+
+    /// Takes a part of a value sent in parts (the codec checked its field): stored once it is the last.
+    private func answerPart(key: [UInt8], field: [UInt8], id: UInt32) {
+        let number = { (at: Int) in field[at..<(at + 8)].reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+        let (upload, total, offset) = (number(0), number(8), number(16))
+        let name = key + [UInt8](repeating: 0, count: 1) + withUnsafeBytes(of: upload) { Array($0) }
+        var state = offset == 0 ? (total, []) : uploads[name] ?? (total, [])
+        guard UInt64(state.1.count) == offset, state.0 == total else {
+            uploads[name] = nil
+            return reply(.put, .badRequest, id: id, Array("part out of order".utf8))
+        }
+        state.1 += field[24...]
+        if UInt64(state.1.count) == total {
+            uploads[name] = nil
+            entries[key] = state.1
+            ttls[key] = 0
+        } else {
+            uploads[name] = state
+        }
+        reply(.put, .ok, id: id)
+    }
+
+    /// A value's tag: the CRC-32 of its bytes, then their Adler-32.
+    static func tag(_ value: [UInt8]) -> UInt64 {
+        var crc: UInt32 = 0xffff_ffff
+        for byte in value {
+            crc ^= UInt32(byte)
+            for _ in 0..<8 { crc = crc & 1 != 0 ? (crc >> 1) ^ 0xedb8_8320 : crc >> 1 }
+        }
+        var (a, b): (UInt32, UInt32) = (1, 0)
+        for byte in value {
+            a = (a + UInt32(byte)) % 65521
+            b = (b + a) % 65521
+        }
+        return UInt64(~crc) << 32 | UInt64(b << 16 | a)
     }
 
     /// Answers `command`; `withTTL` for a GET with the `ttl` flag (no time passes in the model: the TTL left
@@ -221,6 +264,7 @@ final class CodecModelNode: ProtocolVectorConnection {
             counters["hits", default: 0] += 1
             var total: [UInt8] = []
             CachetFrameEncoder.appendBigEndian(UInt64(value.count), to: &total)
+            CachetFrameEncoder.appendBigEndian(Self.tag(value), to: &total)
             guard let bounds = range.bounds(total: value.count) else {
                 return reply(.get, .rangeNotSatisfiable, id: id, total)
             }
