@@ -116,11 +116,11 @@ public final class CachetCLISession {
             var body = reply.body
             var of = ""
             if range != nil {
-                if reply.status == .rangeNotSatisfiable, let (total, _) = CachetValueRange.decodeReply(reply.body) {
+                if reply.status == .rangeNotSatisfiable, let (total, _, _) = CachetValueRange.decodeReply(reply.body) {
                     lines.append("ERROR RANGE_NOT_SATISFIABLE: the range starts past the value's end (\(total) bytes)")
                     return .error
                 }
-                if reply.status == .ok, let (total, start) = CachetValueRange.decodeReply(reply.body) {
+                if reply.status == .ok, let (total, _, start) = CachetValueRange.decodeReply(reply.body) {
                     body = Array(reply.body[start...])
                     of = " of \(total)"
                 }

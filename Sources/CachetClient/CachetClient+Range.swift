@@ -2,18 +2,23 @@ public import CachetWire
 
 /// Part of a value, read with ``CachetClient/get(_:range:)-(String,_)``.
 public struct CachetValueSlice: Sendable, Equatable {
-    /// The bytes of the range: fewer than asked for when the range runs past the value's end.
+    /// The bytes of the range: fewer than asked for when the range runs past the value's end, or holds more
+    /// than one reply frame (the node's `--max-frame`; ask again from where they end).
     public var bytes: [UInt8]
     /// The whole value's length, in bytes.
     public var totalLength: Int
     /// Where `bytes` start in the value.
     public var offset: Int
+    /// The whole value's tag: a 64-bit checksum, equal for equal values on every node. Two slices with
+    /// different tags come from different values (the key was written between the reads).
+    public var tag: UInt64
 
     /// A part of a value.
-    public init(bytes: [UInt8], totalLength: Int, offset: Int) {
+    public init(bytes: [UInt8], totalLength: Int, offset: Int, tag: UInt64 = 0) {
         self.bytes = bytes
         self.totalLength = totalLength
         self.offset = offset
+        self.tag = tag
     }
 }
 
@@ -78,8 +83,9 @@ extension CachetClient {
         )
         switch status {
         case .ok:
-            guard let (total, start) = CachetValueRange.decodeReply(body), total <= UInt64(Int.max),
-                let bounds = range.bounds(total: Int(total)), bounds.count == body.count - start
+            guard let (total, tag, start) = CachetValueRange.decodeReply(body), total <= UInt64(Int.max),
+                let bounds = range.bounds(total: Int(total)), body.count - start <= bounds.count,
+                body.count > start || bounds.isEmpty
             else {
                 throw CachetClientError(
                     code: .protocolViolation,
@@ -88,7 +94,12 @@ extension CachetClient {
                     node: node
                 )
             }
-            return CachetValueSlice(bytes: Array(body[start...]), totalLength: Int(total), offset: bounds.lowerBound)
+            return CachetValueSlice(
+                bytes: Array(body[start...]),
+                totalLength: Int(total),
+                offset: bounds.lowerBound,
+                tag: tag
+            )
         case .notFound:
             return nil
         case .rangeNotSatisfiable:

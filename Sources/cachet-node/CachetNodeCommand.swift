@@ -159,6 +159,16 @@ struct CachetNodeCommand: ParsableCommand {
     )
     var diskLimit = "1GiB"
 
+    @Option(
+        help: """
+            Values longer than this (e.g. 8MiB) are kept on the disk tier only, in blocks a range reads alone,             never whole in memory. Values sent in parts (PUT with the part flag) can be of any length the disk             tier holds; a node without a disk tier refuses those longer than fit one frame.
+            """
+    )
+    var largeValue = "8MiB"
+
+    @Option(help: "Seconds an upload (a value sent in parts) may go without a part before it is given up and freed.")
+    var uploadTimeout = 30
+
     @Option(help: "zlib level for the disk tier, 0 (store) to 9 (smallest).")
     var compressionLevel: Int32?
 
@@ -331,6 +341,14 @@ struct CachetNodeCommand: ParsableCommand {
                 configuration.connectionMemoryLimit = try CachetByteCount.parse(connectionMemory)
             }
             let diskBytes = try CachetByteCount.parse(diskLimit)
+            configuration.largeValueThreshold = try CachetByteCount.parse(largeValue)
+            guard uploadTimeout >= 1 else {
+                throw CachetNodeError(
+                    code: .invalidConfiguration,
+                    message: "--upload-timeout \(uploadTimeout) is below 1 second"
+                )
+            }
+            configuration.uploadIdleSeconds = uploadTimeout
             if let level = compressionLevel, !(0...9).contains(level) {
                 throw CachetNodeError(
                     code: .invalidConfiguration,

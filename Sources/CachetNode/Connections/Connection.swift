@@ -101,6 +101,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @exclusivity(unchecked) var countedAsWaiting = false
     /// A block that processes the rest of its input is queued (see `NodeIOQueue.yieldTurn`).
     @exclusivity(unchecked) var turnQueued = false
+    /// It sent a part of a value sent in parts: its uploads are given up when it closes.
+    @exclusivity(unchecked) var sentParts = false
     /// Bytes of this connection's buffers charged to `memory`.
     @exclusivity(unchecked) var charged = 0
     /// The input capacity reserved in the budget for the frame being received (0 when none is): the

@@ -1,5 +1,6 @@
 import CachetIO
 import CachetStore
+import CachetWire
 import Dispatch
 
 /// Disk dispatch: a GET that missed memory, a PUT bound for the disk tier, or a CLEAR goes to the disk
@@ -27,15 +28,148 @@ final class DiskDispatch: @unchecked Sendable {
     /// gives it back).
     func begin(_ operation: PendingOperation, for connection: Connection) {
         if case .put(let key, let value, _, _) = operation { memory.charge(key.count + value.count) }
+        if case .uploadPart(let request) = operation {
+            return uploadPart(request, for: connection)
+        }
         start(operation, for: connection)
+    }
+
+    /// Answers on the loop's queue, after the current turn (a part refused at once still waits for it, so
+    /// that the connection is not processed again from inside its own processing).
+    private func reply(
+        to connection: Connection,
+        _ write: @escaping @Sendable (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
+    ) {
+        host.execute { [self] in host.resume(connection) { write($0, &$1, $2) } }
+    }
+
+    // MARK: Values sent in parts
+
+    /// Takes a part of a value sent in parts (`Protocol/PROTOCOL.md`, "PUT in parts"): checked against its
+    /// upload, written to the upload's staging file on the disk queue (its bytes charged to the budget
+    /// meanwhile), answered once written, and for the last part once the value is stored.
+    private func uploadPart(_ request: UploadPartRequest, for connection: Connection) {
+        let held = request.bytes.count
+        let worker = disk.worker
+        let admission = disk.uploads.admit(
+            key: request.key.withUnsafeBytes { $0 },
+            part: request.part,
+            expiry: request.expiry,
+            connection: ObjectIdentifier(connection),
+            now: CachetClock.now()
+        ) { total in worker.beginUpload(key: request.key, total: total, expiry: request.expiry) }
+        let id = request.id
+        switch admission {
+        case .refused(let status, let message, let abandoned):
+            if let abandoned { worker.abortUpload(abandoned) }
+            reply(to: connection) { processor, output, _ in
+                RequestCounters.bump(processor.commands.counters.badRequests)
+                appendMessage(message, status: status, opcode: .put, id: id, to: &output)
+            }
+        case .accepted(let upload, let last):
+            connection.sentParts = true
+            memory.charge(held)
+            worker.writeUpload(upload, bytes: request.bytes) { [self] failure in
+                host.execute { [self] in
+                    memory.charge(-held)
+                    if let failure {
+                        worker.abortUpload(upload)
+                        _ = disk.uploads.abandon(upload)
+                        host.resume(connection) { _, output, _ in
+                            appendMessage(
+                                "the upload could not be staged on disk and is given up: \(failure)",
+                                status: .serverError,
+                                opcode: .put,
+                                id: id,
+                                to: &output
+                            )
+                        }
+                    } else if last {
+                        commit(upload, request: request, for: connection)
+                    } else {
+                        host.resume(connection) { _, output, _ in
+                            appendReply(opcode: .put, status: .ok, id: id, to: &output)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores an upload whose last part is written: the key's older value leaves memory (a read then goes
+    /// to the disk queue, behind the commit), and the staging file becomes its entry file. Answered once
+    /// it has; given up when the connection closed meanwhile (never acknowledged).
+    private func commit(_ upload: CachetDiskUpload, request: UploadPartRequest, for connection: Connection) {
+        guard case .waitingForCompletion = connection.phase else {
+            disk.worker.abortUpload(upload)
+            return
+        }
+        request.key.withUnsafeBytes { host.processor.commands.prepareLargeWrite($0) }
+        submitCommit(upload, request: request, for: connection)
+    }
+
+    private func submitCommit(_ upload: CachetDiskUpload, request: UploadPartRequest, for connection: Connection) {
+        let id = request.id
+        let key = request.key
+        let ttl = request.ttl
+        let admission = disk.worker.submitUploadCommit(upload) { [self] failure in
+            reply(to: connection) { processor, output, _ in
+                if let failure {
+                    appendMessage(failure.message, status: .serverError, opcode: .put, id: id, to: &output)
+                } else {
+                    key.withUnsafeBytes { processor.commands.publishLargeWrite($0, ttl: ttl) }
+                    appendReply(opcode: .put, status: .ok, id: id, to: &output)
+                }
+            }
+        }
+        switch admission {
+        case .queued:
+            break
+        case .full:
+            disk.worker.notifyWhenWritable { [self] in
+                host.execute { [self] in
+                    guard case .waitingForCompletion = connection.phase else {
+                        disk.worker.abandonWrite(key: key)
+                        disk.worker.abortUpload(upload)
+                        return
+                    }
+                    submitCommit(upload, request: request, for: connection)
+                }
+            }
+        case .refused(let error):
+            disk.worker.abortUpload(upload)
+            reply(to: connection) { _, output, _ in
+                appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
+            }
+        }
     }
 
     /// Hands a disk operation to the disk queue; its completion hops back to the loop's queue.
     private func start(_ operation: PendingOperation, for connection: Connection) {
         switch operation {
-        case .get, .rangedGet:
+        case .rangedGet(let key, let id, let range):
+            // Only the range's blocks are read, at most what one reply frame holds.
+            let limit =
+                host.processor.maximumPayloadLength - CachetProtocol.headerSize - CachetValueRange.replyPrefixSize
+            disk.worker.getRange(
+                key: key,
+                offset: range.offset,
+                length: range.length,
+                limit: limit,
+                now: CachetClock.now()
+            ) {
+                [self] read in
+                host.execute { [self] in
+                    host.resume(connection) { processor, output, _ in
+                        processor.diskCompletions.completeRange(read, id: id, output: &output)
+                    }
+                }
+            }
+        case .get:
             let key = operation.diskReadKey.unsafelyUnwrapped
-            disk.worker.get(key: key, now: CachetClock.now()) { [self] entry in
+            // A value longer than a reply frame holds is not read: it is answered TOO_LARGE.
+            let longest = host.processor.maximumPayloadLength - CachetProtocol.headerSize
+            disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [self] entry in
                 host.execute { [self] in
                     host.resume(connection) { processor, output, now in
                         processor.diskCompletions.completeGet(operation, entry: entry, output: &output, now: now)
@@ -95,7 +229,7 @@ final class DiskDispatch: @unchecked Sendable {
             } else {
                 disk.worker.removeAll(prefixes: prefixes, completion: completion)
             }
-        case .forward, .fanOut, .watch:
+        case .forward, .fanOut, .watch, .uploadPart:
             break
         }
     }

@@ -506,7 +506,7 @@ final class NodeIOQueue: @unchecked Sendable {
             forwarding.startFanOut(request, for: connection)
         case .watch(let start):
             watching.start(start.request, id: start.id, for: connection)
-        case .get, .rangedGet, .put, .clear:
+        case .get, .rangedGet, .put, .clear, .uploadPart:
             diskDispatch?.begin(operation, for: connection)
         }
     }
@@ -624,6 +624,12 @@ final class NodeIOQueue: @unchecked Sendable {
         connection.charged = 0
         // Forwards still in flight find their pipeline gone and write nothing.
         connection.dropForwards()
+        if connection.sentParts, let disk = diskDispatch?.disk {
+            // Its uploads not finished are given up, their staging files freed.
+            for upload in disk.uploads.abandon(connection: ObjectIdentifier(connection)) {
+                disk.worker.abortUpload(upload)
+            }
+        }
         if let stream = connection.watch {
             processor.commands.watches.unregister(stream)
             connection.watch = nil

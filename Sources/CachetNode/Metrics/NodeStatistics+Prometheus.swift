@@ -77,6 +77,14 @@ extension NodeStatistics {
             text.counter("cachet_disk_errors_total", "Disk operations that failed.", statistics.errors)
             text.counter("cachet_disk_corrupt_total", "Entry files found corrupt (never served).", statistics.corrupt)
             text.gauge("cachet_disk_queue_depth", "Disk writes queued and not yet applied.", disk.worker.queueDepth)
+            let uploads = disk.uploads.statistics
+            text.gauge("cachet_uploads_in_progress", "Values being received in parts.", uploads.inProgress)
+            text.counter("cachet_uploads_completed_total", "Values received in parts and stored.", uploads.completed)
+            text.counter(
+                "cachet_uploads_abandoned_total",
+                "Uploads given up: their connection closed, no part came in time, or a part was refused.",
+                uploads.abandoned
+            )
             text.gauge(
                 "cachet_disk_recovering",
                 "1 while the disk index is rebuilt at start.",

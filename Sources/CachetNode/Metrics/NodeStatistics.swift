@@ -114,6 +114,14 @@ final class NodeStatistics: Sendable {
                 ("disk_queue_bytes", "\(disk.worker.queuedBytes)"),
                 ("disk_recovering", statistics.recovering ? "true" : "false"),
             ]
+            let uploads = disk.uploads.statistics
+            fields += [
+                ("uploads_in_progress", "\(uploads.inProgress)"),
+                ("uploads_staged_bytes", "\(uploads.stagedBytes)"),
+                ("uploads_completed", "\(uploads.completed)"),
+                ("uploads_abandoned", "\(uploads.abandoned)"),
+                ("large_value_threshold", "\(disk.largeValueThreshold)"),
+            ]
         } else {
             fields.append(("disk_limit", "0"))
         }

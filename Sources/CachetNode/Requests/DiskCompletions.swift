@@ -10,9 +10,10 @@ import CachetWire
 struct DiskCompletions {
     let commands: NodeCommands
 
-    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:)``, or
-    /// ``PendingOperation/rangedGet(key:id:range:)``) with what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
-    /// a client's as ``completeGet(key:id:entry:lease:withTTL:range:output:now:)``.
+    /// Answers a GET that went to the disk tier (``PendingOperation/get(key:id:warmUp:lease:withTTL:)``) with
+    /// what was read: a peer's warm-up GET as ``PeerValues/completeWarmUpRead(id:entry:counters:output:now:)``,
+    /// a client's as ``completeGet(key:id:entry:lease:withTTL:output:now:)``; a value too long for one reply
+    /// frame (not read) as TOO_LARGE.
     func completeGet(
         _ operation: PendingOperation,
         entry: CachetDiskEntry?,
@@ -21,14 +22,34 @@ struct DiskCompletions {
     ) {
         switch operation {
         case .get(let key, let id, let warmUp, let lease, let withTTL):
+            if let entry, entry.oversizedLength > 0 {
+                // Too long for one reply frame: not read. A warm-up takes it for a miss.
+                guard !warmUp else {
+                    return PeerValues.completeWarmUpRead(
+                        id: id,
+                        entry: nil,
+                        counters: commands.counters,
+                        output: &output,
+                        now: now
+                    )
+                }
+                RequestCounters.bump(commands.counters.hits)
+                RequestCounters.bump(commands.counters.diskHits)
+                return appendMessage(
+                    "the value is \(entry.oversizedLength) bytes, more than one reply frame holds (--max-frame): read it "
+                        + "by ranges (GET with the range flag)",
+                    status: .tooLarge,
+                    opcode: .get,
+                    id: id,
+                    to: &output
+                )
+            }
             if warmUp {
                 let counters = commands.counters
                 PeerValues.completeWarmUpRead(id: id, entry: entry, counters: counters, output: &output, now: now)
             } else {
                 completeGet(key: key, id: id, entry: entry, lease: lease, withTTL: withTTL, output: &output, now: now)
             }
-        case .rangedGet(let key, let id, let range):
-            completeGet(key: key, id: id, entry: entry, range: range, output: &output, now: now)
         default:
             return
         }
@@ -41,7 +62,6 @@ struct DiskCompletions {
         entry: CachetDiskEntry?,
         lease: Bool = false,
         withTTL: Bool = false,
-        range: CachetValueRange? = nil,
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
@@ -57,14 +77,29 @@ struct DiskCompletions {
             }
             commands.promote(key, entry, now: now)
             entry.value.withUnsafeBytes { value in
-                if let range {
-                    appendRange(range, of: value, id: id, output: &output)
-                } else if withTTL {
+                if withTTL {
                     appendValueWithTTL(value, expiry: entry.expiry, id: id, output: &output, now: now)
                 } else {
                     appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
                 }
             }
+        }
+    }
+
+    /// Answers a GET of a range that went to the disk tier (``PendingOperation/rangedGet(key:id:range:)``)
+    /// with what was read: the range's bytes, never kept in memory.
+    func completeRange(_ read: CachetDiskRange, id: UInt32, output: inout CachetByteBuffer) {
+        switch read {
+        case .miss:
+            RequestCounters.bump(commands.counters.misses)
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        case .unsatisfiable(let total, let tag):
+            RequestCounters.bump(commands.counters.hits)
+            appendRangeNotSatisfiable(total: total, tag: tag, id: id, output: &output)
+        case .bytes(let total, let tag, _, let bytes):
+            RequestCounters.bump(commands.counters.hits)
+            RequestCounters.bump(commands.counters.diskHits)
+            bytes.withUnsafeBytes { appendRangeReply(total: total, tag: tag, bytes: $0, id: id, output: &output) }
         }
     }
 

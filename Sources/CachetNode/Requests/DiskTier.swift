@@ -8,6 +8,10 @@ struct DiskTier: Sendable {
     let worker: CachetDiskWorker
     /// The tier's whole footprint (`--disk-limit`): the journal's files and the entry files' limit.
     let limit: Int
+    /// Values longer than this are kept here only, never whole in memory (`--large-value`).
+    let largeValueThreshold: Int
+    /// The values being received in parts, staged here.
+    let uploads: NodeUploads
 
     /// Opens the tier `configuration` describes (nil when its limit is 0: no tier), its evictions and
     /// expiries announced to `watches` as the cache's.
@@ -20,6 +24,8 @@ struct DiskTier: Sendable {
     static func open(
         _ configuration: CachetDiskConfiguration,
         clusterMember: Bool,
+        largeValueThreshold: Int = 8 << 20,
+        uploadIdleSeconds: Int = 30,
         watches: NodeWatchHub,
         logger: Logger
     ) throws(CachetNodeError) -> DiskTier? {
@@ -32,7 +38,9 @@ struct DiskTier: Sendable {
             return DiskTier(
                 store: store,
                 worker: CachetDiskWorker(store: store),
-                limit: configuration.footprint(clusterMember: clusterMember)
+                limit: configuration.footprint(clusterMember: clusterMember),
+                largeValueThreshold: largeValueThreshold,
+                uploads: NodeUploads(byteLimit: store.maximumEntryBytes, idleSeconds: UInt32(uploadIdleSeconds))
             )
         } catch {
             throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)

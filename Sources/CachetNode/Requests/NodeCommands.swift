@@ -122,7 +122,9 @@ struct NodeCommands {
     ) -> PutOutcome {
         // Before memory changes, so that a disk read queued earlier does not put the older value back.
         disk.worker.beginWrite(key: key)
-        if store.put(key: key, value: value, expiry: expiry, now: now) == .tooLarge {
+        if value.count > disk.largeValueThreshold
+            || store.put(key: key, value: value, expiry: expiry, now: now) == .tooLarge
+        {
             // The disk limit must also hold the entry file's header, even for an incompressible value.
             guard key.count + value.count <= disk.store.maximumEntryBytes else {
                 disk.worker.abandonWrite(key: Array(key))
@@ -147,6 +149,21 @@ struct NodeCommands {
             forgetRefusedPut(key: keyBytes, now: now)
             return .failed(error)
         }
+    }
+
+    /// Before a value kept on disk only (sent in parts) replaces `key`'s: counted as a PUT, a lease on the
+    /// key ended, the disk queue told of the write, and the older value out of memory, so that a read goes
+    /// to the disk queue, behind the write.
+    func prepareLargeWrite(_ key: UnsafeRawBufferPointer) {
+        RequestCounters.bump(counters.puts)
+        leases.invalidate(key)
+        disk?.worker.beginWrite(key: key)
+        _ = store.remove(key: key, now: CachetClock.now())
+    }
+
+    /// Once a value kept on disk only is stored: the WATCH change, its value omitted.
+    func publishLargeWrite(_ key: UnsafeRawBufferPointer, ttl: UInt32) {
+        watches.publish(.put, key: key, ttl: ttl, omittingValue: true, view: watchView)
     }
 
     /// A PUT with a lease token: stored by `store` while its lease stands; nil (not stored) otherwise.
@@ -236,6 +253,8 @@ struct NodeCommands {
     func promote(_ key: UnsafeRawBufferPointer, _ entry: CachetDiskEntry, now: UInt32) {
         RequestCounters.bump(counters.hits)
         RequestCounters.bump(counters.diskHits)
+        // A large value stays on disk only.
+        if let disk, entry.value.count > disk.largeValueThreshold { return }
         entry.value.withUnsafeBytes { value in
             _ = store.put(key: key, value: value, expiry: entry.expiry, now: now)
         }

@@ -10,6 +10,9 @@ enum PendingOperation {
     /// A GET with the `range` flag that missed memory and may be on disk: answered with that part of the
     /// value. Boxed, so that the enum every request returns stays as small as it was.
     indirect case rangedGet(key: [UInt8], id: UInt32, range: CachetValueRange)
+    /// A part of a value sent in parts (a PUT with the `part` flag): taken by the node's uploads and written
+    /// to the upload's staging file on the disk queue, the value stored once it is the last. Boxed.
+    indirect case uploadPart(UploadPartRequest)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties
@@ -25,12 +28,23 @@ enum PendingOperation {
     case watch(WatchStart)
 }
 
+/// A part of a value sent in parts, copied out of the connection's input for the disk queue.
+struct UploadPartRequest {
+    let key: [UInt8]
+    /// Its upload, length and offset (`bytes` locates the bytes in the frame they came in, no longer held).
+    let part: CachetUploadPart
+    let bytes: [UInt8]
+    let ttl: UInt32
+    let expiry: UInt32
+    let id: UInt32
+}
+
 extension PendingOperation {
     /// The command its duration is counted under (``RequestLatencies``).
     var latencyCommand: LatencyCommand {
         switch self {
         case .get, .rangedGet: return .get
-        case .put: return .set
+        case .put, .uploadPart: return .set
         case .clear, .watch: return .other
         case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
         }

@@ -1,4 +1,5 @@
 import CachetIO
+import CachetStore
 import CachetWire
 
 // The reply frames every part of the node writes: written in place into a connection's output buffer.
@@ -35,8 +36,8 @@ func appendValueWithTTL(
     appendGetReply(prefix: ttl.bigEndian, bytes: value, id: id, output: &output)
 }
 
-/// An OK reply to a GET whose body is `prefix` (a fixed-width field, already big-endian) then `bytes`.
-private func appendGetReply<Prefix: FixedWidthInteger>(
+/// An OK reply to a GET whose body is `prefix` (fixed-width fields, already big-endian) then `bytes`.
+private func appendGetReply<Prefix>(
     prefix: Prefix,
     bytes: UnsafeRawBufferPointer,
     id: UInt32,
@@ -61,16 +62,40 @@ func appendRange(
     _ range: CachetValueRange,
     of value: UnsafeRawBufferPointer,
     id: UInt32,
+    limit: Int,
     output: inout CachetByteBuffer
 ) {
-    let total = UInt64(value.count).bigEndian
+    let tag = CachetValueTag.of(value)
     guard let bounds = range.bounds(total: value.count) else {
-        withUnsafeBytes(of: total) {
-            appendReply(opcode: .get, status: .rangeNotSatisfiable, id: id, body: $0, to: &output)
-        }
+        appendRangeNotSatisfiable(total: value.count, tag: tag, id: id, output: &output)
         return
     }
-    appendGetReply(prefix: total, bytes: UnsafeRawBufferPointer(rebasing: value[bounds]), id: id, output: &output)
+    let cut = bounds.lowerBound..<min(bounds.upperBound, bounds.lowerBound + limit)
+    appendRangeReply(
+        total: value.count,
+        tag: tag,
+        bytes: UnsafeRawBufferPointer(rebasing: value[cut]),
+        id: id,
+        output: &output
+    )
+}
+
+/// The OK reply to a GET of a range: the value's length and tag, then the bytes.
+func appendRangeReply(
+    total: Int,
+    tag: UInt64,
+    bytes: UnsafeRawBufferPointer,
+    id: UInt32,
+    output: inout CachetByteBuffer
+) {
+    appendGetReply(prefix: (UInt64(total).bigEndian, tag.bigEndian), bytes: bytes, id: id, output: &output)
+}
+
+/// RANGE_NOT_SATISFIABLE, with the value's length and tag.
+func appendRangeNotSatisfiable(total: Int, tag: UInt64, id: UInt32, output: inout CachetByteBuffer) {
+    withUnsafeBytes(of: (UInt64(total).bigEndian, tag.bigEndian)) {
+        appendReply(opcode: .get, status: .rangeNotSatisfiable, id: id, body: $0, to: &output)
+    }
 }
 
 func appendError(_ error: CachetWireError, opcode: CachetOpcode, id: UInt32, to output: inout CachetByteBuffer) {

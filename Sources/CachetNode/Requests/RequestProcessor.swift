@@ -234,6 +234,9 @@ struct RequestProcessor {
                     case .pending(let operation): return operation
                     }
                 }
+                if header.flags & CachetRequestFlags.part.rawValue != 0 {
+                    return try uploadPart(put, leased: leased, in: buffer, id: header.id, now: now)
+                }
                 guard leased else { return self.put(put, in: buffer, id: header.id, output: &output, now: now) }
                 return leasedPut(put, token: token, in: buffer, id: header.id, output: &output, now: now)
             case .delete:
@@ -442,8 +445,8 @@ struct RequestProcessor {
         let id = header.id
         let lookup = commands.lookUp(key, now: now) { value, _ in
             let count = range.bounds(total: value.count)?.count ?? 0
-            guard Self.replyFits(count, extra: 8, limit: outputCapacityLimit, output: output) else { return false }
-            appendRange(range, of: value, id: id, output: &output)
+            guard Self.replyFits(count, extra: 16, limit: outputCapacityLimit, output: output) else { return false }
+            appendRange(range, of: value, id: id, limit: rangeLimit, output: &output)
             return true
         }
         return Self.afterLookup(lookup, noRoom: &noRoom) {
@@ -451,6 +454,37 @@ struct RequestProcessor {
             appendReply(opcode: .get, status: .notFound, id: id, to: &output)
             return nil
         }
+    }
+
+    /// A PUT with the `part` flag (`Protocol/PROTOCOL.md`, "PUT in parts"): its part decoded and copied out
+    /// for the disk queue, where the node's uploads take it (``DiskDispatch``). A node without a disk tier
+    /// takes no parts (TOO_LARGE), nor does a PUT with a lease token (BAD_REQUEST).
+    private func uploadPart(
+        _ put: CachetPutBody,
+        leased: Bool,
+        in buffer: UnsafeRawBufferPointer,
+        id: UInt32,
+        now: UInt32
+    ) throws(CachetWireError) -> PendingOperation {
+        guard !leased else { throw CachetUploadPart.leasedPartError }
+        let part = try CachetUploadPart.decode(in: buffer, value: put.value)
+        guard commands.disk != nil else {
+            throw CachetWireError(
+                code: .payloadTooLarge,
+                message: "this node has no disk tier (--disk-limit 0), which values sent in parts are stored in: "
+                    + "send the value whole in one PUT"
+            )
+        }
+        return .uploadPart(
+            UploadPartRequest(
+                key: Array(UnsafeRawBufferPointer(rebasing: buffer[put.key])),
+                part: part,
+                bytes: Array(UnsafeRawBufferPointer(rebasing: buffer[part.bytes])),
+                ttl: put.ttl,
+                expiry: NodeCommands.expiry(ttl: put.ttl, now: now),
+                id: id
+            )
+        )
     }
 
     /// A PUT with a lease token: stored as any PUT while its lease stands, else NOT_STORED.
@@ -590,6 +624,10 @@ struct RequestProcessor {
         valueLength < budgetCheckThreshold
             || valueLength + extra + CachetProtocol.frameOverhead <= limit - output.readableBytes
     }
+
+    /// The most bytes of value a reply to a GET of a range carries: what one frame holds after the value's
+    /// length and tag.
+    var rangeLimit: Int { maximumPayloadLength - CachetProtocol.headerSize - CachetValueRange.replyPrefixSize }
 
     /// Values at least this large are sent from the store's memory when nothing else is waiting to be sent,
     /// rather than copied into the output buffer first.

@@ -97,6 +97,12 @@ public struct CachetNodeConfiguration: Sendable {
     public var memoryShardCount: Int = 16
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
     public var disk: CachetDiskConfiguration? = nil
+    /// Values longer than this (`--large-value`) are kept on the disk tier only, never whole in memory: a
+    /// PUT of one is written to disk alone, a read of one is not kept in memory. Without a disk tier, values
+    /// are held in memory whatever their length (up to `--max-frame`).
+    public var largeValueThreshold: Int = 8 << 20
+    /// Seconds an upload (a PUT in parts) may go without a part before it is given up (`--upload-timeout`).
+    public var uploadIdleSeconds: Int = 30
     /// Seconds between sweeps of expired entries.
     public var sweepInterval: Double = 1
     /// Entries per shard examined by one sweep.

@@ -19,7 +19,7 @@ import Glibc
 /// and returns once they are closed. ``run(until:)`` does the last on SIGTERM or SIGINT.
 public final class CachetNodeServer: Sendable {
     /// The software version reported by STATS.
-    public static let version = "0.2.0"
+    public static let version = "0.3.0"
 
     /// The configuration the node was created with.
     public let configuration: CachetNodeConfiguration
@@ -78,7 +78,14 @@ public final class CachetNodeServer: Sendable {
         )
         self.memory = memory
         let disk = try configuration.disk.flatMap { (disk) throws(CachetNodeError) in
-            try DiskTier.open(disk, clusterMember: configuration.cluster != nil, watches: watches, logger: logger)
+            try DiskTier.open(
+                disk,
+                clusterMember: configuration.cluster != nil,
+                largeValueThreshold: configuration.largeValueThreshold,
+                uploadIdleSeconds: configuration.uploadIdleSeconds,
+                watches: watches,
+                logger: logger
+            )
         }
         self.disk = disk
         let statistics = NodeStatistics(
@@ -288,11 +295,15 @@ public final class CachetNodeServer: Sendable {
         let memory = memory
         let budget = configuration.sweepBudget
         let diskWorker = disk?.worker
+        let disk = disk
         timer.setEventHandler {
             let now = CachetClock.now()
             _ = memory.sweepExpired(now: now, budget: budget)
             // Queued behind pending writes; skipped while an earlier sweep still waits there.
             diskWorker?.submitSweep(now: now, budget: budget)
+            if let disk {
+                for upload in disk.uploads.sweep(now: now) { disk.worker.abortUpload(upload) }
+            }
         }
         state.withLockUnchecked { state in
             state.listener = listener

@@ -171,10 +171,11 @@ final class NodeWatchHub: Sendable {
         key: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer? = nil,
         ttl: UInt32 = 0,
+        omittingValue: Bool = false,
         view: WatchIndexView
     ) {
         guard let index = view.index, index.mayMatch(key) else { return }
-        record(kind, key: key, value: value, ttl: ttl)
+        record(kind, key: key, value: value, ttl: ttl, omittingValue: omittingValue)
     }
 
     /// Whether anything is watched (or retained) now: a disk tier reads an entry's key only then.
@@ -198,7 +199,8 @@ final class NodeWatchHub: Sendable {
         _ kind: CachetEventKind,
         key: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer?,
-        ttl: UInt32
+        ttl: UInt32,
+        omittingValue: Bool = false
     ) {
         var woken: [WatchStream] = []
         var swept: WatchPrefixIndex?
@@ -216,7 +218,13 @@ final class NodeWatchHub: Sendable {
             guard !found.isEmpty else { return }
             let kept = value.flatMap { $0.count <= valueLimit ? Array($0) : nil }
             append(
-                Change(kind: kind, ttl: ttl, key: Array(key), value: kept, valueOmitted: value != nil && kept == nil),
+                Change(
+                    kind: kind,
+                    ttl: ttl,
+                    key: Array(key),
+                    value: kept,
+                    valueOmitted: omittingValue || (value != nil && kept == nil)
+                ),
                 to: &state
             )
             for prefix in found { Self.wake(state.prefixes[prefix]?.watchers ?? [], into: &woken) }

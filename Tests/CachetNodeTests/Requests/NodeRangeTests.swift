@@ -1,3 +1,4 @@
+import CachetStore
 import CachetTestSupport
 import CachetWire
 import Foundation
@@ -17,10 +18,16 @@ struct NodeRangeTests {
         return try socket.readResponse()
     }
 
-    /// The value's length and the bytes of an OK reply.
+    static let tag = value.withUnsafeBytes { CachetValueTag.of($0) }
+
+    /// The value's length and the bytes of an OK reply, whose tag must be the value's.
     static func split(_ reply: CachetResponse) -> (total: UInt64, bytes: [UInt8])? {
-        guard reply.status == .ok, let (total, start) = CachetValueRange.decodeReply(reply.body) else { return nil }
-        return (total, Array(reply.body[start...]))
+        guard reply.status == .ok, let (total, tag, start) = CachetValueRange.decodeReply(reply.body) else {
+            return nil
+        }
+        let bytes = Array(reply.body[start...])
+        #expect(total == 0 || tag == Self.tag, "the reply carries the value's tag")
+        return (total, bytes)
     }
 
     /// Every kind of range against `key` (holding ``value``) through `socket`.
@@ -43,6 +50,7 @@ struct NodeRangeTests {
         }
         let past = try rangedGet(key, CachetValueRange(offset: 1001, length: 1), on: socket)
         #expect(past.status == .rangeNotSatisfiable && CachetValueRange.decodeReply(past.body)?.total == 1000)
+        #expect(CachetValueRange.decodeReply(past.body)?.tag == Self.tag)
         let far = try rangedGet(key, CachetValueRange(offset: .max, length: .max), on: socket)
         #expect(far.status == .rangeNotSatisfiable)
     }
