@@ -32,9 +32,10 @@ public enum CachetCLICommand: Sendable, Equatable {
     public static let helpText = """
         commands:
           put KEY VALUE [--ttl SECONDS]   store VALUE under KEY (TTL 0 or absent: no expiry)
-          put KEY @FILE [--ttl SECONDS]   store the bytes of FILE
+          put KEY @FILE [--ttl SECONDS]   store the bytes of FILE, of any size (in parts of 1 MiB
+                                          when longer, with a progress bar on a terminal)
           get KEY [--out FILE]            print the value (UTF-8 as text, anything else as 0x-hex),
-                                          or write its raw bytes to FILE
+                                          or write its raw bytes to FILE (read by ranges: any size)
           get KEY --range A-B [--out FILE]  bytes A to B of the value (both included; A- to the end)
           del KEY                         remove KEY
           clear [PREFIX...]               remove every entry of the node, or those whose keys

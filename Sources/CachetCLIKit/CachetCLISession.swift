@@ -35,6 +35,9 @@ public final class CachetCLISession {
     /// The user and secret to AUTH with (`--user`); nil for none.
     let credentials: (user: String, secret: [UInt8])?
     private var connection: CachetCLIConnection?
+    /// Where `put KEY @FILE` and `get KEY --out FILE` report their progress; nil (the default, and when
+    /// standard error is not a terminal) for none.
+    public var progress: CachetCLIProgress?
 
     /// Creates a session; it connects on the first command that needs the node.
     /// - Parameters:
@@ -107,11 +110,13 @@ public final class CachetCLISession {
             switch source {
             case .literal(let bytes): value = bytes
             case .file(let path):
-                value = try Self.contents(of: path)
+                return try putFile(key: key, path: path, ttl: ttl, lines: &lines)
             }
             let reply = try send(.put(key: key, value: value, ttl: ttl), lines: &lines)
             return answer(reply, lines: &lines) { _ in "OK" }
-        case .get(let key, let output, let range):
+        case .get(let key, .some(let output), let range):
+            return try getToFile(key: key, path: output, range: range, lines: &lines)
+        case .get(let key, nil, let range):
             let reply = try send(range.map { .rangedGet(key: key, range: $0) } ?? .get(key: key), lines: &lines)
             var body = reply.body
             var of = ""
@@ -124,13 +129,6 @@ public final class CachetCLISession {
                     body = Array(reply.body[start...])
                     of = " of \(total)"
                 }
-            }
-            if reply.status == .ok, let output {
-                guard FileManager.default.createFile(atPath: output, contents: Data(body)) else {
-                    throw CachetCLIError(code: .file, message: "cannot write \(output)")
-                }
-                lines.append("OK (\(body.count)\(of) bytes written to \(output))")
-                return .ok
             }
             return answer(reply, lines: &lines) { _ in
                 CachetCLIFormatter.render(body) + (of.isEmpty ? "" : "  (\(body.count)\(of) bytes)")
@@ -171,7 +169,7 @@ public final class CachetCLISession {
         }
     }
 
-    private func answer(_ reply: CachetResponse, lines: inout [String], ok: (CachetResponse) -> String) -> Outcome {
+    func answer(_ reply: CachetResponse, lines: inout [String], ok: (CachetResponse) -> String) -> Outcome {
         switch reply.status {
         case .ok:
             lines.append(ok(reply))
@@ -185,7 +183,7 @@ public final class CachetCLISession {
         }
     }
 
-    private func send(
+    func send(
         _ command: CachetCommand,
         flags: CachetRequestFlags = [],
         lines: inout [String]
@@ -211,26 +209,6 @@ public final class CachetCLISession {
             // Drop the connection; the next command connects again.
             connection = nil
             throw error
-        }
-    }
-
-    /// The bytes of the file at `path` (`put KEY @FILE`).
-    /// - Throws: ``CachetCLIError`` `file` saying why it cannot be read (the system's reason: no such file,
-    ///   permission denied, a directory).
-    static func contents(of path: String) throws(CachetCLIError) -> [UInt8] {
-        var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw CachetCLIError(code: .file, message: "cannot read \(path): it is a directory")
-        }
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            throw CachetCLIError(code: .file, message: "cannot read \(path): \(String(cString: strerror(errno)))")
-        }
-        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-        do {
-            return Array(try handle.readToEnd() ?? Data())
-        } catch {
-            throw CachetCLIError(code: .file, message: "cannot read \(path): \(error.localizedDescription)")
         }
     }
 }

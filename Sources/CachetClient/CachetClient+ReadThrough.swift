@@ -16,6 +16,9 @@ enum ClientLease {
     /// Not a lease: a GET with the `range` flag, whose body carries the range after the key and whose OK reply
     /// carries the value's length before the range's bytes (`Protocol/PROTOCOL.md`, "GET of a range").
     case rangeGet
+    /// Not a lease: a PUT with the `part` flag, whose value field is a part of a value sent in parts
+    /// (`Protocol/PROTOCOL.md`, "PUT in parts").
+    case part
 }
 
 /// What a GET with the `lease` flag came to.

@@ -382,6 +382,7 @@ public final class CachetClient: Sendable {
                             // The range's 16 bytes follow the key.
                             request.flags = CachetRequestFlags.range.rawValue
                             request.value = value
+                        case .part: request.flags = CachetRequestFlags.part.rawValue
                         case .get: request.flags = CachetRequestFlags.lease.rawValue
                         case .put(let token):
                             request.flags = CachetRequestFlags.lease.rawValue

@@ -23,6 +23,9 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case decodingFailed
             case notStored
             case rangeNotSatisfiable
+            case notFound
+            case valueChanged
+            case file
         }
 
         fileprivate var base: Base
@@ -66,6 +69,13 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
         /// A GET of a range that starts past the value's end (RANGE_NOT_SATISFIABLE); the message gives the
         /// value's length.
         public static let rangeNotSatisfiable = Code(.rangeNotSatisfiable)
+        /// A stream of a value (``CachetClient/stream(_:partSize:)-(String,_)``) found no value under the key.
+        public static let notFound = Code(.notFound)
+        /// A value read in several ranges was replaced between two of them (its tag changed): what was
+        /// read so far belongs to the older value. Read it again.
+        public static let valueChanged = Code(.valueChanged)
+        /// A file to store or to write a value to could not be read or written.
+        public static let file = Code(.file)
 
         /// The code's name.
         public var description: String {
@@ -86,6 +96,9 @@ public struct CachetClientError: Error, Sendable, CustomStringConvertible {
             case .decodingFailed: return "decodingFailed"
             case .notStored: return "notStored"
             case .rangeNotSatisfiable: return "rangeNotSatisfiable"
+            case .notFound: return "notFound"
+            case .valueChanged: return "valueChanged"
+            case .file: return "file"
             }
         }
     }

@@ -159,6 +159,10 @@ struct CachetCLICommandLine: ParsableCommand {
             tls: try tlsContext(),
             credentials: try credentials()
         )
+        if isatty(STDERR_FILENO) == 1 {
+            // Files sent or written in parts draw a progress bar; never into a pipe or a log.
+            session.progress = CachetCLIProgress { text in FileHandle.standardError.write(Data(text.utf8)) }
+        }
         if !command.isEmpty {
             let parsed: CachetCLICommand?
             do throws(CachetCLIError) {

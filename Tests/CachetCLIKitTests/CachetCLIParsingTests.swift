@@ -1,6 +1,8 @@
-import CachetCLIKit
 import CachetWire
+import Foundation
 import Testing
+
+@testable import CachetCLIKit
 
 @Suite("cachet-cli: words, commands and rendering")
 struct CachetCLIParsingTests {
@@ -107,4 +109,36 @@ struct CachetCLIParsingTests {
                 == #"<< 19 bytes  len=15 v=1 op=NONE(0x00) status=TOO_LARGE(3) id=0 | message="too big""#
         )
     }
+}
+
+@Suite("cachet-cli: the progress bar")
+struct CachetCLIProgressTests {
+    @Test func theBarShowsTheShareTheBytesAndTheRate() {
+        #expect(
+            CachetCLIProgress.render(done: 512 << 20, total: 1 << 30, seconds: 2)
+                == "[###############...............]  50%  512.0 MiB / 1.0 GiB  256.0 MiB/s"
+        )
+        #expect(
+            CachetCLIProgress.render(done: 0, total: 0, seconds: 0).hasPrefix("[" + String(repeating: "#", count: 30))
+        )
+        #expect(CachetCLIProgress.bytes(1023) == "1023 B" && CachetCLIProgress.bytes(1536) == "1.5 KiB")
+    }
+
+    @Test func aBarIsDrawnInPlaceAndEndedWithANewline() {
+        let text = LockedText()
+        let progress = CachetCLIProgress { text.append($0) }
+        progress.update(done: 10, total: 10)
+        progress.finish()
+        progress.finish()
+        #expect(
+            text.value.hasPrefix("\r[") && text.value.hasSuffix("\n") && text.value.filter { $0 == "\n" }.count == 1
+        )
+    }
+}
+
+final class LockedText: @unchecked Sendable {
+    private let lock = NSLock()
+    private var text = ""
+    func append(_ more: String) { lock.withLock { text += more } }
+    var value: String { lock.withLock { text } }
 }

@@ -136,6 +136,40 @@ struct CachetCLIProcessTests {
         )
     }
 
+    @Test func aFileLargerThanAFrameIsSentInPartsAndWrittenBackByRanges() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-cli-large")
+        defer { directory.remove() }
+        // One frame holds 2 MiB here: the file is more than three frames, and more than the memory tier.
+        let node = try NodeProcess(arguments: [
+            "--data-dir", directory.appending("data"), "--disk-limit", "64MiB", "--max-frame", "2MiB",
+            "--memory-limit", "4MiB",
+        ])
+        let input = directory.appending("in.bin")
+        let output = directory.appending("out.bin")
+        let bytes = PatternBytes.make(count: 7_000_003, step: 61, seed: 5)
+        _ = FileManager.default.createFile(atPath: input, contents: Data(bytes))
+        let port = "\(node.port)"
+        #expect(try runCLI(["--port", port, "put", "video", "@" + input]) == ("OK (7000003 bytes in 7 parts)\n", 0))
+        #expect(
+            try runCLI(["--port", port, "get", "video", "--out", output]) == (
+                "OK (7000003 bytes written to \(output))\n", 0
+            )
+        )
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes))
+        #expect(
+            try runCLI(["--port", port, "get", "video", "--range", "1048570-3500000", "--out", output]) == (
+                "OK (2451431 of 7000003 bytes written to \(output))\n", 0
+            )
+        )
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes[1_048_570...3_500_000]))
+        // Printed without --out, a value longer than a frame is refused with the way to read it.
+        let printed = try runCLI(["--port", port, "get", "video"])
+        #expect(printed.status == 2 && printed.output.contains("TOO_LARGE") && printed.output.contains("range"))
+        // Piped, so no progress bar: the output is the answer lines only.
+        #expect(!printed.output.contains("%"))
+        #expect(try runCLI(["--port", port, "get", "absent", "--out", output]) == ("(not found)\n", 1))
+    }
+
     @Test func sessionReconnectsAfterTheNodeRestarts() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let session = CachetCLISession(host: "127.0.0.1", port: node.port, timeout: 2)

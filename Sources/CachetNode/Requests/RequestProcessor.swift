@@ -584,7 +584,8 @@ struct RequestProcessor {
         let bodyStart = start + CachetProtocol.headerSize
         guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize,
             let header = CachetFrameDecoder.decodeHeader(in: buffer, at: offset),
-            header.opcode == .put, header.flags & CachetRequestFlags.lease.rawValue == 0,
+            header.opcode == .put,
+            header.flags & (CachetRequestFlags.lease.rawValue | CachetRequestFlags.part.rawValue) == 0,
             (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,

@@ -265,6 +265,11 @@ struct NodeUploadTests {
         try socket.send(Self.part(upload: 1, total: 10, offset: 0, [1, 2]))
         let reply = try socket.readResponse()
         #expect(reply.status == .tooLarge && reply.bodyText.contains("disk tier"), "\(reply.bodyText)")
+        // A part large enough to be received straight into an entry is refused the same way, never stored.
+        let large = Self.value(200_000)
+        try socket.send(Self.part(upload: 2, total: 400_000, offset: 0, large[...]))
+        #expect(try socket.readResponse().status == .tooLarge)
+        #expect(try socket.roundTrip(.get(key: Self.key)).status == .notFound)
         #expect(try socket.roundTrip(.ping).status == .ok)
     }
 
