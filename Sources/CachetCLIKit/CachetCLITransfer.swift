@@ -12,7 +12,8 @@ extension CachetCLISession {
     /// Bytes per part sent and per range read: 1 MiB.
     static let partSize = 1 << 20
 
-    /// Stores the file at `path` under `key`: in one PUT when it is no longer than a part, else in parts.
+    /// Stores the file at `path` under `key`: in one PUT when it is no longer than a part, else in parts (or,
+    /// on a node without a disk tier, which takes no parts, in one PUT when it fits a frame).
     func putFile(key: [UInt8], path: String, ttl: UInt32, lines: inout [String]) throws(CachetCLIError) -> Outcome {
         let file = try Self.openFile(path)
         defer { close(file.descriptor) }
@@ -30,6 +31,14 @@ extension CachetCLISession {
             let field =
                 CachetUploadPart.encodeHeader(upload: upload, total: UInt64(length), offset: UInt64(offset)) + bytes
             let reply = try send(.put(key: key, value: field, ttl: ttl), flags: .part, lines: &lines)
+            if offset == 0, reply.status == .tooLarge, reply.bodyText.contains("no disk tier"),
+                length + key.count + 14 <= maximumReplyLength
+            {
+                // A node without a disk tier takes no parts, but a file that fits one frame in one PUT.
+                let value = try Self.read(file, at: 0, count: length)
+                let whole = try send(.put(key: key, value: value, ttl: ttl), lines: &lines)
+                return answer(whole, lines: &lines) { _ in "OK" }
+            }
             guard reply.status == .ok else {
                 progress?.finish()
                 lines.append(

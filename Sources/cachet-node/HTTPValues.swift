@@ -3,6 +3,7 @@ import CachetIO
 import CachetNode
 import CachetWire
 import FlyingFox
+import FlyingSocks
 import Foundation
 
 /// Values served read-only over the node's HTTP port (`--http-values`, `docs/node.md`, "Values over HTTP"):
@@ -10,11 +11,14 @@ import Foundation
 /// miss, `Accept-Ranges: bytes`, and a `Content-Type` from the key's extension, so that a video player reads
 /// straight from the cache.
 ///
-/// Each request is one GET of a range on the node's own binary port, through a ``CachetClient`` that
-/// talks to this node alone: the node routes and forwards it like any GET (a key another member owns is
-/// read there), checks the user's role and key prefixes (HTTP Basic credentials become the client's AUTH),
-/// and answers one consistent reading of the value, never a mixture of two writes. One client per set of
-/// credentials, at most ``maximumClients``; the oldest goes when a new one is needed.
+/// Each response is read as GETs of ranges of at most 1 MiB on the node's own binary port, as it is sent
+/// (so a value of any size is served in bounded memory), through a ``CachetClient`` that talks to this node
+/// alone: the node routes and forwards them like any GET (a key another member owns is read there), checks
+/// the user's role and key prefixes (HTTP Basic credentials become the client's AUTH). Every range carries
+/// the value's tag, sent as the `ETag` (`If-None-Match` answers 304, `If-Range` with another tag sends the
+/// whole value): a value replaced while a response is sent ends the response early (the connection
+/// closes short of its `Content-Length`), never a mixture of two values. One client per set of credentials,
+/// at most ``maximumClients``; the oldest goes when a new one is needed.
 actor HTTPValues {
     /// Clients kept at once (one per user seen).
     static let maximumClients = 32
@@ -112,45 +116,89 @@ actor HTTPValues {
         }
         do throws(CachetClientError) {
             let client = try client(for: credentials)
-            // HEAD of the whole value asks for no bytes: the reply still carries the length.
-            let range =
-                head && asked.range == nil
-                ? CachetValueRange(offset: 0, length: 0)
-                : asked.range?.valueRange
-                    ?? CachetValueRange(offset: 0)
+            // The first read: the start of the range (or, for HEAD and a suffix, no bytes), which tells the
+            // value's length and tag; the rest is read as the response is sent, a part at a time.
+            let first: CachetValueRange
+            switch asked.range {
+            case .from(let offset, let last) where !head:
+                let wanted = last.map { $0 >= offset ? $0 - offset + 1 : 0 } ?? .max
+                first = CachetValueRange(offset: offset, length: min(wanted, UInt64(Self.partSize)))
+            case .none where !head:
+                first = CachetValueRange(offset: 0, length: UInt64(Self.partSize))
+            default:
+                first = CachetValueRange(offset: 0, length: 0)
+            }
             let slice: CachetValueSlice
             do throws(CachetClientError) {
-                guard let read = try await client.get(asked.key, range: range) else {
+                guard let read = try await client.get(asked.key, range: first) else {
                     return Self.text(.notFound, "no value under this key")
                 }
                 slice = read
-            } catch  where error.code == .rangeNotSatisfiable {
+            } catch where error.code == .rangeNotSatisfiable {
                 // Learn the length for Content-Range (an empty range at 0 is always served).
                 guard let length = try await client.get(asked.key, range: CachetValueRange(offset: 0, length: 0))
                 else { return Self.text(.notFound, "no value under this key") }
                 return Self.unsatisfiable(total: length.totalLength, type: asked.contentType)
             }
             let total = UInt64(slice.totalLength)
+            let etag = "\"" + String(slice.tag, radix: 16) + "\""
             var headers: HTTPHeaders = [
                 .contentType: asked.contentType,
                 HTTPHeader("Accept-Ranges"): "bytes",
                 HTTPHeader("Cache-Control"): "no-cache",
+                HTTPHeader("ETag"): etag,
             ]
-            guard let byteRange = asked.range else {
-                headers[.contentLength] = String(total)
-                return HTTPResponse(statusCode: .ok, headers: headers, body: head ? Data() : Data(slice.bytes))
+            if let match = request.headers[HTTPHeader("If-None-Match")], Self.matches(match, etag) {
+                return HTTPResponse(statusCode: .notModified, headers: headers, body: Data())
             }
-            guard let bounds = byteRange.bounds(total: total) else {
-                return Self.unsatisfiable(total: slice.totalLength, type: asked.contentType)
+            // A Range with an If-Range naming another version of the value: the whole value instead.
+            var byteRange = asked.range
+            if let condition = request.headers[HTTPHeader("If-Range")], condition != etag { byteRange = nil }
+            let bounds: Range<UInt64>
+            if let byteRange {
+                guard let found = byteRange.bounds(total: total) else {
+                    return Self.unsatisfiable(total: slice.totalLength, type: asked.contentType)
+                }
+                bounds = found
+                headers[HTTPHeader("Content-Range")] = "bytes \(bounds.lowerBound)-\(bounds.upperBound - 1)/\(total)"
+            } else {
+                bounds = 0..<total
             }
-            // A suffix was read whole; the bytes of the others start at their first offset.
-            let start = Int(bounds.lowerBound) - slice.offset
-            let bytes = slice.bytes[start..<(start + bounds.count)]
-            headers[HTTPHeader("Content-Range")] = "bytes \(bounds.lowerBound)-\(bounds.upperBound - 1)/\(total)"
             headers[.contentLength] = String(bounds.count)
-            return HTTPResponse(statusCode: .partialContent, headers: headers, body: head ? Data() : Data(bytes))
+            let status: HTTPStatusCode = byteRange == nil ? .ok : .partialContent
+            guard !head else { return HTTPResponse(statusCode: status, headers: headers, body: Data()) }
+            // The bytes already read, if they start where the response does.
+            let already = UInt64(slice.offset) == bounds.lowerBound ? slice.bytes.prefix(Int(bounds.count)) : []
+            if already.count == Int(bounds.count) {
+                return HTTPResponse(statusCode: status, headers: headers, body: Data(already))
+            }
+            let body = HTTPValueBody(
+                client: client,
+                key: asked.key,
+                tag: slice.tag,
+                first: Array(already),
+                offset: bounds.lowerBound + UInt64(already.count),
+                end: bounds.upperBound,
+                partSize: Self.partSize
+            )
+            return HTTPResponse(
+                statusCode: status,
+                headers: headers,
+                body: HTTPBodySequence(from: body, count: Int(bounds.count), suggestedBufferSize: 256 * 1024)
+            )
         } catch {
             return Self.failure(error)
+        }
+    }
+
+    /// Bytes of value read at once, as the response is sent: 1 MiB.
+    static let partSize = 1 << 20
+
+    /// Whether an `If-None-Match` header names `etag` (or is `*`).
+    static func matches(_ header: String, _ etag: String) -> Bool {
+        header.split(separator: ",").contains { tag in
+            let trimmed = tag.trimmingCharacters(in: .whitespaces)
+            return trimmed == "*" || trimmed == etag || trimmed == "W/" + etag
         }
     }
 
@@ -197,5 +245,52 @@ actor HTTPValues {
             headers: [.contentType: "text/plain; charset=utf-8"],
             body: Data((message + "\n").utf8)
         )
+    }
+}
+
+/// The rest of a response's bytes, read a range at a time as the HTTP server asks for them; a range whose
+/// tag is not the response's (the value was replaced) ends the body with an error.
+struct HTTPValueBody: AsyncBufferedSequence, Sendable {
+    typealias Element = UInt8
+
+    let client: CachetClient
+    let key: [UInt8]
+    let tag: UInt64
+    let first: [UInt8]
+    let offset: UInt64
+    let end: UInt64
+    let partSize: Int
+
+    func makeAsyncIterator() -> Iterator {
+        Iterator(body: self, buffer: first[...], offset: offset)
+    }
+
+    struct Iterator: AsyncBufferedIteratorProtocol {
+        let body: HTTPValueBody
+        var buffer: ArraySlice<UInt8>
+        /// The value offset of the next range to read.
+        var offset: UInt64
+
+        mutating func next() async throws -> UInt8? {
+            try await nextBuffer(suggested: 1)?.first
+        }
+
+        mutating func nextBuffer(suggested count: Int) async throws -> ArraySlice<UInt8>? {
+            if buffer.isEmpty {
+                guard offset < body.end else { return nil }
+                let length = Swift.min(UInt64(body.partSize), body.end - offset)
+                let range = CachetValueRange(offset: offset, length: length)
+                guard let slice = try await body.client.get(body.key, range: range), slice.tag == body.tag,
+                    !slice.bytes.isEmpty
+                else {
+                    throw CachetClientError(code: .valueChanged, message: "the value changed while it was sent")
+                }
+                buffer = slice.bytes[...]
+                offset += UInt64(slice.bytes.count)
+            }
+            let taken = buffer.prefix(Swift.max(1, count))
+            buffer = buffer.dropFirst(taken.count)
+            return taken
+        }
     }
 }

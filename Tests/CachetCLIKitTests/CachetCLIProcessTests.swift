@@ -168,6 +168,11 @@ struct CachetCLIProcessTests {
         // Piped, so no progress bar: the output is the answer lines only.
         #expect(!printed.output.contains("%"))
         #expect(try runCLI(["--port", port, "get", "absent", "--out", output]) == ("(not found)\n", 1))
+        // A node without a disk tier takes no parts: a file that fits one frame goes in one PUT instead.
+        let memoryOnly = try NodeProcess(arguments: ["--disk-limit", "0"])
+        #expect(try runCLI(["--port", "\(memoryOnly.port)", "put", "video", "@" + input]) == ("OK\n", 0))
+        #expect(try runCLI(["--port", "\(memoryOnly.port)", "get", "video", "--out", output]).status == 0)
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes))
     }
 
     @Test func sessionReconnectsAfterTheNodeRestarts() throws {
