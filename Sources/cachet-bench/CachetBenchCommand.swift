@@ -91,6 +91,14 @@ struct CachetBenchCommand: ParsableCommand {
     )
     var watchersPrefix = "nothing-matches:"
     @Flag(help: "With --watchers: events carry values.") var watchersValues = false
+    @Option(
+        help: """
+            Store the file at this path under one key (--value-key) through CachetClient, in parts, read it back \
+            as a stream into PATH.read, compare, and print the seconds and the client's peak memory as JSON.
+            """
+    )
+    var valueFile: String?
+    @Option(help: "With --value-file: the key.") var valueKey = "value-file"
     @Option(help: "With --driver client: the client's connections per node.") var clientConnections = 2
     @Option(help: "With --driver client: the client's event loop linger in microseconds (0 to 2000).")
     var clientLingerUs = 500
@@ -205,6 +213,17 @@ struct CachetBenchCommand: ParsableCommand {
             return
         }
         let configuration = try makeConfiguration()
+        if let valueFile {
+            do {
+                let report = try ValueFileBench.run(configuration, file: valueFile, key: valueKey)
+                print(report.json)
+                if !report.identical { throw ExitCode(1) }
+            } catch let error as BenchError {
+                FileHandle.standardError.write(Data("cachet-bench: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
+            return
+        }
         if let herd {
             guard let database = herdDatabase else { throw ValidationError("--herd needs --herd-database DIRECTORY") }
             do {

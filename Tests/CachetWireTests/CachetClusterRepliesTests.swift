@@ -181,7 +181,7 @@ struct CachetRequestFlagsTests {
         let commands: [CachetCommand] = [.put(key: [1], value: [2], ttl: 3), .get(key: [4]), .clear, .stats]
         for command in commands {
             for flags: CachetRequestFlags in [
-                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xefbf),
+                [], .forwarded, .cluster, [.forwarded, .cluster], .init(rawValue: 0xcfbf),
             ] {
                 let bytes = command.encoded(id: 9, flags: flags)
                 #expect(bytes[6] == UInt8(flags.rawValue >> 8) && bytes[7] == UInt8(flags.rawValue & 0xff))
