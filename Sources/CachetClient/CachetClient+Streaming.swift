@@ -122,8 +122,9 @@ extension CachetClient {
             }
             pending += chunk
             while pending.count >= partSize {
-                // A value of one part at most goes in an ordinary PUT, below.
-                if length <= partSize { break }
+                // A value of one part at most goes in an ordinary PUT, and the last part (which ends the
+                // upload) after the source ends, below.
+                if length <= partSize || sent + pending.count == length && pending.count <= partSize { break }
                 let part = Array(pending[0..<partSize])
                 pending.removeFirst(partSize)
                 try await sendPart(key, upload: upload, total: length, offset: sent, bytes: part, ttl: seconds)

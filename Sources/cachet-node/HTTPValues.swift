@@ -134,7 +134,7 @@ actor HTTPValues {
                     return Self.text(.notFound, "no value under this key")
                 }
                 slice = read
-            } catch where error.code == .rangeNotSatisfiable {
+            } catch  where error.code == .rangeNotSatisfiable {
                 // Learn the length for Content-Range (an empty range at 0 is always served).
                 guard let length = try await client.get(asked.key, range: CachetValueRange(offset: 0, length: 0))
                 else { return Self.text(.notFound, "no value under this key") }

@@ -79,6 +79,17 @@ struct ClientStreamingTests {
             var read: [UInt8] = []
             for try await chunk in client.stream("k", partSize: 100_000) { read += chunk }
             #expect(read == value)
+            // A length that is a whole number of parts: the last full part ends the upload.
+            let whole = Self.value(4 * 65_536, seed: 9)
+            try await client.put(
+                "parts",
+                from: Self.chunks(whole, sizes: [65_536]),
+                length: whole.count,
+                partSize: 65_536
+            )
+            var back: [UInt8] = []
+            for try await chunk in client.stream("parts") { back += chunk }
+            #expect(back == whole)
             let small = Self.value(1000, seed: 3)
             try await client.put("small", from: Self.chunks(small, sizes: [10]), length: small.count)
             #expect(try await client.get("small") == small)
