@@ -116,6 +116,7 @@ error_log $work/nginx/error.log;
 events { worker_connections 1024; }
 http {
     access_log off;
+    keepalive_requests 1000000;
     sendfile on;
     tcp_nopush on;
     client_body_temp_path $work/nginx;

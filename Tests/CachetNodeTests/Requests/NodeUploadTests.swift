@@ -150,6 +150,7 @@ struct NodeUploadTests {
         let old = Array("old".utf8)
         #expect(try keeper.roundTrip(.put(key: Self.key, value: old, ttl: 0)).status == .ok)
         let value = Self.value(3_000_000, seed: 2)
+        let memoryBefore = try node.stats()["connection_memory_bytes"] as? Int ?? -1
 
         func expectClean(_ stage: String) throws {
             let deadline = Date().addingTimeInterval(5)
@@ -201,6 +202,15 @@ struct NodeUploadTests {
         #expect(try disorder.readResponse().status == .badRequest, "runs past the length")
         #expect(try disorder.roundTrip(.ping).status == .ok, "the connection stays usable")
         try expectClean("refused parts")
+        disorder.close()
+        // The connections' memory is given back: what the parts took while they were written.
+        let deadline = Date().addingTimeInterval(5)
+        var memoryAfter = try node.stats()["connection_memory_bytes"] as? Int ?? -2
+        while memoryAfter != memoryBefore && Date() < deadline {
+            usleep(50_000)
+            memoryAfter = try node.stats()["connection_memory_bytes"] as? Int ?? -2
+        }
+        #expect(memoryAfter == memoryBefore)
     }
 
     @Test func anUploadWithoutAPartForTheTimeoutIsGivenUp() throws {
@@ -273,6 +283,63 @@ struct NodeUploadTests {
         #expect(read == nil || read == old, "the older value or a miss, never a mixture")
         #expect(Self.uploadsDirectory(directory).isEmpty, "parts left by the crash are deleted at start")
         #expect(node.log.contains("uploads that did not finish"))
+
+        // Stored whole, then killed while readers read it by ranges: read back intact after the restart.
+        #expect(try Self.upload(value, size: 1_000_000, on: after).allSatisfy { $0 == .ok })
+        // Past the journal's checkpoint (a write killed sooner may read as a miss, DISK-FORMAT.md).
+        usleep(1_500_000)
+        let readers = try (0..<3).map { _ in try node.connect() }
+        let reading = DispatchGroup()
+        for (index, reader) in readers.enumerated() {
+            DispatchQueue.global().async(group: reading) {
+                var offset = UInt64(index * 333_333)
+                // Until the node dies under it: every answer before that is a byte-exact range.
+                while let reply = try? Self.rangedGet(CachetValueRange(offset: offset, length: 500_000), on: reader),
+                    reply.status == .ok
+                {
+                    let start = Int(offset)
+                    #expect(Array(reply.body[16...]) == Array(value[start..<min(value.count, start + 500_000)]))
+                    offset = (offset + 700_001) % UInt64(value.count)
+                }
+            }
+        }
+        usleep(300_000)
+        _ = node.stop(signal: SIGKILL)
+        reading.wait()
+        node = try NodeProcess(arguments: arguments)
+        #expect((try Self.readByRanges(size: 1 << 20, on: try node.connect()) == value) == true)
+    }
+
+    @Test func anUploadIsAWriteToWatchersAndToUsersKeyPrefixes() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-upload-users")
+        defer { directory.remove() }
+        let file = directory.appending("users.json")
+        try NodeAuthTests.writeAuthFile(file, NodeAuthTests.users)
+        let node = try NodeProcess(arguments: [
+            "--auth-file", file, "--data-dir", directory.appending("data"), "--disk-limit", "64MiB",
+        ])
+        let watcher = try node.connect()
+        #expect(try NodeAuthTests.auth(watcher, "ops", "ops-secret-0123456789").status == .ok)
+        _ = try NodeWatchTests.watch(watcher, CachetWatchRequest(prefix: Array("shop:".utf8), includesValues: true))
+        let shop = try node.connect()
+        #expect(try NodeAuthTests.auth(shop, "shop", "shop-secret-0123456789").status == .ok)
+        let value = Self.value(2_500_000, seed: 11)
+        // Outside the user's prefixes: every part is FORBIDDEN, nothing is staged.
+        #expect(
+            try Self.upload(value, key: Array("other:film".utf8), size: 1_000_000, on: shop) == [
+                .forbidden, .forbidden, .forbidden,
+            ]
+        )
+        #expect(
+            ((try? FileManager.default.contentsOfDirectory(atPath: directory.appending("data/uploads"))) ?? []).isEmpty
+        )
+        // Under them: stored, and the watcher is told, the value left out for its length.
+        #expect(
+            try Self.upload(value, key: Array("shop:film".utf8), size: 1_000_000, on: shop).allSatisfy { $0 == .ok }
+        )
+        let event = try NodeWatchTests.event(watcher)
+        #expect(event.kind == .put && event.key == Array("shop:film".utf8))
+        #expect(event.value == nil && event.valueOmitted)
     }
 
     @Test func aNodeWithoutADiskTierRefusesPartsClearly() throws {
