@@ -253,40 +253,73 @@ enum BlockEntryFormat {
         let last = (start + count - 1) / header.blockSize
         var offset = header.payloadStart
         for index in 0..<first { offset += table[index].stored }
-        var span = 0
-        for index in first...last { span += table[index].stored }
-        var stored = [UInt8](repeating: 0, count: span)
-        if let failure = preadAll(fd, &stored, at: offset) { return failure }
-        var result = [UInt8](repeating: 0, count: count)
-        var block = [UInt8](repeating: 0, count: header.blockSize)
-        var position = 0
-        for index in first...last {
-            let length = length(ofBlock: index, valueLength: header.valueLength, blockSize: header.blockSize)
-            let entry = table[index]
-            let fine = stored.withUnsafeBytes { stored in
-                block.withUnsafeMutableBytes { out in
-                    decodeBlock(
-                        UnsafeRawBufferPointer(rebasing: stored[position..<(position + entry.stored)]),
-                        crc: entry.crc,
-                        into: UnsafeMutableRawBufferPointer(rebasing: out[0..<length])
-                    )
+        var failure: RangeRead?
+        // Filled in place: a block stored raw and wholly inside the range is read straight into it (a
+        // video's blocks are); any other block through a scratch buffer, inflated or cut there.
+        let result = [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
+            let out = UnsafeMutableRawBufferPointer(out)
+            var scratch: [UInt8] = []
+            var block: [UInt8] = []
+            for index in first...last {
+                let entry = table[index]
+                let length = length(ofBlock: index, valueLength: header.valueLength, blockSize: header.blockSize)
+                let blockStart = index * header.blockSize
+                let from = max(start, blockStart)
+                let to = min(start + count, blockStart + length)
+                defer { offset += entry.stored }
+                if entry.stored == length && from == blockStart && to == blockStart + length {
+                    let target = UnsafeMutableRawBufferPointer(rebasing: out[(from - start)..<(to - start)])
+                    if let problem = preadAll(fd, into: target, at: offset) {
+                        failure = problem
+                        break
+                    }
+                    guard DiskEntryFormat.crc32(UnsafeRawBufferPointer(target)) == entry.crc else {
+                        failure = .corrupt
+                        break
+                    }
+                    continue
+                }
+                if scratch.count < entry.stored { scratch = [UInt8](repeating: 0, count: entry.stored) }
+                if block.count < length { block = [UInt8](repeating: 0, count: length) }
+                let fine = scratch.withUnsafeMutableBytes { scratch -> Bool in
+                    let stored = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<entry.stored])
+                    if let problem = preadAll(fd, into: stored, at: offset) {
+                        failure = problem
+                        return false
+                    }
+                    return block.withUnsafeMutableBytes { block in
+                        let decoded = UnsafeMutableRawBufferPointer(rebasing: block[0..<length])
+                        guard decodeBlock(UnsafeRawBufferPointer(stored), crc: entry.crc, into: decoded) else {
+                            return false
+                        }
+                        (out.baseAddress! + (from - start)).copyMemory(
+                            from: decoded.baseAddress! + (from - blockStart),
+                            byteCount: to - from
+                        )
+                        return true
+                    }
+                }
+                guard fine else {
+                    failure = failure ?? .corrupt
+                    break
                 }
             }
-            guard fine else { return .corrupt }
-            position += entry.stored
-            let blockStart = index * header.blockSize
-            let from = max(start, blockStart)
-            let to = min(start + count, blockStart + length)
-            result.withUnsafeMutableBytes { out in
-                block.withUnsafeBytes { block in
-                    (out.baseAddress! + (from - start)).copyMemory(
-                        from: block.baseAddress! + (from - blockStart),
-                        byteCount: to - from
-                    )
-                }
-            }
+            initialized = failure == nil ? count : 0
         }
-        return .bytes(result)
+        return failure ?? .bytes(result)
+    }
+
+    /// `pread`s `bytes.count` bytes into `bytes` from `offset`; a failure, or `.corrupt` when the file ends first.
+    static func preadAll(_ fd: Int32, into bytes: UnsafeMutableRawBufferPointer, at offset: Int) -> RangeRead? {
+        var done = 0
+        while done < bytes.count {
+            let n = pread(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done))
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { return .failed(errno) }
+            if n == 0 { return .corrupt }
+            done += n
+        }
+        return nil
     }
 
     /// `pread`s all of `bytes` from `offset`; a failure, or `.corrupt` when the file ends first.

@@ -25,74 +25,123 @@ extension CachetDiskStore {
     ///   - limit: the most bytes to return (a reply's room); the range is cut there.
     ///   - now: the current time; an expired entry is deleted and reads as absent.
     public func getRange(key: [UInt8], offset: UInt64, length: UInt64, limit: Int, now: UInt32) -> CachetDiskRange {
+        switch openRange(key: key, offset: offset, length: length, limit: limit, now: now) {
+        case .done(let result): return result
+        case .blocks(let reader): return finishRange(reader, reader.read())
+        }
+    }
+
+    /// What opening a range came to: its answer already, or a file of version 2 to read its blocks from.
+    enum RangeOpening {
+        case done(CachetDiskRange)
+        case blocks(CachetDiskRangeReader)
+    }
+
+    /// The part of ``getRange(key:offset:length:limit:now:)`` that must run in the disk queue's order: the
+    /// index looked up, the file opened and its header and key checked. Reading the blocks can then happen
+    /// anywhere (``CachetDiskRangeReader/read()``): the open descriptor keeps this version of the file even
+    /// if a later write renames another over it or deletes it.
+    func openRange(key: [UInt8], offset: UInt64, length: UInt64, limit: Int, now: UInt32) -> RangeOpening {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
-        let blocked = io.withLock { _ -> CachetDiskRange? in
+        let opened = io.withLock { _ -> RangeOpening? in
             let (indexed, recovering, closed) = state.withLock {
                 ($0.index.lookup(digest), $0.recovering, $0.closed)
             }
-            guard !closed else { return .miss }
-            guard let node = indexed else { return recovering ? nil : .miss }
+            guard !closed else { return .done(.miss) }
+            guard let node = indexed else { return recovering ? nil : .done(.miss) }
             if CachetClock.isExpired(node.expiry, now: now) {
                 discard(digest, reason: nil)
                 state.withLock { $0.statistics.expired += 1 }
-                return .miss
+                return .done(.miss)
             }
             let file = path(for: digest).file
             let fd = open(file, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else {
                 if errno == ENOENT { state.withLock { _ = $0.index.remove(digest) } }
-                return .miss
+                return .done(.miss)
             }
-            defer { Glibc.close(fd) }
             var info = stat()
-            guard fstat(fd, &info) == 0 else { return .miss }
             var prefix = [UInt8](
                 repeating: 0,
-                count: min(Int(info.st_size), DiskEntryFormat.largestHeaderSize + key.count)
+                count: fstat(fd, &info) == 0 ? min(Int(info.st_size), DiskEntryFormat.largestHeaderSize + key.count) : 0
             )
-            guard BlockEntryFormat.preadAll(fd, &prefix, at: 0) == nil else { return .miss }
+            guard !prefix.isEmpty, BlockEntryFormat.preadAll(fd, &prefix, at: 0) == nil else {
+                Glibc.close(fd)
+                return .done(.miss)
+            }
             let header = prefix.withUnsafeBytes { DiskEntryFormat.decodeHeader($0) }
             // A file of version 1 is read whole, below.
-            guard let header, header.isBlocked else { return header == nil ? corruptRange(digest, file) : nil }
+            guard let header, header.isBlocked else {
+                Glibc.close(fd)
+                return header == nil ? .done(corruptRange(digest, file)) : nil
+            }
             guard header.fileSize == Int(info.st_size), header.keyLength == key.count,
                 Array(prefix[header.keyStart..<(header.keyStart + header.keyLength)]) == key
-            else { return corruptRange(digest, file) }
+            else {
+                Glibc.close(fd)
+                return .done(corruptRange(digest, file))
+            }
             guard offset <= UInt64(header.valueLength) else {
-                return .unsatisfiable(total: header.valueLength, tag: header.tag)
+                Glibc.close(fd)
+                return .done(.unsatisfiable(total: header.valueLength, tag: header.tag))
+            }
+            state.withLock { state in
+                state.index.touch(digest)
+                state.statistics.hits += 1
             }
             let start = Int(offset)
-            let count = min(limit, Int(min(length, UInt64(header.valueLength - start))))
-            switch BlockEntryFormat.readRange(fd: fd, header: header, start: start, count: count) {
-            case .bytes(let bytes):
-                state.withLock { state in
-                    state.index.touch(digest)
-                    state.statistics.hits += 1
-                }
-                return .bytes(total: header.valueLength, tag: header.tag, expiry: header.expiry, bytes)
-            case .corrupt:
-                return corruptRange(digest, file)
-            case .failed(let code):
-                warnFailure(
-                    "disk read failed",
-                    metadata: ["disk.path": "\(file)", "error.message": "\(DiskFiles.describe(code))"]
+            return .blocks(
+                CachetDiskRangeReader(
+                    fd: fd,
+                    header: header,
+                    start: start,
+                    count: min(limit, Int(min(length, UInt64(header.valueLength - start)))),
+                    digest: digest,
+                    inode: UInt64(info.st_ino),
+                    path: file
                 )
-                state.withLock { $0.statistics.errors += 1 }
-                return .miss
-            }
+            )
         }
-        if let blocked { return blocked }
+        if let opened { return opened }
         // Version 1, or a key not indexed yet while the index is rebuilt: the whole value, then the range.
-        guard let entry = get(key: key, now: now) else { return .miss }
+        guard let entry = get(key: key, now: now) else { return .done(.miss) }
         let tag = entry.value.withUnsafeBytes { CachetValueTag.of($0) }
-        guard offset <= UInt64(entry.value.count) else { return .unsatisfiable(total: entry.value.count, tag: tag) }
+        guard offset <= UInt64(entry.value.count) else {
+            return .done(.unsatisfiable(total: entry.value.count, tag: tag))
+        }
         let start = Int(offset)
         let count = min(limit, Int(min(length, UInt64(entry.value.count - start))))
-        return .bytes(
-            total: entry.value.count,
-            tag: tag,
-            expiry: entry.expiry,
-            Array(entry.value[start..<(start + count)])
+        return .done(
+            .bytes(
+                total: entry.value.count,
+                tag: tag,
+                expiry: entry.expiry,
+                Array(entry.value[start..<(start + count)])
+            )
         )
+    }
+
+    /// The answer to a range whose blocks `reader` read: a file found corrupt is deleted, if it is still
+    /// the key's file (a write may have replaced it since it was opened), and the range is a miss.
+    func finishRange(_ reader: CachetDiskRangeReader, _ read: BlockEntryFormat.RangeRead) -> CachetDiskRange {
+        switch read {
+        case .bytes(let bytes):
+            return .bytes(total: reader.header.valueLength, tag: reader.header.tag, expiry: reader.header.expiry, bytes)
+        case .corrupt:
+            io.withLock { _ in
+                var info = stat()
+                guard stat(reader.path, &info) == 0, UInt64(info.st_ino) == reader.inode else { return }
+                _ = corruptRange(reader.digest, reader.path)
+            }
+            return .miss
+        case .failed(let code):
+            warnFailure(
+                "disk read failed",
+                metadata: ["disk.path": "\(reader.path)", "error.message": "\(DiskFiles.describe(code))"]
+            )
+            state.withLock { $0.statistics.errors += 1 }
+            return .miss
+        }
     }
 
     /// Deletes a file found corrupt by a range read. Called with the I/O lock held.
@@ -107,5 +156,42 @@ extension CachetDiskStore {
     func indexedValueLength(key: [UInt8]) -> Int? {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return state.withLock { $0.index.lookup(digest).map { $0.logicalSize - key.count } }
+    }
+}
+
+/// A file of version 2 opened in the disk queue's order for a range (``CachetDiskStore/openRange``): its
+/// blocks are read by ``read()``, on any thread; the descriptor closes with it.
+final class CachetDiskRangeReader: @unchecked Sendable {
+    let fd: Int32
+    let header: DiskEntryFormat.Header
+    let start: Int
+    let count: Int
+    let digest: KeyDigest
+    let inode: UInt64
+    let path: String
+
+    init(
+        fd: Int32,
+        header: DiskEntryFormat.Header,
+        start: Int,
+        count: Int,
+        digest: KeyDigest,
+        inode: UInt64,
+        path: String
+    ) {
+        self.fd = fd
+        self.header = header
+        self.start = start
+        self.count = count
+        self.digest = digest
+        self.inode = inode
+        self.path = path
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// The range's bytes, read from its blocks and checked.
+    func read() -> BlockEntryFormat.RangeRead {
+        BlockEntryFormat.readRange(fd: fd, header: header, start: start, count: count)
     }
 }

@@ -37,6 +37,9 @@ public final class CachetDiskWorker: Sendable {
     /// The tier the worker writes to.
     public let store: CachetDiskStore
     private let queue = DispatchQueue(label: "cachet.disk", qos: .utility)
+    /// Where the blocks of ranges are read, once the serial queue has opened their files
+    /// (``getRange(key:offset:length:limit:now:completion:)``).
+    private let readers = DispatchQueue(label: "cachet.disk.ranges", qos: .utility, attributes: .concurrent)
     private let pendingWrites = Atomic<Int>(0)
     /// Bytes of keys and values held by the writes queued and not yet applied.
     private let pendingBytes = Atomic<Int>(0)
@@ -355,8 +358,8 @@ public final class CachetDiskWorker: Sendable {
         enqueue { upload.discard() }
     }
 
-    /// Queues a read of part of a value (``CachetDiskStore/getRange(key:offset:length:limit:now:)``), in
-    /// order behind the writes queued before it.
+    /// Queues a read of part of a value (``CachetDiskStore/getRange(key:offset:length:limit:now:)``): its file
+    /// is opened in order behind the writes queued before it, and its blocks read beside the queue.
     public func getRange(
         key: [UInt8],
         offset: UInt64,
@@ -365,8 +368,15 @@ public final class CachetDiskWorker: Sendable {
         now: UInt32,
         completion: @escaping @Sendable (CachetDiskRange) -> Void
     ) {
-        enqueue { [store] in
-            completion(store.getRange(key: key, offset: offset, length: length, limit: limit, now: now))
+        enqueue { [store, readers] in
+            switch store.openRange(key: key, offset: offset, length: length, limit: limit, now: now) {
+            case .done(let result):
+                completion(result)
+            case .blocks(let reader):
+                // Opened in order behind the writes queued before it; its blocks are read beside the queue,
+                // so that ranges neither wait for each other nor hold up the writes behind them.
+                readers.async { completion(store.finishRange(reader, reader.read())) }
+            }
         }
     }
 

@@ -85,6 +85,26 @@ struct CachetDiskBlockTests {
         #expect(entryFiles(directory).isEmpty)
     }
 
+    @Test func aRawBlockReadInPlaceIsCheckedToo() throws {
+        let directory = TemporaryDirectory()
+        let store = try openStore(directory)
+        store.put(key: Self.key, value: Self.value, expiry: 0)
+        let file = try #require(entryFiles(directory).first)
+        // The third block is noise, stored raw after the header, the key and a table of 13 blocks.
+        let block = BlockEntryFormat.blockSize
+        let payloadStart = BlockEntryFormat.headerSize + Self.key.count + BlockEntryFormat.tableSize(blockCount: 13)
+        let fd = open(file, O_RDWR)
+        var byte: UInt8 = 0
+        pread(fd, &byte, 1, off_t(payloadStart + 2 * block + 100))
+        byte ^= 0x01
+        pwrite(fd, &byte, 1, off_t(payloadStart + 2 * block + 100))
+        Glibc.close(fd)
+        // A range of whole blocks before it is read in place and served; one that holds it is not.
+        Self.expectSlice(Self.range(store, block, UInt64(block)), block..<(2 * block), of: Self.value)
+        #expect(Self.range(store, 2 * block, UInt64(block)) == .miss)
+        #expect(store.statistics.corrupt == 1)
+    }
+
     @Test func aLargeFileOfVersionOneIsStillRead() throws {
         let directory = TemporaryDirectory()
         let value = Self.value
