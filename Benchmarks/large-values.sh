@@ -51,6 +51,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$work/www" "$work/nginx"
+# nginx's workers run as another user: they must reach the file.
+chmod 755 "$work" "$work/www"
 
 peak() { awk '/VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 

@@ -423,7 +423,14 @@ struct CachetNodeCommand: ParsableCommand {
                         message: "--http-values reads values through the node's plain port, which --tls-only closes"
                     )
                 }
-                let served = httpValues ? HTTPValues(host: configuration.host, port: boundPort, tls: nil) : nil
+                let served =
+                    httpValues
+                    ? HTTPValues(
+                        host: configuration.host,
+                        port: boundPort,
+                        tls: nil,
+                        maximumFrame: configuration.maximumPayloadLength
+                    ) : nil
                 values = served
                 let started = Self.waitFor {
                     try await MetricsServer.start(
