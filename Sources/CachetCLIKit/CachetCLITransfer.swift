@@ -63,7 +63,8 @@ extension CachetCLISession {
         lines: inout [String]
     ) throws(CachetCLIError) -> Outcome {
         var offset = range?.offset ?? 0
-        var end: UInt64?
+        // Where the bytes end: the range's end, once the value's length is known no further than it.
+        var end: UInt64? = range.flatMap { $0.length == CachetValueRange.toEnd ? nil : $0.offset &+ $0.length }
         var total: UInt64 = 0
         var tag: UInt64?
         var descriptor: Int32 = -1
@@ -97,10 +98,7 @@ extension CachetCLISession {
             if tag == nil {
                 tag = replyTag
                 total = length
-                let last = range.map {
-                    $0.length == CachetValueRange.toEnd ? length : min(length, $0.offset &+ $0.length)
-                }
-                end = last ?? length
+                end = min(end ?? length, length)
                 descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
                 guard descriptor >= 0 else {
                     throw CachetCLIError(

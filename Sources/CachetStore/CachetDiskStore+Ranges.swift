@@ -48,16 +48,23 @@ extension CachetDiskStore {
                 ($0.index.lookup(digest), $0.recovering, $0.closed)
             }
             guard !closed else { return .done(.miss) }
-            guard let node = indexed else { return recovering ? nil : .done(.miss) }
-            if CachetClock.isExpired(node.expiry, now: now) {
-                discard(digest, reason: nil)
-                state.withLock { $0.statistics.expired += 1 }
-                return .done(.miss)
+            if let node = indexed {
+                if CachetClock.isExpired(node.expiry, now: now) {
+                    discard(digest, reason: nil)
+                    state.withLock { $0.statistics.expired += 1 }
+                    return .done(.miss)
+                }
+            } else {
+                // While the index is rebuilt, a key not in it yet is read from its file, unless the file may be
+                // older than what was acknowledged (as `get` does).
+                guard recovering, !state.withLock({ $0.staleClear || $0.staleFiles.contains(digest) }) else {
+                    return .done(.miss)
+                }
             }
             let file = path(for: digest).file
             let fd = open(file, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else {
-                if errno == ENOENT { state.withLock { _ = $0.index.remove(digest) } }
+                if errno == ENOENT && indexed != nil { state.withLock { _ = $0.index.remove(digest) } }
                 return .done(.miss)
             }
             var info = stat()
@@ -81,6 +88,10 @@ extension CachetDiskStore {
                 Glibc.close(fd)
                 return .done(corruptRange(digest, file))
             }
+            guard !CachetClock.isExpired(header.expiry, now: now) else {
+                Glibc.close(fd)
+                return .done(.miss)
+            }
             guard offset <= UInt64(header.valueLength) else {
                 Glibc.close(fd)
                 return .done(.unsatisfiable(total: header.valueLength, tag: header.tag))
@@ -103,7 +114,7 @@ extension CachetDiskStore {
             )
         }
         if let opened { return opened }
-        // Version 1, or a key not indexed yet while the index is rebuilt: the whole value, then the range.
+        // Version 1: the whole value, then the range.
         guard let entry = get(key: key, now: now) else { return .done(.miss) }
         let tag = entry.value.withUnsafeBytes { CachetValueTag.of($0) }
         guard offset <= UInt64(entry.value.count) else {

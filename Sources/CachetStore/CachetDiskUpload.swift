@@ -123,6 +123,8 @@ public final class CachetDiskUpload: @unchecked Sendable {
 
     /// Closes and deletes the staging file.
     func discard() {
+        // A write queued after this one finds it given up, rather than creating the file again.
+        failure = "the upload was given up"
         if fd >= 0 {
             Glibc.close(fd)
             fd = -1

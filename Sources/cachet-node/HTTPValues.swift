@@ -136,9 +136,10 @@ actor HTTPValues {
             // value's length and tag; the rest is read as the response is sent, a part at a time.
             let first: CachetValueRange
             switch asked.range {
-            case .from(let offset, let last) where !head:
-                let wanted = last.map { $0 >= offset ? $0 - offset + 1 : 0 } ?? .max
-                first = CachetValueRange(offset: offset, length: min(wanted, UInt64(firstPart)))
+            case .some(let byteRange) where !head && !byteRange.isSuffix:
+                // `valueRange` keeps a last byte at the largest offset there is from overflowing.
+                let asked = byteRange.valueRange
+                first = CachetValueRange(offset: asked.offset, length: min(asked.length, UInt64(firstPart)))
             case .none where !head:
                 first = CachetValueRange(offset: 0, length: UInt64(firstPart))
             default:

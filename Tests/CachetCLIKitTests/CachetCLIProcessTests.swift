@@ -162,6 +162,12 @@ struct CachetCLIProcessTests {
             )
         )
         #expect(FileManager.default.contents(atPath: output) == Data(bytes[1_048_570...3_500_000]))
+        #expect(
+            try runCLI(["--port", port, "get", "video", "--range", "5-14", "--out", output]) == (
+                "OK (10 of 7000003 bytes written to \(output))\n", 0
+            )
+        )
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes[5...14]))
         // Printed without --out, a value longer than a frame is refused with the way to read it.
         let printed = try runCLI(["--port", port, "get", "video"])
         #expect(printed.status == 2 && printed.output.contains("TOO_LARGE") && printed.output.contains("range"))

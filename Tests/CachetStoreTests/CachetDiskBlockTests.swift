@@ -127,6 +127,22 @@ struct CachetDiskBlockTests {
         Self.expectSlice(Self.range(store, value.count - 1, .max), (value.count - 1)..<value.count, of: value)
     }
 
+    @Test func aRangeOfAKeyNotIndexedYetAfterACrashReadsOnlyItsBlocks() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let store = try openStore(directory)
+            store.put(key: Self.key, value: Self.value, expiry: 0)
+            store.abandonAsIfKilled()
+        }
+        let store = try openStore(directory)
+        // No index file after a crash, and no scan started: the key is not indexed yet.
+        #expect(store.statistics.recovering)
+        Self.expectSlice(Self.range(store, 300_000, 1000), 300_000..<301_000, of: Self.value)
+        store.startRecovery()
+        store.waitForRecovery()
+        Self.expectSlice(Self.range(store, 0, 10), 0..<10, of: Self.value)
+    }
+
     @Test func aShortValueKeepsVersionOneAndItsRangesCarryTheTag() throws {
         let directory = TemporaryDirectory()
         let store = try openStore(directory)

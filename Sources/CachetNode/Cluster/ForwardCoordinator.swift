@@ -209,12 +209,34 @@ final class ForwardCoordinator {
             forwarder.forward(again) { [self] outcome in
                 settle(again, outcome, retries: max(0, retries), answer: answer)
             }
+        case .suspended(.rangedGet(let key, let id, let range)) where processor.commands.disk != nil:
+            // Only the range's blocks, as for a connection's (``DiskDispatch``).
+            let loop = forwarder.loop
+            let onLoop = LoopConfined((processor, answer))
+            processor.commands.disk.unsafelyUnwrapped.worker.getRange(
+                key: key,
+                offset: range.offset,
+                length: range.length,
+                limit: processor.rangeLimit,
+                now: CachetClock.now()
+            ) { read in
+                loop.execute {
+                    let (processor, answer) = onLoop.value
+                    var output = CachetByteBuffer(capacity: 256)
+                    processor.diskCompletions.completeRange(read, id: id, output: &output)
+                    answer(Array(output.readableRegion))
+                }
+            }
         case .suspended(let operation) where processor.commands.disk != nil && operation.isGet:
             guard let key = operation.diskReadKey else { break }
             // The disk worker answers on its own thread; the reply is made back on this loop's queue.
             let loop = forwarder.loop
             let onLoop = LoopConfined((processor, answer))
-            processor.commands.disk.unsafelyUnwrapped.worker.get(key: key, now: CachetClock.now()) { entry in
+            processor.commands.disk.unsafelyUnwrapped.worker.get(
+                key: key,
+                now: CachetClock.now(),
+                maximumValueLength: processor.maximumPayloadLength - CachetProtocol.headerSize
+            ) { entry in
                 loop.execute {
                     let (processor, answer) = onLoop.value
                     var output = CachetByteBuffer(capacity: 256)

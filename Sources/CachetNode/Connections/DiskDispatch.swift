@@ -63,10 +63,11 @@ final class DiskDispatch: @unchecked Sendable {
         case .refused(let status, let message, let abandoned):
             if let abandoned { worker.abortUpload(abandoned) }
             reply(to: connection) { processor, output, _ in
-                RequestCounters.bump(processor.commands.counters.badRequests)
+                if status == .badRequest { RequestCounters.bump(processor.commands.counters.badRequests) }
                 appendMessage(message, status: status, opcode: .put, id: id, to: &output)
             }
-        case .accepted(let upload, let last):
+        case .accepted(let upload, let last, let replaced):
+            if let replaced { worker.abortUpload(replaced) }
             connection.sentParts = true
             memory.charge(held)
             worker.writeUpload(upload, bytes: request.bytes) { [self] failure in
@@ -112,11 +113,13 @@ final class DiskDispatch: @unchecked Sendable {
         let id = request.id
         let key = request.key
         let ttl = request.ttl
+        let uploads = disk.uploads
         let admission = disk.worker.submitUploadCommit(upload) { [self] failure in
             reply(to: connection) { processor, output, _ in
                 if let failure {
                     appendMessage(failure.message, status: .serverError, opcode: .put, id: id, to: &output)
                 } else {
+                    uploads.completed()
                     key.withUnsafeBytes { processor.commands.publishLargeWrite($0, ttl: ttl) }
                     appendReply(opcode: .put, status: .ok, id: id, to: &output)
                 }
@@ -124,7 +127,8 @@ final class DiskDispatch: @unchecked Sendable {
         }
         switch admission {
         case .queued:
-            break
+            // A write of the key another loop put in memory and queued before this one must not shadow it.
+            key.withUnsafeBytes { host.processor.commands.dropMemoryCopy($0) }
         case .full:
             disk.worker.notifyWhenWritable { [self] in
                 host.execute { [self] in
@@ -191,6 +195,7 @@ final class DiskDispatch: @unchecked Sendable {
                     switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                     case .queued:
                         memory.charge(-held)
+                        host.processor.commands.keepMemoryCopy(key, onlyIf: value)
                         host.resume(connection) { processor, output, _ in
                             processor.diskCompletions.completePut(id: id, output: &output)
                         }

@@ -165,10 +165,14 @@ final class NodeIOQueue: @unchecked Sendable {
                 guard let self, let disk = processor.commands.disk else { return completion(nil) }
                 // Evicted from memory to the disk tier: read there, and back on this loop with the answer.
                 let completion = LoopConfined(completion)
-                disk.worker.get(key: key, now: CachetClock.now()) { [weak self] entry in
+                // A value longer than a frame is not read (nor handed on whole): taken as absent.
+                let longest = processor.maximumPayloadLength - CachetProtocol.headerSize
+                disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [weak self] entry in
                     self?.execute {
                         let now = CachetClock.now()
-                        guard let entry, entry.expiry == 0 || entry.expiry > now else { return completion.value(nil) }
+                        guard let entry, entry.oversizedLength == 0, entry.expiry == 0 || entry.expiry > now else {
+                            return completion.value(nil)
+                        }
                         completion.value((entry.value, entry.expiry == 0 ? 0 : entry.expiry - now))
                     }
                 }

@@ -122,9 +122,11 @@ struct NodeCommands {
     ) -> PutOutcome {
         // Before memory changes, so that a disk read queued earlier does not put the older value back.
         disk.worker.beginWrite(key: key)
+        var diskOnly = false
         if value.count > disk.largeValueThreshold
             || store.put(key: key, value: value, expiry: expiry, now: now) == .tooLarge
         {
+            diskOnly = true
             // The disk limit must also hold the entry file's header, even for an incompressible value.
             guard key.count + value.count <= disk.store.maximumEntryBytes else {
                 disk.worker.abandonWrite(key: Array(key))
@@ -140,6 +142,8 @@ struct NodeCommands {
         let valueBytes = Array(value)
         switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry) {
         case .queued:
+            // A write of the key another loop put in memory, and queued before this one, must not shadow it.
+            if diskOnly { _ = store.remove(key: key, now: now) }
             watches.publish(.put, key: key, value: value, ttl: ttl, view: watchView)
             return .stored
         case .full:
@@ -159,6 +163,25 @@ struct NodeCommands {
         leases.invalidate(key)
         disk?.worker.beginWrite(key: key)
         _ = store.remove(key: key, now: CachetClock.now())
+    }
+
+    /// Takes `key` out of memory (not out of the disk tier): once a write kept on disk only is queued, any
+    /// copy in memory is of a write queued before it.
+    func dropMemoryCopy(_ key: UnsafeRawBufferPointer) {
+        _ = store.remove(key: key, now: CachetClock.now())
+    }
+
+    /// Once a PUT that waited for room in the disk queue is queued: memory keeps `key` only if it still
+    /// holds this PUT's value. A write of the key that another connection stored in memory and queued while
+    /// this one waited went to the disk queue first, so this one is the newer; the older copy must go (a
+    /// read then goes to the disk queue, behind both).
+    func keepMemoryCopy(_ key: [UInt8], onlyIf value: [UInt8]) {
+        key.withUnsafeBytes { key in
+            let same = store.withValue(forKey: key, now: CachetClock.now()) { held, _ in
+                held.elementsEqual(value)
+            }
+            if same != true { _ = store.remove(key: key, now: CachetClock.now()) }
+        }
     }
 
     /// Once a value kept on disk only is stored: the WATCH change, its value omitted.

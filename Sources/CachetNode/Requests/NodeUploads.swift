@@ -51,8 +51,9 @@ final class NodeUploads: Sendable {
 
     /// What a part came to.
     enum Admission {
-        /// Taken: write its bytes to `upload`; `last` when they end the value (commit it then).
-        case accepted(CachetDiskUpload, last: Bool)
+        /// Taken: write its bytes to `upload`; `last` when they end the value (commit it then). `replaced`:
+        /// an unfinished upload of the same name this first part replaces, whose staging file is to go.
+        case accepted(CachetDiskUpload, last: Bool, replaced: CachetDiskUpload? = nil)
         /// Refused with this status and message; an upload it belonged to is given up (returned, for its
         /// staging file to be deleted).
         case refused(CachetStatus, String, abandoned: CachetDiskUpload?)
@@ -71,13 +72,31 @@ final class NodeUploads: Sendable {
         let name = Name(key: Array(key), upload: part.upload)
         let count = part.bytes.count
         return state.withLock { state -> Admission in
+            guard count > 0 || part.total == 0 else {
+                // Refused, and the upload it belongs to given up, as for any refused part.
+                let given = state.uploads.removeValue(forKey: name)
+                if let given {
+                    state.stagedBytes -= given.disk.total
+                    state.abandoned += 1
+                }
+                return .refused(
+                    .badRequest,
+                    "a part carries at least one byte (only a value of length 0 has none); upload given up",
+                    abandoned: given?.disk
+                )
+            }
             if part.offset == 0 {
                 let replaced = state.uploads.removeValue(forKey: name)
-                if let replaced { state.stagedBytes -= replaced.disk.total }
-                guard part.total <= UInt64(byteLimit) else {
+                if let replaced {
+                    state.stagedBytes -= replaced.disk.total
+                    state.abandoned += 1
+                }
+                // The entry holds the key as well as the value.
+                guard part.total <= UInt64(max(0, byteLimit - key.count)) else {
                     return .refused(
                         .tooLarge,
-                        "a value of \(part.total) bytes does not fit the disk tier (at most \(byteLimit) bytes)",
+                        "a value of \(part.total) bytes does not fit the disk tier (at most \(byteLimit) bytes of key "
+                            + "and value)",
                         abandoned: replaced?.disk
                     )
                 }
@@ -91,9 +110,11 @@ final class NodeUploads: Sendable {
                     )
                 }
                 let upload = Upload(disk: begin(total), received: count, lastPart: now, connection: connection)
+                // A value of one part is complete at once: nothing to keep.
+                guard count < total else { return .accepted(upload.disk, last: true, replaced: replaced?.disk) }
                 state.uploads[name] = upload
                 state.stagedBytes += total
-                return .accepted(upload.disk, last: count == total)
+                return .accepted(upload.disk, last: false, replaced: replaced?.disk)
             }
             guard var upload = state.uploads[name] else {
                 return .refused(
@@ -122,7 +143,6 @@ final class NodeUploads: Sendable {
             if last {
                 state.uploads[name] = nil
                 state.stagedBytes -= upload.disk.total
-                state.completed += 1
             } else {
                 state.uploads[name] = upload
             }
@@ -133,6 +153,11 @@ final class NodeUploads: Sendable {
     /// Gives up the uploads whose parts arrived on a connection that closed.
     func abandon(connection: ObjectIdentifier) -> [CachetDiskUpload] {
         remove { $0.connection == connection }
+    }
+
+    /// Counts an upload whose value was stored.
+    func completed() {
+        state.withLock { $0.completed += 1 }
     }
 
     /// Forgets an upload whose staging failed.
@@ -159,7 +184,8 @@ final class NodeUploads: Sendable {
         }
     }
 
-    /// Uploads in progress, the bytes they announced, those given up and those stored.
+    /// Uploads in progress, the bytes they announced, those given up (or whose value could not be stored)
+    /// and those stored.
     var statistics: (inProgress: Int, stagedBytes: Int, abandoned: Int, completed: Int) {
         state.withLock { ($0.uploads.count, $0.stagedBytes, $0.abandoned, $0.completed) }
     }

@@ -20,6 +20,12 @@ public struct HTTPValueRequest: Sendable, Equatable {
         /// `bytes=-N`: the last N bytes.
         case suffix(UInt64)
 
+        /// Whether it is `bytes=-N`.
+        public var isSuffix: Bool {
+            if case .suffix = self { return true }
+            return false
+        }
+
         /// The range the node is asked for: the bytes it names, or, for a suffix, every byte (the length
         /// is learned from the reply, and the suffix cut from it).
         public var valueRange: CachetValueRange {

@@ -184,6 +184,7 @@ struct NodeUploadTests {
         try expectClean("closed inside a part")
 
         #expect(try node.stats()["uploads_abandoned"] as? Int == 3)
+        #expect(try node.stats()["uploads_completed"] as? Int == 0, "none finished")
 
         // A part out of order ends the upload; a length that changes too; bad bodies are BAD_REQUEST.
         let disorder = try node.connect()
@@ -196,6 +197,19 @@ struct NodeUploadTests {
         #expect(try disorder.readResponse().status == .ok)
         try disorder.send(Self.part(upload: 78, total: 11, offset: 3, [4]))
         #expect(try disorder.readResponse().status == .badRequest)
+        try disorder.send(Self.part(upload: 80, total: 10, offset: 0, [1, 2, 3]))
+        #expect(try disorder.readResponse().status == .ok)
+        try disorder.send(Self.part(upload: 80, total: 10, offset: 3, []))
+        #expect(try disorder.readResponse().status == .badRequest, "a part with no bytes")
+        // A first part again: the upload starts over, its earlier staging file freed.
+        let other = Array("other".utf8)
+        try disorder.send(Self.part(other, upload: 81, total: 10, offset: 0, [1, 2, 3]))
+        #expect(try disorder.readResponse().status == .ok)
+        try disorder.send(Self.part(other, upload: 81, total: 10, offset: 0, [4, 5, 6]))
+        #expect(try disorder.readResponse().status == .ok)
+        try disorder.send(Self.part(other, upload: 81, total: 10, offset: 3, [7, 8, 9, 10, 11, 12, 13]))
+        #expect(try disorder.readResponse().status == .ok)
+        #expect(try disorder.roundTrip(.get(key: other)).body == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13])
         try disorder.send(CachetCommand.put(key: Self.key, value: [1, 2, 3], ttl: 0).encoded(id: 3, flags: .part))
         #expect(try disorder.readResponse().status == .badRequest, "shorter than id, length and offset")
         try disorder.send(Self.part(upload: 79, total: 2, offset: 0, [1, 2, 3]))
@@ -261,6 +275,10 @@ struct NodeUploadTests {
         try first.send(Self.part(Array("empty".utf8), upload: 3, total: 0, offset: 0, []))
         #expect(try first.readResponse().status == .ok)
         #expect(try first.roundTrip(.get(key: Array("empty".utf8))) == CachetResponse(opcode: .get, status: .ok, id: 1))
+        // Values of one part are complete at once: nothing stays in progress.
+        let stats = try node.stats()
+        #expect(stats["uploads_in_progress"] as? Int == 0 && stats["uploads_staged_bytes"] as? Int == 0)
+        #expect(stats["uploads_completed"] as? Int == 3)
     }
 
     @Test func killedDuringAnUploadTheNodeServesTheOlderValueAndFreesTheParts() throws {

@@ -148,6 +148,13 @@ struct NodeHTTPValuesTests {
         let tail = try Self.request(port, "/values/films/long.webm", headers: ["Range": "bytes=1048000-5000000"])
         #expect(tail.status == 206 && tail.headers["etag"] == etag)
         #expect((tail.body == Array(value[1_048_000...5_000_000])) == true)
+        // A last byte at the largest offset there is: to the end (it once overflowed and stopped the node).
+        let far = try Self.request(
+            port,
+            "/values/films/long.webm",
+            headers: ["Range": "bytes=8999990-18446744073709551615"]
+        )
+        #expect(far.status == 206 && far.body == Array(value[8_999_990...]))
         let suffix = try Self.request(port, "/values/films/long.webm", headers: ["Range": "bytes=-3000000"])
         #expect(suffix.status == 206 && (suffix.body == Array(value[6_000_001...])) == true)
         // Conditional requests: the same tag is not sent again; a Range for another version is the whole value.
