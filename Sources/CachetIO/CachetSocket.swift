@@ -11,6 +11,29 @@ import Glibc
 /// that has gone away yields EPIPE instead of killing the process (``ignoreBrokenPipeSignal()`` covers
 /// writes that do not go through these helpers).
 public enum CachetSocket {
+    /// Sets `TCP_NODELAY` on this process's listening TCP socket bound to `port`, which the connections it
+    /// accepts inherit (on Linux): for a listener that a library made and keeps to itself.
+    /// - Parameter port: the port it listens on.
+    public static func setNoDelay(onListenerOf port: Int) {
+        for fd in Int32(0)..<Int32(4096) {
+            var listening: Int32 = 0
+            var size = socklen_t(MemoryLayout<Int32>.size)
+            guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0, listening == 1 else { continue }
+            var address = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let named = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            }
+            let family = Int32(address.ss_family)
+            guard named == 0, family == AF_INET || family == AF_INET6 else { continue }
+            // The port is at the same offset of sockaddr_in and sockaddr_in6.
+            let found = withUnsafeBytes(of: address) { $0.load(fromByteOffset: 2, as: UInt16.self).bigEndian }
+            guard Int(found) == port else { continue }
+            var on: Int32 = 1
+            _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+        }
+    }
+
     /// Ignores SIGPIPE for the whole process. Call once at start-up in programs that write to sockets or
     /// pipes other than through ``send(_:_:)``.
     public static func ignoreBrokenPipeSignal() { _ = signal(SIGPIPE, SIG_IGN) }

@@ -1,3 +1,4 @@
+import CachetIO
 import CachetNode
 import FlyingFox
 import FlyingSocks
@@ -78,37 +79,12 @@ struct MetricsServer {
         case .ip4(_, let listening), .ip6(_, let listening): bound = Int(listening)
         default: break
         }
-        setNoDelay(onListenerOf: bound)
+        // The HTTP server writes a response's head and body in separate writes: with Nagle's algorithm the
+        // last short segment of a body waits for the client's delayed ACK, about 40 ms on every answer longer
+        // than a segment (a p90 of 45 ms for 1 MiB ranges, 3.6 ms without; BENCHMARKS.md). The server
+        // library keeps its socket to itself.
+        CachetSocket.setNoDelay(onListenerOf: bound)
         return (MetricsServer(server: server, stopping: stopping), bound)
-    }
-
-    /// Sets `TCP_NODELAY` on the listening socket of `port`, which the connections it accepts inherit (on
-    /// Linux). The HTTP server writes a response's head and body in separate writes: with Nagle's algorithm
-    /// the last short segment of a body waits for the client's delayed ACK, about 40 ms on every answer
-    /// longer than a segment (measured with Benchmarks/range-load.py: a p90 of 45 ms for 1 MiB ranges, 3.6
-    /// ms without). The server library keeps the socket to itself, so it is found among the process's
-    /// descriptors: the listening TCP socket bound to `port`.
-    static func setNoDelay(onListenerOf port: Int) {
-        for fd in Int32(0)..<Int32(4096) {
-            var listening: Int32 = 0
-            var size = socklen_t(MemoryLayout<Int32>.size)
-            guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0, listening == 1 else { continue }
-            var address = sockaddr_storage()
-            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            let named = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-            }
-            guard named == 0 else { continue }
-            let found: UInt16 =
-                switch Int32(address.ss_family) {
-                case AF_INET: withUnsafeBytes(of: address) { $0.load(fromByteOffset: 2, as: UInt16.self).bigEndian }
-                case AF_INET6: withUnsafeBytes(of: address) { $0.load(fromByteOffset: 2, as: UInt16.self).bigEndian }
-                default: 0
-                }
-            guard Int(found) == port else { continue }
-            var on: Int32 = 1
-            _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
-        }
     }
 
     /// Stops accepting and closes the connections.

@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // (The snippets are the documents' words, spacing included.)
 import CachetClient
+import Foundation
 
 // The Swift snippets of README.md, word for word inside functions, so that they compile with every build
 // of this package; `SnippetTests` (in the core's CachetClusterTests) fails when a snippet of README.md or
@@ -21,4 +22,17 @@ func readmeUseCachetFromSwift() async throws {
         print(change.keyString, change.kind, try change.value(as: User.self) as Any)
     }
     _ = (cached, loaded)
+}
+
+/// A player's side of README.md, "Use Cachet from Swift": what the values-of-any-size snippet feeds.
+struct SnippetPlayer {
+    func feed(_ chunk: [UInt8]) {}
+}
+
+/// README.md, "Use Cachet from Swift", values of any size.
+func readmeValuesOfAnySize(client: CachetClient, fileURL: URL, player: SnippetPlayer) async throws {
+    try await client.put("video:42", contentsOf: fileURL, ttl: .seconds(3600))    // streamed from the file
+    let head = try await client.get("video:42", range: 0..<1_048_576)             // bytes 0..1 MiB
+    for try await chunk in client.stream("video:42") { player.feed(chunk) }       // a range at a time
+    _ = head
 }
