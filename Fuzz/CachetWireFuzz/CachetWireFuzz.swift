@@ -133,7 +133,8 @@ private func expectedRequest(
     in bytes: UnsafeRawBufferPointer,
     frameAt offset: Int,
     end: Int,
-    checkingVersion: Bool = true
+    checkingVersion: Bool = true,
+    checkingParts: Bool = true
 ) -> ExpectedRequest {
     let version = bytes[offset + 4]
     let opcode = bytes[offset + 5]
@@ -158,7 +159,7 @@ private func expectedRequest(
         let (ttl, key, value) = (
             bigEndian(bytes, start, 4), keyStart..<(keyStart + keyLength), (keyStart + keyLength)..<end
         )
-        if bytes[offset + 6] & 0x20 != 0 {
+        if checkingParts && bytes[offset + 6] & 0x20 != 0 {
             // A part ("PUT in parts"): no lease; upload id, length and offset, then bytes within the length.
             guard !leased, value.count >= 24 else { return .error(.malformedBody) }
             let total = UInt64(truncatingIfNeeded: bigEndian(bytes, value.lowerBound + 8, 8))
@@ -400,13 +401,24 @@ private func checkInPlace(_ frame: CachetFrame, in bytes: UnsafeRawBufferPointer
     let offset = frame.body.lowerBound - 12
     let opcode = bytes[offset + 5]
     guard opcode >= 1 && opcode <= 6 else { return }
-    let expected = expectedRequest(in: bytes, frameAt: offset, end: frame.end, checkingVersion: false)
+    // The PUT body's decoder reads a PUT's fields whatever the flags; a part's field is checked on its own.
+    let expected = expectedRequest(in: bytes, frameAt: offset, end: frame.end, checkingVersion: false, checkingParts: false)
     do throws(CachetWireError) {
         switch opcode {
         case 1:
             let leased = frame.header.flags & 0x40 != 0
             let (put, token) = try withoutAllocation("decodePut") { () throws(CachetWireError) in
                 try CachetBodyDecoder.decodePut(in: bytes, body: frame.body, leased: leased)
+            }
+            if frame.header.flags & CachetRequestFlags.part.rawValue != 0 && !leased {
+                // "PUT in parts": the value field is upload id, length and offset, then bytes within the length.
+                let whole = expectedRequest(in: bytes, frameAt: offset, end: frame.end, checkingVersion: false)
+                let part = try? CachetUploadPart.decode(in: bytes, value: put.value)
+                if case .error = whole {
+                    check(part == nil, "\(context()): CachetUploadPart.decode took \(String(describing: part))")
+                } else {
+                    check(part?.bytes == (put.value.lowerBound + 24)..<put.value.upperBound, "\(context()): part \(String(describing: part))")
+                }
             }
             switch expected {
             case .put(let ttl, let key, let value) where !leased:

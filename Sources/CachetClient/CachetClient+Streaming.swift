@@ -168,8 +168,8 @@ extension CachetClient {
     }
 
     /// The value under `key` as a stream of byte arrays, read a range of `partSize` bytes at a time as the
-    /// consumer asks for them (back-pressured: nothing is read ahead), so that a value of any size is read
-    /// in bounded memory. Each range carries the value's tag: if the key is written while it is read, the
+    /// consumer asks for them (back-pressured: one range is read ahead of the one the consumer has), so that
+    /// a value of any size is read in bounded memory. Each range carries the value's tag: if the key is written while it is read, the
     /// stream throws `valueChanged` rather than yield bytes of two values. A key with no value throws
     /// `notFound` on the first iteration.
     ///
@@ -270,13 +270,30 @@ public struct CachetValueStream: AsyncSequence, Sendable {
         /// The value's length, once the first range has been read.
         public private(set) var totalLength: Int?
         var tag: UInt64?
+        /// The range after the one last returned, asked for as that one was returned (one read ahead, so
+        /// that the node reads it while the consumer uses the bytes before it).
+        var ahead: (offset: Int, task: Task<CachetValueSlice?, any Error>)?
 
         /// The next bytes of the value; nil after its last byte.
         public mutating func next(isolation actor: isolated (any Actor)?) async throws(CachetClientError) -> [UInt8]? {
             if let totalLength, offset >= totalLength { return nil }
             try CachetClient.throwIfCancelled()
-            let range = CachetValueRange(offset: UInt64(offset), length: UInt64(partSize))
-            guard let slice = try await client.get(key: key, range: range) else {
+            let read: CachetValueSlice?
+            if let ahead, ahead.offset == offset {
+                self.ahead = nil
+                do {
+                    read = try await ahead.task.value
+                } catch {
+                    throw error as? CachetClientError
+                        ?? CachetClientError(code: .serverError, message: "\(error)", underlying: error)
+                }
+            } else {
+                read = try await client.get(
+                    key: key,
+                    range: CachetValueRange(offset: UInt64(offset), length: UInt64(partSize))
+                )
+            }
+            guard let slice = read else {
                 throw CachetClientError(
                     code: tag == nil ? .notFound : .valueChanged,
                     message: tag == nil
@@ -300,6 +317,14 @@ public struct CachetValueStream: AsyncSequence, Sendable {
                 )
             }
             offset += slice.bytes.count
+            if offset < slice.totalLength {
+                let (client, key) = (self.client, self.key)
+                let range = CachetValueRange(offset: UInt64(offset), length: UInt64(partSize))
+                ahead = (
+                    offset,
+                    Task { () async throws -> CachetValueSlice? in try await client.get(key: key, range: range) }
+                )
+            }
             return slice.bytes.isEmpty ? nil : slice.bytes
         }
 
