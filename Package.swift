@@ -48,6 +48,9 @@ let package = Package(
         // The wire codec: frames and bodies, no I/O.
         .target(name: "CachetWire", swiftSettings: swiftSettings),
 
+        // memcached's text protocol: commands decoded in place, no I/O (the memcached front end's codec).
+        .target(name: "CachetMemcache", swiftSettings: swiftSettings),
+
         // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
         .target(name: "CachetRing", swiftSettings: swiftSettings),
 
@@ -191,6 +194,11 @@ let package = Package(
         .testTarget(
             name: "CachetWireTests",
             dependencies: ["CachetWire", "CachetTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetMemcacheTests",
+            dependencies: ["CachetMemcache"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,84 @@
+// A libFuzzer target for the decoder of memcached's text protocol (CachetMemcache). Built and run by
+// `Fuzz/run-memcache.sh`, never by the root package's `swift build` or `swift test`.
+//
+// Every input is decoded as a stream of commands, and for each one the harness checks:
+// 1. No read outside the input (AddressSanitizer; the input lies in an allocation of exactly its size).
+// 2. Progress and bounds: every command or failure ends past where it started and within the input.
+// 3. Splitting: every prefix of the bytes a command took decodes as "need more" (or, past 2048 bytes with
+//    no line end, as a line too long), never as another command.
+// 4. What a command holds agrees with its line: keys are 1 to 250 bytes with no control character, inside
+//    the line; a storage command's data block starts right after the line's `\n` and is followed by `\r\n`.
+// A violated property stops the process with a message (`fatalError`), which libFuzzer records as a crash.
+
+import CachetMemcache
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+private func check(_ condition: Bool, _ message: @autoclosure () -> String) {
+    if !condition { fatalError(message()) }
+}
+
+private func isKey(_ range: Range<Int>, _ bytes: UnsafeRawBufferPointer, line: Range<Int>) -> Bool {
+    guard (1...250).contains(range.count), line.contains(range.lowerBound), range.upperBound <= line.upperBound else {
+        return false
+    }
+    return range.allSatisfy { bytes[$0] > 0x20 && bytes[$0] != 0x7f }
+}
+
+private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int) {
+    var newline = start
+    while bytes[newline] != UInt8(ascii: "\n") { newline += 1 }
+    let line = start..<newline
+    switch command {
+    case .store(_, let key, _, _, let data, _, _):
+        check(isKey(key, bytes, line: line), "store: a bad key \(key)")
+        check(data.lowerBound == newline + 1 && data.upperBound + 2 == end, "store: data \(data), line end \(newline), end \(end)")
+        check(bytes[data.upperBound] == 13 && bytes[data.upperBound + 1] == 10, "store: data not followed by CRLF")
+    case .retrieve(let keys, _, _):
+        check(!keys.isEmpty && keys.allSatisfy { isKey($0, bytes, line: line) }, "retrieve: bad keys \(keys)")
+        check(end == newline + 1, "retrieve: end \(end), line end \(newline)")
+    case .delete(let key, _), .arithmetic(_, let key, _, _), .touch(let key, _, _):
+        check(isKey(key, bytes, line: line), "\(command): a bad key")
+        check(end == newline + 1, "\(command): end \(end), line end \(newline)")
+    case .stats(let argument):
+        check(argument.map { line.contains($0.lowerBound) && $0.upperBound <= line.upperBound } ?? true, "stats: argument")
+        check(end == newline + 1, "stats: end")
+    case .flushAll, .version, .verbosity, .quit:
+        check(end == newline + 1, "\(command): end \(end), line end \(newline)")
+    }
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
+    let bytes = UnsafeRawBufferPointer(start: data, count: size)
+    var offset = 0
+    while offset < size {
+        let decoded = MemcacheTextDecoder.decode(bytes, at: offset, maximumValueLength: 4096)
+        let end: Int
+        switch decoded {
+        case .needMore:
+            return 0
+        case .command(let command, let found):
+            end = found
+            check(end > offset && end <= size, "command \(command) at \(offset) ends at \(end) of \(size)")
+            checkCommand(command, bytes, from: offset, to: end)
+        case .failure(let error, let found):
+            end = found
+            check(end > offset && end <= size, "failure \(error) at \(offset) ends at \(end) of \(size)")
+            if error.closesConnection { return 0 }
+        }
+        // Every prefix of what it took needs more (or, without a line end past the limit, is too long).
+        for cut in offset..<end {
+            let prefix = UnsafeRawBufferPointer(rebasing: bytes[0..<cut])
+            switch MemcacheTextDecoder.decode(prefix, at: offset, maximumValueLength: 4096) {
+            case .needMore: break
+            case .failure(.lineTooLong, _): break
+            case let other: fatalError("a prefix of \(cut - offset) bytes at \(offset) decoded as \(other), the whole as \(decoded)")
+            }
+        }
+        offset = end
+    }
+    return 0
+}

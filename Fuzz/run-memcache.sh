@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target of memcached's text protocol decoder (CachetMemcache) with AddressSanitizer and
+# runs it, its corpus seeded with a few commands of every kind. Nothing here is part of the root package's
+# build or tests; everything it writes goes under Fuzz/.build-memcache/ (git-ignored).
+#
+#   Fuzz/run-memcache.sh                  # 10,000,000 inputs
+#   MAX_TIME=600 Fuzz/run-memcache.sh     # stop after 10 minutes whatever the count
+#   Fuzz/run-memcache.sh Fuzz/.build-memcache/crash-…   # replay one input
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+out="$here/.build-memcache"
+mkdir -p "$out/module" "$out/seeds" "$out/corpus"
+RUNS="${RUNS:-10000000}"
+MAX_TIME="${MAX_TIME:-0}"
+
+flags=(-O -sanitize=fuzzer,address -parse-as-library -swift-version 6
+    -enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault)
+echo "building CachetMemcache and the fuzz target" >&2
+swiftc "${flags[@]}" -wmo -module-name CachetMemcache -emit-module -emit-module-path "$out/module/CachetMemcache.swiftmodule" \
+    -emit-object -o "$out/CachetMemcache.o" "$root"/Sources/CachetMemcache/*.swift
+swiftc "${flags[@]}" -I "$out/module" -module-name CachetMemcacheFuzz -o "$out/cachet-memcache-fuzz" \
+    "$here"/CachetMemcacheFuzz/*.swift "$out/CachetMemcache.o" 2>&1 | { grep -v "Cannot export local symbol" >&2 || true; }
+export SWIFT_BACKTRACE=enable=no
+if [ "$#" -gt 0 ]; then exec "$out/cachet-memcache-fuzz" "$@"; fi
+
+printf 'set k 0 0 5\r\nhello\r\nget k\r\n' > "$out/seeds/set-get"
+printf 'gets a b c\r\ngat 10 a\r\ngats -1 b\r\n' > "$out/seeds/retrieve"
+printf 'cas k 1 0 2 99 noreply\r\nab\r\nappend k 0 0 1\r\nx\r\nprepend k 0 0 1\r\ny\r\n' > "$out/seeds/cas"
+printf 'incr k 1\r\ndecr k 18446744073709551615 noreply\r\ntouch k 10\r\ndelete k 0\r\n' > "$out/seeds/others"
+printf 'flush_all 10 noreply\r\nversion\r\nverbosity 1\r\nstats items\r\nquit\r\nbogus\r\n' > "$out/seeds/admin"
+
+cd "$out"
+common=(-max_len=4500 -print_final_stats=1 -artifact_prefix="$out/")
+if [ "$MAX_TIME" != 0 ]; then common+=(-max_total_time="$MAX_TIME"); fi
+start=$(date +%s)
+nice -n 10 ./cachet-memcache-fuzz "${common[@]}" -runs="$RUNS" corpus seeds
+echo "done in $(( $(date +%s) - start )) s; corpus: $(ls corpus | wc -l) inputs; findings: $(ls "$out" | grep -cE '^(crash|timeout|oom|leak)-' || true)" >&2

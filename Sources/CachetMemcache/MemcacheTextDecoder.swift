@@ -1,0 +1,241 @@
+/// memcached's text protocol (memcached's `protocol.txt`, "Commands"): a command line decoded in place,
+/// without I/O, into what it asks for; the first piece of a memcached front end on the node's command layer
+/// (issue 38). Offsets are into the caller's buffer, as ``CachetWire``'s decoders give them.
+///
+/// What memcached 1.6 does is followed where clients can tell: lines end with `\n` (a `\r` before it is
+/// dropped); tokens are separated by one or more spaces; a key is 1 to 250 bytes with no control
+/// characters; a bad line is answered `CLIENT_ERROR bad command line format` and an unknown command `ERROR`,
+/// both on an open connection; a line without its end past 2048 bytes (other than a `get` or `gets`, whose
+/// keys may run to ``maximumRetrievalLineLength``) is `CLIENT_ERROR line too long` and closes the connection;
+/// a storage command's data block must end with `\r\n` (`CLIENT_ERROR bad data chunk`, the block consumed).
+public enum MemcacheTextDecoder {
+    /// The longest key memcached takes.
+    public static let maximumKeyLength = 250
+    /// The longest line of any command but `get` and `gets`.
+    public static let maximumLineLength = 2048
+    /// The longest `get` or `gets` line (many keys).
+    public static let maximumRetrievalLineLength = 1 << 20
+
+    /// Decodes the command at `offset` of `buffer`.
+    /// - Parameters:
+    ///   - buffer: received bytes.
+    ///   - offset: where the command starts.
+    ///   - maximumValueLength: a storage command announcing more bytes is answered `SERVER_ERROR object too
+    ///     large for cache`, its data block consumed.
+    public static func decode(
+        _ buffer: UnsafeRawBufferPointer,
+        at offset: Int = 0,
+        maximumValueLength: Int = 1 << 20
+    ) -> MemcacheTextDecoding {
+        guard let newline = firstNewline(in: buffer, from: offset) else {
+            let pending = buffer.count - offset
+            let limit = startsRetrieval(buffer, at: offset) ? maximumRetrievalLineLength : maximumLineLength
+            return pending > limit ? .failure(.lineTooLong, end: buffer.count) : .needMore
+        }
+        let lineEnd = newline > offset && buffer[newline - 1] == UInt8(ascii: "\r") ? newline - 1 : newline
+        let end = newline + 1
+        var tokens: [Range<Int>] = []
+        var position = offset
+        while position < lineEnd {
+            while position < lineEnd && buffer[position] == UInt8(ascii: " ") { position += 1 }
+            let start = position
+            while position < lineEnd && buffer[position] != UInt8(ascii: " ") { position += 1 }
+            if position > start { tokens.append(start..<position) }
+        }
+        guard let verb = tokens.first else { return .failure(.unknownCommand, end: end) }
+        let name = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[verb]), as: UTF8.self)
+        let arguments = Array(tokens.dropFirst())
+        func text(_ range: Range<Int>) -> String {
+            String(decoding: UnsafeRawBufferPointer(rebasing: buffer[range]), as: UTF8.self)
+        }
+        let noreply = arguments.last.map { text($0) == "noreply" } ?? false
+        switch name {
+        case "get", "gets", "gat", "gats":
+            let touches = name.hasPrefix("gat")
+            let keys = touches ? Array(arguments.dropFirst()) : arguments
+            guard !keys.isEmpty, keys.allSatisfy({ isKey($0, in: buffer) }) else {
+                return .failure(.badFormat, end: end)
+            }
+            var exptime: Int64?
+            if touches {
+                guard let first = arguments.first, let value = Int64(text(first)) else {
+                    return .failure(.badFormat, end: end)
+                }
+                exptime = value
+            }
+            return .command(.retrieve(keys: keys, withCAS: name.hasSuffix("s"), touch: exptime), end: end)
+        case "set", "add", "replace", "append", "prepend", "cas":
+            let verb = MemcacheStorageVerb(rawValue: name)!
+            let required = verb == .cas ? 5 : 4
+            let count = arguments.count - (noreply ? 1 : 0)
+            guard count == required, isKey(arguments[0], in: buffer), let flags = UInt32(text(arguments[1])),
+                let exptime = Int64(text(arguments[2])), let length = Int(text(arguments[3])), length >= 0
+            else { return .failure(.badFormat, end: end) }
+            var cas: UInt64?
+            if verb == .cas {
+                guard let unique = UInt64(text(arguments[4])) else { return .failure(.badFormat, end: end) }
+                cas = unique
+            }
+            guard length <= maximumValueLength else {
+                // The data block is consumed with the refusal, as memcached swallows it.
+                guard buffer.count >= end + length + 2 else { return .needMore }
+                return .failure(.tooLarge, end: end + length + 2)
+            }
+            guard buffer.count >= end + length + 2 else { return .needMore }
+            let data = end..<(end + length)
+            guard buffer[end + length] == UInt8(ascii: "\r"), buffer[end + length + 1] == UInt8(ascii: "\n") else {
+                return .failure(.badDataChunk, end: end + length + 2)
+            }
+            return .command(
+                .store(verb, key: arguments[0], flags: flags, exptime: exptime, data: data, cas: cas, noreply: noreply),
+                end: end + length + 2
+            )
+        case "delete":
+            let count = arguments.count - (noreply ? 1 : 0)
+            // memcached still takes a time of 0 after the key, from an older form of the command.
+            guard count == 1 || (count == 2 && text(arguments[1]) == "0"), isKey(arguments[0], in: buffer) else {
+                return .failure(.badDeleteFormat, end: end)
+            }
+            return .command(.delete(key: arguments[0], noreply: noreply), end: end)
+        case "incr", "decr":
+            let count = arguments.count - (noreply ? 1 : 0)
+            guard count == 2, isKey(arguments[0], in: buffer) else { return .failure(.badFormat, end: end) }
+            guard let delta = UInt64(text(arguments[1])) else { return .failure(.invalidDelta, end: end) }
+            return .command(
+                .arithmetic(increment: name == "incr", key: arguments[0], delta: delta, noreply: noreply),
+                end: end
+            )
+        case "touch":
+            let count = arguments.count - (noreply ? 1 : 0)
+            guard count == 2, isKey(arguments[0], in: buffer), let exptime = Int64(text(arguments[1])) else {
+                return .failure(.badFormat, end: end)
+            }
+            return .command(.touch(key: arguments[0], exptime: exptime, noreply: noreply), end: end)
+        case "flush_all":
+            let count = arguments.count - (noreply ? 1 : 0)
+            guard count <= 1 else { return .failure(.badFormat, end: end) }
+            var delay: Int64 = 0
+            if count == 1 {
+                guard let value = Int64(text(arguments[0])), value >= 0 else { return .failure(.badFormat, end: end) }
+                delay = value
+            }
+            return .command(.flushAll(delay: delay, noreply: noreply), end: end)
+        case "version":
+            return .command(.version, end: end)
+        case "verbosity":
+            let count = arguments.count - (noreply ? 1 : 0)
+            guard count == 1, UInt32(text(arguments[0])) != nil else { return .failure(.badFormat, end: end) }
+            return .command(.verbosity(noreply: noreply), end: end)
+        case "stats":
+            return .command(.stats(argument: arguments.first), end: end)
+        case "quit":
+            return .command(.quit, end: end)
+        default:
+            return .failure(.unknownCommand, end: end)
+        }
+    }
+
+    /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
+    static func isKey(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
+        guard (1...maximumKeyLength).contains(range.count) else { return false }
+        for index in range where buffer[index] < 0x21 || buffer[index] == 0x7f { return false }
+        return true
+    }
+
+    private static func firstNewline(in buffer: UnsafeRawBufferPointer, from offset: Int) -> Int? {
+        var index = offset
+        while index < buffer.count {
+            if buffer[index] == UInt8(ascii: "\n") { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    private static func startsRetrieval(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> Bool {
+        let prefix = Array(buffer[offset..<min(buffer.count, offset + 5)])
+        return prefix.starts(with: Array("get ".utf8)) || prefix.starts(with: Array("gets ".utf8))
+    }
+}
+
+/// A storage command's verb.
+public enum MemcacheStorageVerb: String, Sendable {
+    case set, add, replace, append, prepend, cas
+}
+
+/// A command of memcached's text protocol; keys and data are offsets into the decoded buffer.
+public enum MemcacheTextCommand: Hashable, Sendable {
+    /// `set`, `add`, `replace`, `append`, `prepend` or `cas`: the key, the client's 32-bit flags, the
+    /// expiry (memcached's rules: seconds, or a Unix time past 30 days; negative means expired at once), the
+    /// data block, the CAS unique of a `cas`, and whether no reply is wanted.
+    case store(
+        MemcacheStorageVerb,
+        key: Range<Int>,
+        flags: UInt32,
+        exptime: Int64,
+        data: Range<Int>,
+        cas: UInt64?,
+        noreply: Bool
+    )
+    /// `get`/`gets` (`withCAS`), or `gat`/`gats` with the new expiry (`touch`): one or more keys.
+    case retrieve(keys: [Range<Int>], withCAS: Bool, touch: Int64?)
+    /// `delete KEY [noreply]`.
+    case delete(key: Range<Int>, noreply: Bool)
+    /// `incr` or `decr KEY DELTA [noreply]`: 64-bit unsigned.
+    case arithmetic(increment: Bool, key: Range<Int>, delta: UInt64, noreply: Bool)
+    /// `touch KEY EXPTIME [noreply]`.
+    case touch(key: Range<Int>, exptime: Int64, noreply: Bool)
+    /// `flush_all [DELAY] [noreply]`.
+    case flushAll(delay: Int64, noreply: Bool)
+    /// `version`.
+    case version
+    /// `verbosity LEVEL [noreply]` (accepted, changes nothing).
+    case verbosity(noreply: Bool)
+    /// `stats [ARGUMENT]`.
+    case stats(argument: Range<Int>?)
+    /// `quit`: the connection closes.
+    case quit
+}
+
+/// What decoding the bytes at an offset came to.
+public enum MemcacheTextDecoding: Hashable, Sendable {
+    /// The command is not whole yet.
+    case needMore
+    /// A command, and where the next one starts.
+    case command(MemcacheTextCommand, end: Int)
+    /// A bad command: the line to answer with, and where the next one starts.
+    case failure(MemcacheTextError, end: Int)
+}
+
+/// The errors of memcached's text protocol, each with the line memcached answers.
+public enum MemcacheTextError: Hashable, Sendable {
+    /// An unknown command, or an empty line: `ERROR`.
+    case unknownCommand
+    /// Arguments that are missing, extra or not numbers, or a bad key.
+    case badFormat
+    /// `delete` with arguments other than `[0] [noreply]`.
+    case badDeleteFormat
+    /// `incr`/`decr` with a delta that is not a 64-bit unsigned number.
+    case invalidDelta
+    /// A data block not followed by `\r\n`.
+    case badDataChunk
+    /// A value longer than the node takes (its data block consumed).
+    case tooLarge
+    /// A line with no end in sight: the connection closes.
+    case lineTooLong
+
+    /// The reply line, `\r\n` included.
+    public var line: String {
+        switch self {
+        case .unknownCommand: return "ERROR\r\n"
+        case .badFormat: return "CLIENT_ERROR bad command line format\r\n"
+        case .badDeleteFormat: return "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+        case .invalidDelta: return "CLIENT_ERROR invalid numeric delta argument\r\n"
+        case .badDataChunk: return "CLIENT_ERROR bad data chunk\r\n"
+        case .tooLarge: return "SERVER_ERROR object too large for cache\r\n"
+        case .lineTooLong: return "CLIENT_ERROR line too long\r\n"
+        }
+    }
+
+    /// Whether the connection closes after the reply (as memcached closes it).
+    public var closesConnection: Bool { self == .lineTooLong }
+}

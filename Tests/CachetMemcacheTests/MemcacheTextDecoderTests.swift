@@ -1,0 +1,159 @@
+import Testing
+
+@testable import CachetMemcache
+
+/// memcached's text protocol decoded in place: every command's shape, the lines memcached answers bad input
+/// with, and commands cut anywhere.
+@Suite("memcached text protocol: the decoder")
+struct MemcacheTextDecoderTests {
+    static func decode(_ text: String, maximumValueLength: Int = 1 << 20) -> (MemcacheTextDecoding, [UInt8]) {
+        let bytes = Array(text.utf8)
+        return (bytes.withUnsafeBytes { MemcacheTextDecoder.decode($0, maximumValueLength: maximumValueLength) }, bytes)
+    }
+
+    static func text(_ range: Range<Int>, _ bytes: [UInt8]) -> String { String(decoding: bytes[range], as: UTF8.self) }
+
+    @Test func storageCommandsCarryKeyFlagsExpiryDataAndNoreply() {
+        let (decoded, bytes) = Self.decode("set user:1 42 3600 5\r\nhello\r\nget x\r\n")
+        guard
+            case .command(.store(let verb, let key, let flags, let exptime, let data, let cas, let noreply), let end) =
+                decoded
+        else {
+            Issue.record("\(decoded)")
+            return
+        }
+        #expect(verb == .set && Self.text(key, bytes) == "user:1" && flags == 42 && exptime == 3600)
+        #expect(Self.text(data, bytes) == "hello" && cas == nil && !noreply && end == 29)
+        for verb in ["add", "replace", "append", "prepend"] {
+            let (other, _) = Self.decode("\(verb) k 0 -1 0 noreply\r\n\r\n")
+            guard case .command(.store(let found, _, _, -1, let data, nil, true), 21 + verb.count) = other else {
+                Issue.record("\(verb): \(other)")
+                return
+            }
+            #expect(found.rawValue == verb && data.isEmpty)
+        }
+        let (casCommand, _) = Self.decode("cas k 1 0 2 99\r\nab\r\n")
+        guard case .command(.store(.cas, _, 1, 0, _, 99, false), _) = casCommand else {
+            Issue.record("\(casCommand)")
+            return
+        }
+    }
+
+    @Test func retrievalCommandsTakeManyKeys() {
+        let (get, bytes) = Self.decode("get a bb ccc\r\n")
+        guard case .command(.retrieve(let keys, false, nil), 14) = get else {
+            Issue.record("\(get)")
+            return
+        }
+        #expect(keys.map { Self.text($0, bytes) } == ["a", "bb", "ccc"])
+        guard case .command(.retrieve(_, true, nil), _) = Self.decode("gets a\n").0 else {
+            Issue.record("gets")
+            return
+        }
+        guard case .command(.retrieve(let touched, false, 60), _) = Self.decode("gat 60 a b\r\n").0, touched.count == 2
+        else {
+            Issue.record("gat")
+            return
+        }
+        guard case .command(.retrieve(_, true, -1), _) = Self.decode("gats -1 a\r\n").0 else {
+            Issue.record("gats")
+            return
+        }
+    }
+
+    @Test func theOtherCommands() {
+        let cases: [(String, MemcacheTextCommand)] = [
+            ("delete k\r\n", .delete(key: 7..<8, noreply: false)),
+            ("delete k 0 noreply\r\n", .delete(key: 7..<8, noreply: true)),
+            ("incr k 18446744073709551615\r\n", .arithmetic(increment: true, key: 5..<6, delta: .max, noreply: false)),
+            ("decr k 1 noreply\r\n", .arithmetic(increment: false, key: 5..<6, delta: 1, noreply: true)),
+            ("touch k 10\r\n", .touch(key: 6..<7, exptime: 10, noreply: false)),
+            ("flush_all\r\n", .flushAll(delay: 0, noreply: false)),
+            ("flush_all 30 noreply\r\n", .flushAll(delay: 30, noreply: true)),
+            ("version\r\n", .version),
+            ("verbosity 1\r\n", .verbosity(noreply: false)),
+            ("stats\r\n", .stats(argument: nil)),
+            ("stats items\r\n", .stats(argument: 6..<11)),
+            ("quit\r\n", .quit),
+            ("  get   k  \r\n", .retrieve(keys: [8..<9], withCAS: false, touch: nil)),
+        ]
+        for (line, expected) in cases {
+            let (decoded, bytes) = Self.decode(line)
+            #expect(decoded == .command(expected, end: bytes.count), "\(line.debugDescription): \(decoded)")
+        }
+    }
+
+    @Test func badInputIsAnsweredAsMemcachedAnswersIt() {
+        let cases: [(String, MemcacheTextError)] = [
+            ("bogus\r\n", .unknownCommand),
+            ("\r\n", .unknownCommand),
+            ("set k 0 0\r\n", .badFormat),
+            ("set k notanumber 0 1\r\n", .badFormat),
+            ("set k 4294967296 0 1\r\n", .badFormat),
+            ("set k 0 0 -1\r\n", .badFormat),
+            ("set \(String(repeating: "k", count: 251)) 0 0 1\r\n", .badFormat),
+            ("get\r\n", .badFormat),
+            ("get \(String(repeating: "k", count: 251))\r\n", .badFormat),
+            ("get a\u{01}b\r\n", .badFormat),
+            ("delete k 10\r\n", .badDeleteFormat),
+            ("incr k -1\r\n", .invalidDelta),
+            ("incr k 18446744073709551616\r\n", .invalidDelta),
+            ("touch k\r\n", .badFormat),
+            ("flush_all -1\r\n", .badFormat),
+            ("verbosity\r\n", .badFormat),
+        ]
+        for (line, expected) in cases {
+            let (decoded, bytes) = Self.decode(line)
+            #expect(decoded == .failure(expected, end: bytes.count), "\(line.debugDescription): \(decoded)")
+            #expect(!expected.closesConnection)
+        }
+        #expect(MemcacheTextError.unknownCommand.line == "ERROR\r\n")
+        #expect(MemcacheTextError.badFormat.line == "CLIENT_ERROR bad command line format\r\n")
+    }
+
+    @Test func dataBlocksMustEndWithCRLFAndFitTheLimit() {
+        let (bad, bytes) = Self.decode("set k 0 0 3\r\nabcXY")
+        #expect(bad == .failure(.badDataChunk, end: bytes.count), "the block is consumed with its two bytes")
+        let (large, largeBytes) = Self.decode("set k 0 0 5\r\nhello\r\n", maximumValueLength: 4)
+        #expect(large == .failure(.tooLarge, end: largeBytes.count))
+        #expect(MemcacheTextError.tooLarge.line == "SERVER_ERROR object too large for cache\r\n")
+    }
+
+    @Test func aCommandCutAnywhereNeedsMoreAndALineWithoutEndIsTooLong() {
+        let whole = "set k 7 0 5\r\nhello\r\n"
+        let bytes = Array(whole.utf8)
+        for cut in 0..<bytes.count {
+            let decoded = bytes[0..<cut].withUnsafeBytes { MemcacheTextDecoder.decode($0) }
+            #expect(decoded == .needMore, "cut at \(cut)")
+        }
+        let (long, longBytes) = Self.decode("set " + String(repeating: "k", count: 3000))
+        #expect(long == .failure(.lineTooLong, end: longBytes.count) && MemcacheTextError.lineTooLong.closesConnection)
+        // A get of many keys may run longer before its end arrives.
+        #expect(Self.decode("get " + String(repeating: "k ", count: 2000)).0 == .needMore)
+    }
+}
+
+@Suite("memcached text protocol: the replies")
+struct MemcacheTextReplyTests {
+    @Test func valuesAreWrittenAsMemcachedWritesThem() {
+        var output: [UInt8] = []
+        Array("k1".utf8).withUnsafeBytes { key in
+            Array("hello".utf8).withUnsafeBytes { data in
+                MemcacheTextReply.appendValue(key: key, flags: 42, data: data, cas: nil, to: &output)
+                MemcacheTextReply.appendValue(key: key, flags: 0, data: data, cas: 7, to: &output)
+            }
+        }
+        output += MemcacheTextReply.end
+        #expect(
+            String(decoding: output, as: UTF8.self) == "VALUE k1 42 5\r\nhello\r\nVALUE k1 0 5 7\r\nhello\r\nEND\r\n"
+        )
+        #expect(MemcacheTextReply.number(18_446_744_073_709_551_615) == Array("18446744073709551615\r\n".utf8))
+        #expect(MemcacheTextReply.stat("pid", "42") == Array("STAT pid 42\r\n".utf8))
+    }
+
+    @Test func incrWrapsAndDecrStopsAtZero() {
+        #expect(MemcacheTextReply.arithmetic(.max, delta: 2, increment: true) == 1)
+        #expect(MemcacheTextReply.arithmetic(5, delta: 7, increment: false) == 0)
+        #expect(MemcacheTextReply.arithmetic(5, delta: 3, increment: false) == 2)
+    }
+}
