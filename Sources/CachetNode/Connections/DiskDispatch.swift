@@ -152,9 +152,15 @@ final class DiskDispatch: @unchecked Sendable {
     private func start(_ operation: PendingOperation, for connection: Connection) {
         switch operation {
         case .rangedGet(let key, let id, let range):
-            // Only the range's blocks are read, at most what one reply frame holds.
-            let limit =
-                host.processor.maximumPayloadLength - CachetProtocol.headerSize - CachetValueRange.replyPrefixSize
+            // Only the range's blocks are read: at most what one reply frame holds, and what the connections'
+            // budget has room for now (at least the fair allowance), charged to it while the read is in flight;
+            // the client asks again for the rest.
+            let limit = min(
+                host.processor.rangeLimit,
+                max(ConnectionMemory.fairAllowance, memory.replyRoom),
+                Int(clamping: range.length)
+            )
+            memory.charge(limit)
             disk.worker.getRange(
                 key: key,
                 offset: range.offset,
@@ -164,6 +170,7 @@ final class DiskDispatch: @unchecked Sendable {
             ) {
                 [self] read in
                 host.execute { [self] in
+                    memory.charge(-limit)
                     host.resume(connection) { processor, output, _ in
                         processor.diskCompletions.completeRange(read, id: id, output: &output)
                     }

@@ -360,6 +360,25 @@ struct NodeUploadTests {
         #expect(event.value == nil && event.valueOmitted)
     }
 
+    @Test func aRangeFromDiskIsCutToTheConnectionsMemoryBudget() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-upload-budget")
+        defer { directory.remove() }
+        // A frame holds 8 MiB, but replies may take only 5 of the connections' 10 MiB (the rest is kept for a
+        // request's frame): a 6 MB range comes back in pieces.
+        let node = try NodeProcess(arguments: [
+            "--data-dir", directory.path, "--disk-limit", "64MiB", "--max-frame", "8MiB", "--connection-memory",
+            "10MiB",
+        ])
+        let socket = try node.connect()
+        let value = Self.value(6_000_000, seed: 12)
+        #expect(try Self.upload(value, size: 1_000_000, on: socket).allSatisfy { $0 == .ok })
+        let reply = try Self.rangedGet(CachetValueRange(offset: 0), on: socket)
+        let carried = reply.body.count - 16
+        #expect(reply.status == .ok && carried > 0 && carried <= 5 << 20, "\(carried) bytes")
+        #expect((Array(reply.body[16...]) == Array(value[0..<carried])) == true)
+        #expect((try Self.readByRanges(size: 6_000_000, on: socket) == value) == true)
+    }
+
     @Test func aNodeWithoutADiskTierRefusesPartsClearly() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let socket = try node.connect()
