@@ -164,7 +164,7 @@ extension CachetDiskStore {
 
     /// The length of `key`'s value as the index records it, without reading its file; nil when the index
     /// does not list it (or is still being rebuilt).
-    func indexedValueLength(key: [UInt8]) -> Int? {
+    public func indexedValueLength(key: [UInt8]) -> Int? {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         return state.withLock { $0.index.lookup(digest).map { $0.logicalSize - key.count } }
     }

@@ -17,6 +17,11 @@ final class DiskDispatch: @unchecked Sendable {
     /// The budget a PUT waiting for room in the disk queue is charged to.
     let memory: ConnectionMemory
 
+    /// Reads of whole values longer than the fair allowance in flight on this loop, and those waiting for
+    /// one to end (``startGet(_:for:)``).
+    private var largeReads = 0
+    private var deferredGets: [(PendingOperation, Connection)] = []
+
     init(host: NodeIOQueue, disk: DiskTier, memory: ConnectionMemory) {
         self.host = host
         self.disk = disk
@@ -41,6 +46,54 @@ final class DiskDispatch: @unchecked Sendable {
         _ write: @escaping @Sendable (RequestProcessor, inout CachetByteBuffer, UInt32) -> Void
     ) {
         host.execute { [self] in host.resume(connection) { write($0, &$1, $2) } }
+    }
+
+    /// Reads a whole value from the disk tier for a GET. One longer than the fair allowance is charged to
+    /// the connections' budget while it is read and answered; when the budget has no room for it and
+    /// another such read is in flight on this loop, it waits for that one to end. So values read whole
+    /// from disk hold at most the budget, and one value per loop beyond it, however many connections ask
+    /// (values longer than `--large-value` live on disk only, and are read whole by every GET of them).
+    private func startGet(_ operation: PendingOperation, for connection: Connection) {
+        let key = operation.diskReadKey.unsafelyUnwrapped
+        // A value longer than a reply frame holds is not read: it is answered TOO_LARGE.
+        let longest = host.processor.maximumPayloadLength - CachetProtocol.headerSize
+        let length = min(longest, disk.store.indexedValueLength(key: key) ?? 0)
+        let charged = length > ConnectionMemory.fairAllowance ? length : 0
+        if charged > 0 {
+            guard largeReads == 0 || memory.allows(charged) else {
+                deferredGets.append((operation, connection))
+                disk.readsDeferred.add(1)
+                return
+            }
+            largeReads += 1
+            memory.charge(charged)
+        }
+        disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [self] entry in
+            host.execute { [self] in
+                host.resume(connection) { processor, output, now in
+                    processor.diskCompletions.completeGet(operation, entry: entry, output: &output, now: now)
+                }
+                if charged > 0 {
+                    // The reply is in the connection's output now, charged there when it settles.
+                    memory.charge(-charged)
+                    largeReads -= 1
+                    startDeferredGets()
+                }
+            }
+        }
+    }
+
+    /// Starts the GETs that waited for a large read to end, while they may (those whose connection closed
+    /// meanwhile are dropped).
+    private func startDeferredGets() {
+        while !deferredGets.isEmpty {
+            let (operation, connection) = deferredGets.removeFirst()
+            guard case .waitingForCompletion = connection.phase else { continue }
+            let before = deferredGets.count
+            startGet(operation, for: connection)
+            // Deferred again: wait for the next read to end.
+            if deferredGets.count > before { return }
+        }
     }
 
     // MARK: Values sent in parts
@@ -177,16 +230,7 @@ final class DiskDispatch: @unchecked Sendable {
                 }
             }
         case .get:
-            let key = operation.diskReadKey.unsafelyUnwrapped
-            // A value longer than a reply frame holds is not read: it is answered TOO_LARGE.
-            let longest = host.processor.maximumPayloadLength - CachetProtocol.headerSize
-            disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [self] entry in
-                host.execute { [self] in
-                    host.resume(connection) { processor, output, now in
-                        processor.diskCompletions.completeGet(operation, entry: entry, output: &output, now: now)
-                    }
-                }
-            }
+            startGet(operation, for: connection)
         case .put(let key, let value, let expiry, let id):
             // Charged to the budget when the PUT began to wait (``begin(_:for:)``), given back once it stops.
             let held = key.count + value.count

@@ -121,6 +121,7 @@ final class NodeStatistics: Sendable {
                 ("uploads_completed", "\(uploads.completed)"),
                 ("uploads_abandoned", "\(uploads.abandoned)"),
                 ("large_value_threshold", "\(disk.largeValueThreshold)"),
+                ("disk_reads_deferred", "\(disk.readsDeferred.value)"),
             ]
         } else {
             fields.append(("disk_limit", "0"))

@@ -1,5 +1,6 @@
 import CachetStore
 import Logging
+import Synchronization
 
 /// The disk tier as the node uses it: the synchronous store (for index look-ups) and the worker that owns
 /// the dedicated disk queue (for everything that touches files).
@@ -12,6 +13,8 @@ struct DiskTier: Sendable {
     let largeValueThreshold: Int
     /// The values being received in parts, staged here.
     let uploads: NodeUploads
+    /// GETs of large values that waited for another's read to end (STATS `disk_reads_deferred`).
+    let readsDeferred = SharedCounter()
 
     /// Opens the tier `configuration` describes (nil when its limit is 0: no tier), its evictions and
     /// expiries announced to `watches` as the cache's.
@@ -46,4 +49,13 @@ struct DiskTier: Sendable {
             throw CachetNodeError(code: .storageUnusable, message: error.description, underlying: error)
         }
     }
+}
+
+/// A count several loops add to.
+final class SharedCounter: Sendable {
+    private let count = Atomic<Int>(0)
+
+    func add(_ delta: Int) { count.add(delta, ordering: .relaxed) }
+
+    var value: Int { count.load(ordering: .relaxed) }
 }

@@ -379,6 +379,29 @@ struct NodeUploadTests {
         #expect((try Self.readByRanges(size: 6_000_000, on: socket) == value) == true)
     }
 
+    @Test func manyGetsOfALargeValueOnDiskWaitForTheBudgetAndAllAreAnswered() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-upload-gets")
+        defer { directory.remove() }
+        // Values over 1 MiB live on disk only; the connections' budget (16 MiB) holds two 6 MB reads at once.
+        let node = try NodeProcess(arguments: [
+            "--data-dir", directory.path, "--disk-limit", "64MiB", "--large-value", "1MiB", "--max-frame", "8MiB",
+            "--connection-memory", "16MiB",
+        ])
+        let writer = try node.connect()
+        let value = Self.value(6_000_000, seed: 13)
+        #expect(try writer.roundTrip(.put(key: Self.key, value: value, ttl: 0)).status == .ok)
+        usleep(200_000)
+        let readers = try (0..<8).map { _ in try node.connect() }
+        for reader in readers { try reader.send(CachetCommand.get(key: Self.key).encoded(id: 5)) }
+        for reader in readers {
+            let reply = try reader.readResponse()
+            #expect(reply.status == .ok && (reply.body == value) == true)
+        }
+        let stats = try node.stats()
+        #expect((stats["disk_reads_deferred"] as? Int ?? 0) > 0, "reads waited for the budget")
+        #expect((stats["memory_payload_bytes"] as? Int ?? .max) < 1_000_000, "the value stays on disk only")
+    }
+
     @Test func aNodeWithoutADiskTierRefusesPartsClearly() throws {
         let node = try NodeProcess(arguments: ["--disk-limit", "0"])
         let socket = try node.connect()
