@@ -27,14 +27,18 @@ private func isKey(_ range: Range<Int>, _ bytes: UnsafeRawBufferPointer, line: R
     return range.allSatisfy { bytes[$0] > 0x20 && bytes[$0] != 0x7f }
 }
 
-private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int) {
+private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int)
+{
     var newline = start
     while bytes[newline] != UInt8(ascii: "\n") { newline += 1 }
     let line = start..<newline
     switch command {
     case .store(_, let key, _, _, let data, _, _):
         check(isKey(key, bytes, line: line), "store: a bad key \(key)")
-        check(data.lowerBound == newline + 1 && data.upperBound + 2 == end, "store: data \(data), line end \(newline), end \(end)")
+        check(
+            data.lowerBound == newline + 1 && data.upperBound + 2 == end,
+            "store: data \(data), line end \(newline), end \(end)"
+        )
         check(bytes[data.upperBound] == 13 && bytes[data.upperBound + 1] == 10, "store: data not followed by CRLF")
     case .retrieve(let keys, _, _):
         check(!keys.isEmpty && keys.allSatisfy { isKey($0, bytes, line: line) }, "retrieve: bad keys \(keys)")
@@ -43,7 +47,10 @@ private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBuff
         check(isKey(key, bytes, line: line), "\(command): a bad key")
         check(end == newline + 1, "\(command): end \(end), line end \(newline)")
     case .stats(let argument):
-        check(argument.map { line.contains($0.lowerBound) && $0.upperBound <= line.upperBound } ?? true, "stats: argument")
+        check(
+            argument.map { line.contains($0.lowerBound) && $0.upperBound <= line.upperBound } ?? true,
+            "stats: argument"
+        )
         check(end == newline + 1, "stats: end")
     case .flushAll, .version, .verbosity, .quit:
         check(end == newline + 1, "\(command): end \(end), line end \(newline)")
@@ -64,9 +71,12 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
             end = found
             check(end > offset && end <= size, "command \(command) at \(offset) ends at \(end) of \(size)")
             checkCommand(command, bytes, from: offset, to: end)
-        case .failure(let error, let found):
+        case .failure(let error, let found, _):
             end = found
-            check(end > offset && end <= size, "failure \(error) at \(offset) ends at \(end) of \(size)")
+            check(end > offset, "failure \(error) at \(offset) ends at \(end)")
+            // A value too large is refused before its block arrives: the rest is discarded.
+            if error == .tooLarge && end > size { return 0 }
+            check(end <= size, "failure \(error) at \(offset) ends at \(end) of \(size)")
             if error.closesConnection { return 0 }
         }
         // Every prefix of what it took needs more (or, without a line end past the limit, is too long).
@@ -75,7 +85,10 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
             switch MemcacheTextDecoder.decode(prefix, at: offset, maximumValueLength: 4096) {
             case .needMore: break
             case .failure(.lineTooLong, _): break
-            case let other: fatalError("a prefix of \(cut - offset) bytes at \(offset) decoded as \(other), the whole as \(decoded)")
+            case let other:
+                fatalError(
+                    "a prefix of \(cut - offset) bytes at \(offset) decoded as \(other), the whole as \(decoded)"
+                )
             }
         }
         offset = end

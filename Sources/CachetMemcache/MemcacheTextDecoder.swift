@@ -5,9 +5,10 @@
 /// What memcached 1.6 does is followed where clients can tell: lines end with `\n` (a `\r` before it is
 /// dropped); tokens are separated by one or more spaces; a key is 1 to 250 bytes with no control
 /// characters; a bad line is answered `CLIENT_ERROR bad command line format` and an unknown command `ERROR`,
-/// both on an open connection; a line without its end past 2048 bytes (other than a `get` or `gets`, whose
-/// keys may run to ``maximumRetrievalLineLength``) is `CLIENT_ERROR line too long` and closes the connection;
-/// a storage command's data block must end with `\r\n` (`CLIENT_ERROR bad data chunk`, the block consumed).
+/// both on an open connection, and no reply at all for a command with `noreply`; a line without its end past
+/// 2048 bytes (other than a `get` or `gets`, whose keys may run to ``maximumRetrievalLineLength``) closes the
+/// connection without a reply; a storage command's data block must end with `\r\n` (`CLIENT_ERROR bad data
+/// chunk`, the block consumed), and one over the limit is refused at once and discarded as it arrives.
 public enum MemcacheTextDecoder {
     /// The longest key memcached takes.
     public static let maximumKeyLength = 250
@@ -68,23 +69,28 @@ public enum MemcacheTextDecoder {
             let verb = MemcacheStorageVerb(rawValue: name)!
             let required = verb == .cas ? 5 : 4
             let count = arguments.count - (noreply ? 1 : 0)
-            guard count == required, isKey(arguments[0], in: buffer), let flags = UInt32(text(arguments[1])),
-                let exptime = Int64(text(arguments[2])), let length = Int(text(arguments[3])), length >= 0
-            else { return .failure(.badFormat, end: end) }
+            // memcached ignores one token more (where `noreply` would be).
+            guard count == required || count == required + 1, isKey(arguments[0], in: buffer),
+                let flags = UInt32(text(arguments[1])),
+                let exptime = Int64(text(arguments[2])), let length = Int(text(arguments[3])),
+                (0...(Int(Int32.max) - 2)).contains(length)
+            else { return .failure(.badFormat, end: end, noreply: noreply) }
             var cas: UInt64?
             if verb == .cas {
-                guard let unique = UInt64(text(arguments[4])) else { return .failure(.badFormat, end: end) }
+                guard let unique = UInt64(text(arguments[4])) else {
+                    return .failure(.badFormat, end: end, noreply: noreply)
+                }
                 cas = unique
             }
             guard length <= maximumValueLength else {
-                // The data block is consumed with the refusal, as memcached swallows it.
-                guard buffer.count >= end + length + 2 else { return .needMore }
-                return .failure(.tooLarge, end: end + length + 2)
+                // Refused at once; its data block is discarded as it arrives (`end` may lie past the bytes
+                // received), as memcached swallows it.
+                return .failure(.tooLarge, end: end + length + 2, noreply: noreply)
             }
             guard buffer.count >= end + length + 2 else { return .needMore }
             let data = end..<(end + length)
             guard buffer[end + length] == UInt8(ascii: "\r"), buffer[end + length + 1] == UInt8(ascii: "\n") else {
-                return .failure(.badDataChunk, end: end + length + 2)
+                return .failure(.badDataChunk, end: end + length + 2, noreply: noreply)
             }
             return .command(
                 .store(verb, key: arguments[0], flags: flags, exptime: exptime, data: data, cas: cas, noreply: noreply),
@@ -94,13 +100,17 @@ public enum MemcacheTextDecoder {
             let count = arguments.count - (noreply ? 1 : 0)
             // memcached still takes a time of 0 after the key, from an older form of the command.
             guard count == 1 || (count == 2 && text(arguments[1]) == "0"), isKey(arguments[0], in: buffer) else {
-                return .failure(.badDeleteFormat, end: end)
+                return .failure(.badDeleteFormat, end: end, noreply: noreply)
             }
             return .command(.delete(key: arguments[0], noreply: noreply), end: end)
         case "incr", "decr":
             let count = arguments.count - (noreply ? 1 : 0)
-            guard count == 2, isKey(arguments[0], in: buffer) else { return .failure(.badFormat, end: end) }
-            guard let delta = UInt64(text(arguments[1])) else { return .failure(.invalidDelta, end: end) }
+            guard count == 2, isKey(arguments[0], in: buffer) else {
+                return .failure(.badFormat, end: end, noreply: noreply)
+            }
+            guard let delta = UInt64(text(arguments[1])) else {
+                return .failure(.invalidDelta, end: end, noreply: noreply)
+            }
             return .command(
                 .arithmetic(increment: name == "incr", key: arguments[0], delta: delta, noreply: noreply),
                 end: end
@@ -108,15 +118,17 @@ public enum MemcacheTextDecoder {
         case "touch":
             let count = arguments.count - (noreply ? 1 : 0)
             guard count == 2, isKey(arguments[0], in: buffer), let exptime = Int64(text(arguments[1])) else {
-                return .failure(.badFormat, end: end)
+                return .failure(.badFormat, end: end, noreply: noreply)
             }
             return .command(.touch(key: arguments[0], exptime: exptime, noreply: noreply), end: end)
         case "flush_all":
             let count = arguments.count - (noreply ? 1 : 0)
-            guard count <= 1 else { return .failure(.badFormat, end: end) }
+            guard count <= 1 else { return .failure(.badFormat, end: end, noreply: noreply) }
             var delay: Int64 = 0
             if count == 1 {
-                guard let value = Int64(text(arguments[0])), value >= 0 else { return .failure(.badFormat, end: end) }
+                guard let value = Int64(text(arguments[0])), value >= 0 else {
+                    return .failure(.badFormat, end: end, noreply: noreply)
+                }
                 delay = value
             }
             return .command(.flushAll(delay: delay, noreply: noreply), end: end)
@@ -124,7 +136,9 @@ public enum MemcacheTextDecoder {
             return .command(.version, end: end)
         case "verbosity":
             let count = arguments.count - (noreply ? 1 : 0)
-            guard count == 1, UInt32(text(arguments[0])) != nil else { return .failure(.badFormat, end: end) }
+            // memcached answers a verbosity without its level as an unknown command.
+            guard count == 1 else { return .failure(.unknownCommand, end: end) }
+            guard UInt32(text(arguments[0])) != nil else { return .failure(.badFormat, end: end, noreply: noreply) }
             return .command(.verbosity(noreply: noreply), end: end)
         case "stats":
             return .command(.stats(argument: arguments.first), end: end)
@@ -202,8 +216,10 @@ public enum MemcacheTextDecoding: Hashable, Sendable {
     case needMore
     /// A command, and where the next one starts.
     case command(MemcacheTextCommand, end: Int)
-    /// A bad command: the line to answer with, and where the next one starts.
-    case failure(MemcacheTextError, end: Int)
+    /// A bad command: the error to answer with (no line when `noreply`: memcached sends nothing for such a
+    /// command, errors included), and where the next one starts; for a value too large, past the bytes
+    /// received: discard them as they arrive.
+    case failure(MemcacheTextError, end: Int, noreply: Bool = false)
 }
 
 /// The errors of memcached's text protocol, each with the line memcached answers.
@@ -220,7 +236,7 @@ public enum MemcacheTextError: Hashable, Sendable {
     case badDataChunk
     /// A value longer than the node takes (its data block consumed).
     case tooLarge
-    /// A line with no end in sight: the connection closes.
+    /// A line with no end in sight: the connection closes, with no reply (as memcached closes it).
     case lineTooLong
 
     /// The reply line, `\r\n` included.
@@ -232,7 +248,7 @@ public enum MemcacheTextError: Hashable, Sendable {
         case .invalidDelta: return "CLIENT_ERROR invalid numeric delta argument\r\n"
         case .badDataChunk: return "CLIENT_ERROR bad data chunk\r\n"
         case .tooLarge: return "SERVER_ERROR object too large for cache\r\n"
-        case .lineTooLong: return "CLIENT_ERROR line too long\r\n"
+        case .lineTooLong: return ""
         }
     }
 

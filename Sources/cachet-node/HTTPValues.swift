@@ -295,7 +295,8 @@ struct HTTPValueBody: AsyncBufferedSequence, Sendable {
             try await nextBuffer(suggested: 1)?.first
         }
 
-        /// Asks for the range at `offset`, if any is left.
+        /// Asks for the range at `offset`, if any is left; `offset` moves once its bytes are taken (a reply
+        /// may carry fewer than asked for: the node cuts a range at the room its memory budget has).
         mutating func readAhead() {
             guard offset < body.end else {
                 ahead = nil
@@ -303,11 +304,10 @@ struct HTTPValueBody: AsyncBufferedSequence, Sendable {
             }
             let length = Swift.min(UInt64(body.partSize), body.end - offset)
             let range = CachetValueRange(offset: offset, length: length)
-            offset += length
             let (client, key, tag) = (body.client, body.key, body.tag)
             ahead = Task {
-                guard let slice = try await client.get(key, range: range), slice.tag == tag,
-                    slice.bytes.count == Int(length)
+                guard let slice = try await client.get(key, range: range), slice.tag == tag, !slice.bytes.isEmpty,
+                    slice.bytes.count <= Int(length)
                 else {
                     throw CachetClientError(code: .valueChanged, message: "the value changed while it was sent")
                 }
@@ -319,7 +319,9 @@ struct HTTPValueBody: AsyncBufferedSequence, Sendable {
             if ahead == nil && offset < body.end { readAhead() }
             if buffer.isEmpty {
                 guard let task = ahead else { return nil }
-                buffer = try await task.value[...]
+                let bytes = try await task.value
+                offset += UInt64(bytes.count)
+                buffer = bytes[...]
                 readAhead()
             }
             let taken = buffer.prefix(Swift.max(1, count))

@@ -100,12 +100,23 @@ struct MemcacheTextDecoderTests {
             ("incr k 18446744073709551616\r\n", .invalidDelta),
             ("touch k\r\n", .badFormat),
             ("flush_all -1\r\n", .badFormat),
-            ("verbosity\r\n", .badFormat),
+            ("verbosity x\r\n", .badFormat),
+            ("set k 0 0 2147483646\r\n", .badFormat),
+            ("set k 0 0 99999999999999999999\r\n", .badFormat),
         ]
         for (line, expected) in cases {
             let (decoded, bytes) = Self.decode(line)
             #expect(decoded == .failure(expected, end: bytes.count), "\(line.debugDescription): \(decoded)")
             #expect(!expected.closesConnection)
+        }
+        #expect(Self.decode("verbosity\r\n").0 == .failure(.unknownCommand, end: 11))
+        // With noreply, no line at all: the failure says so.
+        #expect(Self.decode("incr k x noreply\r\n").0 == .failure(.invalidDelta, end: 18, noreply: true))
+        #expect(Self.decode("set k x 0 1 noreply\r\n").0 == .failure(.badFormat, end: 21, noreply: true))
+        // One token more than a storage command takes is ignored, as memcached ignores it.
+        guard case .command(.store(.set, _, 0, 0, _, nil, false), 18) = Self.decode("set k 0 0 1 x\r\na\r\n").0 else {
+            Issue.record("an extra token")
+            return
         }
         #expect(MemcacheTextError.unknownCommand.line == "ERROR\r\n")
         #expect(MemcacheTextError.badFormat.line == "CLIENT_ERROR bad command line format\r\n")
@@ -116,6 +127,9 @@ struct MemcacheTextDecoderTests {
         #expect(bad == .failure(.badDataChunk, end: bytes.count), "the block is consumed with its two bytes")
         let (large, largeBytes) = Self.decode("set k 0 0 5\r\nhello\r\n", maximumValueLength: 4)
         #expect(large == .failure(.tooLarge, end: largeBytes.count))
+        // Refused at once, before its data arrives: the caller discards it as it comes.
+        let (early, _) = Self.decode("set k 0 0 100000000 noreply\r\n", maximumValueLength: 4)
+        #expect(early == .failure(.tooLarge, end: 29 + 100_000_000 + 2, noreply: true))
         #expect(MemcacheTextError.tooLarge.line == "SERVER_ERROR object too large for cache\r\n")
     }
 
@@ -128,6 +142,7 @@ struct MemcacheTextDecoderTests {
         }
         let (long, longBytes) = Self.decode("set " + String(repeating: "k", count: 3000))
         #expect(long == .failure(.lineTooLong, end: longBytes.count) && MemcacheTextError.lineTooLong.closesConnection)
+        #expect(MemcacheTextError.lineTooLong.line.isEmpty, "closed without a reply, as memcached closes it")
         // A get of many keys may run longer before its end arrives.
         #expect(Self.decode("get " + String(repeating: "k ", count: 2000)).0 == .needMore)
     }

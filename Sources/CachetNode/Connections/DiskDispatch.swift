@@ -57,8 +57,9 @@ final class DiskDispatch: @unchecked Sendable {
         let key = operation.diskReadKey.unsafelyUnwrapped
         // A value longer than a reply frame holds is not read: it is answered TOO_LARGE.
         let longest = host.processor.maximumPayloadLength - CachetProtocol.headerSize
-        let length = min(longest, disk.store.indexedValueLength(key: key) ?? 0)
-        let charged = length > ConnectionMemory.fairAllowance ? length : 0
+        let length = disk.store.indexedValueLength(key: key) ?? 0
+        // Nothing is charged for a value too long to be read (answered TOO_LARGE) or a short one.
+        let charged = length > longest || length <= ConnectionMemory.fairAllowance ? 0 : length
         if charged > 0 {
             guard largeReads == 0 || memory.allows(charged) else {
                 deferredGets.append((operation, connection))
@@ -81,6 +82,12 @@ final class DiskDispatch: @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// Drops the GETs a connection that closed was waiting for.
+    func forget(_ connection: Connection) {
+        guard !deferredGets.isEmpty else { return }
+        deferredGets.removeAll { $0.1 === connection }
     }
 
     /// Starts the GETs that waited for a large read to end, while they may (those whose connection closed

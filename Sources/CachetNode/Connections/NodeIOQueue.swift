@@ -628,6 +628,7 @@ final class NodeIOQueue: @unchecked Sendable {
         connection.charged = 0
         // Forwards still in flight find their pipeline gone and write nothing.
         connection.dropForwards()
+        diskDispatch?.forget(connection)
         if connection.sentParts, let disk = diskDispatch?.disk {
             // Its uploads not finished are given up, their staging files freed.
             for upload in disk.uploads.abandon(connection: ObjectIdentifier(connection)) {

@@ -33,6 +33,7 @@ public struct HTTPValueRequest: Sendable, Equatable {
             case .from(let first, let last):
                 // A last byte at the largest offset there is means "to the end" (and its length would overflow).
                 guard let last, last < UInt64.max else { return CachetValueRange(offset: first) }
+                guard last >= first else { return CachetValueRange(offset: first, length: 0) }
                 return CachetValueRange(offset: first, length: last - first + 1)
             case .suffix:
                 return CachetValueRange(offset: 0)
@@ -44,7 +45,7 @@ public struct HTTPValueRequest: Sendable, Equatable {
         public func bounds(total: UInt64) -> Range<UInt64>? {
             switch self {
             case .from(let first, let last):
-                guard first < total else { return nil }
+                guard first < total, (last ?? .max) >= first else { return nil }
                 let end = last.map { $0 < total ? $0 + 1 : total } ?? total
                 return first..<end
             case .suffix(let count):
