@@ -135,7 +135,7 @@ final class DiskDispatch: @unchecked Sendable {
                     memory.charge(-held)
                     if let failure {
                         worker.abortUpload(upload)
-                        _ = disk.uploads.abandon(upload)
+                        if !disk.uploads.abandon(upload) { disk.uploads.countGivenUp() }
                         host.resume(connection) { _, output, _ in
                             appendMessage(
                                 "the upload could not be staged on disk and is given up: \(failure)",
@@ -163,6 +163,7 @@ final class DiskDispatch: @unchecked Sendable {
     private func commit(_ upload: CachetDiskUpload, request: UploadPartRequest, for connection: Connection) {
         guard case .waitingForCompletion = connection.phase else {
             disk.worker.abortUpload(upload)
+            disk.uploads.countGivenUp()
             return
         }
         request.key.withUnsafeBytes { host.processor.commands.prepareLargeWrite($0) }
@@ -177,6 +178,7 @@ final class DiskDispatch: @unchecked Sendable {
         let admission = disk.worker.submitUploadCommit(upload) { [self] failure in
             reply(to: connection) { processor, output, _ in
                 if let failure {
+                    uploads.countGivenUp()
                     appendMessage(failure.message, status: .serverError, opcode: .put, id: id, to: &output)
                 } else {
                     uploads.completed()
@@ -195,6 +197,7 @@ final class DiskDispatch: @unchecked Sendable {
                     guard case .waitingForCompletion = connection.phase else {
                         disk.worker.abandonWrite(key: key)
                         disk.worker.abortUpload(upload)
+                        uploads.countGivenUp()
                         return
                     }
                     submitCommit(upload, request: request, for: connection)
@@ -202,6 +205,7 @@ final class DiskDispatch: @unchecked Sendable {
             }
         case .refused(let error):
             disk.worker.abortUpload(upload)
+            uploads.countGivenUp()
             reply(to: connection) { _, output, _ in
                 appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
             }

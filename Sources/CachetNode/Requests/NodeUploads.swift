@@ -155,6 +155,12 @@ final class NodeUploads: Sendable {
         remove { $0.connection == connection }
     }
 
+    /// Counts an upload given up after its last part was taken (no longer in progress): its staging or
+    /// commit failed, or its connection closed before the value was stored.
+    func countGivenUp() {
+        state.withLock { $0.abandoned += 1 }
+    }
+
     /// Counts an upload whose value was stored.
     func completed() {
         state.withLock { $0.completed += 1 }
