@@ -84,7 +84,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
             let prefix = UnsafeRawBufferPointer(rebasing: bytes[0..<cut])
             switch MemcacheTextDecoder.decode(prefix, at: offset, maximumValueLength: 4096) {
             case .needMore: break
-            case .failure(.lineTooLong, _): break
+            case .failure(.lineTooLong, _, _): break
             case let other:
                 fatalError(
                     "a prefix of \(cut - offset) bytes at \(offset) decoded as \(other), the whole as \(decoded)"
