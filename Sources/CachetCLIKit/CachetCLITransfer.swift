@@ -31,10 +31,10 @@ extension CachetCLISession {
             let field =
                 CachetUploadPart.encodeHeader(upload: upload, total: UInt64(length), offset: UInt64(offset)) + bytes
             let reply = try send(.put(key: key, value: field, ttl: ttl), flags: .part, lines: &lines)
-            if offset == 0, reply.status == .tooLarge, reply.bodyText.contains("no disk tier"),
-                length + key.count + 14 <= maximumReplyLength
-            {
-                // A node without a disk tier takes no parts, but a file that fits one frame in one PUT.
+            if offset == 0, reply.status == .tooLarge, length + key.count + 14 <= maximumReplyLength {
+                // A first part refused for its length (a node without a disk tier takes no parts): a file that
+                // fits one frame goes in one PUT, whose answer says what the node makes of it. The status
+                // decides, never the message's words.
                 let value = try Self.read(file, at: 0, count: length)
                 let whole = try send(.put(key: key, value: value, ttl: ttl), lines: &lines)
                 return answer(whole, lines: &lines) { _ in "OK" }

@@ -79,8 +79,6 @@ enum DiskEntryFormat {
     static let flagDeflate: UInt8 = 1
     /// The longest key a file may hold (the wire protocol's limit); the start-up scan reads no further.
     static let maximumKeyLength = 4096
-    /// The longest value a file of version 1 may hold: its length is a `u32` (version 2 holds more).
-    static let maximumValueLength = Int(UInt32.max)
     /// The longest header of either version: what a reader takes before it knows the version.
     static let largestHeaderSize = BlockEntryFormat.headerSize
 
