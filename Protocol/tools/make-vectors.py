@@ -335,6 +335,20 @@ def main():
     v.expect(resp(GET, NOT_FOUND, 7))
     v.write()
 
+    v = Vector("get-frames", "A GET with the frames flag (0x4000) takes a value longer than one frame in several reply frames\n"
+               "(CONTINUES, 12, then OK); a value that fits one frame is answered exactly as without the flag, with the\n"
+               "ttl flag too, and a miss is NOT_FOUND. (A value longer than a frame needs a node with a disk tier\n"
+               "and is tested on one; PROTOCOL.md's worked example shows such a run.)")
+    v.send(req(PUT, 1, put_body(b"f", b"short")))
+    v.expect(resp(PUT, OK, 1))
+    v.send(req(GET, 2, key_body(b"f"), flags=0x4000), note="GET flags=frames")
+    v.expect(resp(GET, OK, 2, b"short"), note="one frame: the value")
+    v.send(req(GET, 3, key_body(b"f"), flags=0x4080), note="GET flags=frames|ttl")
+    v.expect(resp(GET, OK, 3, struct.pack(">I", 0) + b"short"))
+    v.send(req(GET, 4, key_body(b"nope"), flags=0x4000), note="a miss")
+    v.expect(resp(GET, NOT_FOUND, 4))
+    v.write()
+
     v = Vector("put-parts", "A value sent in parts: PUTs with the part flag (0x2000) whose value field is upload id (u64),\n"
                "the value's length (u64), the part's offset (u64) and the part's bytes. Each part is answered OK; the\n"
                "key reads as before (here: a miss) until the last part, then as the whole value. A field shorter than\n"

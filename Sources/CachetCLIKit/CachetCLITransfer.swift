@@ -24,9 +24,10 @@ extension CachetCLISession {
             return answer(reply, lines: &lines) { _ in "OK" }
         }
         let upload = UInt64.random(in: 1...UInt64.max)
+        let partSize = try partLength(key: key, lines: &lines)
         var offset = 0
         while offset < length {
-            let count = min(Self.partSize, length - offset)
+            let count = min(partSize, length - offset)
             let bytes = try Self.read(file, at: offset, count: count)
             let field =
                 CachetUploadPart.encodeHeader(upload: upload, total: UInt64(length), offset: UInt64(offset)) + bytes
@@ -50,8 +51,22 @@ extension CachetCLISession {
             progress?.update(done: offset, total: length)
         }
         progress?.finish()
-        lines.append("OK (\(length) bytes in \((length + Self.partSize - 1) / Self.partSize) parts)")
+        lines.append("OK (\(length) bytes in \((length + partSize - 1) / partSize) parts)")
         return .ok
+    }
+
+    /// The bytes per part for `key`: a part, or less when the node's frames are shorter (its `--max-frame`,
+    /// which STATS says): a longer frame would be refused and the connection closed.
+    private func partLength(key: [UInt8], lines: inout [String]) throws(CachetCLIError) -> Int {
+        var quiet: [String] = []
+        let reply = try send(.stats, lines: &quiet)
+        guard reply.status == .ok,
+            let object = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
+            let maximumFrame = (object["max_frame"] as? NSNumber)?.intValue
+        else { return Self.partSize }
+        // A PUT's payload: the header, the TTL and key length, the key, the part's three fields, the bytes.
+        let room = maximumFrame - CachetProtocol.headerSize - 6 - key.count - CachetUploadPart.headerSize
+        return max(1, min(Self.partSize, room))
     }
 
     /// Writes the value under `key` (or bytes `range` of it) to the file at `path`, read by ranges of a part

@@ -28,7 +28,8 @@ extension CachetClient {
     ///   - key: 1 to 4096 bytes of UTF-8.
     ///   - url: a file URL.
     ///   - ttl: how long the entry lives; nil for no expiry.
-    ///   - partSize: bytes per part; at least 4 KiB, and less than the node's `--max-frame`.
+    ///   - partSize: bytes per part; at least 4 KiB, and less than the node's `--max-frame` (the default is cut to fit
+    ///     `Configuration.maximumFrameLength`).
     ///   - progress: called after each part with the bytes sent so far and the file's length.
     /// - Throws: ``CachetClientError``: `file` when the file cannot be read, `tooLarge` when the node cannot
     ///   hold the value (or has no disk tier for a value in parts), the errors of
@@ -230,6 +231,9 @@ extension CachetClient {
     {
         let overhead =
             CachetProtocol.headerSize + CachetProtocol.putBodyPrefixSize + key.count + CachetUploadPart.headerSize
+        // The default is cut to what one frame holds under the configured limit (a node whose `--max-frame`
+        // is below 1 MiB); a size the caller chose is kept or refused.
+        let partSize = partSize == defaultPartSize ? min(partSize, maximumFrameLength - overhead) : partSize
         guard partSize >= 4096, partSize + overhead <= maximumFrameLength else {
             throw CachetClientError(
                 code: .badRequest,

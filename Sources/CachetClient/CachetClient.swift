@@ -375,15 +375,17 @@ public final class CachetClient: Sendable {
                             opcode == .put
                             ? ClientRequest.put(key: key, value: value, ttl: ttl)
                             : ClientRequest.keyed(opcode, key: key)
+                        // A GET takes a value longer than one frame in several (older nodes ignore the flag).
+                        let frames = opcode == .get ? CachetRequestFlags.frames.rawValue : 0
                         switch lease {
-                        case .none: break
-                        case .ttlGet: request.flags = CachetRequestFlags.ttl.rawValue
+                        case .none: request.flags = frames
+                        case .ttlGet: request.flags = CachetRequestFlags.ttl.rawValue | frames
                         case .rangeGet:
                             // The range's 16 bytes follow the key.
                             request.flags = CachetRequestFlags.range.rawValue
                             request.value = value
                         case .part: request.flags = CachetRequestFlags.part.rawValue
-                        case .get: request.flags = CachetRequestFlags.lease.rawValue
+                        case .get: request.flags = CachetRequestFlags.lease.rawValue | frames
                         case .put(let token):
                             request.flags = CachetRequestFlags.lease.rawValue
                             request.token = token

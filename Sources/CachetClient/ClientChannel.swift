@@ -14,6 +14,10 @@ final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
     private(set) var failure: CachetClientError?
     /// Whether the connection was established (a failure before is a connect failure).
     private(set) var connected = false
+    /// The pieces of a reply sent in several frames (a GET with the `frames` flag of a long value) received
+    /// so far, and its id; handed to the caller joined once its last frame arrives.
+    private var heldPieces: [UInt8] = []
+    private var heldPiecesID: UInt32?
 
     init(slot: ConnectionSlot) {
         self.slot = slot
@@ -91,11 +95,46 @@ final class ClientChannel: CachetSharedChannel, @unchecked Sendable {
                 }
                 continue
             }
+            if frame.header.status == .continues || heldPiecesID != nil {
+                guard takePiece(frame, in: region) else { return }
+                continue
+            }
             guard slot.replyReceived(frame, in: region, on: self) else { return }
         }
         input.moveReadIndex(forwardBy: offset)
         // After a very large reply, give the memory back.
         input.shrinkIfEmpty(above: 1 << 20, to: 64 << 10)
+    }
+
+    /// Takes a frame of a reply sent in several (`Protocol/PROTOCOL.md`, "GET of a value longer than a
+    /// frame"): a CONTINUES frame's bytes are held; the last frame (OK) hands the caller every piece joined,
+    /// and one of another status (an error) replaces them. Returns false when the channel is no longer usable.
+    private func takePiece(_ frame: CachetFrame, in region: UnsafeRawBufferPointer) -> Bool {
+        let body = UnsafeRawBufferPointer(rebasing: region[frame.body])
+        if let held = heldPiecesID, held != frame.header.id {
+            fail(
+                CachetClientError(
+                    code: .protocolViolation,
+                    message: "the node interleaved the frames of reply \(held) with reply \(frame.header.id)",
+                    node: slot.node.id
+                )
+            )
+            return false
+        }
+        if frame.header.status == .continues {
+            heldPiecesID = frame.header.id
+            heldPieces.append(contentsOf: body)
+            return true
+        }
+        var pieces = heldPieces
+        heldPieces = []
+        heldPiecesID = nil
+        if frame.header.status == .ok {
+            pieces.append(contentsOf: body)
+        } else {
+            pieces = Array(body)
+        }
+        return slot.replyReceived(id: frame.header.id, status: frame.header.status, on: self) { pieces }
     }
 
     override func channelInactive(error: CachetIOError?) {

@@ -253,9 +253,22 @@ final class ConnectionSlot: @unchecked Sendable {
     /// A reply was decoded: hands it to its caller. Returns false when the channel is no longer usable
     /// (a reply to no request in flight: the channel is closed), or no longer the slot's.
     func replyReceived(_ frame: CachetFrame, in region: UnsafeRawBufferPointer, on channel: ClientChannel) -> Bool {
+        replyReceived(id: frame.header.id, status: frame.header.status, on: channel) {
+            frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
+        }
+    }
+
+    /// A reply was decoded, its body made by `body` only when a caller takes it (a reply in several frames
+    /// hands its pieces joined). Returns false as ``replyReceived(_:in:on:)`` does.
+    func replyReceived(
+        id: UInt32,
+        status: CachetStatus,
+        on channel: ClientChannel,
+        body: () -> [UInt8]
+    ) -> Bool {
         let action = state.withLock { state -> ConnectionStateMachine<ClientWaiter>.ReplyAction? in
             guard state.channel === channel else { return nil }
-            let action = state.machine.replyReceived(id: frame.header.id)
+            let action = state.machine.replyReceived(id: id)
             if case .protocolViolation = action { state.channel = nil }
             return action
         }
@@ -264,9 +277,8 @@ final class ConnectionSlot: @unchecked Sendable {
             return false
         case .deliver(let waiter)?:
             node.replied()
-            let body = frame.body.isEmpty ? [] : Array(UnsafeRawBufferPointer(rebasing: region[frame.body]))
-            waiter.resume(.reply(frame.header.status, body), node: node)
-            resumedID.store(frame.header.id, ordering: .releasing)
+            waiter.resume(.reply(status, body()), node: node)
+            resumedID.store(id, ordering: .releasing)
             return true
         case .discard?:
             node.replied()
@@ -274,7 +286,7 @@ final class ConnectionSlot: @unchecked Sendable {
         case .protocolViolation(let waiters)?:
             let failure = CachetClientError(
                 code: .protocolViolation,
-                message: "the node sent a reply with id \(frame.header.id) to no request in flight: "
+                message: "the node sent a reply with id \(id) to no request in flight: "
                     + "is this port a Cachet node?",
                 node: node.id
             )

@@ -244,10 +244,40 @@ enum BlockEntryFormat {
     /// Reads `count` bytes of value from `start` of an open version 2 file whose header (and key) were
     /// checked: the table, then only the blocks the range touches.
     static func readRange(fd: Int32, header: DiskEntryFormat.Header, start: Int, count: Int) -> RangeRead {
-        let tableStart = header.keyStart + header.keyLength
+        switch readTable(fd: fd, header: header) {
+        case .success(let table): return readRange(fd: fd, header: header, table: table, start: start, count: count)
+        case .failure(let failure): return failure.read
+        }
+    }
+
+    /// A file's block table, as ``decodeTable(_:header:)`` gives it.
+    typealias BlockTable = [(stored: Int, crc: UInt32)]
+
+    /// Why a block table could not be read (a ``RangeRead`` other than bytes).
+    struct TableFailure: Error {
+        let read: RangeRead
+    }
+
+    /// Reads and checks the block table of an open version 2 file whose header is `header`.
+    static func readTable(fd: Int32, header: DiskEntryFormat.Header) -> Result<BlockTable, TableFailure> {
         var tableBytes = [UInt8](repeating: 0, count: tableSize(blockCount: header.blockCount))
-        if let failure = preadAll(fd, &tableBytes, at: tableStart) { return failure }
-        guard let table = tableBytes.withUnsafeBytes({ decodeTable($0, header: header) }) else { return .corrupt }
+        if let failure = preadAll(fd, &tableBytes, at: header.keyStart + header.keyLength) {
+            return .failure(TableFailure(read: failure))
+        }
+        guard let table = tableBytes.withUnsafeBytes({ decodeTable($0, header: header) }) else {
+            return .failure(TableFailure(read: .corrupt))
+        }
+        return .success(table)
+    }
+
+    /// Reads `count` bytes of value from `start` of an open version 2 file whose table was read already.
+    static func readRange(
+        fd: Int32,
+        header: DiskEntryFormat.Header,
+        table: BlockTable,
+        start: Int,
+        count: Int
+    ) -> RangeRead {
         guard count > 0 else { return .bytes([]) }
         let first = start / header.blockSize
         let last = (start + count - 1) / header.blockSize

@@ -1,3 +1,4 @@
+import CachetLocking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -204,5 +205,79 @@ final class CachetDiskRangeReader: @unchecked Sendable {
     /// The range's bytes, read from its blocks and checked.
     func read() -> BlockEntryFormat.RangeRead {
         BlockEntryFormat.readRange(fd: fd, header: header, start: start, count: count)
+    }
+
+    /// The block table, read once for a reader that reads many pieces (``read(start:count:)``).
+    private let table = CachetLock<BlockEntryFormat.BlockTable?>(nil)
+
+    /// `count` bytes of the value from `start`, read from their blocks and checked; the block table is read
+    /// on the first call only.
+    func read(start: Int, count: Int) -> BlockEntryFormat.RangeRead {
+        let known = table.withLock { $0 }
+        let blocks: BlockEntryFormat.BlockTable
+        if let known {
+            blocks = known
+        } else {
+            switch BlockEntryFormat.readTable(fd: fd, header: header) {
+            case .success(let read):
+                blocks = read
+                table.withLock { $0 = read }
+            case .failure(let failure):
+                return failure.read
+            }
+        }
+        return BlockEntryFormat.readRange(fd: fd, header: header, table: blocks, start: start, count: count)
+    }
+}
+
+/// What opening a whole value to read it in pieces came to
+/// (``CachetDiskWorker/openValue(key:now:completion:)``).
+public enum CachetDiskValueOpening: Sendable {
+    /// Absent, expired, unreadable or corrupt.
+    case miss
+    /// A value kept in a file of version 1, read whole: its bytes and expiry.
+    case whole(CachetDiskEntry)
+    /// A value kept in blocks, opened: read it a piece at a time (``CachetDiskWorker/readPiece(of:start:count:completion:)``).
+    case pieces(CachetDiskValuePieces)
+}
+
+/// A value kept in blocks on disk, opened in the disk queue's order to be read a piece at a time (a GET
+/// answered in several frames): the open file is this version of the value even if a later write replaces
+/// or deletes it, so every piece comes from one value. Closed when the last reference goes.
+public final class CachetDiskValuePieces: Sendable {
+    /// The value's length in bytes.
+    public let total: Int
+    /// The value's tag (``CachetValueTag``).
+    public let tag: UInt64
+    /// Its expiry (Unix seconds, 0 for none) when it was opened.
+    public let expiry: UInt32
+    let reader: CachetDiskRangeReader
+
+    init(_ reader: CachetDiskRangeReader) {
+        self.reader = reader
+        self.total = reader.header.valueLength
+        self.tag = reader.header.tag
+        self.expiry = reader.header.expiry
+    }
+}
+
+extension CachetDiskStore {
+    /// Opens `key`'s value to be read a piece at a time. Runs in the disk queue's order.
+    func openValue(key: [UInt8], now: UInt32) -> CachetDiskValueOpening {
+        switch openRange(key: key, offset: 0, length: UInt64.max, limit: Int.max, now: now) {
+        case .blocks(let reader): return .pieces(CachetDiskValuePieces(reader))
+        case .done(.bytes(_, _, let expiry, let bytes)): return .whole(CachetDiskEntry(value: bytes, expiry: expiry))
+        case .done(.miss), .done(.unsatisfiable): return .miss
+        }
+    }
+
+    /// `count` bytes of an opened value from `start`, checked; nil when a block is found damaged (the file
+    /// is then deleted if it is still the key's) or the read fails.
+    func readPiece(of value: CachetDiskValuePieces, start: Int, count: Int) -> [UInt8]? {
+        let reader = value.reader
+        guard case .bytes(_, _, _, let bytes) = finishRange(reader, reader.read(start: start, count: count)) else {
+            return nil
+        }
+        return bytes
     }
 }

@@ -380,6 +380,28 @@ public final class CachetDiskWorker: Sendable {
         }
     }
 
+    /// Queues the opening of `key`'s whole value to be read a piece at a time (a GET answered in several
+    /// frames): opened in order behind the writes queued before it, like a range.
+    public func openValue(
+        key: [UInt8],
+        now: UInt32,
+        completion: @escaping @Sendable (CachetDiskValueOpening) -> Void
+    ) {
+        enqueue { [store] in completion(store.openValue(key: key, now: now)) }
+    }
+
+    /// Reads `count` bytes from `start` of a value opened by ``openValue(key:now:completion:)``, beside the
+    /// disk queue; nil when a block is damaged (its file is deleted) or the read fails. Read one piece of a
+    /// value at a time.
+    public func readPiece(
+        of value: CachetDiskValuePieces,
+        start: Int,
+        count: Int,
+        completion: @escaping @Sendable ([UInt8]?) -> Void
+    ) {
+        readers.async { [store] in completion(store.readPiece(of: value, start: start, count: count)) }
+    }
+
     // MARK: Keeping disk reads from overwriting newer values in memory
 
     /// Call before a PUT or DEL changes the memory tier; ``submitPut(key:value:expiry:)`` (once it no

@@ -98,8 +98,16 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// this revision would store the part as the whole value: send it only to nodes of this revision or later.
     @inlinable public static var part: CachetRequestFlags { CachetRequestFlags(rawValue: 0x2000) }
 
+    /// `0x4000`: on GET, the client takes a value longer than one frame holds as several reply frames
+    /// (`Protocol/PROTOCOL.md`, "GET of a value longer than a frame"): every frame but the last carries the
+    /// status ``CachetStatus/continues`` and the next bytes of the value, the last one OK and the value's last
+    /// bytes. A value that fits one frame is answered as without the flag. Clients may send it; a node before
+    /// this revision ignores it (and answers such a value TOO_LARGE). Ignored on the other opcodes, with
+    /// `range`, and on a request between nodes.
+    @inlinable public static var frames: CachetRequestFlags { CachetRequestFlags(rawValue: 0x4000) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x3fff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x7fff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -132,6 +140,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.viewCheck) { names.append("viewCheck") }
         if contains(.range) { names.append("range") }
         if contains(.part) { names.append("part") }
+        if contains(.frames) { names.append("frames") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

@@ -37,6 +37,11 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
     /// A GET with the `range` flag whose offset is past the value's end (`Protocol/PROTOCOL.md`, "GET of a
     /// range"); the body is the value's length (u64).
     @inlinable public static var rangeNotSatisfiable: CachetStatus { CachetStatus(rawValue: 11) }
+    /// One frame of a reply sent in several (a GET with the `frames` flag of a value longer than one frame
+    /// holds, `Protocol/PROTOCOL.md`, "GET of a value longer than a frame"): the body is the next bytes of the
+    /// value, and more frames of the same reply follow; the last one has another status (OK, or an error
+    /// that voids the bytes before it).
+    @inlinable public static var continues: CachetStatus { CachetStatus(rawValue: 12) }
 
     /// The upper-case name used in the specification, or `STATUS_N` for an unknown value.
     public var description: String {
@@ -53,6 +58,7 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 9: return "FORBIDDEN"
         case 10: return "NOT_STORED"
         case 11: return "RANGE_NOT_SATISFIABLE"
+        case 12: return "CONTINUES"
         default: return "STATUS_\(rawValue)"
         }
     }

@@ -174,6 +174,14 @@ struct CachetCLIProcessTests {
         // Piped, so no progress bar: the output is the answer lines only.
         #expect(!printed.output.contains("%"))
         #expect(try runCLI(["--port", port, "get", "absent", "--out", output]) == ("(not found)\n", 1))
+        // A node whose frames hold less than a part: the parts are cut to fit them.
+        let smallFrames = try NodeProcess(arguments: [
+            "--data-dir", directory.appending("small"), "--disk-limit", "64MiB", "--max-frame", "1MiB",
+        ])
+        let small = "\(smallFrames.port)"
+        #expect(try runCLI(["--port", small, "put", "video", "@" + input]) == ("OK (7000003 bytes in 7 parts)\n", 0))
+        #expect(try runCLI(["--port", small, "get", "video", "--out", output]).status == 0)
+        #expect(FileManager.default.contents(atPath: output) == Data(bytes))
         // A node without a disk tier takes no parts: a file that fits one frame goes in one PUT instead.
         let memoryOnly = try NodeProcess(arguments: ["--disk-limit", "0"])
         #expect(try runCLI(["--port", "\(memoryOnly.port)", "put", "video", "@" + input]) == ("OK\n", 0))

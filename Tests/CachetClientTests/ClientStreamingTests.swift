@@ -101,6 +101,35 @@ struct ClientStreamingTests {
         }
     }
 
+    @Test func getTakesAValueLongerThanAFrameInSeveralFrames() async throws {
+        let directory = TemporaryDirectory(prefix: "cachet-client-frames")
+        defer { directory.remove() }
+        let node = try await NodeCluster.start(
+            count: 1,
+            arguments: [
+                "--memory-limit", "2MiB", "--data-dir", directory.path, "--disk-limit", "64MiB", "--max-frame", "1MiB",
+            ]
+        )
+        var configuration = node.configuration()
+        configuration.maximumFrameLength = 1 << 20
+        try await withClient(configuration) { client in
+            let value = Self.value(3_000_001, seed: 8)
+            try await client.put("big", from: Self.chunks(value, sizes: [400_000]), length: value.count)
+            // Read whole by a plain get (the node sends it in frames of at most 1 MiB), with its TTL, and
+            // beside short requests on the same connections.
+            async let big = client.get("big")
+            async let short: Void = {
+                for index in 0..<50 { try await client.put("s\(index)", value: [UInt8(index)]) }
+            }()
+            let read = try await big
+            try await short
+            #expect((read == value) == true)
+            let withTTL = try await client.getWithTTL("big")
+            #expect((withTTL?.value == value) == true && withTTL?.ttl == nil)
+            #expect(try await client.get("s49") == [49])
+        }
+    }
+
     @Test func aSourceThatEndsEarlyOrRunsOverStoresNothing() async throws {
         let directory = TemporaryDirectory(prefix: "cachet-client-short")
         defer { directory.remove() }

@@ -70,7 +70,8 @@ final class ForwardRequest: Sendable {
     }
 
     /// A request passed on to `target` (the key's owner, or its stand-in) as received, with `forwarded` set,
-    /// and `lastHop` when `target` must serve it itself; a second hop when it came forwarded.
+    /// and `lastHop` when `target` must serve it itself; a second hop when it came forwarded. The `frames`
+    /// flag is cleared: a peer's reply is one frame (a value longer than one is answered TOO_LARGE).
     static func passingOn(
         _ frame: CachetFrame,
         in buffer: UnsafeRawBufferPointer,
@@ -81,7 +82,8 @@ final class ForwardRequest: Sendable {
             CachetRequestFlags.forwarded.rawValue | (lastHop ? CachetRequestFlags.lastHop.rawValue : 0)
         var request = requestBytes(frame, in: buffer)
         request.withUnsafeMutableBytes {
-            $0.storeBytes(of: (frame.header.flags | forwarded).bigEndian, toByteOffset: 6, as: UInt16.self)
+            let flags = (frame.header.flags | forwarded) & ~CachetRequestFlags.frames.rawValue
+            $0.storeBytes(of: flags.bigEndian, toByteOffset: 6, as: UInt16.self)
         }
         return ForwardRequest(
             frame: request,

@@ -96,6 +96,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @exclusivity(unchecked) var forwards: ForwardPipeline?
     /// The connection's WATCH, while it watches (``ConnectionWatching``).
     @exclusivity(unchecked) var watch: WatchStream?
+    /// A GET's reply being sent in several frames, while it is (``ValueFrames``).
+    @exclusivity(unchecked) var valueFrames: ValueFrames?
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false

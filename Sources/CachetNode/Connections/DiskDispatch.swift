@@ -71,8 +71,15 @@ final class DiskDispatch: @unchecked Sendable {
         }
         disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [self] entry in
             host.execute { [self] in
-                host.resume(connection) { processor, output, now in
-                    processor.diskCompletions.completeGet(operation, entry: entry, output: &output, now: now)
+                if let entry, entry.oversizedLength > 0,
+                    case .get(_, let id, false, let lease, let withTTL, true) = operation
+                {
+                    // Longer than a frame, and the client takes several.
+                    startFrames(key: key, id: id, lease: lease, withTTL: withTTL, for: connection)
+                } else {
+                    host.resume(connection) { processor, output, now in
+                        processor.diskCompletions.completeGet(operation, entry: entry, output: &output, now: now)
+                    }
                 }
                 if charged > 0 {
                     // The reply is in the connection's output now, charged there when it settles.
@@ -100,6 +107,111 @@ final class DiskDispatch: @unchecked Sendable {
             startGet(operation, for: connection)
             // Deferred again: wait for the next read to end.
             if deferredGets.count > before { return }
+        }
+    }
+
+    // MARK: Values answered in several frames
+
+    /// Answers a GET with the `frames` flag of a value longer than one frame holds (``ValueFrames``): the
+    /// value is opened in the disk queue's order (a write queued before the GET is seen; one queued after it
+    /// is not, whatever the pieces still to send), then sent a piece at a time.
+    private func startFrames(key: [UInt8], id: UInt32, lease: Bool, withTTL: Bool, for connection: Connection) {
+        disk.worker.openValue(key: key, now: CachetClock.now()) { [self] opening in
+            host.execute { [self] in
+                guard case .waitingForCompletion = connection.phase else { return }
+                let source: ValueFrames.Source
+                let expiry: UInt32
+                switch opening {
+                case .miss:
+                    // Gone since it was looked up (deleted, replaced by a short value read again, expired).
+                    return host.resume(connection) { processor, output, now in
+                        processor.diskCompletions.completeGet(
+                            key: key,
+                            id: id,
+                            entry: nil,
+                            lease: lease,
+                            withTTL: withTTL,
+                            output: &output,
+                            now: now
+                        )
+                    }
+                case .pieces(let pieces):
+                    source = .pieces(pieces)
+                    expiry = pieces.expiry
+                case .whole(let entry):
+                    source = .bytes(entry.value)
+                    expiry = entry.expiry
+                }
+                let counters = host.processor.commands.counters
+                RequestCounters.bump(counters.hits)
+                RequestCounters.bump(counters.diskHits)
+                let now = CachetClock.now()
+                let ttl: UInt32? = withTTL ? (expiry == 0 ? 0 : max(expiry, now) &- now) : nil
+                connection.valueFrames = ValueFrames(source: source, id: id, ttl: ttl)
+                sendNextPiece(on: connection)
+            }
+        }
+    }
+
+    /// Reads and sends the next piece of the value a connection's GET is answered with in several frames:
+    /// a frame of status CONTINUES, or OK for the last piece, after which the connection carries on with
+    /// its requests. A piece read from disk is charged to the connections' budget while it is read; a
+    /// damaged block ends the reply with SERVER_ERROR, which voids the frames before it.
+    func sendNextPiece(on connection: Connection) {
+        guard let frames = connection.valueFrames else { return }
+        let prefix = frames.next == 0 && frames.ttl != nil ? 4 : 0
+        let room = host.processor.maximumPayloadLength - CachetProtocol.headerSize - prefix
+        let count = min(
+            frames.total - frames.next,
+            ValueFrames.pieceLength,
+            room,
+            max(ConnectionMemory.fairAllowance, memory.replyRoom)
+        )
+        switch frames.source {
+        case .bytes(let value):
+            // Sent from a later block, never from inside a settle or a resume.
+            let piece = Array(value[frames.next..<(frames.next + count)])
+            host.execute { [self] in deliver(piece, of: frames, on: connection) }
+        case .pieces(let pieces):
+            memory.charge(count)
+            disk.worker.readPiece(of: pieces, start: frames.next, count: count) { [self] piece in
+                host.execute { [self] in
+                    memory.charge(-count)
+                    deliver(piece, of: frames, on: connection)
+                }
+            }
+        }
+    }
+
+    /// Sends a piece read for `frames` (nil: it could not be read), unless the connection closed or went on
+    /// meanwhile.
+    private func deliver(_ piece: [UInt8]?, of frames: ValueFrames, on connection: Connection) {
+        guard connection.valueFrames === frames, case .waitingForCompletion = connection.phase else { return }
+        let id = frames.id
+        guard let piece else {
+            connection.valueFrames = nil
+            return host.resume(connection) { _, output, _ in
+                appendMessage(
+                    "the value could not be read from the disk tier while it was sent (a damaged block, or a failed "
+                        + "read): the frames before this one are void",
+                    status: .serverError,
+                    opcode: .get,
+                    id: id,
+                    to: &output
+                )
+            }
+        }
+        let ttl = frames.next == 0 ? frames.ttl : nil
+        frames.next += piece.count
+        guard frames.next < frames.total else {
+            connection.valueFrames = nil
+            return host.resume(connection) { _, output, _ in
+                piece.withUnsafeBytes { appendValuePiece($0, status: .ok, ttl: ttl, id: id, output: &output) }
+            }
+        }
+        frames.awaitingDrain = true
+        host.appendWhileWaiting(connection) { output in
+            piece.withUnsafeBytes { appendValuePiece($0, status: .continues, ttl: ttl, id: id, output: &output) }
         }
     }
 

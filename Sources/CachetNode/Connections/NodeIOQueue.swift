@@ -475,6 +475,11 @@ final class NodeIOQueue: @unchecked Sendable {
                 }
             case .closed:
                 return
+            case .waitingForCompletion where connection.valueFrames?.mayContinue(on: connection) == true:
+                // A GET answered in several frames reads its next piece once the client has taken most of
+                // the last one.
+                connection.valueFrames.unsafelyUnwrapped.awaitingDrain = false
+                diskDispatch?.sendNextPiece(on: connection)
             default:
                 break
             }
@@ -513,6 +518,20 @@ final class NodeIOQueue: @unchecked Sendable {
         case .get, .rangedGet, .put, .clear, .uploadPart:
             diskDispatch?.begin(operation, for: connection)
         }
+    }
+
+    /// Writes part of a reply of the operation a connection waits for (a frame of a GET answered in several),
+    /// held behind the connection's forwards in flight, if any, and sends what it can; the connection goes
+    /// on waiting.
+    func appendWhileWaiting(_ connection: Connection, _ write: (inout CachetByteBuffer) -> Void) {
+        guard case .waitingForCompletion = connection.phase else { return }
+        if let forwards = connection.forwards {
+            write(&forwards.pending)
+        } else {
+            write(&connection.output)
+        }
+        guard send(connection) else { return }
+        settle(connection, now: CachetClock.now())
     }
 
     /// Writes a completed operation's reply (held behind the connection's forwards in flight, if any),
@@ -622,6 +641,7 @@ final class NodeIOQueue: @unchecked Sendable {
     func connectionClosed(_ connection: Connection) {
         if case .closing = connection.phase { upkeep.closingEnded() }
         connection.phase = .closed
+        connection.valueFrames = nil
         connectionCount -= 1
         // The buffers go with the connection (the last reference is the loop's, or a disk completion's).
         memory.charge(-connection.charged)

@@ -21,7 +21,7 @@ struct DiskCompletions {
         now: UInt32
     ) {
         switch operation {
-        case .get(let key, let id, let warmUp, let lease, let withTTL):
+        case .get(let key, let id, let warmUp, let lease, let withTTL, _):
             if let entry, entry.oversizedLength > 0 {
                 // Too long for one reply frame: not read. A warm-up takes it for a miss.
                 guard !warmUp else {
@@ -36,8 +36,8 @@ struct DiskCompletions {
                 RequestCounters.bump(commands.counters.hits)
                 RequestCounters.bump(commands.counters.diskHits)
                 return appendMessage(
-                    "the value is \(entry.oversizedLength) bytes, more than one reply frame holds (--max-frame): read it "
-                        + "by ranges (GET with the range flag)",
+                    "the value is \(entry.oversizedLength) bytes, more than one reply frame holds (--max-frame): ask "
+                        + "with the frames flag to take it in several frames, or read it by ranges (GET with the range flag)",
                     status: .tooLarge,
                     opcode: .get,
                     id: id,

@@ -5,8 +5,9 @@ import CachetWire
 enum PendingOperation {
     /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
     /// TTL left before the value and not kept in memory here; `withTTL` for a GET with the `ttl` flag,
-    /// answered with the TTL left too.
-    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false)
+    /// answered with the TTL left too; `inFrames` for a GET with the `frames` flag, whose value may be
+    /// answered in several frames (``ValueFrames``).
+    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false, inFrames: Bool = false)
     /// A GET with the `range` flag that missed memory and may be on disk: answered with that part of the
     /// value. Boxed, so that the enum every request returns stays as small as it was.
     indirect case rangedGet(key: [UInt8], id: UInt32, range: CachetValueRange)
@@ -57,7 +58,7 @@ extension PendingOperation {
     /// anything else.
     var diskReadKey: [UInt8]? {
         switch self {
-        case .get(let key, _, _, _, _), .rangedGet(let key, _, _): return key
+        case .get(let key, _, _, _, _, _), .rangedGet(let key, _, _): return key
         default: return nil
         }
     }

@@ -36,11 +36,30 @@ func appendValueWithTTL(
     appendGetReply(prefix: ttl.bigEndian, bytes: value, id: id, output: &output)
 }
 
-/// An OK reply to a GET whose body is `prefix` (fixed-width fields, already big-endian) then `bytes`.
+/// One frame of a GET's reply sent in several (`Protocol/PROTOCOL.md`, "GET of a value longer than a
+/// frame"): `status` CONTINUES, or OK for the last; the first frame of a GET with the `ttl` flag starts with
+/// the TTL left (`ttl`, seconds).
+func appendValuePiece(
+    _ bytes: UnsafeRawBufferPointer,
+    status: CachetStatus,
+    ttl: UInt32?,
+    id: UInt32,
+    output: inout CachetByteBuffer
+) {
+    if let ttl {
+        appendGetReply(prefix: ttl.bigEndian, bytes: bytes, id: id, status: status, output: &output)
+    } else {
+        appendReply(opcode: .get, status: status, id: id, body: bytes, to: &output)
+    }
+}
+
+/// A reply to a GET (OK unless `status` says otherwise) whose body is `prefix` (fixed-width fields,
+/// already big-endian) then `bytes`.
 private func appendGetReply<Prefix>(
     prefix: Prefix,
     bytes: UnsafeRawBufferPointer,
     id: UInt32,
+    status: CachetStatus = .ok,
     output: inout CachetByteBuffer
 ) {
     let bodyLength = MemoryLayout<Prefix>.size + bytes.count
@@ -48,7 +67,7 @@ private func appendGetReply<Prefix>(
     CachetFrameEncoder.writePrefixAndHeader(
         to: output.writePointer,
         bodyLength: bodyLength,
-        header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
+        header: CachetFrameHeader(opcode: .get, word: status.rawValue, id: id)
     )
     output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
     withUnsafeBytes(of: prefix) { output.append($0) }

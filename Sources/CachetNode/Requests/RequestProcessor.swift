@@ -209,7 +209,8 @@ struct RequestProcessor {
                         outputCapacityLimit: outputCapacityLimit,
                         noRoom: &noRoom,
                         now: now,
-                        lease: header.flags & CachetRequestFlags.lease.rawValue != 0
+                        lease: header.flags & CachetRequestFlags.lease.rawValue != 0,
+                        inFrames: Self.takesFrames(header)
                     )
                 }
                 return get(
@@ -221,7 +222,8 @@ struct RequestProcessor {
                     now: now,
                     directSend: directSend,
                     warmable: warmable,
-                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0
+                    lease: header.flags & CachetRequestFlags.lease.rawValue != 0,
+                    inFrames: Self.takesFrames(header)
                 )
             case .put:
                 let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
@@ -321,7 +323,8 @@ struct RequestProcessor {
         now: UInt32,
         directSend: DirectSend?,
         warmable: Bool = false,
-        lease: Bool = false
+        lease: Bool = false,
+        inFrames: Bool = false
     ) -> PendingOperation? {
         let lookup = commands.lookUp(key, now: now) { value, _ in
             // Room for the whole reply in the buffer as it is, or by growing it within the budget: a
@@ -349,7 +352,15 @@ struct RequestProcessor {
         if warmable && !lease, let operation = cluster.unsafelyUnwrapped.peerValues.warmUpRequest(key, id: id) {
             return operation
         }
-        return missedMemory(key, id: id, lease: lease, withTTL: false, output: &output, now: now)
+        return missedMemory(key, id: id, lease: lease, withTTL: false, inFrames: inFrames, output: &output, now: now)
+    }
+
+    /// Whether a GET may be answered in several frames: the `frames` flag from a client (a request between
+    /// nodes is always answered in one).
+    @inline(__always)
+    private static func takesFrames(_ header: CachetFrameHeader) -> Bool {
+        header.flags & (CachetRequestFlags.frames.rawValue | CachetRequestFlags.forwarded.rawValue)
+            == CachetRequestFlags.frames.rawValue
     }
 
     /// A GET that missed memory: to the disk queue only when the key may be there; else a miss, with a
@@ -359,11 +370,12 @@ struct RequestProcessor {
         id: UInt32,
         lease: Bool,
         withTTL: Bool,
+        inFrames: Bool,
         output: inout CachetByteBuffer,
         now: UInt32
     ) -> PendingOperation? {
         if commands.afterMemoryMiss(key, now: now) {
-            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL)
+            return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL, inFrames: inFrames)
         }
         if lease {
             appendLeaseMiss(commands.acquireLease(key), id: id, to: &output)
@@ -384,7 +396,8 @@ struct RequestProcessor {
         outputCapacityLimit: Int,
         noRoom: inout Bool,
         now: UInt32,
-        lease: Bool
+        lease: Bool,
+        inFrames: Bool
     ) -> PendingOperation? {
         let lookup = commands.lookUp(key, now: now) { value, expiry in
             guard Self.replyFits(value.count, extra: 4, limit: outputCapacityLimit, output: output) else {
@@ -394,7 +407,7 @@ struct RequestProcessor {
             return true
         }
         return Self.afterLookup(lookup, noRoom: &noRoom) {
-            missedMemory(key, id: id, lease: lease, withTTL: true, output: &output, now: now)
+            missedMemory(key, id: id, lease: lease, withTTL: true, inFrames: inFrames, output: &output, now: now)
         }
     }
 

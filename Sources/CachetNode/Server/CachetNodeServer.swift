@@ -19,7 +19,7 @@ import Glibc
 /// and returns once they are closed. ``run(until:)`` does the last on SIGTERM or SIGINT.
 public final class CachetNodeServer: Sendable {
     /// The software version reported by STATS.
-    public static let version = "0.3.0"
+    public static let version = "0.4.0"
 
     /// The configuration the node was created with.
     public let configuration: CachetNodeConfiguration

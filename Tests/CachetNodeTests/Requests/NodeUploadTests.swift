@@ -417,11 +417,19 @@ struct NodeUploadTests {
     }
 
     @Test func partsSentThroughAMemberThatDoesNotOwnTheKeyAreForwardedToTheOwner() throws {
-        let cluster = try NodeForwardingTests.Cluster(disk: true)
+        let cluster = try NodeForwardingTests.Cluster(extraArguments: ["--max-frame", "2MiB"], disk: true)
         let key = Array(cluster.key(ownedBy: "n2").utf8)
         let through = try cluster.node("n1").connect()
         let value = Self.value(3_000_000, seed: 6)
         #expect(try Self.upload(value, key: key, size: 1_000_000, on: through).allSatisfy { $0 == .ok })
+        // Longer than a frame: its owner answers a GET with the frames flag in several frames, a member that
+        // forwards it in one (TOO_LARGE: a peer's reply is one frame).
+        try through.send(CachetCommand.get(key: key).encoded(id: 3, flags: .frames))
+        let forwarded = try through.readResponse()
+        #expect(forwarded.status == .tooLarge && forwarded.id == 3, "\(forwarded.bodyText)")
+        let direct = try cluster.node("n2").connect()
+        try direct.send(CachetCommand.get(key: key).encoded(id: 4, flags: .frames))
+        #expect((try NodeValueFramesTests.readFrames(on: direct).flatMap(\.body) == value) == true)
         #expect((try Self.readByRanges(size: 700_000, on: through, key: key) == value) == true)
         let owner = try cluster.node("n2").connect()
         #expect((try Self.readByRanges(size: 1 << 20, on: owner, key: key) == value) == true)
