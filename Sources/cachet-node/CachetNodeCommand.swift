@@ -233,8 +233,9 @@ struct CachetNodeCommand: ParsableCommand {
     @Flag(
         help: """
             Also serve values read-only on the HTTP port: GET and HEAD /values/KEY (percent-encoded), with \
-            byte ranges, for players and browsers; users of --auth-file sign in with HTTP Basic. Needs \
-            --http-port, and the plain port (not --tls-only).
+            byte ranges, for players and browsers; users of --auth-file sign in with HTTP Basic or a bearer \
+            token USER:SECRET (header or access_token). Needs \
+            --http-port. On a --tls-only node they are read over TLS with the node's certificate.
             """
     )
     var httpValues = false
@@ -417,18 +418,22 @@ struct CachetNodeCommand: ParsableCommand {
                 guard (0...65535).contains(httpPort) else {
                     throw CachetNodeError(code: .invalidConfiguration, message: "--http-port \(httpPort) is not a port")
                 }
-                guard !httpValues || !configuration.tlsOnly else {
-                    throw CachetNodeError(
-                        code: .invalidConfiguration,
-                        message: "--http-values reads values through the node's plain port, which --tls-only closes"
-                    )
+                // Values are read through the node's own port: over TLS on a TLS-only node, presenting the node's
+                // certificate (as its peers do) and trusting --tls-ca, or else the certificate itself.
+                let selfTLS = configuration.tls.flatMap { tls in
+                    configuration.tlsOnly
+                        ? CachetTLSConfiguration(
+                            certificateFile: tls.certificateFile,
+                            keyFile: tls.keyFile,
+                            caFile: tls.caFile ?? tls.certificateFile
+                        ) : nil
                 }
                 let served =
                     httpValues
                     ? HTTPValues(
                         host: configuration.host,
                         port: boundPort,
-                        tls: nil,
+                        tls: selfTLS,
                         maximumFrame: configuration.maximumPayloadLength
                     ) : nil
                 values = served

@@ -125,10 +125,15 @@ actor HTTPValues {
             )
         }
         let credentials: CachetClient.Credentials?
-        switch Self.basicCredentials(request.headers[.authorization]) {
+        switch Self.credentials(authorization: request.headers[.authorization], token: request.query["access_token"]) {
         case .none: credentials = nil
         case .some(.some(let given)): credentials = given
-        case .some(.none): return Self.text(.badRequest, "the Authorization header is not HTTP Basic user:secret")
+        case .some(.none):
+            return Self.text(
+                .badRequest,
+                "the credentials are neither HTTP Basic (user:secret in base64) nor a bearer token USER:SECRET "
+                    + "(in Authorization: Bearer, or the access_token query parameter)"
+            )
         }
         do throws(CachetClientError) {
             let client = try client(for: credentials)
@@ -221,15 +226,33 @@ actor HTTPValues {
 
     /// The credentials of an `Authorization: Basic …` header: nil without the header, `.some(nil)` for one
     /// that is not Basic `user:secret`.
-    static func basicCredentials(_ header: String?) -> CachetClient.Credentials?? {
-        guard let header else { return .none }
+    /// The credentials a request carries: HTTP Basic, or a bearer token `USER:SECRET` in the Authorization
+    /// header (RFC 6750's header) or, for a player that cannot set headers (a `<video src>`), in the
+    /// `access_token` query parameter; the header wins. `.none` without any, `.some(nil)` for malformed ones.
+    static func credentials(authorization header: String?, token: String?) -> CachetClient.Credentials?? {
+        guard let header else {
+            guard let token else { return .none }
+            return .some(userAndSecret(token))
+        }
         let parts = header.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].lowercased() == "basic", let data = Data(base64Encoded: String(parts[1])),
-            let text = String(data: data, encoding: .utf8), let colon = text.firstIndex(of: ":")
-        else { return .some(nil) }
-        return .some(
-            CachetClient.Credentials(user: String(text[..<colon]), secret: String(text[text.index(after: colon)...]))
-        )
+        guard parts.count == 2 else { return .some(nil) }
+        switch parts[0].lowercased() {
+        case "basic":
+            guard let data = Data(base64Encoded: String(parts[1])), let text = String(data: data, encoding: .utf8) else {
+                return .some(nil)
+            }
+            return .some(userAndSecret(text))
+        case "bearer":
+            return .some(userAndSecret(String(parts[1])))
+        default:
+            return .some(nil)
+        }
+    }
+
+    /// `user:secret` split at its first colon; nil without one or with an empty user.
+    private static func userAndSecret(_ text: String) -> CachetClient.Credentials? {
+        guard let colon = text.firstIndex(of: ":"), colon != text.startIndex else { return nil }
+        return CachetClient.Credentials(user: String(text[..<colon]), secret: String(text[text.index(after: colon)...]))
     }
 
     static func unsatisfiable(total: Int, type: String) -> HTTPResponse {
@@ -247,7 +270,7 @@ actor HTTPValues {
         switch error.code {
         case .notAuthenticated:
             var response = text(.unauthorized, error.message)
-            response.headers[HTTPHeader("WWW-Authenticate")] = #"Basic realm="cachet""#
+            response.headers[HTTPHeader("WWW-Authenticate")] = #"Basic realm="cachet", Bearer realm="cachet""#
             return response
         case .forbidden: return text(.forbidden, error.message)
         case .badRequest: return text(.badRequest, error.message)

@@ -1,3 +1,4 @@
+import CachetIO
 import CachetTestSupport
 import CachetWire
 import Foundation
@@ -72,7 +73,7 @@ struct NodeHTTPValuesTests {
         #expect(try socket.roundTrip(.put(key: Array("a key".utf8), value: Array("spaced".utf8), ttl: 0)).status == .ok)
 
         let whole = try Self.request(port, "/values/films/intro.webm")
-        #expect(whole.status == 200 && whole.body == Self.value)
+        #expect(whole.status == 200 && whole.body == Self.value, "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))")
         #expect(whole.headers["content-type"] == "video/webm" && whole.headers["accept-ranges"] == "bytes")
         #expect(whole.headers["content-length"] == "3000")
         #expect(try Self.request(port, "/values/a%20key").body == Array("spaced".utf8), "a percent-encoded key")
@@ -174,7 +175,7 @@ struct NodeHTTPValuesTests {
         #expect(replaced.status == 200 && replaced.body == [1, 2, 3] && replaced.headers["etag"] != etag)
     }
 
-    @Test func usersSignInWithBasicAndKeepTheirPrefixes() throws {
+    @Test func usersSignInWithBasicOrABearerTokenAndKeepTheirPrefixes() throws {
         let directory = TemporaryDirectory(prefix: "cachet-http-users")
         defer { directory.remove() }
         let file = directory.appending("users.json")
@@ -192,7 +193,10 @@ struct NodeHTTPValuesTests {
             ["Authorization": "Basic " + Data("\(user):\(secret)".utf8).base64EncodedString()]
         }
         let anonymous = try Self.request(port, "/values/shop:clip")
-        #expect(anonymous.status == 401 && anonymous.headers["www-authenticate"] == #"Basic realm="cachet""#)
+        #expect(
+            anonymous.status == 401
+                && anonymous.headers["www-authenticate"] == #"Basic realm="cachet", Bearer realm="cachet""#
+        )
         #expect(try Self.request(port, "/values/shop:clip", headers: basic("shop", "wrong")).status == 401)
         let shop = try Self.request(port, "/values/shop:clip", headers: basic("shop", "shop-secret-0123456789"))
         #expect(shop.status == 200 && shop.body == [1, 2, 3])
@@ -200,6 +204,43 @@ struct NodeHTTPValuesTests {
         let reader = try Self.request(port, "/values/other", headers: basic("reader", "reader-secret-0123456789"))
         #expect(reader.status == 200 && reader.body == [4])
         #expect(try Self.request(port, "/values/other", headers: ["Authorization": "Bearer x"]).status == 400)
+        #expect(try Self.request(port, "/values/other", headers: ["Authorization": "Digest x"]).status == 400)
+
+        // A bearer token USER:SECRET, in the header or (for a player that sets no headers) in the query.
+        let bearer = try Self.request(
+            port,
+            "/values/shop:clip",
+            headers: ["Authorization": "Bearer shop:shop-secret-0123456789"]
+        )
+        #expect(bearer.status == 200 && bearer.body == [1, 2, 3])
+        #expect(
+            try Self.request(port, "/values/other", headers: ["Authorization": "Bearer shop:shop-secret-0123456789"])
+                .status == 403
+        )
+        let query = try Self.request(port, "/values/shop:clip?access_token=shop%3Ashop-secret-0123456789")
+        #expect(query.status == 200 && query.body == [1, 2, 3])
+        #expect(try Self.request(port, "/values/shop:clip?access_token=shop%3Awrong").status == 401)
+        #expect(try Self.request(port, "/values/shop:clip?access_token=nocolon").status == 400)
+    }
+
+    @Test func aTLSOnlyNodeServesItsValuesReadOverTLS() throws {
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let (node, port) = try Self.node([
+            "--tls-only", "--tls-cert", certificates.serverCertificate, "--tls-key", certificates.serverKey,
+            "--tls-ca", certificates.caFile,
+        ])
+        let secure = try CachetBlockingConnection(
+            to: CachetAddress(host: "127.0.0.1", port: node.port),
+            timeout: .seconds(5),
+            tls: try NodeTLSTests.client(ca: certificates.caFile)
+        )
+        let key = Array("films/tls.webm".utf8)
+        #expect(try NodeTLSTests.roundTrip(.put(key: key, value: Self.value, ttl: 0), on: secure).status == .ok)
+        let whole = try Self.request(port, "/values/films/tls.webm")
+        #expect(whole.status == 200 && whole.body == Self.value, "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))")
+        let part = try Self.request(port, "/values/films/tls.webm", headers: ["Range": "bytes=10-19"])
+        #expect(part.status == 206 && part.body == Array(Self.value[10..<20]))
     }
 
     @Test func aKeyAnotherMemberOwnsIsReadThroughTheMemberAsked() throws {
