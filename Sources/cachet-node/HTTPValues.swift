@@ -14,7 +14,7 @@ import Foundation
 /// Each response is read as GETs of ranges of 1 MiB on the node's own binary port as it is sent, one read
 /// ahead of the socket (so a value of any size is served in bounded memory), through a ``CachetClient`` that talks to this node
 /// alone: the node routes and forwards them like any GET (a key another member owns is read there), checks
-/// the user's role and key prefixes (HTTP Basic credentials become the client's AUTH). Every range carries
+/// the user's role and key prefixes (HTTP Basic credentials or a bearer token become the client's AUTH). Every range carries
 /// the value's tag, sent as the `ETag` (`If-None-Match` answers 304, `If-Range` with another tag sends the
 /// whole value): a value replaced while a response is sent ends the response early (the connection
 /// closes short of its `Content-Length`), never a mixture of two values. One client per set of credentials,
@@ -224,8 +224,6 @@ actor HTTPValues {
         }
     }
 
-    /// The credentials of an `Authorization: Basic …` header: nil without the header, `.some(nil)` for one
-    /// that is not Basic `user:secret`.
     /// The credentials a request carries: HTTP Basic, or a bearer token `USER:SECRET` in the Authorization
     /// header (RFC 6750's header) or, for a player that cannot set headers (a `<video src>`), in the
     /// `access_token` query parameter; the header wins. `.none` without any, `.some(nil)` for malformed ones.
@@ -238,7 +236,8 @@ actor HTTPValues {
         guard parts.count == 2 else { return .some(nil) }
         switch parts[0].lowercased() {
         case "basic":
-            guard let data = Data(base64Encoded: String(parts[1])), let text = String(data: data, encoding: .utf8) else {
+            guard let data = Data(base64Encoded: String(parts[1])), let text = String(data: data, encoding: .utf8)
+            else {
                 return .some(nil)
             }
             return .some(userAndSecret(text))

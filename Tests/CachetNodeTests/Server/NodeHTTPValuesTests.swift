@@ -73,7 +73,10 @@ struct NodeHTTPValuesTests {
         #expect(try socket.roundTrip(.put(key: Array("a key".utf8), value: Array("spaced".utf8), ttl: 0)).status == .ok)
 
         let whole = try Self.request(port, "/values/films/intro.webm")
-        #expect(whole.status == 200 && whole.body == Self.value, "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))")
+        #expect(
+            whole.status == 200 && whole.body == Self.value,
+            "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))"
+        )
         #expect(whole.headers["content-type"] == "video/webm" && whole.headers["accept-ranges"] == "bytes")
         #expect(whole.headers["content-length"] == "3000")
         #expect(try Self.request(port, "/values/a%20key").body == Array("spaced".utf8), "a percent-encoded key")
@@ -238,7 +241,10 @@ struct NodeHTTPValuesTests {
         let key = Array("films/tls.webm".utf8)
         #expect(try NodeTLSTests.roundTrip(.put(key: key, value: Self.value, ttl: 0), on: secure).status == .ok)
         let whole = try Self.request(port, "/values/films/tls.webm")
-        #expect(whole.status == 200 && whole.body == Self.value, "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))")
+        #expect(
+            whole.status == 200 && whole.body == Self.value,
+            "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))"
+        )
         let part = try Self.request(port, "/values/films/tls.webm", headers: ["Range": "bytes=10-19"])
         #expect(part.status == 206 && part.body == Array(Self.value[10..<20]))
     }
