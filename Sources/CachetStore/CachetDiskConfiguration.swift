@@ -146,6 +146,8 @@ public struct CachetDiskEntry: Sendable, Equatable {
     /// (``CachetDiskStore/get(key:now:maximumValueLength:)``): the value was not read and is empty. 0
     /// otherwise. Not part of equality.
     public var oversizedLength = 0
+    /// The item fields kept with the value (``CachetItemFields``), if any. Not part of equality.
+    public var fields: CachetItemFields?
 
     /// Entries are equal when their values and expiries are.
     public static func == (lhs: CachetDiskEntry, rhs: CachetDiskEntry) -> Bool {

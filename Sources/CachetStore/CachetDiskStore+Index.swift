@@ -106,7 +106,7 @@ extension CachetDiskStore {
     /// Reads and checks the header of one entry file (not its payload).
     static func scanFile(_ path: String, name: String) -> ScannedFile {
         guard let digest = KeyDigest(hex: name[...]) else { return .corrupt }
-        let headerAndKey = DiskEntryFormat.largestHeaderSize + DiskEntryFormat.maximumKeyLength
+        let headerAndKey = DiskEntryFormat.largestPrefixSize(keyLength: DiskEntryFormat.maximumKeyLength)
         guard let prefix = DiskFiles.readPrefix(path, count: headerAndKey) else { return .gone }
         return prefix.bytes.withUnsafeBytes { raw -> ScannedFile in
             guard let header = DiskEntryFormat.decodeHeader(raw), header.fileSize == prefix.size else {

@@ -1,4 +1,5 @@
 import CachetLocking
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -71,7 +72,8 @@ extension CachetDiskStore {
             var info = stat()
             var prefix = [UInt8](
                 repeating: 0,
-                count: fstat(fd, &info) == 0 ? min(Int(info.st_size), DiskEntryFormat.largestHeaderSize + key.count) : 0
+                count: fstat(fd, &info) == 0
+                    ? min(Int(info.st_size), DiskEntryFormat.largestPrefixSize(keyLength: key.count)) : 0
             )
             guard !prefix.isEmpty, BlockEntryFormat.preadAll(fd, &prefix, at: 0) == nil else {
                 Glibc.close(fd)

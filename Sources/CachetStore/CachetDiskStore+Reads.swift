@@ -77,7 +77,7 @@ extension CachetDiskStore {
         guard !state.withLock({ $0.staleClear || $0.staleFiles.contains(digest) }) else { return nil }
         let file = path(for: digest).file
         if maximumValueLength < BlockEntryFormat.maximumValueLength,
-            let prefix = DiskFiles.readPrefix(file, count: DiskEntryFormat.largestHeaderSize + key.count),
+            let prefix = DiskFiles.readPrefix(file, count: DiskEntryFormat.largestPrefixSize(keyLength: key.count)),
             let header = prefix.bytes.withUnsafeBytes({ DiskEntryFormat.decodeHeader($0) }),
             header.valueLength > maximumValueLength
         {
@@ -123,7 +123,7 @@ extension CachetDiskStore {
                     CachetDiskEntry(value: $0, expiry: header.expiry)
                 }
             }
-            let payloadStart = DiskEntryFormat.headerSize + header.keyLength
+            let payloadStart = header.payloadStart
             guard
                 let value = DiskEntryFormat.decodeValue(
                     header: header,
@@ -132,7 +132,9 @@ extension CachetDiskStore {
             else {
                 return nil
             }
-            return CachetDiskEntry(value: value, expiry: header.expiry)
+            var entry = CachetDiskEntry(value: value, expiry: header.expiry)
+            entry.fields = header.fields
+            return entry
         }
     }
 

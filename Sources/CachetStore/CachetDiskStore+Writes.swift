@@ -15,11 +15,12 @@ extension CachetDiskStore {
     ///   - key: the key.
     ///   - value: the value.
     ///   - expiry: absolute expiry in Unix seconds, 0 for never.
-    public func put(key: [UInt8], value: [UInt8], expiry: UInt32) {
-        put(key: key, digest: key.withUnsafeBytes { KeyDigest(of: $0) }, value: value, expiry: expiry)
+    ///   - fields: the item fields to keep with it, if any.
+    public func put(key: [UInt8], value: [UInt8], expiry: UInt32, fields: CachetItemFields? = nil) {
+        put(key: key, digest: key.withUnsafeBytes { KeyDigest(of: $0) }, value: value, expiry: expiry, fields: fields)
     }
 
-    func put(key: [UInt8], digest: KeyDigest, value: [UInt8], expiry: UInt32) {
+    func put(key: [UInt8], digest: KeyDigest, value: [UInt8], expiry: UInt32, fields: CachetItemFields? = nil) {
         guard DiskEntryFormat.canHold(keyLength: key.count, valueLength: value.count) else {
             // Not representable in an entry file; an older copy must not stay either.
             warnFailure(
@@ -39,6 +40,7 @@ extension CachetDiskStore {
             key: key,
             value: value,
             expiry: expiry,
+            fields: fields,
             level: configuration.compressionLevel
         )
         io.withLock { _ in
@@ -251,7 +253,7 @@ extension CachetDiskStore {
         guard
             let prefix = DiskFiles.readPrefix(
                 path,
-                count: DiskEntryFormat.largestHeaderSize + DiskEntryFormat.maximumKeyLength
+                count: DiskEntryFormat.largestPrefixSize(keyLength: DiskEntryFormat.maximumKeyLength)
             )
         else { return nil }
         return prefix.bytes.withUnsafeBytes { raw in

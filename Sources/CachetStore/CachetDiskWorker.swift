@@ -134,11 +134,17 @@ public final class CachetDiskWorker: Sendable {
     ///   - key: the key.
     ///   - value: the value.
     ///   - expiry: absolute expiry, 0 for never.
+    ///   - fields: the item fields to keep with it, if any.
     /// - Returns: `.queued`; `.full`, queueing nothing, when the queue already holds its capacity of writes
     ///   or of bytes, or the journal is full of operations still waiting (wait with
     ///   ``notifyWhenWritable(_:)``); or
     ///   `.refused` when the journal cannot record it: the write must not be acknowledged.
-    public func submitPut(key: [UInt8], value: [UInt8], expiry: UInt32) -> CachetDiskAdmission {
+    public func submitPut(
+        key: [UInt8],
+        value: [UInt8],
+        expiry: UInt32,
+        fields: CachetItemFields? = nil
+    ) -> CachetDiskAdmission {
         while true {
             let current = pendingWrites.load(ordering: .relaxed)
             guard current < capacity else { return .full }
@@ -173,7 +179,7 @@ public final class CachetDiskWorker: Sendable {
         writes.withLock { tracking in
             let sequence = tracking.sequence + 1
             enqueue { [self] in
-                store.put(key: key, digest: digest, value: value, expiry: expiry)
+                store.put(key: key, digest: digest, value: value, expiry: expiry, fields: fields)
                 store.applied(digest)
                 dequeued(digest, sequence: sequence)
                 pendingBytes.subtract(size, ordering: .relaxed)

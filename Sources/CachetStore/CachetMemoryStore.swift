@@ -121,16 +121,23 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// - Returns: ``CachetPutOutcome/tooLarge`` when the entry alone exceeds the limit.
     /// - Complexity: O(1) on average, plus one step per evicted entry.
     @discardableResult
-    public func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, expiry: UInt32, now: UInt32)
-        -> CachetPutOutcome
-    {
-        guard MemoryEntry.accountedSize(keyLength: key.count, valueLength: value.count) <= memoryLimit,
+    public func put(
+        key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        expiry: UInt32,
+        now: UInt32,
+        fields: CachetItemFields? = nil
+    ) -> CachetPutOutcome {
+        let fieldsSize = fields == nil ? 0 : CachetItemFields.storedSize
+        guard
+            MemoryEntry.accountedSize(keyLength: key.count, valueLength: value.count, fieldsSize: fieldsSize)
+                <= memoryLimit,
             key.count <= Self.maximumKeyLength
         else { return .tooLarge }
         let hash = CachetHash.hash(key, seed: seed)
         let index = shardIndex(hash)
         withShard(index) { shard in
-            settle(shard, delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry))
+            settle(shard, delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry, fields: fields))
         }
         if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
         return .stored
@@ -227,6 +234,54 @@ public final class CachetMemoryStore: @unchecked Sendable {
             guard let entry else { return nil }
             return body(entry.value, entry.expiry)
         }
+    }
+
+    /// ``withValue(forKey:now:_:)`` with the entry's item fields too (nil for an entry without them).
+    public func withItem<R>(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields?) -> R
+    ) -> R? {
+        let hash = CachetHash.hash(key, seed: seed)
+        return withShard(shardIndex(hash)) { shard in
+            let (entry, freed) = shard.lookup(key, hash: hash, now: now)
+            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+            guard let entry else { return nil }
+            return body(entry.value, entry.expiry, entry.fields)
+        }
+    }
+
+    /// Gives `key`'s live entry a CAS unique if it has none (an entry written without item fields, read by a
+    /// client that asks for its CAS): the entry is stored again with flags 0 and `cas`, under the shard's
+    /// lock, so a write between the read and this sees the new unique. Calls `body` with the value, expiry
+    /// and fields, as ``withItem(forKey:now:_:)`` does; nil on a miss.
+    public func withItemGivingCAS<R>(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        cas: () -> UInt64,
+        _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields) -> R
+    ) -> R? {
+        let hash = CachetHash.hash(key, seed: seed)
+        let index = shardIndex(hash)
+        let result: R? = withShard(index) { shard in
+            let (found, freed) = shard.lookup(key, hash: hash, now: now)
+            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+            guard let entry = found else { return nil }
+            if let fields = entry.fields { return body(entry.value, entry.expiry, fields) }
+            let fields = CachetItemFields(flags: 0, cas: cas())
+            let replacement = MemoryEntry.make(
+                key: entry.key,
+                value: entry.value,
+                hash: hash,
+                expiry: entry.expiry,
+                fields: fields,
+                pool: pool
+            )
+            settle(shard, delta: shard.insert(replacement))
+            return body(replacement.value, replacement.expiry, fields)
+        }
+        if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
+        return result
     }
 
     /// Removes `key`.

@@ -77,10 +77,18 @@ enum DiskEntryFormat {
     static let version: UInt8 = 1
     static let headerSize = 28
     static let flagDeflate: UInt8 = 1
+    /// Version 1's flags bit 1: the item fields (``CachetItemFields``: flags u32, CAS u64) follow the key.
+    static let flagFields: UInt8 = 2
     /// The longest key a file may hold (the wire protocol's limit); the start-up scan reads no further.
     static let maximumKeyLength = 4096
     /// The longest header of either version: what a reader takes before it knows the version.
     static let largestHeaderSize = BlockEntryFormat.headerSize
+
+    /// The most bytes a file's header, key and item fields take, for a key of `keyLength` bytes: what to read
+    /// of a file to decode its header.
+    static func largestPrefixSize(keyLength: Int) -> Int {
+        largestHeaderSize + keyLength + CachetItemFields.storedSize
+    }
 
     /// Whether a file can hold a key and value of these lengths.
     static func canHold(keyLength: Int, valueLength: Int) -> Bool {
@@ -133,6 +141,8 @@ enum DiskEntryFormat {
         var blockSize: Int = 0
         /// Version 2: the value's tag (``CachetValueTag``), stored; 0 in version 1, where it is computed.
         var tag: UInt64 = 0
+        /// Version 1: the item fields stored after the key, if any.
+        var fields: CachetItemFields?
 
         /// Whether the value is stored in blocks (version 2).
         var isBlocked: Bool { version == BlockEntryFormat.version }
@@ -142,9 +152,11 @@ enum DiskEntryFormat {
         var blockCount: Int {
             isBlocked ? BlockEntryFormat.blockCount(valueLength: valueLength, blockSize: blockSize) : 0
         }
+        /// The bytes of item fields after the key: 12 or 0.
+        var fieldsLength: Int { fields == nil ? 0 : CachetItemFields.storedSize }
         /// Where the payload (version 2: the first block) starts.
         var payloadStart: Int {
-            keyStart + keyLength + (isBlocked ? BlockEntryFormat.tableSize(blockCount: blockCount) : 0)
+            keyStart + keyLength + fieldsLength + (isBlocked ? BlockEntryFormat.tableSize(blockCount: blockCount) : 0)
         }
         var fileSize: Int { payloadStart + payloadLength }
     }
@@ -165,24 +177,39 @@ enum DiskEntryFormat {
     /// (``BlockEntryFormat``) for a value of ``BlockEntryFormat/threshold`` bytes or more.
     ///
     /// The caller checks ``canHold(keyLength:valueLength:)`` first.
-    static func encode(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (file: [UInt8], compressed: Bool)
-    {
-        if value.count >= BlockEntryFormat.threshold {
+    /// An entry with item fields is written in version 1 whatever its length (version 2 has no room for them).
+    static func encode(
+        key: [UInt8],
+        value: [UInt8],
+        expiry: UInt32,
+        fields: CachetItemFields? = nil,
+        level: Int32
+    ) -> (file: [UInt8], compressed: Bool) {
+        if value.count >= BlockEntryFormat.threshold && fields == nil {
             return BlockEntryFormat.encode(key: key, value: value, expiry: expiry, level: level)
         }
-        return encodeSingle(key: key, value: value, expiry: expiry, level: level)
+        return encodeSingle(key: key, value: value, expiry: expiry, fields: fields, level: level)
     }
 
     /// Builds a whole file of version 1 (one payload), whatever the value's length: what every value was
     /// written as before version 2, and what shorter values still are.
-    static func encodeSingle(key: [UInt8], value: [UInt8], expiry: UInt32, level: Int32) -> (
-        file: [UInt8], compressed: Bool
-    ) {
+    static func encodeSingle(
+        key: [UInt8],
+        value: [UInt8],
+        expiry: UInt32,
+        fields: CachetItemFields? = nil,
+        level: Int32
+    ) -> (file: [UInt8], compressed: Bool) {
         var payload = value
-        var flags: UInt8 = 0
+        var flags: UInt8 = fields == nil ? 0 : flagFields
+        var stored: [UInt8] = []
+        if let fields {
+            append(fields.flags, to: &stored)
+            append(fields.cas, to: &stored)
+        }
         if let compressed = value.withUnsafeBufferPointer({ compressIfWorthIt($0, level: level) }) {
             payload = compressed
-            flags = flagDeflate
+            flags |= flagDeflate
         }
         var file = [UInt8]()
         file.reserveCapacity(headerSize + key.count + payload.count)
@@ -194,9 +221,12 @@ enum DiskEntryFormat {
         append(UInt32(value.count), to: &file)
         append(UInt32(payload.count), to: &file)
         append(value.withUnsafeBytes { crc32($0) }, to: &file)
-        let headerCRC = file.withUnsafeBytes { head in key.withUnsafeBytes { crc32($0, seed: crc32(head)) } }
+        let headerCRC = file.withUnsafeBytes { head in
+            key.withUnsafeBytes { key in stored.withUnsafeBytes { crc32($0, seed: crc32(key, seed: crc32(head))) } }
+        }
         append(headerCRC, to: &file)
         file += key
+        file += stored
         file += payload
         return (file, flags & flagDeflate != 0)
     }
@@ -215,7 +245,7 @@ enum DiskEntryFormat {
         guard bytes.count >= 5, Array(bytes[0..<4]) == magic else { return nil }
         if bytes[4] == BlockEntryFormat.version { return BlockEntryFormat.decodeHeader(bytes) }
         guard bytes.count >= headerSize, bytes[4] == version else { return nil }
-        let header = Header(
+        var header = Header(
             flags: bytes[5],
             keyLength: Int(read(UInt16.self, bytes, at: 6)),
             expiry: read(UInt32.self, bytes, at: 8),
@@ -224,16 +254,24 @@ enum DiskEntryFormat {
             valueCRC: read(UInt32.self, bytes, at: 20),
             headerCRC: read(UInt32.self, bytes, at: 24)
         )
-        guard header.flags & ~flagDeflate == 0, (1...maximumKeyLength).contains(header.keyLength),
-            bytes.count >= headerSize + header.keyLength
+        let fieldsLength = header.flags & flagFields != 0 ? CachetItemFields.storedSize : 0
+        guard header.flags & ~(flagDeflate | flagFields) == 0, (1...maximumKeyLength).contains(header.keyLength),
+            bytes.count >= headerSize + header.keyLength + fieldsLength
         else {
             return nil
         }
         let computed = crc32(
-            UnsafeRawBufferPointer(rebasing: bytes[headerSize..<(headerSize + header.keyLength)]),
+            UnsafeRawBufferPointer(rebasing: bytes[headerSize..<(headerSize + header.keyLength + fieldsLength)]),
             seed: crc32(UnsafeRawBufferPointer(rebasing: bytes[0..<24]))
         )
         guard computed == header.headerCRC else { return nil }
+        if fieldsLength > 0 {
+            let at = headerSize + header.keyLength
+            header.fields = CachetItemFields(
+                flags: read(UInt32.self, bytes, at: at),
+                cas: read(UInt64.self, bytes, at: at + 4)
+            )
+        }
         if header.flags & flagDeflate == 0 && header.payloadLength != header.valueLength { return nil }
         return header
     }

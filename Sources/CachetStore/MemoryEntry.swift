@@ -13,16 +13,19 @@ import Glibc
 /// offset 16  hash    8 bytes
 /// offset 24  expiry  4 bytes  (Unix seconds, 0 = never)
 /// offset 28  value length  4 bytes
-/// offset 32  key length    2 bytes  (the top bit is the "referenced" mark of the second-chance LRU)
-/// offset 34  key, then value
+/// offset 32  key length    2 bytes  (the top bit is the "referenced" mark of the second-chance LRU; the
+///                                  next one says that item fields follow the value)
+/// offset 34  key, then value, then (only with the bit) the item fields: flags 4 bytes, CAS 8 bytes
 /// ```
 @usableFromInline
 struct MemoryEntry: Equatable {
     let base: UnsafeMutableRawPointer
 
     static let headerSize = 34
-    static let maximumKeyLength = 0x7fff
+    static let maximumKeyLength = 0x3fff
     private static let referencedBit: UInt16 = 0x8000
+    private static let fieldsBit: UInt16 = 0x4000
+    private static let lengthMask: UInt16 = 0x3fff
 
     init(_ base: UnsafeMutableRawPointer) { self.base = base }
 
@@ -32,9 +35,17 @@ struct MemoryEntry: Equatable {
         value: UnsafeRawBufferPointer,
         hash: UInt64,
         expiry: UInt32,
+        fields: CachetItemFields? = nil,
         pool: LargeBlockPool
     ) -> MemoryEntry {
-        let entry = makeUnfilled(key: key, valueLength: value.count, hash: hash, expiry: expiry, pool: pool)
+        let entry = makeUnfilled(
+            key: key,
+            valueLength: value.count,
+            hash: hash,
+            expiry: expiry,
+            fields: fields,
+            pool: pool
+        )
         if value.count > 0 {
             (entry.base + headerSize + key.count).copyMemory(from: value.baseAddress!, byteCount: value.count)
         }
@@ -48,9 +59,11 @@ struct MemoryEntry: Equatable {
         valueLength: Int,
         hash: UInt64,
         expiry: UInt32,
+        fields: CachetItemFields? = nil,
         pool: LargeBlockPool
     ) -> MemoryEntry {
-        let base = pool.allocate(size: LargeBlockPool.blockSize(for: headerSize + key.count + valueLength))
+        let extra = fields == nil ? 0 : CachetItemFields.storedSize
+        let base = pool.allocate(size: LargeBlockPool.blockSize(for: headerSize + key.count + valueLength + extra))
         let entry = MemoryEntry(base)
         entry.prev = nil
         entry.next = nil
@@ -58,8 +71,13 @@ struct MemoryEntry: Equatable {
         base.storeBytes(of: expiry, toByteOffset: 24, as: UInt32.self)
         base.storeBytes(of: UInt32(valueLength), toByteOffset: 28, as: UInt32.self)
         precondition(key.count <= maximumKeyLength)
-        base.storeBytes(of: UInt16(key.count), toByteOffset: 32, as: UInt16.self)
+        base.storeBytes(of: UInt16(key.count) | (fields == nil ? 0 : fieldsBit), toByteOffset: 32, as: UInt16.self)
         if key.count > 0 { (base + headerSize).copyMemory(from: key.baseAddress!, byteCount: key.count) }
+        if let fields {
+            let at = headerSize + key.count + valueLength
+            base.storeBytes(of: fields.flags, toByteOffset: at, as: UInt32.self)
+            base.storeBytes(of: fields.cas, toByteOffset: at + 4, as: UInt64.self)
+        }
         return entry
     }
 
@@ -71,7 +89,7 @@ struct MemoryEntry: Equatable {
     /// Gives the entry's block back to the pool it came from (which frees it or keeps it for reuse).
     @inline(__always)
     func free(to pool: LargeBlockPool) {
-        pool.release(base, size: LargeBlockPool.blockSize(for: Self.headerSize + keyLength + valueLength))
+        pool.release(base, size: LargeBlockPool.blockSize(for: Self.headerSize + keyLength + valueLength + fieldsSize))
     }
 
     var prev: MemoryEntry? {
@@ -90,7 +108,23 @@ struct MemoryEntry: Equatable {
 
     var valueLength: Int { Int(base.load(fromByteOffset: 28, as: UInt32.self)) }
 
-    var keyLength: Int { Int(base.load(fromByteOffset: 32, as: UInt16.self) & ~Self.referencedBit) }
+    var keyLength: Int { Int(base.load(fromByteOffset: 32, as: UInt16.self) & Self.lengthMask) }
+
+    /// Whether item fields follow the value.
+    var hasFields: Bool { base.load(fromByteOffset: 32, as: UInt16.self) & Self.fieldsBit != 0 }
+
+    /// The bytes of item fields after the value: 12 or 0.
+    var fieldsSize: Int { hasFields ? CachetItemFields.storedSize : 0 }
+
+    /// The item fields, if the entry has them (unaligned: read byte-wise).
+    var fields: CachetItemFields? {
+        guard hasFields else { return nil }
+        let at = Self.headerSize + keyLength + valueLength
+        return CachetItemFields(
+            flags: base.loadUnaligned(fromByteOffset: at, as: UInt32.self),
+            cas: base.loadUnaligned(fromByteOffset: at + 4, as: UInt64.self)
+        )
+    }
 
     /// Read since it was last moved to the front of the LRU list: the next eviction scan moves it to the
     /// front again instead of evicting it. A read sets it in the header the lookup has just loaded, so a
@@ -122,13 +156,15 @@ struct MemoryEntry: Equatable {
     /// granules, 32 at least; a large block rounded up to its size class first) plus a hash-table slot at
     /// its worst load (8 bytes at 50%).
     @inline(__always)
-    static func accountedSize(keyLength: Int, valueLength: Int) -> Int {
-        let request = LargeBlockPool.blockSize(for: headerSize + keyLength + valueLength)
+    static func accountedSize(keyLength: Int, valueLength: Int, fieldsSize: Int = 0) -> Int {
+        let request = LargeBlockPool.blockSize(for: headerSize + keyLength + valueLength + fieldsSize)
         let chunk = max(32, (request + 8 + 15) & ~15)
         return chunk + 16
     }
 
     var accountedSize: Int {
-        @inline(__always) get { Self.accountedSize(keyLength: keyLength, valueLength: valueLength) }
+        @inline(__always) get {
+            Self.accountedSize(keyLength: keyLength, valueLength: valueLength, fieldsSize: fieldsSize)
+        }
     }
 }

@@ -177,10 +177,17 @@ final class MemoryShard {
 
     /// Stores a new entry, replacing an older one with the same key.
     /// - Returns: the change in accounted bytes.
-    func insert(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, hash: UInt64, expiry: UInt32) -> Int {
+    func insert(
+        key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        hash: UInt64,
+        expiry: UInt32,
+        fields: CachetItemFields? = nil
+    ) -> Int {
         var delta = 0
         if let index = find(key, hash: hash) { delta -= discard(at: index) }
-        return delta + link(MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry, pool: pool))
+        return delta
+            + link(MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry, fields: fields, pool: pool))
     }
 
     /// Stores an entry made (and filled) outside the shard, replacing an older one with the same key.

@@ -1,0 +1,92 @@
+import CachetTestSupport
+import Foundation
+import Testing
+
+@testable import CachetStore
+
+/// Item fields (the client's flags and the CAS unique memcached keeps with an item): kept in memory entries
+/// only when given, counted against the limit, given a CAS unique on demand; kept in entry files of version 1
+/// (of any length), checked by the header's CRC, and read back after a restart.
+@Suite("Item fields")
+struct CachetItemFieldsTests {
+    @Test func memoryEntriesKeepFieldsOnlyWhenGivenAndCountThem() {
+        let store = CachetMemoryStoreTests.store(limit: 1 << 20)
+        let key = Array("k".utf8)
+        let value = Array("value".utf8)
+        let fields = CachetItemFields(flags: 0xdead_beef, cas: 0x0102_0304_0506_0708)
+        key.withUnsafeBytes { key in
+            value.withUnsafeBytes { value in
+                store.put(key: key, value: value, expiry: 0, now: 1)
+                let plain = store.statistics.accountedBytes
+                #expect(store.withItem(forKey: key, now: 1) { $2 } == .some(nil))
+                store.put(key: key, value: value, expiry: 0, now: 1, fields: fields)
+                #expect(
+                    store.withItem(forKey: key, now: 1) { Array($0) + [UInt8]($2 == fields ? [1] : [0]) } == Array(
+                        "value".utf8
+                    ) + [1]
+                )
+                #expect(store.statistics.accountedBytes > plain, "\(store.statistics.accountedBytes) \(plain)")
+                // A plain write drops them; a CAS asked for later is given once and kept.
+                store.put(key: key, value: value, expiry: 0, now: 1)
+                let source = CachetCASSource(epoch: 5)
+                let first = store.withItemGivingCAS(forKey: key, now: 1, cas: source.next) { $2 }
+                let again = store.withItemGivingCAS(forKey: key, now: 1, cas: source.next) { $2 }
+                #expect(first != nil && first == again && first?.flags == 0 && first?.cas != 0)
+                #expect(store.withItem(forKey: key, now: 1) { value, _, _ in Array(value) } == Array("value".utf8))
+                #expect(
+                    store.withItemGivingCAS(
+                        forKey: Array("absent".utf8).withUnsafeBytes { $0 },
+                        now: 1,
+                        cas: source.next
+                    ) { $2 } == nil
+                )
+            }
+        }
+    }
+
+    @Test func casUniquesNeverRepeatAndStartFromTheEpoch() {
+        let source = CachetCASSource(epoch: 7)
+        let uniques = (0..<1000).map { _ in source.next() }
+        #expect(Set(uniques).count == 1000 && uniques.allSatisfy { $0 >> 40 == 7 && $0 != 0 })
+        #expect(CachetCASSource(epoch: 8).next() > uniques.last!)
+    }
+
+    @Test(arguments: [5, 2_000_000])
+    func entryFilesKeepFieldsAcrossARestartAndTheirCRCCoversThem(length: Int) throws {
+        let directory = TemporaryDirectory()
+        let key = Array("item".utf8)
+        let value = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let fields = CachetItemFields(flags: 42, cas: 99)
+        do {
+            let store = try openStore(directory)
+            store.put(key: key, value: value, expiry: 0, fields: fields)
+            store.put(key: Array("plain".utf8), value: value, expiry: 0)
+            let read = try #require(store.get(key: key, now: 1))
+            #expect(read.fields == fields && (read.value == value) == true)
+            #expect(store.get(key: Array("plain".utf8), now: 1)?.fields == nil)
+            store.close()
+        }
+        let store = try openStore(directory)
+        #expect(store.get(key: key, now: 1)?.fields == fields)
+        // A range of it reads the right bytes (the fields are not part of the value).
+        guard case .bytes(_, _, _, let bytes) = store.getRange(key: key, offset: 1, length: 3, limit: .max, now: 1)
+        else {
+            Issue.record("no range")
+            return
+        }
+        #expect(bytes == Array(value[1..<4]))
+        store.close()
+        // A flipped bit in the fields fails the header's CRC: the file is corrupt, never other flags.
+        let file = try #require(
+            entryFiles(directory).first { path in
+                (try? Data(contentsOf: URL(fileURLWithPath: path)))?.range(of: Data("item".utf8)) != nil
+            }
+        )
+        var bytes2 = try Data(contentsOf: URL(fileURLWithPath: file))
+        bytes2[28 + key.count + 3] ^= 0x01
+        try bytes2.write(to: URL(fileURLWithPath: file))
+        let reopened = try openStore(directory)
+        #expect(reopened.get(key: key, now: 1) == nil)
+        reopened.close()
+    }
+}
