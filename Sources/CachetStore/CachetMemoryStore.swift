@@ -251,6 +251,40 @@ public final class CachetMemoryStore: @unchecked Sendable {
         }
     }
 
+    /// Reads `key`'s live entry and replaces it in one step under its shard's lock, so that no write of the
+    /// key comes between (memcached's conditional and arithmetic commands). `decide` sees the entry (nil on a
+    /// miss; the value is valid only inside it) and says what to store, and what to return.
+    /// - Returns: `decide`'s result, and the store's outcome when it stored (``CachetPutOutcome/tooLarge``,
+    ///   storing nothing, for an entry over the limit); nil when it kept the entry.
+    public func update<R>(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        _ decide: (CachetMemoryItem?) -> (CachetItemUpdate, R)
+    ) -> (R, CachetPutOutcome?) {
+        let hash = CachetHash.hash(key, seed: seed)
+        let index = shardIndex(hash)
+        let (result, outcome): (R, CachetPutOutcome?) = withShard(index) { shard in
+            let (found, freed) = shard.lookup(key, hash: hash, now: now)
+            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+            let (update, result) = decide(
+                found.map { CachetMemoryItem(value: $0.value, expiry: $0.expiry, fields: $0.fields) }
+            )
+            guard case .store(let value, let expiry, let fields) = update else { return (result, nil) }
+            let size = MemoryEntry.accountedSize(
+                keyLength: key.count,
+                valueLength: value.count,
+                fieldsSize: fields == nil ? 0 : CachetItemFields.storedSize
+            )
+            guard size <= memoryLimit, key.count <= Self.maximumKeyLength else { return (result, .tooLarge) }
+            value.withUnsafeBytes { value in
+                settle(shard, delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry, fields: fields))
+            }
+            return (result, .stored)
+        }
+        if outcome == .stored, used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
+        return (result, outcome)
+    }
+
     /// Gives `key`'s live entry a CAS unique if it has none (an entry written without item fields, read by a
     /// client that asks for its CAS): the entry is stored again with flags 0 and `cas`, under the shard's
     /// lock, so a write between the read and this sees the new unique. Calls `body` with the value, expiry
@@ -466,3 +500,29 @@ public enum CachetRemovalReason: Sendable, Hashable {
 
 /// Told of each entry the memory tier drops on its own: its key (valid during the call) and why.
 public typealias CachetRemovalObserver = @Sendable (UnsafeRawBufferPointer, CachetRemovalReason) -> Void
+
+/// A live entry as ``CachetMemoryStore/update(forKey:now:_:)`` shows it: the value is valid only inside the
+/// update's closure.
+public struct CachetMemoryItem {
+    /// The value's bytes.
+    public let value: UnsafeRawBufferPointer
+    /// Absolute expiry, 0 for never.
+    public let expiry: UInt32
+    /// The item fields, if the entry has them.
+    public let fields: CachetItemFields?
+
+    /// An item as the caller has it (for example one read from the disk tier).
+    public init(value: UnsafeRawBufferPointer, expiry: UInt32, fields: CachetItemFields?) {
+        self.value = value
+        self.expiry = expiry
+        self.fields = fields
+    }
+}
+
+/// What ``CachetMemoryStore/update(forKey:now:_:)`` does with the entry.
+public enum CachetItemUpdate: Sendable {
+    /// Leaves it as it is (or absent).
+    case keep
+    /// Replaces it (or stores it) with this value, expiry and fields.
+    case store(value: [UInt8], expiry: UInt32, fields: CachetItemFields?)
+}

@@ -106,8 +106,16 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
     /// `range`, and on a request between nodes.
     @inlinable public static var frames: CachetRequestFlags { CachetRequestFlags(rawValue: 0x4000) }
 
+    /// `0x8000`: on GET and PUT, an item with memcached's fields (`Protocol/PROTOCOL.md`, "Items: flags, CAS
+    /// and conditional writes"): a GET's OK reply is the item's flags (u32) and CAS unique (u64) before the
+    /// value; a PUT's value field starts with a mode, flags and a CAS unique (``CachetItemWrite``) and is a
+    /// storage, arithmetic or touch command done at once on the key's owner. Clients may send it. A node
+    /// before this revision ignores it: send it only to nodes of this revision or later (STATS `version`
+    /// 0.4.0 and after).
+    @inlinable public static var item: CachetRequestFlags { CachetRequestFlags(rawValue: 0x8000) }
+
     /// Every bit defined in this revision.
-    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0x7fff) }
+    @inlinable public static var defined: CachetRequestFlags { CachetRequestFlags(rawValue: 0xffff) }
 
     /// The bits set here that this revision does not define (and a node ignores).
     @inlinable
@@ -141,6 +149,7 @@ public struct CachetRequestFlags: OptionSet, Hashable, Sendable, CustomStringCon
         if contains(.range) { names.append("range") }
         if contains(.part) { names.append("part") }
         if contains(.frames) { names.append("frames") }
+        if contains(.item) { names.append("item") }
         if undefinedBits != 0 { names.append("0x" + String(undefinedBits, radix: 16)) }
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }

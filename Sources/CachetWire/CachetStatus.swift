@@ -42,6 +42,9 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
     /// value, and more frames of the same reply follow; the last one has another status (OK, or an error
     /// that voids the bytes before it).
     @inlinable public static var continues: CachetStatus { CachetStatus(rawValue: 12) }
+    /// A PUT with the `item` flag in compare-and-swap mode whose item has another CAS unique: it changed since
+    /// the client read it; nothing was stored.
+    @inlinable public static var exists: CachetStatus { CachetStatus(rawValue: 13) }
 
     /// The upper-case name used in the specification, or `STATUS_N` for an unknown value.
     public var description: String {
@@ -59,6 +62,7 @@ public struct CachetStatus: RawRepresentable, Hashable, Sendable, CustomStringCo
         case 10: return "NOT_STORED"
         case 11: return "RANGE_NOT_SATISFIABLE"
         case 12: return "CONTINUES"
+        case 13: return "EXISTS"
         default: return "STATUS_\(rawValue)"
         }
     }

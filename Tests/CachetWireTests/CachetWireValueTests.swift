@@ -34,7 +34,7 @@ struct CachetWireValueTests {
             (.unsupportedVersion, 5, "UNSUPPORTED_VERSION"), (.serverError, 6, "SERVER_ERROR"),
             (.unavailable, 7, "UNAVAILABLE"), (.notAuthenticated, 8, "NOT_AUTHENTICATED"), (.forbidden, 9, "FORBIDDEN"),
             (.notStored, 10, "NOT_STORED"), (.rangeNotSatisfiable, 11, "RANGE_NOT_SATISFIABLE"),
-            (.continues, 12, "CONTINUES"),
+            (.continues, 12, "CONTINUES"), (.exists, 13, "EXISTS"),
         ]
     )
     func statusValuesAndNames(status: CachetStatus, raw: UInt16, name: String) {
@@ -44,7 +44,7 @@ struct CachetWireValueTests {
     }
 
     @Test func unknownStatusesAreRepresentable() {
-        #expect(CachetStatus(rawValue: 13).description == "STATUS_13")
+        #expect(CachetStatus(rawValue: 14).description == "STATUS_14")
         #expect(CachetStatus(rawValue: 65535).description == "STATUS_65535")
     }
 

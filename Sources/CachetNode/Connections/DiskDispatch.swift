@@ -33,6 +33,7 @@ final class DiskDispatch: @unchecked Sendable {
     /// gives it back).
     func begin(_ operation: PendingOperation, for connection: Connection) {
         if case .put(let key, let value, _, _) = operation { memory.charge(key.count + value.count) }
+        if case .itemPut(let write) = operation { memory.charge(write.key.count + write.value.count) }
         if case .uploadPart(let request) = operation {
             return uploadPart(request, for: connection)
         }
@@ -72,7 +73,7 @@ final class DiskDispatch: @unchecked Sendable {
         disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [self] entry in
             host.execute { [self] in
                 if let entry, entry.oversizedLength > 0,
-                    case .get(_, let id, false, let lease, let withTTL, true) = operation
+                    case .get(_, let id, false, let lease, let withTTL, true, false) = operation
                 {
                     // Longer than a frame, and the client takes several.
                     startFrames(key: key, id: id, lease: lease, withTTL: withTTL, for: connection)
@@ -408,8 +409,123 @@ final class DiskDispatch: @unchecked Sendable {
             } else {
                 disk.worker.removeAll(prefixes: prefixes, completion: completion)
             }
+        case .itemWrite(let request):
+            readThenWriteItem(request, for: connection)
+        case .itemPut(let write):
+            waitToQueue(write, for: connection)
         case .forward, .fanOut, .watch, .uploadPart:
             break
+        }
+    }
+
+    // MARK: Items
+
+    /// An item write that reads the item, which memory missed: the disk tier's entry is read (not one longer
+    /// than items may be), then the write is done with it as the item, unless a write of the key came since.
+    private func readThenWriteItem(_ request: ItemWriteRequest, for connection: Connection) {
+        let limit = disk.largeValueThreshold
+        disk.worker.get(key: request.key, now: CachetClock.now(), maximumValueLength: limit) { [self] entry in
+            host.execute { [self] in
+                guard case .waitingForCompletion = connection.phase else { return }
+                let commands = host.processor.commands
+                let now = CachetClock.now()
+                var current = entry.flatMap { entry in
+                    request.key.withUnsafeBytes { disk.worker.mayKeepPromotion(key: $0, of: entry) } ? entry : nil
+                }
+                if let live = current, CachetClock.isExpired(live.expiry, now: now) { current = nil }
+                if let oversized = current, oversized.oversizedLength > 0 {
+                    // Longer than items may be: there, but neither read nor changed.
+                    let reply: ItemReply =
+                        request.mode == .add
+                        ? .refused(.notStored, "add: the key holds a value")
+                        : .refused(.tooLarge, NodeCommands.itemTooLong(oversized.oversizedLength, limit: limit))
+                    return host.resume(connection) { _, output, _ in
+                        appendItemReply(reply, id: request.id, output: &output)
+                    }
+                }
+                let outcome = request.key.withUnsafeBytes { key in
+                    request.data.withUnsafeBytes { data in
+                        commands.writeItem(
+                            key,
+                            mode: request.mode,
+                            flags: request.flags,
+                            cas: request.cas,
+                            data: data,
+                            ttl: request.ttl,
+                            now: now,
+                            diskChecked: true,
+                            diskEntry: current
+                        )
+                    }
+                }
+                switch outcome {
+                case .answered(let reply):
+                    host.resume(connection) { _, output, _ in appendItemReply(reply, id: request.id, output: &output) }
+                case .waitingForDisk(let write):
+                    let waiting = ItemDiskWrite(
+                        key: write.key,
+                        value: write.value,
+                        expiry: write.expiry,
+                        fields: write.fields,
+                        reply: write.reply,
+                        id: request.id
+                    )
+                    memory.charge(waiting.key.count + waiting.value.count)
+                    waitToQueue(waiting, for: connection)
+                case .failed(let error):
+                    host.resume(connection) { _, output, _ in
+                        appendMessage(error.message, status: .serverError, opcode: .put, id: request.id, to: &output)
+                    }
+                case .readDiskFirst:
+                    // Not with the disk read already.
+                    host.resume(connection) { _, output, _ in
+                        appendMessage(
+                            "item write not done",
+                            status: .serverError,
+                            opcode: .put,
+                            id: request.id,
+                            to: &output
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    /// An item stored in memory whose disk write waits for room in the disk queue, as a PUT's does
+    /// (``start(_:for:)``): answered once queued; charged to the budget meanwhile.
+    private func waitToQueue(_ write: ItemDiskWrite, for connection: Connection) {
+        let held = write.key.count + write.value.count
+        disk.worker.notifyWhenWritable { [self] in
+            host.execute { [self] in
+                guard case .waitingForCompletion = connection.phase else {
+                    memory.charge(-held)
+                    disk.worker.abandonWrite(key: write.key)
+                    return
+                }
+                switch disk.worker.submitPut(
+                    key: write.key,
+                    value: write.value,
+                    expiry: write.expiry,
+                    fields: write.fields
+                )
+                {
+                case .queued:
+                    memory.charge(-held)
+                    host.resume(connection) { _, output, _ in
+                        appendItemReply(write.reply, id: write.id, output: &output)
+                    }
+                case .full:
+                    // Still charged: wait again.
+                    waitToQueue(write, for: connection)
+                case .refused(let error):
+                    memory.charge(-held)
+                    host.resume(connection) { processor, output, now in
+                        processor.commands.forgetRefusedPut(key: write.key, now: now)
+                        appendMessage(error.message, status: .serverError, opcode: .put, id: write.id, to: &output)
+                    }
+                }
+            }
         }
     }
 }

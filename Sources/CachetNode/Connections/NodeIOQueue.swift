@@ -515,7 +515,7 @@ final class NodeIOQueue: @unchecked Sendable {
             forwarding.startFanOut(request, for: connection)
         case .watch(let start):
             watching.start(start.request, id: start.id, for: connection)
-        case .get, .rangedGet, .put, .clear, .uploadPart:
+        case .get, .rangedGet, .put, .clear, .uploadPart, .itemWrite, .itemPut:
             diskDispatch?.begin(operation, for: connection)
         }
     }

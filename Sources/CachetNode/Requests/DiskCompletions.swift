@@ -21,7 +21,7 @@ struct DiskCompletions {
         now: UInt32
     ) {
         switch operation {
-        case .get(let key, let id, let warmUp, let lease, let withTTL, _):
+        case .get(let key, let id, let warmUp, let lease, let withTTL, _, let item):
             if let entry, entry.oversizedLength > 0 {
                 // Too long for one reply frame: not read. A warm-up takes it for a miss.
                 guard !warmUp else {
@@ -43,6 +43,9 @@ struct DiskCompletions {
                     id: id,
                     to: &output
                 )
+            }
+            if item {
+                return completeItemGet(key: key, id: id, entry: entry, output: &output, now: now)
             }
             if warmUp {
                 let counters = commands.counters
@@ -82,6 +85,26 @@ struct DiskCompletions {
                 } else {
                     appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)
                 }
+            }
+        }
+    }
+
+    /// Answers a GET with the `item` flag that went to disk: the item, kept in memory with its fields.
+    private func completeItemGet(
+        key: [UInt8],
+        id: UInt32,
+        entry: CachetDiskEntry?,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) {
+        key.withUnsafeBytes { key in
+            guard let entry, entry.expiry == 0 || entry.expiry > now else {
+                RequestCounters.bump(commands.counters.misses)
+                return appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            }
+            let fields = commands.promoteItem(key, entry, now: now)
+            entry.value.withUnsafeBytes {
+                appendItem($0, flags: fields.flags, cas: fields.cas, opcode: .get, id: id, output: &output)
             }
         }
     }

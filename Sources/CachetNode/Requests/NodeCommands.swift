@@ -19,6 +19,8 @@ struct NodeCommands {
     let watches: NodeWatchHub
     /// This loop's copy of the watched prefixes (read without a lock on the loop).
     let watchView: WatchIndexView
+    /// Where items' CAS uniques come from, shared by every loop.
+    let casSource: CachetCASSource
 
     /// What a look-up in memory came to.
     enum Lookup {
@@ -279,7 +281,7 @@ struct NodeCommands {
         // A large value stays on disk only.
         if let disk, entry.value.count > disk.largeValueThreshold { return }
         entry.value.withUnsafeBytes { value in
-            _ = store.put(key: key, value: value, expiry: entry.expiry, now: now)
+            _ = store.put(key: key, value: value, expiry: entry.expiry, now: now, fields: entry.fields)
         }
         if let disk, !disk.worker.mayKeepPromotion(key: key, of: entry) {
             _ = store.remove(key: key, now: now)

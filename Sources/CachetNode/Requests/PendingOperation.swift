@@ -6,14 +6,28 @@ enum PendingOperation {
     /// A GET that missed memory and may be on disk; `warmUp` for a peer's warm-up GET, answered with the
     /// TTL left before the value and not kept in memory here; `withTTL` for a GET with the `ttl` flag,
     /// answered with the TTL left too; `inFrames` for a GET with the `frames` flag, whose value may be
-    /// answered in several frames (``ValueFrames``).
-    case get(key: [UInt8], id: UInt32, warmUp: Bool, lease: Bool = false, withTTL: Bool = false, inFrames: Bool = false)
+    /// answered in several frames (``ValueFrames``); `item` for a GET with the `item` flag, answered with
+    /// the item's flags and CAS unique too.
+    case get(
+        key: [UInt8],
+        id: UInt32,
+        warmUp: Bool,
+        lease: Bool = false,
+        withTTL: Bool = false,
+        inFrames: Bool = false,
+        item: Bool = false
+    )
     /// A GET with the `range` flag that missed memory and may be on disk: answered with that part of the
     /// value. Boxed, so that the enum every request returns stays as small as it was.
     indirect case rangedGet(key: [UInt8], id: UInt32, range: CachetValueRange)
     /// A part of a value sent in parts (a PUT with the `part` flag): taken by the node's uploads and written
     /// to the upload's staging file on the disk queue, the value stored once it is the last. Boxed.
     indirect case uploadPart(UploadPartRequest)
+    /// A PUT with the `item` flag that reads the item, which memory missed and the disk tier may hold: read
+    /// there, then done. Boxed.
+    indirect case itemWrite(ItemWriteRequest)
+    /// A PUT with the `item` flag, stored in memory, whose disk write waits for room in the disk queue. Boxed.
+    indirect case itemPut(ItemDiskWrite)
     /// A PUT whose disk write waits for room in the bounded disk queue.
     case put(key: [UInt8], value: [UInt8], expiry: UInt32, id: UInt32)
     /// A CLEAR: memory is empty (of the keys under `prefixes`, when there are any); the disk tier empties
@@ -45,7 +59,7 @@ extension PendingOperation {
     var latencyCommand: LatencyCommand {
         switch self {
         case .get, .rangedGet: return .get
-        case .put, .uploadPart: return .set
+        case .put, .uploadPart, .itemWrite, .itemPut: return .set
         case .clear, .watch: return .other
         case .forward(let request), .fanOut(let request): return LatencyCommand(request.opcode)
         }
@@ -58,7 +72,7 @@ extension PendingOperation {
     /// anything else.
     var diskReadKey: [UInt8]? {
         switch self {
-        case .get(let key, _, _, _, _, _), .rangedGet(let key, _, _): return key
+        case .get(let key, _, _, _, _, _, _), .rangedGet(let key, _, _): return key
         default: return nil
         }
     }

@@ -153,3 +153,42 @@ func appendClearReply(id: UInt32, items: Int, bytes: Int, to output: inout Cache
     let body = CachetClearResult(items: UInt64(items), bytes: UInt64(bytes)).encoded
     body.withUnsafeBytes { appendReply(opcode: .clear, status: .ok, id: id, body: $0, to: &output) }
 }
+
+/// An item as a GET with the `item` flag, or a get-and-touch, is answered (`Protocol/PROTOCOL.md`, "Items:
+/// flags, CAS and conditional writes"): OK with the flags and the CAS unique before the value.
+func appendItem(
+    _ value: UnsafeRawBufferPointer,
+    flags: UInt32,
+    cas: UInt64,
+    opcode: CachetOpcode,
+    id: UInt32,
+    output: inout CachetByteBuffer
+) {
+    let bodyLength = CachetItemWrite.itemReplyPrefixSize + value.count
+    output.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
+    CachetFrameEncoder.writePrefixAndHeader(
+        to: output.writePointer,
+        bodyLength: bodyLength,
+        header: CachetFrameHeader(opcode: opcode, word: CachetStatus.ok.rawValue, id: id)
+    )
+    output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+    withUnsafeBytes(of: flags.bigEndian) { output.append($0) }
+    withUnsafeBytes(of: cas.bigEndian) { output.append($0) }
+    if value.count > 0 { output.append(value) }
+}
+
+/// The reply to a PUT with the `item` flag.
+func appendItemReply(_ reply: ItemReply, id: UInt32, output: inout CachetByteBuffer) {
+    switch reply {
+    case .stored(let cas):
+        withUnsafeBytes(of: cas.bigEndian) { appendReply(opcode: .put, status: .ok, id: id, body: $0, to: &output) }
+    case .number(let cas, let value):
+        withUnsafeBytes(of: (cas.bigEndian, value.bigEndian)) {
+            appendReply(opcode: .put, status: .ok, id: id, body: $0, to: &output)
+        }
+    case .item(let flags, let cas, let value):
+        value.withUnsafeBytes { appendItem($0, flags: flags, cas: cas, opcode: .put, id: id, output: &output) }
+    case .refused(let status, let message):
+        appendMessage(message, status: status, opcode: .put, id: id, to: &output)
+    }
+}

@@ -48,7 +48,8 @@ struct RequestProcessor {
         auth: NodeAuth? = nil,
         leases: NodeLeases = NodeLeases(lifetime: 10),
         watches: NodeWatchHub = NodeWatchHub(ringLimit: 1 << 20, retain: 60, sendLimit: 1 << 20),
-        watchView: WatchIndexView = WatchIndexView()
+        watchView: WatchIndexView = WatchIndexView(),
+        casSource: CachetCASSource = CachetCASSource()
     ) {
         let commands = NodeCommands(
             store: store,
@@ -56,7 +57,8 @@ struct RequestProcessor {
             counters: counters,
             leases: leases,
             watches: watches,
-            watchView: watchView
+            watchView: watchView,
+            casSource: casSource
         )
         self.commands = commands
         self.authorizer = auth.map { RequestAuthorizer(auth: $0) }
@@ -201,6 +203,17 @@ struct RequestProcessor {
                     }
                     warmable = header.flags & CachetRequestFlags.lastHop.rawValue == 0
                 }
+                if header.flags & CachetRequestFlags.item.rawValue != 0 {
+                    return try getItem(
+                        UnsafeRawBufferPointer(rebasing: buffer[key]),
+                        flags: header.flags,
+                        id: header.id,
+                        output: &output,
+                        outputCapacityLimit: outputCapacityLimit,
+                        noRoom: &noRoom,
+                        now: now
+                    )
+                }
                 if header.flags & CachetRequestFlags.ttl.rawValue != 0 {
                     return getWithTTL(
                         UnsafeRawBufferPointer(rebasing: buffer[key]),
@@ -235,6 +248,9 @@ struct RequestProcessor {
                     case .answered: return nil
                     case .pending(let operation): return operation
                     }
+                }
+                if header.flags & CachetRequestFlags.item.rawValue != 0 {
+                    return try putItem(put, flags: header.flags, in: buffer, id: header.id, output: &output, now: now)
                 }
                 if header.flags & CachetRequestFlags.part.rawValue != 0 {
                     return try uploadPart(put, leased: leased, in: buffer, id: header.id, now: now)
@@ -427,6 +443,107 @@ struct RequestProcessor {
         }
     }
 
+    /// A GET with the `item` flag (`Protocol/PROTOCOL.md`, "Items: flags, CAS and conditional writes"): the
+    /// item's flags and CAS unique (one given now to an item without) before its value. Not warmed up from a
+    /// previous owner; not with `lease`, `ttl` or `range` (BAD_REQUEST).
+    private func getItem(
+        _ key: UnsafeRawBufferPointer,
+        flags: UInt16,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        outputCapacityLimit: Int,
+        noRoom: inout Bool,
+        now: UInt32
+    ) throws(CachetWireError) -> PendingOperation? {
+        let excluded = CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue
+        guard flags & excluded == 0 else { throw Self.itemFlagsError }
+        let found = commands.lookUpItem(key, now: now) { value, fields -> Bool in
+            guard Self.replyFits(value.count, extra: 12, limit: outputCapacityLimit, output: output) else {
+                return false
+            }
+            appendItem(value, flags: fields.flags, cas: fields.cas, opcode: .get, id: id, output: &output)
+            return true
+        }
+        switch found {
+        case true?: return nil
+        case false?:
+            noRoom = true
+            return nil
+        case nil:
+            RequestCounters.bump(commands.counters.gets)
+            if commands.afterMemoryMiss(key, now: now) {
+                return .get(key: Array(key), id: id, warmUp: false, item: true)
+            }
+            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            return nil
+        }
+    }
+
+    /// What a GET or PUT with the `item` flag and a flag it does not combine with is answered.
+    static let itemFlagsError = CachetWireError(
+        code: .malformedBody,
+        message: "the item flag does not combine with lease, ttl, range or part"
+    )
+
+    /// A PUT with the `item` flag: one of memcached's storage, arithmetic or touch commands on the item
+    /// (``NodeCommands/writeItem(_:mode:flags:cas:data:ttl:now:diskChecked:diskEntry:)``).
+    private func putItem(
+        _ put: CachetPutBody,
+        flags: UInt16,
+        in buffer: UnsafeRawBufferPointer,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        now: UInt32
+    ) throws(CachetWireError) -> PendingOperation? {
+        let excluded = CachetRequestFlags.lease.rawValue | CachetRequestFlags.part.rawValue
+        guard flags & excluded == 0 else { throw Self.itemFlagsError }
+        let write = try CachetItemWrite.decode(in: buffer, value: put.value)
+        let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
+        let data = UnsafeRawBufferPointer(rebasing: buffer[write.data])
+        let outcome = commands.writeItem(
+            key,
+            mode: write.mode,
+            flags: write.flags,
+            cas: write.cas,
+            data: data,
+            ttl: put.ttl,
+            now: now,
+            diskChecked: false
+        )
+        switch outcome {
+        case .answered(let reply):
+            if case .refused(.badRequest, _) = reply { RequestCounters.bump(commands.counters.badRequests) }
+            appendItemReply(reply, id: id, output: &output)
+            return nil
+        case .readDiskFirst:
+            return .itemWrite(
+                ItemWriteRequest(
+                    key: Array(key),
+                    mode: write.mode,
+                    flags: write.flags,
+                    cas: write.cas,
+                    data: Array(data),
+                    ttl: put.ttl,
+                    id: id
+                )
+            )
+        case .waitingForDisk(let waiting):
+            return .itemPut(
+                ItemDiskWrite(
+                    key: waiting.key,
+                    value: waiting.value,
+                    expiry: waiting.expiry,
+                    fields: waiting.fields,
+                    reply: waiting.reply,
+                    id: id
+                )
+            )
+        case .failed(let error):
+            appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
+            return nil
+        }
+    }
+
     /// A GET with the `range` flag (`Protocol/PROTOCOL.md`, "GET of a range"): its body decoded, routed as any
     /// GET, then answered with the value's length and the bytes of the range, from memory or else the disk
     /// tier; kept apart from the plain GET's path, which pays one flag test for it. Not warmed up from a
@@ -441,10 +558,12 @@ struct RequestProcessor {
     ) throws(CachetWireError) -> PendingOperation? {
         let header = frame.header
         let (keyRange, range) = try CachetBodyDecoder.decodeRangedKey(in: buffer, body: frame.body)
-        guard header.flags & (CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue) == 0 else {
+        let excluded =
+            CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue | CachetRequestFlags.item.rawValue
+        guard header.flags & excluded == 0 else {
             throw CachetWireError(
                 code: .malformedBody,
-                message: "a GET of a range takes neither the lease nor the ttl flag"
+                message: "a GET of a range takes neither the lease, the ttl nor the item flag"
             )
         }
         if forwards {
@@ -598,7 +717,9 @@ struct RequestProcessor {
         guard buffer.count >= bodyStart + CachetProtocol.putBodyPrefixSize,
             let header = CachetFrameDecoder.decodeHeader(in: buffer, at: offset),
             header.opcode == .put,
-            header.flags & (CachetRequestFlags.lease.rawValue | CachetRequestFlags.part.rawValue) == 0,
+            header.flags
+                & (CachetRequestFlags.lease.rawValue | CachetRequestFlags.part.rawValue
+                    | CachetRequestFlags.item.rawValue) == 0,
             (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,

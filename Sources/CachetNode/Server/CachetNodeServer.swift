@@ -120,6 +120,7 @@ public final class CachetNodeServer: Sendable {
         statistics.leases.withLock { $0 = leases }
         statistics.watches.withLock { $0 = watches }
         let watchViews = (0..<configuration.ioQueueCount).map { _ in WatchIndexView() }
+        let casSource = CachetCASSource()
         let auth = try configuration.authFile.map { path throws(CachetNodeError) in try NodeAuth(path: path) }
         self.auth = auth
         for index in 0..<configuration.ioQueueCount {
@@ -142,7 +143,8 @@ public final class CachetNodeServer: Sendable {
                         auth: auth,
                         leases: leases,
                         watches: watches,
-                        watchView: watchViews[index]
+                        watchView: watchViews[index],
+                        casSource: casSource
                     ),
                     router: router,
                     outputLimit: configuration.outputHighWatermark,

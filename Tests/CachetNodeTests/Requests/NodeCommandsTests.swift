@@ -29,7 +29,8 @@ struct NodeCommandsTests {
             counters: RequestCounters(),
             leases: NodeLeases(lifetime: 10),
             watches: watches,
-            watchView: WatchIndexView()
+            watchView: WatchIndexView(),
+            casSource: CachetCASSource()
         )
     }
 

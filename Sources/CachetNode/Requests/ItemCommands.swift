@@ -1,0 +1,268 @@
+import CachetStore
+import CachetWire
+
+/// What an item write (a PUT with the `item` flag, `Protocol/PROTOCOL.md`, "Items: flags, CAS and
+/// conditional writes") answers.
+enum ItemReply {
+    /// Stored, with the item's CAS unique.
+    case stored(cas: UInt64)
+    /// An increment or decrement: the item's CAS unique and the number it now holds.
+    case number(cas: UInt64, value: UInt64)
+    /// A get-and-touch: the item.
+    case item(flags: UInt32, cas: UInt64, value: [UInt8])
+    /// Not done: NOT_STORED, NOT_FOUND, EXISTS, BAD_REQUEST or TOO_LARGE, and why.
+    case refused(CachetStatus, String)
+}
+
+/// What an item write came to.
+enum ItemOutcome {
+    /// Done (or refused): answer now.
+    case answered(ItemReply)
+    /// The write reads the item, memory missed it, and the disk tier may hold it: read it there first
+    /// (``PendingOperation/itemWrite(_:)``), then write again.
+    case readDiskFirst
+    /// Stored in memory; its disk write waits for room in the bounded disk queue (answered once queued).
+    indirect case waitingForDisk(ItemDiskWrite)
+    /// The disk journal could not record it; it is not stored.
+    indirect case failed(CachetStoreError)
+}
+
+/// An item write that waits for the disk queue, and the reply it gets once queued.
+struct ItemDiskWrite {
+    let key: [UInt8]
+    let value: [UInt8]
+    let expiry: UInt32
+    let fields: CachetItemFields?
+    let reply: ItemReply
+    let id: UInt32
+}
+
+/// An item write copied out of the connection's input, to be done again once the disk tier was read.
+struct ItemWriteRequest {
+    let key: [UInt8]
+    let mode: CachetItemWrite.Mode
+    let flags: UInt32
+    let cas: UInt64
+    let data: [UInt8]
+    let ttl: UInt32
+    let id: UInt32
+}
+
+/// memcached's storage, arithmetic and touch commands on one item, each done in one step under the memory
+/// shard's lock (``CachetStore/CachetMemoryStore/update(forKey:now:_:)``), then written through to the disk
+/// tier with the item's fields, as any PUT is.
+extension NodeCommands {
+    /// Does an item write on `key`.
+    /// - Parameters:
+    ///   - data: the bytes to store, or the delta (8 bytes, big-endian) of an increment or decrement.
+    ///   - diskChecked: whether the disk tier was read for the key already (a memory miss then reads
+    ///     `diskEntry`: what the disk tier held, if no write of the key came since it was read).
+    func writeItem(
+        _ key: UnsafeRawBufferPointer,
+        mode: CachetItemWrite.Mode,
+        flags: UInt32,
+        cas: UInt64,
+        data: UnsafeRawBufferPointer,
+        ttl: UInt32,
+        now: UInt32,
+        diskChecked: Bool,
+        diskEntry: CachetDiskEntry? = nil
+    ) -> ItemOutcome {
+        if mode != .set, !diskChecked, let disk, store.withValue(forKey: key, now: now, { _, _ in true }) == nil,
+            disk.worker.mayHold(key: key, now: now)
+        {
+            return .readDiskFirst
+        }
+        if mode == .getAndTouch {
+            RequestCounters.bump(counters.gets)
+        } else {
+            RequestCounters.bump(counters.puts)
+        }
+        let limit = disk?.largeValueThreshold ?? Int.max
+        if data.count > limit {
+            return .answered(.refused(.tooLarge, Self.itemTooLong(data.count, limit: limit)))
+        }
+        leases.invalidate(key)
+        disk?.worker.beginWrite(key: key)
+        let expiry = Self.expiry(ttl: ttl, now: now)
+        let source = casSource
+        var written: (value: [UInt8], expiry: UInt32, fields: CachetItemFields?)?
+        let diskValue = diskEntry?.value ?? []
+        let (reply, outcome) = diskValue.withUnsafeBytes { diskValue in
+            store.update(forKey: key, now: now) { current -> (CachetItemUpdate, ItemReply) in
+                // A value memory does not hold (one kept on disk only, longer than --large-value) is read from disk.
+                let onDisk = diskEntry.map { CachetMemoryItem(value: diskValue, expiry: $0.expiry, fields: $0.fields) }
+                let decision = Self.decide(
+                    mode: mode,
+                    flags: flags,
+                    cas: cas,
+                    data: data,
+                    expiry: expiry,
+                    current: current ?? onDisk,
+                    limit: limit,
+                    nextCAS: source.next
+                )
+                if case .store(let value, let expiry, let fields) = decision.0 { written = (value, expiry, fields) }
+                return decision
+            }
+        }
+        guard let written, outcome == .stored else {
+            disk?.worker.abandonWrite(key: Array(key))
+            if outcome == .tooLarge {
+                return .answered(
+                    .refused(.tooLarge, "item of \(key.count + data.count) bytes does not fit --memory-limit")
+                )
+            }
+            if case .item = reply { RequestCounters.bump(counters.hits) }
+            if case .refused(.notFound, _) = reply, mode == .getAndTouch { RequestCounters.bump(counters.misses) }
+            return .answered(reply)
+        }
+        if mode == .getAndTouch { RequestCounters.bump(counters.hits) }
+        let ttlLeft = written.expiry == 0 ? 0 : written.expiry &- now
+        written.value.withUnsafeBytes { watches.publish(.put, key: key, value: $0, ttl: ttlLeft, view: watchView) }
+        guard let disk else { return .answered(reply) }
+        let keyBytes = Array(key)
+        switch disk.worker.submitPut(
+            key: keyBytes,
+            value: written.value,
+            expiry: written.expiry,
+            fields: written.fields
+        )
+        {
+        case .queued:
+            return .answered(reply)
+        case .full:
+            return .waitingForDisk(
+                ItemDiskWrite(
+                    key: keyBytes,
+                    value: written.value,
+                    expiry: written.expiry,
+                    fields: written.fields,
+                    reply: reply,
+                    id: 0
+                )
+            )
+        case .refused(let error):
+            forgetRefusedPut(key: keyBytes, now: now)
+            return .failed(error)
+        }
+    }
+
+    /// Why an item longer than memory takes for items is refused.
+    static func itemTooLong(_ length: Int, limit: Int) -> String {
+        "an item of \(length) bytes is longer than --large-value \(limit): items are held in memory"
+    }
+
+    /// What an item write does with the key's current entry (nil: none), and its reply.
+    static func decide(
+        mode: CachetItemWrite.Mode,
+        flags: UInt32,
+        cas: UInt64,
+        data: UnsafeRawBufferPointer,
+        expiry: UInt32,
+        current: CachetMemoryItem?,
+        limit: Int,
+        nextCAS: () -> UInt64
+    ) -> (CachetItemUpdate, ItemReply) {
+        func store(_ value: [UInt8], expiry: UInt32, flags: UInt32) -> (CachetItemUpdate, ItemReply) {
+            guard value.count <= limit else {
+                return (.keep, .refused(.tooLarge, itemTooLong(value.count, limit: limit)))
+            }
+            let unique = nextCAS()
+            return (
+                .store(value: value, expiry: expiry, fields: CachetItemFields(flags: flags, cas: unique)),
+                .stored(cas: unique)
+            )
+        }
+        switch mode {
+        case .set:
+            return store(Array(data), expiry: expiry, flags: flags)
+        case .add:
+            guard current == nil else { return (.keep, .refused(.notStored, "add: the key holds a value")) }
+            return store(Array(data), expiry: expiry, flags: flags)
+        case .replace:
+            guard current != nil else { return (.keep, .refused(.notStored, "replace: the key holds no value")) }
+            return store(Array(data), expiry: expiry, flags: flags)
+        case .append, .prepend:
+            guard let current else {
+                return (
+                    .keep, .refused(.notStored, "\(mode == .append ? "append" : "prepend"): the key holds no value")
+                )
+            }
+            let value = mode == .append ? Array(current.value) + Array(data) : Array(data) + Array(current.value)
+            return store(value, expiry: current.expiry, flags: current.fields?.flags ?? 0)
+        case .compareAndSwap:
+            guard let current else { return (.keep, .refused(.notFound, "cas: the key holds no value")) }
+            guard current.fields?.cas == cas else {
+                return (.keep, .refused(.exists, "cas: the item changed since its CAS unique was read"))
+            }
+            return store(Array(data), expiry: expiry, flags: flags)
+        case .increment, .decrement:
+            guard let current else { return (.keep, .refused(.notFound, "incr/decr: the key holds no value")) }
+            guard let number = Self.decimal(current.value) else {
+                return (.keep, .refused(.badRequest, "cannot increment or decrement non-numeric value"))
+            }
+            let delta = data.loadUnaligned(as: UInt64.self).bigEndian
+            let result = mode == .increment ? number &+ delta : (delta > number ? 0 : number - delta)
+            let outcome = store(Array(String(result).utf8), expiry: current.expiry, flags: current.fields?.flags ?? 0)
+            guard case .stored(let unique) = outcome.1 else { return outcome }
+            return (outcome.0, .number(cas: unique, value: result))
+        case .touch, .getAndTouch:
+            guard let current else { return (.keep, .refused(.notFound, "touch: the key holds no value")) }
+            // The value and CAS stay; only the expiry changes (a get-and-touch gives a CAS to an item without).
+            let fields =
+                current.fields ?? (mode == .getAndTouch ? CachetItemFields(flags: 0, cas: nextCAS()) : nil)
+            let value = Array(current.value)
+            let reply: ItemReply =
+                mode == .touch
+                ? .stored(cas: fields?.cas ?? 0)
+                : .item(flags: fields?.flags ?? 0, cas: fields?.cas ?? 0, value: value)
+            return (.store(value: value, expiry: expiry, fields: fields), reply)
+        }
+    }
+
+    /// A value read as memcached's `incr` reads it: 1 to 20 decimal digits (trailing spaces allowed) that fit
+    /// 64 bits; nil otherwise.
+    static func decimal(_ value: UnsafeRawBufferPointer) -> UInt64? {
+        var end = value.count
+        while end > 0 && value[end - 1] == UInt8(ascii: " ") { end -= 1 }
+        guard end > 0, end <= 20 else { return nil }
+        var number: UInt64 = 0
+        for index in 0..<end {
+            let byte = value[index]
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            let (times, overflow) = number.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = times.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            guard !overflow, !carry else { return nil }
+            number = sum
+        }
+        return number
+    }
+
+    /// A GET with the `item` flag that memory holds: the item, given a CAS unique if it has none, to `found`
+    /// under the shard's lock; counts the GET and the hit. Nil on a memory miss (nothing counted).
+    func lookUpItem<R>(
+        _ key: UnsafeRawBufferPointer,
+        now: UInt32,
+        _ found: (UnsafeRawBufferPointer, CachetItemFields) -> R
+    ) -> R? {
+        let result = store.withItemGivingCAS(forKey: key, now: now, cas: casSource.next) { value, _, fields in
+            found(value, fields)
+        }
+        if result != nil {
+            RequestCounters.bump(counters.gets)
+            RequestCounters.bump(counters.hits)
+        }
+        return result
+    }
+
+    /// Keeps an item read from the disk tier in memory with its fields (a CAS unique given when it has
+    /// none), as ``promote(_:_:now:)`` does; returns the fields to answer with.
+    func promoteItem(_ key: UnsafeRawBufferPointer, _ entry: CachetDiskEntry, now: UInt32) -> CachetItemFields {
+        var entry = entry
+        let fields = entry.fields ?? CachetItemFields(flags: 0, cas: casSource.next())
+        entry.fields = fields
+        promote(key, entry, now: now)
+        return fields
+    }
+}
