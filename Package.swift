@@ -90,6 +90,7 @@ let package = Package(
                 "CachetAuth",
                 "CachetLocking",
                 "CachetWire",
+                "CachetMemcache",
                 "CachetStore",
                 "CachetCluster",
                 "CachetRing",

@@ -83,6 +83,18 @@ public struct CachetByteBuffer: ~Copyable {
         _writeIndex += count
     }
 
+    /// Forgets the readable bytes after the first `count` (a writer that takes back what it appended).
+    /// - Parameter count: bytes to keep, at most ``readableBytes``.
+    @inlinable
+    public mutating func keepReadable(_ count: Int) {
+        precondition(count >= 0 && count <= readableBytes)
+        _writeIndex = _readIndex + count
+        if _readIndex == _writeIndex {
+            _readIndex = 0
+            _writeIndex = 0
+        }
+    }
+
     /// Makes room for at least `count` more bytes after the write index: compacts first, grows if needed.
     /// - Parameter count: the room wanted.
     @inlinable

@@ -332,7 +332,9 @@ open class CachetChannel: @unchecked Sendable {
     /// ``flush()`` does besides).
     /// - Returns: how far it got.
     public final func sendOutput() -> OutputProgress {
+        if transformsOutput { prepareOutput() }
         var sent = 0
+        defer { if transformsOutput && sent > 0 { outputSent(sent) } }
         while output.readableBytes > 0 {
             switch transmit(output.readableRegion) {
             case .bytes(let count):
@@ -347,6 +349,19 @@ open class CachetChannel: @unchecked Sendable {
         }
         return .drained(sent: sent)
     }
+
+    /// Whether ``prepareOutput()`` runs before each send and ``outputSent(_:)`` after it: for a channel whose
+    /// output is written in one form and sent in another (a protocol front end that translates replies).
+    /// False by default, which costs a send one test.
+    public final var transformsOutput = false
+
+    /// Called before each send when ``transformsOutput`` is set: turns what was appended to ``output`` since
+    /// the last call into the bytes to send.
+    open func prepareOutput() {}
+
+    /// Called after a send that took `count` bytes from the front of ``output``, when ``transformsOutput`` is
+    /// set.
+    open func outputSent(_ count: Int) {}
 
     /// Ends the sending side (the peer reads the end of the stream after what was sent); reading goes on.
     public final func shutdownOutput() {

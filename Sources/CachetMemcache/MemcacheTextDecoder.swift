@@ -132,6 +132,12 @@ public enum MemcacheTextDecoder {
                 delay = value
             }
             return .command(.flushAll(delay: delay, noreply: noreply), end: end)
+        case "cache_memlimit":
+            let count = arguments.count - (noreply ? 1 : 0)
+            guard count == 1, let megabytes = UInt64(text(arguments[0])), megabytes > 0, megabytes < 1 << 40 else {
+                return .failure(.badFormat, end: end, noreply: noreply)
+            }
+            return .command(.cacheMemoryLimit(megabytes: megabytes, noreply: noreply), end: end)
         case "version":
             return .command(.version, end: end)
         case "verbosity":
@@ -200,6 +206,8 @@ public enum MemcacheTextCommand: Hashable, Sendable {
     case touch(key: Range<Int>, exptime: Int64, noreply: Bool)
     /// `flush_all [DELAY] [noreply]`.
     case flushAll(delay: Int64, noreply: Bool)
+    /// `cache_memlimit MEGABYTES [noreply]`: the memory limit changed while the server runs.
+    case cacheMemoryLimit(megabytes: UInt64, noreply: Bool)
     /// `version`.
     case version
     /// `verbosity LEVEL [noreply]` (accepted, changes nothing).

@@ -68,7 +68,9 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// Keeps freed large blocks for reuse; its free bytes are outside `memoryLimit` (see ``pooledBytes``).
     private let pool: LargeBlockPool
     /// The byte limit.
-    public let memoryLimit: Int
+    public var memoryLimit: Int { limit.load(ordering: .relaxed) }
+    /// The byte limit, changed at run time by ``setMemoryLimit(_:)``.
+    private let limit: Atomic<Int>
 
     /// The longest key an entry can hold (the protocol allows 4096 bytes).
     public static let maximumKeyLength = MemoryEntry.maximumKeyLength
@@ -80,7 +82,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
     ///     key, under the shard's lock: it must be quick and must not call back into the store.
     public init(configuration: CachetMemoryStoreConfiguration, observer: CachetRemovalObserver? = nil) {
         precondition(configuration.shardCount > 0 && configuration.shardCount & (configuration.shardCount - 1) == 0)
-        memoryLimit = configuration.memoryLimit
+        limit = Atomic(configuration.memoryLimit)
         let pool = LargeBlockPool(limit: LargeBlockPool.defaultLimit(memoryLimit: configuration.memoryLimit))
         self.pool = pool
         shards = (0..<configuration.shardCount).map { _ in MemoryShard(pool: pool, observer: observer) }
@@ -141,6 +143,14 @@ public final class CachetMemoryStore: @unchecked Sendable {
         }
         if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
         return .stored
+    }
+
+    /// Changes the byte limit while the store serves (memcached's `cache_memlimit`): a lower one evicts
+    /// least recently used entries, shard by shard, until the tier is within it.
+    /// - Parameter bytes: the new limit, at least 1.
+    public func setMemoryLimit(_ bytes: Int) {
+        limit.store(max(1, bytes), ordering: .relaxed)
+        if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: -1) }
     }
 
     /// Counts a just-inserted entry's bytes and evicts from its shard (never the new entry) until the tier

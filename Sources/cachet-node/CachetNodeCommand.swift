@@ -173,6 +173,24 @@ struct CachetNodeCommand: ParsableCommand {
     var compressionLevel: Int32?
 
     @Option(
+        help: """
+            Also speak memcached's text protocol on this port (11211 is memcached's; 0 picks a free one), on the \
+            same store, tiers and cluster, so that memcached clients of any language share the cache. Off unless given.
+            """
+    )
+    var memcachedPort: Int?
+
+    @Option(
+        help: "The longest value a memcached client may store (memcached's -I): bytes, or with KiB, MiB. Default: 1MiB, as memcached's."
+    )
+    var memcachedItemSize = "1MiB"
+
+    @Option(
+        help: "What memcached's flush_all empties: member (this node; a client with its own ketama sends it to each member, as to a pool of memcached servers) or cluster (every member, as one memcached behind one address). Default: member."
+    )
+    var memcachedFlush = "member"
+
+    @Option(
         help: "A TLS listener's port, beside the plain --port (0 picks a free one). Needs --tls-cert and --tls-key."
     )
     var tlsPort: Int?
@@ -304,6 +322,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.servesOwnKeysInMinority = serveOwnKeysInMinority
             configuration.holdsFullPeriod = holdFullPeriod
             configuration.tlsPort = tlsPort
+            configuration.memcachedPort = memcachedPort
             configuration.tlsOnly = tlsOnly
             configuration.authFile = authFile
             if let peerUser {
@@ -343,6 +362,14 @@ struct CachetNodeCommand: ParsableCommand {
             }
             let diskBytes = try CachetByteCount.parse(diskLimit)
             configuration.largeValueThreshold = try CachetByteCount.parse(largeValue)
+            configuration.memcachedItemSize = try CachetByteCount.parse(memcachedItemSize)
+            guard ["member", "cluster"].contains(memcachedFlush) else {
+                throw CachetNodeError(
+                    code: .invalidConfiguration,
+                    message: "--memcached-flush '\(memcachedFlush)' is not one of member, cluster"
+                )
+            }
+            configuration.memcachedFlushesCluster = memcachedFlush == "cluster"
             guard uploadTimeout >= 1 else {
                 throw CachetNodeError(
                     code: .invalidConfiguration,
@@ -405,6 +432,9 @@ struct CachetNodeCommand: ParsableCommand {
             print("cachet-node listening on \(host):\(boundPort)")
             if let tlsPort = server.tlsPort {
                 print("cachet-node listening for TLS on \(host):\(tlsPort)")
+            }
+            if let memcachedPort = server.memcachedPort {
+                print("cachet-node speaking memcached's protocol on \(host):\(memcachedPort)")
             }
             var metrics: MetricsServer?
             var values: HTTPValues?

@@ -120,25 +120,48 @@ final class ConnectionForwarding: @unchecked Sendable {
                 connection.phase = .waitingForOutput
                 break
             }
-            let result = processor.process(
-                input: &connection.input,
-                output: &pipeline.pending,
-                outputLimit: min(
-                    ForwardPipeline.heldLimit - pipeline.filledBytes,
-                    pipeline.pending.capacity + replyRoom
-                )
-                    - 2048,
-                outputCapacityLimit: max(
-                    pipeline.pending.capacity + replyRoom,
-                    pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
-                ),
-                now: now,
-                access: &connection.access,
-                tally: &tally,
-                // Never straight to the socket: earlier replies are still held.
-                directSend: nil,
-                requestLimit: NodeIOQueue.requestsPerTurn
+            let outputLimit =
+                min(ForwardPipeline.heldLimit - pipeline.filledBytes, pipeline.pending.capacity + replyRoom) - 2048
+            let outputCapacityLimit = max(
+                pipeline.pending.capacity + replyRoom,
+                pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
+            let result: ProcessingResult
+            if let session = connection.memcache {
+                // memcached's text: turned into native requests first (``MemcacheSession``).
+                session.decode(from: &connection.input, now: now)
+                result = processor.process(
+                    input: &session.native,
+                    output: &pipeline.pending,
+                    outputLimit: outputLimit,
+                    outputCapacityLimit: outputCapacityLimit,
+                    now: now,
+                    access: &connection.access,
+                    tally: &tally,
+                    directSend: nil,
+                    requestLimit: NodeIOQueue.requestsPerTurn
+                )
+                if case .needMoreBytes = result {
+                    if session.hasWholeCommand(in: connection.input) { continue processing }
+                    if session.quitting {
+                        host.beginClosing(connection)
+                        break processing
+                    }
+                }
+            } else {
+                result = processor.process(
+                    input: &connection.input,
+                    output: &pipeline.pending,
+                    outputLimit: outputLimit,
+                    outputCapacityLimit: outputCapacityLimit,
+                    now: now,
+                    access: &connection.access,
+                    tally: &tally,
+                    // Never straight to the socket: earlier replies are still held.
+                    directSend: nil,
+                    requestLimit: NodeIOQueue.requestsPerTurn
+                )
+            }
             switch result {
             case .needMoreBytes(let frameLength):
                 if frameLength == 0 { connection.requestsTaken &+= 1 }

@@ -98,6 +98,11 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @exclusivity(unchecked) var watch: WatchStream?
     /// A GET's reply being sent in several frames, while it is (``ValueFrames``).
     @exclusivity(unchecked) var valueFrames: ValueFrames?
+    /// A connection on the memcached port: its text turned into native requests, and their replies back
+    /// (``MemcacheSession``); nil on the native ports.
+    @exclusivity(unchecked) var memcache: MemcacheSession? {
+        didSet { transformsOutput = memcache != nil }
+    }
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
     @exclusivity(unchecked) var countedAsWaiting = false
@@ -166,6 +171,14 @@ final class Connection: CachetChannel, @unchecked Sendable {
     override func channelInputEnded() -> Bool {
         owner.inputEnded(self)
         return false
+    }
+
+    override func prepareOutput() {
+        memcache?.translateReplies(in: &output)
+    }
+
+    override func outputSent(_ count: Int) {
+        memcache?.textPending -= count
     }
 
     override func channelWritable() {

@@ -352,22 +352,55 @@ final class NodeIOQueue: @unchecked Sendable {
         }
         while true {
             let replyRoom = memory.replyRoom
-            let result = processor.process(
-                input: &connection.input,
-                output: &connection.output,
-                outputLimit: pendingOutputLimit(connection, room: replyRoom),
-                // A connection whose replies have all been sent may queue one of ordinary size whatever the
-                // budget says (see `ConnectionMemory`).
-                outputCapacityLimit: max(
-                    connection.output.capacity + replyRoom,
-                    connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
-                ),
-                now: now,
-                access: &connection.access,
-                tally: &tally,
-                directSend: DirectSend(channel: connection),
-                requestLimit: Self.requestsPerTurn
+            let outputLimit = pendingOutputLimit(connection, room: replyRoom)
+            // A connection whose replies have all been sent may queue one of ordinary size whatever the
+            // budget says (see `ConnectionMemory`).
+            let outputCapacityLimit = max(
+                connection.output.capacity + replyRoom,
+                connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
+            let result: ProcessingResult
+            if let session = connection.memcache {
+                // memcached's text, turned into native requests, served as a binary client's are.
+                session.decode(from: &connection.input, now: now)
+                if !session.flushDelays.isEmpty { scheduleFlushes(session) }
+                if let bytes = session.memoryLimits.last {
+                    // memcached's `cache_memlimit`: the memory tier's limit, on this node.
+                    processor.commands.store.setMemoryLimit(bytes)
+                    session.memoryLimits = []
+                }
+                result = processor.process(
+                    input: &session.native,
+                    output: &connection.output,
+                    outputLimit: outputLimit,
+                    outputCapacityLimit: outputCapacityLimit,
+                    now: now,
+                    access: &connection.access,
+                    tally: &tally,
+                    directSend: nil,
+                    requestLimit: Self.requestsPerTurn
+                )
+                if case .needMoreBytes = result {
+                    if session.hasWholeCommand(in: connection.input) { continue }
+                    if session.quitting {
+                        // `quit`, or a line too long: closed once what came before is answered.
+                        beginClosing(connection)
+                        break
+                    }
+                }
+            } else {
+                result = processor.process(
+                    input: &connection.input,
+                    output: &connection.output,
+                    outputLimit: outputLimit,
+                    outputCapacityLimit: outputCapacityLimit,
+                    now: now,
+                    access: &connection.access,
+                    tally: &tally,
+                    directSend: DirectSend(channel: connection),
+                    requestLimit: Self.requestsPerTurn
+                )
+            }
             switch result {
             case .needMoreBytes(let frameLength):
                 // Every request it had sent is answered (none is left half-sent): progress, for
@@ -400,6 +433,20 @@ final class NodeIOQueue: @unchecked Sendable {
             break
         }
         _ = send(connection)
+    }
+
+    /// Schedules the delayed `flush_all`s a memcached connection asked for: each empties this node (memory,
+    /// and the disk tier behind its queue) once its delay has passed, as memcached's does.
+    private func scheduleFlushes(_ session: MemcacheSession) {
+        for delay in session.flushDelays {
+            _ = loop.schedule(after: .seconds(Int(clamping: delay))) { [weak self] in
+                guard let self else { return }
+                if case .waitingForDisk = processor.commands.clear(prefixes: []) {
+                    diskDispatch?.disk.worker.removeAll { _ in }
+                }
+            }
+        }
+        session.flushDelays = []
     }
 
     /// Lets the loop serve the others before it answers the rest of a connection's input: the connection
@@ -561,6 +608,18 @@ final class NodeIOQueue: @unchecked Sendable {
     /// Adopts an accepted socket. Called on `queue`.
     func register(fd: Int32) {
         _ = adopt(fd: fd, counted: true)
+    }
+
+    /// Adopts a socket accepted on the memcached port: it speaks memcached's text protocol
+    /// (``MemcacheSession``). Called on `queue`.
+    func register(fd: Int32, memcache settings: MemcacheSession.Settings) {
+        guard let connection = adopt(fd: fd, counted: true) else { return }
+        connection.memcache = MemcacheSession(
+            version: settings.version,
+            requiresAuth: settings.requiresAuth,
+            flushesCluster: settings.flushesCluster,
+            maximumValueLength: settings.maximumValueLength
+        )
     }
 
     /// Adopts a socket accepted on the TLS port: its reads and writes go through a session of `context`,

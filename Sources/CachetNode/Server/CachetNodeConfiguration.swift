@@ -71,6 +71,15 @@ public struct CachetNodeConfiguration: Sendable {
     /// The TLS listener's port (`--tls-port`, beside the plain `--port`); nil: no TLS listener. 0 picks a
     /// free port.
     public var tlsPort: Int? = nil
+    /// The memcached port (`--memcached-port`, `docs/memcached.md`): memcached's text protocol on the same
+    /// loops, store and cluster; nil: none. 0 picks a free port.
+    public var memcachedPort: Int? = nil
+    /// The longest value a memcached client may store (`--memcached-item-size`, memcached's `-I`); 1 MiB, as
+    /// memcached's default. Items are held in memory: at most `--large-value` on a node with a disk tier.
+    public var memcachedItemSize: Int = 1 << 20
+    /// Whether memcached's `flush_all` (without a delay) empties every member of the cluster
+    /// (`--memcached-flush cluster`) rather than this one (`member`, the default).
+    public var memcachedFlushesCluster = false
     /// The TLS listener's certificate, key, CA and client authentication (`--tls-cert`, `--tls-key`,
     /// `--tls-ca`, `--tls-client-auth`); needed with ``tlsPort``. Re-read on SIGHUP.
     public var tls: CachetTLSConfiguration? = nil
@@ -199,6 +208,15 @@ public struct CachetNodeConfiguration: Sendable {
         }
         if tlsOnly && cluster != nil && tls?.caFile == nil {
             throw fail("a cluster member with --tls-only checks its peers' certificates: give --tls-ca")
+        }
+        guard (1024...(1 << 30)).contains(memcachedItemSize) else {
+            throw fail("--memcached-item-size \(memcachedItemSize) must be between 1 KiB and 1 GiB")
+        }
+        if let memcachedPort,
+            !(0...65535).contains(memcachedPort)
+                || (memcachedPort != 0 && (memcachedPort == port || memcachedPort == tlsPort))
+        {
+            throw fail("--memcached-port \(memcachedPort) must be a port from 0 to 65535 other than --port and --tls-port")
         }
         if let tlsPort, !(0...65535).contains(tlsPort) || (tlsPort != 0 && tlsPort == port) {
             throw fail("--tls-port \(tlsPort) must be a port from 0 to 65535 other than --port")

@@ -2,6 +2,7 @@ import CachetAuth
 import CachetCluster
 import CachetIO
 import CachetLocking
+import CachetMemcache
 public import CachetStore
 import CachetWire
 import Dispatch
@@ -41,6 +42,9 @@ public final class CachetNodeServer: Sendable {
         /// Accepts TLS connections (`--tls-port`), on the same loop.
         var tlsListener: CachetListener?
         var tlsPort: Int?
+        /// Accepts memcached's text protocol (`--memcached-port`), on the same loop.
+        var memcacheListener: CachetListener?
+        var memcachedPort: Int?
         var sweepTimer: (any DispatchSourceTimer)?
         var started = false
         var stopped = false
@@ -172,6 +176,9 @@ public final class CachetNodeServer: Sendable {
     /// The TLS listener's port, once started; nil without `--tls-port`.
     public var tlsPort: Int? { state.withLockUnchecked { $0.tlsPort } }
 
+    /// The memcached port, once started with ``CachetNodeConfiguration/memcachedPort``; nil otherwise.
+    public var memcachedPort: Int? { state.withLockUnchecked { $0.memcachedPort } }
+
     /// The node's users (`--auth-file`); nil without one.
     private let auth: NodeAuth?
 
@@ -275,6 +282,10 @@ public final class CachetNodeServer: Sendable {
             let (tlsFD, boundTLSPort) = try Self.listen(host: configuration.host, port: tlsPort)
             tls = (tlsFD, boundTLSPort)
         }
+        let memcache = try configuration.memcachedPort.map { port throws(CachetNodeError) -> (fd: Int32, port: Int) in
+            let (fd, bound) = try Self.listen(host: configuration.host, port: port)
+            return (fd, bound)
+        }
         let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
@@ -290,6 +301,9 @@ public final class CachetNodeServer: Sendable {
         let listener = CachetListener(accepted: { [self] fd in admit(fd, tls: tlsOnly) }, failed: acceptFailed)
         let tlsListener = tls.map { _ in
             CachetListener(accepted: { [self] fd in admit(fd, tls: true) }, failed: acceptFailed)
+        }
+        let memcacheListener = memcache.map { _ in
+            CachetListener(accepted: { [self] fd in admit(fd, tls: false, memcache: true) }, failed: acceptFailed)
         }
         let timer = DispatchSource.makeTimerSource(queue: maintenanceQueue)
         let interval = configuration.sweepInterval
@@ -311,6 +325,8 @@ public final class CachetNodeServer: Sendable {
             state.listener = listener
             state.tlsListener = tlsListener
             state.tlsPort = tls?.port
+            state.memcacheListener = memcacheListener
+            state.memcachedPort = memcache?.port
             state.sweepTimer = timer
             state.started = true
             state.boundPort = port
@@ -321,6 +337,9 @@ public final class CachetNodeServer: Sendable {
         acceptingLoop.executeAndWait {
             acceptingLoop.register(listener, fd: fd, isNonBlocking: true)
             if let tlsListener, let tls { acceptingLoop.register(tlsListener, fd: tls.fd, isNonBlocking: true) }
+            if let memcacheListener, let memcache {
+                acceptingLoop.register(memcacheListener, fd: memcache.fd, isNonBlocking: true)
+            }
         }
         timer.activate()
         logger.info(
@@ -372,7 +391,7 @@ public final class CachetNodeServer: Sendable {
 
     /// Takes an accepted connection (on the accepting loop's queue): counts it, and hands it to an I/O
     /// loop, round robin, or answers it UNAVAILABLE past `--max-connections`.
-    private func admit(_ fd: Int32, tls: Bool) {
+    private func admit(_ fd: Int32, tls: Bool, memcache: Bool = false) {
         let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
         if current > configuration.maximumConnections {
             statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
@@ -382,6 +401,10 @@ public final class CachetNodeServer: Sendable {
         }
         statistics.connectionsTotal.add(1, ordering: .relaxed)
         let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
+        if memcache {
+            let session = memcacheSessionSettings
+            return loop.execute { loop.register(fd: fd, memcache: session) }
+        }
         guard tls else { return loop.execute { loop.register(fd: fd) } }
         guard let context = tlsContext.withLock({ $0 }) else {
             statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
@@ -389,6 +412,23 @@ public final class CachetNodeServer: Sendable {
         }
         let deadline = configuration.tlsHandshakeTimeout
         loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline) }
+    }
+
+    /// What the memcached port's sessions share: the version they report, whether the first `set` signs in,
+    /// and the longest value a storage command may carry (memcached's item limit: a frame, and at most
+    /// `--large-value` on a node with a disk tier, whose items are held in memory).
+    private var memcacheSessionSettings: MemcacheSession.Settings {
+        let frame = configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetProtocol.putBodyPrefixSize
+            - MemcacheTextDecoder.maximumKeyLength - CachetItemWrite.headerSize
+        return MemcacheSession.Settings(
+            version: Self.version,
+            requiresAuth: auth != nil,
+            flushesCluster: configuration.memcachedFlushesCluster,
+            maximumValueLength: min(
+                configuration.memcachedItemSize,
+                disk == nil ? frame : min(frame, configuration.largeValueThreshold)
+            )
+        )
     }
 
     /// Answers a connection over the limit with UNAVAILABLE and closes it (gracefully, on an I/O loop).

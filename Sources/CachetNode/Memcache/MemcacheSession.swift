@@ -1,0 +1,384 @@
+import CachetIO
+import CachetMemcache
+import CachetWire
+
+/// A connection on the memcached port (`--memcached-port`, `docs/memcached.md`): memcached's text protocol
+/// turned into the node's own requests and their replies turned back, so that a memcached client reaches the
+/// same command layer, tiers, routing and users as a native one, with no second store and no proxy hop.
+///
+/// Each text command becomes one native request per key, appended to ``native`` (a GET or PUT with the
+/// `item` flag, a DEL, a CLEAR, a STATS, an AUTH, or a PING for what the node answers itself: a version, an
+/// error line), with what its reply means in memcached's terms queued in ``contexts``. The connection's
+/// ``RequestProcessor`` serves ``native`` as it serves a binary client's input, into the connection's output
+/// (forwards, disk reads and all), in order; before each send, the replies appended since the last one are
+/// turned into memcached's lines (``MemcacheReplies``). So replies keep the order of the commands, whatever
+/// waits for the disk or another member.
+///
+/// Touched only on its connection's loop queue.
+final class MemcacheSession {
+    /// What the reply to one native request means for memcached.
+    enum Reply {
+        /// One key of `get`, `gets`, `gat` or `gats`: a VALUE line on a hit, nothing on a miss; `END` after
+        /// the last key.
+        case value(key: [UInt8], withCAS: Bool, last: Bool)
+        /// `set`, `add`, `replace`, `append`, `prepend`, `cas`: STORED, NOT_STORED, EXISTS or NOT_FOUND.
+        case stored
+        /// A storage command whose expiry is already past: the key is deleted, and the answer is STORED.
+        case storedExpired
+        /// `delete`: DELETED or NOT_FOUND.
+        case deleted
+        /// `incr`, `decr`: the number, or NOT_FOUND.
+        case number
+        /// `touch`: TOUCHED or NOT_FOUND.
+        case touched
+        /// `flush_all`, `verbosity`: OK.
+        case ok
+        /// `stats`: the node's STATS in memcached's names.
+        case stats
+        /// The credentials of a node with users, sent as memcached's first `set`: STORED, or an error.
+        case authenticated
+        /// A line the node answers itself (`VERSION`, an error), sent in its place among the replies.
+        case literal([UInt8])
+    }
+
+    /// A reply waiting for its native reply, and whether the client asked for none (`noreply`).
+    struct Pending {
+        let reply: Reply
+        let quiet: Bool
+    }
+
+    /// Native requests made from the text received, not yet served.
+    var native = CachetByteBuffer(capacity: 4096)
+    /// The replies the native requests in flight will be turned into, in order.
+    private(set) var contexts = PendingQueue()
+    /// Bytes at the front of the connection's output that are text already (sent as they are).
+    var textPending = 0
+    /// Whether `quit` was read (or a line too long): nothing more is read, and the connection closes once
+    /// what came before is answered.
+    private(set) var quitting = false
+    /// Bytes of a refused data block still to throw away as they arrive.
+    private var discarding = 0
+    /// Whether the connection has signed in (on a node with users).
+    var authenticated = false
+    /// Whether a key of the retrieval being answered failed: its error line ends the command, and the
+    /// replies to its other keys are dropped.
+    var failedRetrieval = false
+    /// `flush_all` delays to schedule (seconds), taken by the loop after each decode.
+    var flushDelays: [Int64] = []
+    /// Memory limits set by `cache_memlimit` (bytes), applied by the loop after each decode.
+    var memoryLimits: [Int] = []
+    private var nextID: UInt32 = 0
+
+    /// The node's version, for `version`.
+    let version: String
+    /// Whether the node has users: a connection's first `set` carries its credentials.
+    let requiresAuth: Bool
+    /// The longest value a storage command may carry.
+    let maximumValueLength: Int
+    /// Whether `flush_all` (without a delay) empties every member (a CLEAR with the `cluster` flag).
+    let flushesCluster: Bool
+
+    /// What every session of a node shares.
+    struct Settings: Sendable {
+        let version: String
+        let requiresAuth: Bool
+        let flushesCluster: Bool
+        let maximumValueLength: Int
+    }
+
+    init(version: String, requiresAuth: Bool, flushesCluster: Bool = false, maximumValueLength: Int) {
+        self.version = version
+        self.requiresAuth = requiresAuth
+        self.flushesCluster = flushesCluster
+        self.maximumValueLength = maximumValueLength
+    }
+
+    /// Native requests made at most, beyond which decoding stops until they are served (a client that
+    /// pipelines many commands is read in bounded steps).
+    static let nativeLimit = 256 << 10
+
+    // MARK: Text commands in
+
+    /// Turns the whole commands at the front of `input` into native requests, until `input` holds no whole
+    /// command or ``native`` is full; consumes what it turned. `now` converts memcached's absolute expiry
+    /// times.
+    /// - Returns: whether it made any.
+    @discardableResult
+    func decode(from input: inout CachetByteBuffer, now: UInt32) -> Bool {
+        var made = false
+        while !quitting && native.readableBytes < Self.nativeLimit {
+            if discarding > 0 {
+                let dropped = min(discarding, input.readableBytes)
+                input.moveReadIndex(forwardBy: dropped)
+                discarding -= dropped
+                if discarding > 0 { break }
+            }
+            guard input.readableBytes > 0 else { break }
+            let decoding = MemcacheTextDecoder.decode(input.readableRegion, maximumValueLength: maximumValueLength)
+            switch decoding {
+            case .needMore:
+                return made
+            case .command(let command, let end):
+                translate(command, in: input.readableRegion, now: now)
+                input.moveReadIndex(forwardBy: end)
+            case .failure(let error, let end, let noreply):
+                if error.closesConnection {
+                    // A line without its end past the limit: closed without a reply, as memcached does.
+                    quitting = true
+                    input.moveReadIndex(forwardBy: input.readableBytes)
+                    return made
+                }
+                appendLocal(Array(error.line.utf8), quiet: noreply)
+                let taken = min(end, input.readableBytes)
+                discarding = end - taken
+                input.moveReadIndex(forwardBy: taken)
+            }
+            made = true
+        }
+        return made
+    }
+
+    /// Whether the input's next command is whole (decoding would make a request), ignoring room.
+    func hasWholeCommand(in input: borrowing CachetByteBuffer) -> Bool {
+        guard !quitting, input.readableBytes > 0 else { return false }
+        if discarding > 0 { return true }
+        if case .needMore = MemcacheTextDecoder.decode(input.readableRegion, maximumValueLength: maximumValueLength) {
+            return false
+        }
+        return true
+    }
+
+    private func translate(_ command: MemcacheTextCommand, in buffer: UnsafeRawBufferPointer, now: UInt32) {
+        func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: buffer[range]) }
+        switch command {
+        case .store(let verb, let key, let flags, let exptime, let data, let cas, let noreply):
+            if requiresAuth && !authenticated && verb == .set {
+                return appendAuth(bytes(data), quiet: noreply)
+            }
+            guard let ttl = Self.ttl(exptime, now: now) else {
+                appendKeyed(.delete, bytes(key))
+                return push(.storedExpired, quiet: noreply)
+            }
+            let mode: CachetItemWrite.Mode
+            switch verb {
+            case .set: mode = .set
+            case .add: mode = .add
+            case .replace: mode = .replace
+            case .append: mode = .append
+            case .prepend: mode = .prepend
+            case .cas: mode = .compareAndSwap
+            }
+            appendItemWrite(mode, key: bytes(key), flags: flags, cas: cas ?? 0, data: bytes(data), ttl: ttl)
+            push(.stored, quiet: noreply)
+        case .retrieve(let keys, let withCAS, let touch):
+            for (index, key) in keys.enumerated() {
+                if let touch {
+                    if let ttl = Self.ttl(touch, now: now) {
+                        appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)
+                    } else {
+                        // Touched into the past: gone, and so a miss.
+                        appendKeyed(.delete, bytes(key))
+                    }
+                } else {
+                    appendKeyed(.get, bytes(key), flags: .item)
+                }
+                push(.value(key: Array(bytes(key)), withCAS: withCAS, last: index == keys.count - 1), quiet: false)
+            }
+        case .delete(let key, let noreply):
+            appendKeyed(.delete, bytes(key))
+            push(.deleted, quiet: noreply)
+        case .arithmetic(let increment, let key, let delta, let noreply):
+            withUnsafeBytes(of: delta.bigEndian) {
+                appendItemWrite(increment ? .increment : .decrement, key: bytes(key), data: $0)
+            }
+            push(.number, quiet: noreply)
+        case .touch(let key, let exptime, let noreply):
+            if let ttl = Self.ttl(exptime, now: now) {
+                appendItemWrite(.touch, key: bytes(key), ttl: ttl)
+                push(.touched, quiet: noreply)
+            } else {
+                appendKeyed(.delete, bytes(key))
+                push(.touched, quiet: noreply)
+            }
+        case .flushAll(let delay, let noreply):
+            if delay > 0 {
+                flushDelays.append(delay)
+                appendEmpty(.ping)
+            } else {
+                appendEmpty(.clear, flags: flushesCluster ? .cluster : [])
+            }
+            push(.ok, quiet: noreply)
+        case .cacheMemoryLimit(let megabytes, let noreply):
+            memoryLimits.append(Int(megabytes) << 20)
+            appendEmpty(.ping)
+            push(.ok, quiet: noreply)
+        case .version:
+            appendLocal(Array("VERSION \(version)\r\n".utf8), quiet: false)
+        case .verbosity(let noreply):
+            appendEmpty(.ping)
+            push(.ok, quiet: noreply)
+        case .stats(let argument):
+            if argument == nil {
+                appendEmpty(.stats)
+                push(.stats, quiet: false)
+            } else {
+                // Groups of memcached's internals (settings, items, slabs, conns...): none to report.
+                appendLocal(MemcacheTextReply.end, quiet: false)
+            }
+        case .quit:
+            quitting = true
+        }
+    }
+
+    /// memcached's expiry as a TTL: 0 never; up to 30 days, seconds from now; beyond, a Unix time. Nil when it
+    /// is already past (negative, or a Unix time not in the future).
+    static func ttl(_ exptime: Int64, now: UInt32) -> UInt32? {
+        if exptime == 0 { return 0 }
+        if exptime < 0 { return nil }
+        if exptime <= 2_592_000 { return UInt32(exptime) }
+        let left = exptime - Int64(now)
+        guard left > 0 else { return nil }
+        return UInt32(clamping: left)
+    }
+
+    // MARK: Native requests
+
+    private func push(_ reply: Reply, quiet: Bool) {
+        contexts.append(Pending(reply: reply, quiet: quiet))
+    }
+
+    private func takeID() -> UInt32 {
+        nextID &+= 1
+        return nextID
+    }
+
+    /// A PING answered by `line` (in its turn among the replies).
+    private func appendLocal(_ line: [UInt8], quiet: Bool) {
+        appendEmpty(.ping)
+        push(.literal(line), quiet: quiet)
+    }
+
+    private func appendEmpty(_ opcode: CachetOpcode, flags: CachetRequestFlags = []) {
+        appendFrame(opcode, flags: flags, bodyLength: 0) { _ in }
+    }
+
+    private func appendKeyed(_ opcode: CachetOpcode, _ key: UnsafeRawBufferPointer, flags: CachetRequestFlags = []) {
+        appendFrame(opcode, flags: flags, bodyLength: 2 + key.count) { native in
+            withUnsafeBytes(of: UInt16(key.count).bigEndian) { native.append($0) }
+            native.append(key)
+        }
+    }
+
+    private func appendItemWrite(
+        _ mode: CachetItemWrite.Mode,
+        key: UnsafeRawBufferPointer,
+        flags: UInt32 = 0,
+        cas: UInt64 = 0,
+        data: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
+        ttl: UInt32 = 0
+    ) {
+        let length = CachetProtocol.putBodyPrefixSize + key.count + CachetItemWrite.headerSize + data.count
+        appendFrame(.put, flags: .item, bodyLength: length) { native in
+            withUnsafeBytes(of: ttl.bigEndian) { native.append($0) }
+            withUnsafeBytes(of: UInt16(key.count).bigEndian) { native.append($0) }
+            native.append(key)
+            native.append(CachetItemWrite.encodeHeader(mode: mode, flags: flags, cas: cas))
+            if data.count > 0 { native.append(data) }
+        }
+    }
+
+    /// The credentials of memcached's authentication (`set` with `user password` as its data) as an AUTH.
+    private func appendAuth(_ data: UnsafeRawBufferPointer, quiet: Bool) {
+        let text = Array(data)
+        let space = text.firstIndex(of: UInt8(ascii: " ")) ?? text.count
+        let user = Array(text[..<space])
+        var secret = space < text.count ? Array(text[(space + 1)...]) : []
+        while secret.last == UInt8(ascii: "\n") || secret.last == UInt8(ascii: "\r") { secret.removeLast() }
+        appendFrame(.auth, flags: [], bodyLength: 2 + user.count + secret.count) { native in
+            withUnsafeBytes(of: UInt16(user.count).bigEndian) { native.append($0) }
+            native.append(user)
+            native.append(secret)
+        }
+        push(.authenticated, quiet: quiet)
+    }
+
+    private func appendFrame(
+        _ opcode: CachetOpcode,
+        flags: CachetRequestFlags,
+        bodyLength: Int,
+        _ body: (inout CachetByteBuffer) -> Void
+    ) {
+        native.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
+        CachetFrameEncoder.writePrefixAndHeader(
+            to: native.writePointer,
+            bodyLength: bodyLength,
+            header: CachetFrameHeader(opcode: opcode, word: flags.rawValue, id: takeID())
+        )
+        native.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+        body(&native)
+    }
+
+    // MARK: Replies out
+
+    /// Turns the native replies appended to `output` since the last call into memcached's lines (the text
+    /// before them is left as it is).
+    func translateReplies(in output: inout CachetByteBuffer) {
+        let untranslated = output.readableBytes - textPending
+        guard untranslated > 0 else { return }
+        var text: [UInt8] = []
+        text.reserveCapacity(untranslated)
+        let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
+        var offset = 0
+        while offset < region.count,
+            let frame = try? CachetReplyDecoder.decodeReply(in: region, at: offset, maximumPayloadLength: Int(UInt32.max))
+        {
+            offset = frame.end
+            guard let pending = contexts.removeFirst() else { continue }
+            MemcacheReplies.append(
+                pending,
+                status: frame.header.status,
+                body: UnsafeRawBufferPointer(rebasing: region[frame.body]),
+                session: self,
+                to: &text
+            )
+        }
+        output.keepReadable(textPending)
+        text.withUnsafeBytes { output.append($0) }
+        textPending = output.readableBytes
+    }
+
+    /// Whether every request made so far was answered and turned into text.
+    var isIdle: Bool { contexts.isEmpty && native.readableBytes == 0 }
+}
+
+/// The replies a ``MemcacheSession`` waits for, first in first out, in a ring that keeps its storage.
+struct PendingQueue {
+    private var items: [MemcacheSession.Pending?] = []
+    private var head = 0
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ item: MemcacheSession.Pending) {
+        if count == items.count {
+            // Grown in order, oldest first.
+            var grown: [MemcacheSession.Pending?] = []
+            grown.reserveCapacity(max(16, items.count * 2))
+            for index in 0..<count { grown.append(items[(head + index) % items.count]) }
+            grown.append(contentsOf: repeatElement(nil, count: max(16, items.count * 2) - count))
+            items = grown
+            head = 0
+        }
+        items[(head + count) % items.count] = item
+        count += 1
+    }
+
+    mutating func removeFirst() -> MemcacheSession.Pending? {
+        guard count > 0 else { return nil }
+        let item = items[head]
+        items[head] = nil
+        head = (head + 1) % items.count
+        count -= 1
+        return item
+    }
+}
