@@ -52,7 +52,7 @@ private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBuff
             "stats: argument"
         )
         check(end == newline + 1, "stats: end")
-    case .flushAll, .version, .verbosity, .quit:
+    case .flushAll, .version, .verbosity, .quit, .cacheMemoryLimit:
         check(end == newline + 1, "\(command): end \(end), line end \(newline)")
     }
 }

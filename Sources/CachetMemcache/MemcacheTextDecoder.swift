@@ -139,16 +139,23 @@ public enum MemcacheTextDecoder {
             }
             return .command(.cacheMemoryLimit(megabytes: megabytes, noreply: noreply), end: end)
         case "version":
+            // memcached answers a version or quit with arguments as an unknown command.
+            guard arguments.isEmpty else { return .failure(.unknownCommand, end: end) }
             return .command(.version, end: end)
         case "verbosity":
-            let count = arguments.count - (noreply ? 1 : 0)
-            // memcached answers a verbosity without its level as an unknown command.
-            guard count == 1 else { return .failure(.unknownCommand, end: end) }
-            guard UInt32(text(arguments[0])) != nil else { return .failure(.badFormat, end: end, noreply: noreply) }
+            // memcached takes one or two words (a level, then noreply) and does not check the level.
+            guard (1...2).contains(arguments.count) else { return .failure(.unknownCommand, end: end) }
             return .command(.verbosity(noreply: noreply), end: end)
         case "stats":
+            // The groups memcached reports beside the general one; any other is an unknown command.
+            if let group = arguments.first,
+                !["settings", "items", "slabs", "sizes", "conns", "cachedump", "detail"].contains(text(group))
+            {
+                return .failure(.unknownCommand, end: end)
+            }
             return .command(.stats(argument: arguments.first), end: end)
         case "quit":
+            guard arguments.isEmpty else { return .failure(.unknownCommand, end: end) }
             return .command(.quit, end: end)
         default:
             return .failure(.unknownCommand, end: end)

@@ -100,7 +100,6 @@ struct MemcacheTextDecoderTests {
             ("incr k 18446744073709551616\r\n", .invalidDelta),
             ("touch k\r\n", .badFormat),
             ("flush_all -1\r\n", .badFormat),
-            ("verbosity x\r\n", .badFormat),
             ("set k 0 0 2147483646\r\n", .badFormat),
             ("set k 0 0 99999999999999999999\r\n", .badFormat),
         ]
@@ -110,6 +109,17 @@ struct MemcacheTextDecoderTests {
             #expect(!expected.closesConnection)
         }
         #expect(Self.decode("verbosity\r\n").0 == .failure(.unknownCommand, end: 11))
+        // memcached does not check verbosity's level, takes `noreply` alone, and refuses more than two words;
+        // a version or quit with arguments, and a stats group it does not have, are unknown commands.
+        #expect(Self.decode("verbosity x\r\n").0 == .command(.verbosity(noreply: false), end: 13))
+        #expect(Self.decode("verbosity noreply\r\n").0 == .command(.verbosity(noreply: true), end: 19))
+        #expect(Self.decode("verbosity foo bar my\r\n").0 == .failure(.unknownCommand, end: 22))
+        #expect(Self.decode("version foo bar\r\n").0 == .failure(.unknownCommand, end: 17))
+        #expect(Self.decode("quit now\r\n").0 == .failure(.unknownCommand, end: 10))
+        #expect(Self.decode("stats noreply\r\n").0 == .failure(.unknownCommand, end: 15))
+        #expect(Self.decode("stats cachedump 1 1\r\n").0 != .failure(.unknownCommand, end: 21))
+        #expect(Self.decode("cache_memlimit 64\r\n").0 == .command(.cacheMemoryLimit(megabytes: 64, noreply: false), end: 19))
+        #expect(Self.decode("cache_memlimit 0\r\n").0 == .failure(.badFormat, end: 18))
         // With noreply, no line at all: the failure says so.
         #expect(Self.decode("incr k x noreply\r\n").0 == .failure(.invalidDelta, end: 18, noreply: true))
         #expect(Self.decode("set k x 0 1 noreply\r\n").0 == .failure(.badFormat, end: 21, noreply: true))
