@@ -139,8 +139,7 @@ public enum MemcacheTextDecoder {
             }
             return .command(.cacheMemoryLimit(megabytes: megabytes, noreply: noreply), end: end)
         case "version":
-            // memcached answers a version or quit with arguments as an unknown command.
-            guard arguments.isEmpty else { return .failure(.unknownCommand, end: end) }
+            // memcached 1.6 ignores words after version and quit.
             return .command(.version, end: end)
         case "verbosity":
             // memcached takes one or two words (a level, then noreply) and does not check the level.
@@ -155,7 +154,6 @@ public enum MemcacheTextDecoder {
             }
             return .command(.stats(argument: arguments.first), end: end)
         case "quit":
-            guard arguments.isEmpty else { return .failure(.unknownCommand, end: end) }
             return .command(.quit, end: end)
         default:
             return .failure(.unknownCommand, end: end)

@@ -181,12 +181,20 @@ struct CachetNodeCommand: ParsableCommand {
     var memcachedPort: Int?
 
     @Option(
-        help: "The longest value a memcached client may store (memcached's -I): bytes, or with KiB, MiB. Default: 1MiB, as memcached's."
+        help:
+            "memcached's text protocol over TLS on this port (as memcached -Z), with --tls-cert and --tls-key. Off unless given."
+    )
+    var memcachedTlsPort: Int?
+
+    @Option(
+        help:
+            "The longest value a memcached client may store (memcached's -I): bytes, or with KiB, MiB. Default: 1MiB, as memcached's."
     )
     var memcachedItemSize = "1MiB"
 
     @Option(
-        help: "What memcached's flush_all empties: member (this node; a client with its own ketama sends it to each member, as to a pool of memcached servers) or cluster (every member, as one memcached behind one address). Default: member."
+        help:
+            "What memcached's flush_all empties: member (this node; a client with its own ketama sends it to each member, as to a pool of memcached servers) or cluster (every member, as one memcached behind one address). Default: member."
     )
     var memcachedFlush = "member"
 
@@ -323,6 +331,7 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.holdsFullPeriod = holdFullPeriod
             configuration.tlsPort = tlsPort
             configuration.memcachedPort = memcachedPort
+            configuration.memcachedTLSPort = memcachedTlsPort
             configuration.tlsOnly = tlsOnly
             configuration.authFile = authFile
             if let peerUser {
@@ -435,6 +444,9 @@ struct CachetNodeCommand: ParsableCommand {
             }
             if let memcachedPort = server.memcachedPort {
                 print("cachet-node speaking memcached's protocol on \(host):\(memcachedPort)")
+            }
+            if let memcachedTLSPort = server.memcachedTLSPort {
+                print("cachet-node speaking memcached's protocol over TLS on \(host):\(memcachedTLSPort)")
             }
             var metrics: MetricsServer?
             var values: HTTPValues?

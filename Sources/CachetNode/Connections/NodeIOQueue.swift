@@ -605,15 +605,14 @@ final class NodeIOQueue: @unchecked Sendable {
 
     // MARK: - Adopting and ending connections
 
-    /// Adopts an accepted socket. Called on `queue`.
-    func register(fd: Int32) {
-        _ = adopt(fd: fd, counted: true)
+    /// Adopts an accepted socket; one accepted on a memcached port (`memcache`) speaks memcached's text
+    /// protocol (``MemcacheSession``). Called on `queue`.
+    func register(fd: Int32, memcache: MemcacheSession.Settings? = nil) {
+        guard let connection = adopt(fd: fd, counted: true), let memcache else { return }
+        speakMemcache(connection, memcache)
     }
 
-    /// Adopts a socket accepted on the memcached port: it speaks memcached's text protocol
-    /// (``MemcacheSession``). Called on `queue`.
-    func register(fd: Int32, memcache settings: MemcacheSession.Settings) {
-        guard let connection = adopt(fd: fd, counted: true) else { return }
+    private func speakMemcache(_ connection: Connection, _ settings: MemcacheSession.Settings) {
         connection.memcache = MemcacheSession(
             version: settings.version,
             requiresAuth: settings.requiresAuth,
@@ -625,8 +624,14 @@ final class NodeIOQueue: @unchecked Sendable {
     /// Adopts a socket accepted on the TLS port: its reads and writes go through a session of `context`,
     /// whose handshake the first read does. One whose handshake has not finished `handshakeDeadline`
     /// seconds later is closed, with a log line. Called on `queue`.
-    func register(fd: Int32, tls context: CachetTLSContext, handshakeDeadline: Double) {
+    func register(
+        fd: Int32,
+        tls context: CachetTLSContext,
+        handshakeDeadline: Double,
+        memcache: MemcacheSession.Settings? = nil
+    ) {
         guard let connection = adopt(fd: fd, counted: true, tls: context) else { return }
+        if let memcache { speakMemcache(connection, memcache) }
         _ = loop.schedule(after: .milliseconds(Int(handshakeDeadline * 1000))) { [weak self, weak connection] in
             guard let self, let connection, !connection.isClosed, connection.tls?.isEstablished == false else {
                 return

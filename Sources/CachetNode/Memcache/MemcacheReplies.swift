@@ -77,7 +77,7 @@ enum MemcacheReplies {
         case .ok:
             lines = status == .ok ? MemcacheTextReply.ok : errorLine(status, body)
         case .stats:
-            lines = status == .ok ? stats(fromJSON: body) : errorLine(status, body)
+            lines = status == .ok ? stats(fromJSON: body, version: session.version) : errorLine(status, body)
         case .authenticated:
             if status == .ok {
                 session.authenticated = true
@@ -108,7 +108,7 @@ enum MemcacheReplies {
 
     /// memcached's `stats` lines from the node's STATS (a flat JSON object): the fields clients and
     /// exporters read, under memcached's names, then `END`.
-    static func stats(fromJSON body: UnsafeRawBufferPointer) -> [UInt8] {
+    static func stats(fromJSON body: UnsafeRawBufferPointer, version: String) -> [UInt8] {
         let json = Array(body)
         func field(_ name: String) -> String? { jsonField(name, in: json) }
         var lines: [UInt8] = []
@@ -120,7 +120,7 @@ enum MemcacheReplies {
         stat("pid", "\(getpid())")
         stat("uptime", field("uptime_seconds"))
         stat("time", "\(now)")
-        stat("version", field("version"))
+        stat("version", version)
         stat("pointer_size", "\(MemoryLayout<Int>.size * 8)")
         stat("curr_connections", field("connections_current"))
         stat("total_connections", field("connections_total"))
@@ -137,6 +137,7 @@ enum MemcacheReplies {
         stat("evictions", field("evictions"))
         stat("expired_unfetched", field("expired"))
         stat("threads", field("io_queues"))
+        stat("cachet_version", field("version"))
         stat("cachet_disk_items", field("disk_items"))
         stat("cachet_disk_bytes", field("disk_bytes"))
         lines += MemcacheTextReply.end

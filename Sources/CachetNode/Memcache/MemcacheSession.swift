@@ -330,7 +330,11 @@ final class MemcacheSession {
         let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
         var offset = 0
         while offset < region.count,
-            let frame = try? CachetReplyDecoder.decodeReply(in: region, at: offset, maximumPayloadLength: Int(UInt32.max))
+            let frame = try? CachetReplyDecoder.decodeReply(
+                in: region,
+                at: offset,
+                maximumPayloadLength: Int(UInt32.max)
+            )
         {
             offset = frame.end
             guard let pending = contexts.removeFirst() else { continue }

@@ -74,6 +74,9 @@ public struct CachetNodeConfiguration: Sendable {
     /// The memcached port (`--memcached-port`, `docs/memcached.md`): memcached's text protocol on the same
     /// loops, store and cluster; nil: none. 0 picks a free port.
     public var memcachedPort: Int? = nil
+    /// memcached's text protocol over TLS (`--memcached-tls-port`, as `memcached -Z`), with ``tls``'s files;
+    /// nil: none. 0 picks a free port.
+    public var memcachedTLSPort: Int? = nil
     /// The longest value a memcached client may store (`--memcached-item-size`, memcached's `-I`); 1 MiB, as
     /// memcached's default. Items are held in memory: at most `--large-value` on a node with a disk tier.
     public var memcachedItemSize: Int = 1 << 20
@@ -197,11 +200,16 @@ public struct CachetNodeConfiguration: Sendable {
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")
         }
-        if (tlsPort != nil || tlsOnly) && tls?.certificateFile == nil {
-            throw fail("--tls-port and --tls-only need --tls-cert and --tls-key (PEM files)")
+        if (tlsPort != nil || tlsOnly || memcachedTLSPort != nil) && tls?.certificateFile == nil {
+            throw fail("--tls-port, --tls-only and --memcached-tls-port need --tls-cert and --tls-key (PEM files)")
         }
-        if tlsPort == nil && !tlsOnly && tls != nil {
-            throw fail("--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port or --tls-only")
+        if tlsPort == nil && !tlsOnly && memcachedTLSPort == nil && tls != nil {
+            throw fail(
+                "--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port, --tls-only or --memcached-tls-port"
+            )
+        }
+        if let memcachedTLSPort, !(0...65535).contains(memcachedTLSPort) {
+            throw fail("--memcached-tls-port \(memcachedTLSPort) must be a port from 0 to 65535")
         }
         if tlsOnly && tlsPort != nil {
             throw fail("--tls-only makes --port speak TLS: leave out --tls-port")
@@ -216,7 +224,9 @@ public struct CachetNodeConfiguration: Sendable {
             !(0...65535).contains(memcachedPort)
                 || (memcachedPort != 0 && (memcachedPort == port || memcachedPort == tlsPort))
         {
-            throw fail("--memcached-port \(memcachedPort) must be a port from 0 to 65535 other than --port and --tls-port")
+            throw fail(
+                "--memcached-port \(memcachedPort) must be a port from 0 to 65535 other than --port and --tls-port"
+            )
         }
         if let tlsPort, !(0...65535).contains(tlsPort) || (tlsPort != 0 && tlsPort == port) {
             throw fail("--tls-port \(tlsPort) must be a port from 0 to 65535 other than --port")

@@ -22,6 +22,11 @@ public final class CachetNodeServer: Sendable {
     /// The software version reported by STATS.
     public static let version = "0.4.0"
 
+    /// The version the memcached port reports (`version`, `stats`): the memcached release whose text protocol
+    /// it speaks. Clients parse it and adapt to it (libmemcached refuses a major version of 0, and its
+    /// conformance run expects 1.6's answers from a 1.6); `stats` gives this node's own as `cachet_version`.
+    public static let memcacheVersion = "1.6.0"
+
     /// The configuration the node was created with.
     public let configuration: CachetNodeConfiguration
     /// The memory tier.
@@ -45,6 +50,9 @@ public final class CachetNodeServer: Sendable {
         /// Accepts memcached's text protocol (`--memcached-port`), on the same loop.
         var memcacheListener: CachetListener?
         var memcachedPort: Int?
+        /// The same over TLS (`--memcached-tls-port`).
+        var memcacheTLSListener: CachetListener?
+        var memcachedTLSPort: Int?
         var sweepTimer: (any DispatchSourceTimer)?
         var started = false
         var stopped = false
@@ -179,6 +187,9 @@ public final class CachetNodeServer: Sendable {
     /// The memcached port, once started with ``CachetNodeConfiguration/memcachedPort``; nil otherwise.
     public var memcachedPort: Int? { state.withLockUnchecked { $0.memcachedPort } }
 
+    /// The memcached TLS port, once started with ``CachetNodeConfiguration/memcachedTLSPort``; nil otherwise.
+    public var memcachedTLSPort: Int? { state.withLockUnchecked { $0.memcachedTLSPort } }
+
     /// The node's users (`--auth-file`); nil without one.
     private let auth: NodeAuth?
 
@@ -270,7 +281,9 @@ public final class CachetNodeServer: Sendable {
         signal(SIGPIPE, SIG_IGN)
         raiseDescriptorLimit()
         var tls: (fd: Int32, port: Int)?
-        if configuration.tlsPort != nil || configuration.tlsOnly, let tlsConfiguration = configuration.tls {
+        if configuration.tlsPort != nil || configuration.tlsOnly || configuration.memcachedTLSPort != nil,
+            let tlsConfiguration = configuration.tls
+        {
             do throws(CachetIOError) {
                 let context = try CachetTLSContext(role: .server, configuration: tlsConfiguration)
                 tlsContext.withLock { $0 = context }
@@ -283,6 +296,11 @@ public final class CachetNodeServer: Sendable {
             tls = (tlsFD, boundTLSPort)
         }
         let memcache = try configuration.memcachedPort.map { port throws(CachetNodeError) -> (fd: Int32, port: Int) in
+            let (fd, bound) = try Self.listen(host: configuration.host, port: port)
+            return (fd, bound)
+        }
+        let memcacheTLS = try configuration.memcachedTLSPort.map {
+            port throws(CachetNodeError) -> (fd: Int32, port: Int) in
             let (fd, bound) = try Self.listen(host: configuration.host, port: port)
             return (fd, bound)
         }
@@ -304,6 +322,9 @@ public final class CachetNodeServer: Sendable {
         }
         let memcacheListener = memcache.map { _ in
             CachetListener(accepted: { [self] fd in admit(fd, tls: false, memcache: true) }, failed: acceptFailed)
+        }
+        let memcacheTLSListener = memcacheTLS.map { _ in
+            CachetListener(accepted: { [self] fd in admit(fd, tls: true, memcache: true) }, failed: acceptFailed)
         }
         let timer = DispatchSource.makeTimerSource(queue: maintenanceQueue)
         let interval = configuration.sweepInterval
@@ -327,6 +348,8 @@ public final class CachetNodeServer: Sendable {
             state.tlsPort = tls?.port
             state.memcacheListener = memcacheListener
             state.memcachedPort = memcache?.port
+            state.memcacheTLSListener = memcacheTLSListener
+            state.memcachedTLSPort = memcacheTLS?.port
             state.sweepTimer = timer
             state.started = true
             state.boundPort = port
@@ -339,6 +362,9 @@ public final class CachetNodeServer: Sendable {
             if let tlsListener, let tls { acceptingLoop.register(tlsListener, fd: tls.fd, isNonBlocking: true) }
             if let memcacheListener, let memcache {
                 acceptingLoop.register(memcacheListener, fd: memcache.fd, isNonBlocking: true)
+            }
+            if let memcacheTLSListener, let memcacheTLS {
+                acceptingLoop.register(memcacheTLSListener, fd: memcacheTLS.fd, isNonBlocking: true)
             }
         }
         timer.activate()
@@ -401,27 +427,25 @@ public final class CachetNodeServer: Sendable {
         }
         statistics.connectionsTotal.add(1, ordering: .relaxed)
         let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
-        if memcache {
-            let session = memcacheSessionSettings
-            return loop.execute { loop.register(fd: fd, memcache: session) }
-        }
-        guard tls else { return loop.execute { loop.register(fd: fd) } }
+        let session = memcache ? memcacheSessionSettings : nil
+        guard tls else { return loop.execute { loop.register(fd: fd, memcache: session) } }
         guard let context = tlsContext.withLock({ $0 }) else {
             statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
             return CachetSocket.close(fd)
         }
         let deadline = configuration.tlsHandshakeTimeout
-        loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline) }
+        loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline, memcache: session) }
     }
 
     /// What the memcached port's sessions share: the version they report, whether the first `set` signs in,
     /// and the longest value a storage command may carry (memcached's item limit: a frame, and at most
     /// `--large-value` on a node with a disk tier, whose items are held in memory).
     private var memcacheSessionSettings: MemcacheSession.Settings {
-        let frame = configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetProtocol.putBodyPrefixSize
+        let frame =
+            configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetProtocol.putBodyPrefixSize
             - MemcacheTextDecoder.maximumKeyLength - CachetItemWrite.headerSize
         return MemcacheSession.Settings(
-            version: Self.version,
+            version: Self.memcacheVersion,
             requiresAuth: auth != nil,
             flushesCluster: configuration.memcachedFlushesCluster,
             maximumValueLength: min(

@@ -1,0 +1,314 @@
+import CachetTestSupport
+import CachetWire
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A memcached client's connection for the tests: text written, lines read.
+struct MemcacheTextClient {
+    let socket: TestSocket
+
+    init(port: Int) throws {
+        socket = try TestSocket(port: port)
+    }
+
+    func send(_ text: String) throws { try socket.send(Array(text.utf8)) }
+
+    /// One line, without its `\r\n`.
+    func line() throws -> String {
+        var bytes: [UInt8] = []
+        while !(bytes.count >= 2 && bytes[bytes.count - 2] == 13 && bytes[bytes.count - 1] == 10) {
+            bytes += try socket.readBytes(1)
+        }
+        return String(decoding: bytes.dropLast(2), as: UTF8.self)
+    }
+
+    /// `count` lines.
+    func lines(_ count: Int) throws -> [String] { try (0..<count).map { _ in try line() } }
+
+    /// Sends `text` and reads `count` lines.
+    func exchange(_ text: String, lines count: Int = 1) throws -> [String] {
+        try send(text)
+        return try lines(count)
+    }
+
+    /// The lines of a retrieval, up to and with `END`.
+    func retrieve(_ text: String) throws -> [String] {
+        try send(text)
+        var lines: [String] = []
+        while true {
+            let line = try line()
+            lines.append(line)
+            if line == "END" || line.hasPrefix("SERVER_ERROR") || line.hasPrefix("CLIENT_ERROR") { return lines }
+        }
+    }
+
+    /// The CAS unique of `key` (`gets`).
+    func cas(_ key: String) throws -> UInt64? {
+        let lines = try retrieve("gets \(key)\r\n")
+        guard lines.count == 3 else { return nil }
+        return lines[0].split(separator: " ").last.flatMap { UInt64($0) }
+    }
+}
+
+/// memcached's text protocol on a node's memcached port (`--memcached-port`, `docs/memcached.md`), by real
+/// node processes over real sockets: every command and its replies as memcached gives them, noreply and
+/// pipelined mixes, every error line, CAS races between two clients, incr across 2^64, items read through
+/// the other protocol, users, a cluster, and a restart.
+@Suite("Node: memcached's text protocol", .dedicatedThreads)
+struct NodeMemcacheTests {
+    /// A node with a memcached port; returns it and the port.
+    static func node(_ extra: [String] = ["--disk-limit", "0"]) throws -> (NodeProcess, Int) {
+        let port = try NodeMetricsTests.freePort()
+        return (try NodeProcess(arguments: ["--memcached-port", "\(port)"] + extra), port)
+    }
+
+    @Test func everyCommandIsAnsweredAsMemcachedAnswersIt() throws {
+        let (node, port) = try Self.node()
+        _ = node
+        let client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("set foo 42 0 3\r\nbar\r\n") == ["STORED"])
+        #expect(try client.retrieve("get foo\r\n") == ["VALUE foo 42 3", "bar", "END"])
+        let gets = try client.retrieve("gets foo missing foo\r\n")
+        #expect(gets.count == 5 && gets[0].hasPrefix("VALUE foo 42 3 ") && gets[4] == "END")
+        let unique = try #require(try client.cas("foo"))
+        #expect(try client.exchange("add foo 0 0 1\r\nx\r\n") == ["NOT_STORED"])
+        #expect(try client.exchange("add new 1 0 1\r\nx\r\n") == ["STORED"])
+        #expect(try client.exchange("replace missing 0 0 1\r\nx\r\n") == ["NOT_STORED"])
+        #expect(try client.exchange("replace new 2 0 1\r\ny\r\n") == ["STORED"])
+        #expect(try client.exchange("append foo 0 0 2\r\n!!\r\n") == ["STORED"])
+        #expect(try client.exchange("prepend foo 0 0 2\r\n<<\r\n") == ["STORED"])
+        #expect(try client.exchange("append missing 0 0 1\r\nx\r\n") == ["NOT_STORED"])
+        #expect(try client.retrieve("get foo new\r\n") == ["VALUE foo 42 7", "<<bar!!", "VALUE new 2 1", "y", "END"])
+        #expect(try client.exchange("cas foo 0 0 1 \(unique)\r\nz\r\n") == ["EXISTS"], "appended since")
+        let fresh = try #require(try client.cas("foo"))
+        #expect(try client.exchange("cas foo 7 0 1 \(fresh)\r\nz\r\n") == ["STORED"])
+        #expect(try client.exchange("cas missing 0 0 1 1\r\nz\r\n") == ["NOT_FOUND"])
+        #expect(try client.retrieve("get foo\r\n") == ["VALUE foo 7 1", "z", "END"])
+        // incr and decr: 64 bits, wrapping up at 2^64 and stopping at 0 down, as memcached does.
+        #expect(try client.exchange("set n 0 0 20\r\n18446744073709551614\r\n") == ["STORED"])
+        #expect(try client.exchange("incr n 1\r\n") == ["18446744073709551615"])
+        #expect(try client.exchange("incr n 2\r\n") == ["1"])
+        #expect(try client.exchange("decr n 5\r\n") == ["0"])
+        #expect(try client.exchange("incr missing 1\r\n") == ["NOT_FOUND"])
+        #expect(
+            try client.exchange("incr foo 1\r\n") == ["CLIENT_ERROR cannot increment or decrement non-numeric value"]
+        )
+        // touch, gat and gats.
+        #expect(try client.exchange("touch foo 100\r\n") == ["TOUCHED"])
+        #expect(try client.exchange("touch missing 100\r\n") == ["NOT_FOUND"])
+        #expect(try client.retrieve("gat 100 foo missing\r\n") == ["VALUE foo 7 1", "z", "END"])
+        let gats = try client.retrieve("gats 0 foo\r\n")
+        #expect(gats.count == 3 && gats[0].hasPrefix("VALUE foo 7 1 "))
+        // delete, version, verbosity, stats, flush_all.
+        #expect(try client.exchange("delete foo\r\n") == ["DELETED"])
+        #expect(try client.exchange("delete foo\r\n") == ["NOT_FOUND"])
+        #expect(try client.exchange("version\r\n") == ["VERSION 1.6.0"])
+        #expect(try client.exchange("verbosity 1\r\n") == ["OK"])
+        let stats = try client.retrieve("stats\r\n")
+        for name in ["pid", "uptime", "version", "curr_items", "total_items", "bytes", "limit_maxbytes"] {
+            #expect(stats.contains { $0.hasPrefix("STAT \(name) ") }, "\(name)")
+        }
+        for name in ["curr_connections", "cmd_get", "cmd_set", "get_hits", "get_misses", "evictions"] {
+            #expect(stats.contains { $0.hasPrefix("STAT \(name) ") }, "\(name)")
+        }
+        #expect(try client.retrieve("stats settings\r\n") == ["END"])
+        #expect(try client.exchange("flush_all\r\n") == ["OK"])
+        #expect(try client.retrieve("get new n\r\n") == ["END"])
+        // quit closes, answering nothing.
+        try client.send("quit\r\n")
+        #expect(client.socket.waitForClose())
+    }
+
+    @Test func pipelinedCommandsWithNoreplyAreAnsweredInOrder() throws {
+        let (node, port) = try Self.node()
+        _ = node
+        let client = try MemcacheTextClient(port: port)
+        // One write: every quiet command answers nothing, the others in order.
+        try client.send(
+            "set a 1 0 1 noreply\r\n1\r\nset b 2 0 1\r\n2\r\nincr a 5 noreply\r\nget a b c\r\n"
+                + "add a 0 0 1 noreply\r\nx\r\ndelete b noreply\r\nget b\r\nflush_all noreply\r\n"
+                + "touch a 1 noreply\r\nversion\r\nget a\r\n"
+        )
+        #expect(
+            try client.lines(9) == [
+                "STORED", "VALUE a 1 1", "6", "VALUE b 2 1", "2", "END", "END", "VERSION 1.6.0", "END",
+            ]
+        )
+        // A thousand commands in one write, each answered, in order.
+        var text = ""
+        for index in 0..<1000 {
+            text += "set k\(index) 0 0 \(String(index).utf8.count)\r\n\(index)\r\nget k\(index)\r\n"
+        }
+        try client.send(text)
+        for index in 0..<1000 {
+            #expect(
+                try client.lines(4) == ["STORED", "VALUE k\(index) 0 \(String(index).utf8.count)", "\(index)", "END"]
+            )
+        }
+    }
+
+    @Test func badInputGetsMemcachedsErrorLinesAndTheConnectionGoesOn() throws {
+        let (node, port) = try Self.node(["--disk-limit", "0", "--memcached-item-size", "4KiB"])
+        _ = node
+        let client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("bogus\r\n") == ["ERROR"])
+        #expect(try client.exchange("\r\n") == ["ERROR"])
+        #expect(try client.exchange("get\r\n") == ["CLIENT_ERROR bad command line format"])
+        #expect(
+            try client.exchange("get \(String(repeating: "k", count: 251))\r\n") == [
+                "CLIENT_ERROR bad command line format"
+            ]
+        )
+        #expect(try client.exchange("set k x 0 1\r\n") == ["CLIENT_ERROR bad command line format"])
+        // As memcached: the block's announced bytes and two more are taken, and what follows is a new line.
+        #expect(try client.exchange("set k 0 0 1\r\nxyz\r\n", lines: 2) == ["CLIENT_ERROR bad data chunk", "ERROR"])
+        #expect(
+            try client.exchange("delete k 5\r\n") == [
+                "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
+            ]
+        )
+        #expect(try client.exchange("incr k -1\r\n") == ["CLIENT_ERROR invalid numeric delta argument"])
+        #expect(try client.exchange("version foo\r\n") == ["VERSION 1.6.0"], "words after version are ignored")
+        // A value over the item size is refused and its data thrown away as it arrives.
+        let large = String(repeating: "v", count: 5000)
+        try client.send("set big 0 0 5000\r\n" + String(large.prefix(100)))
+        #expect(try client.line() == "SERVER_ERROR object too large for cache")
+        try client.send(String(large.dropFirst(100)) + "\r\nget big\r\n")
+        #expect(try client.line() == "END")
+        #expect(try client.exchange("set ok 0 0 2\r\nok\r\n") == ["STORED"])
+        // A line without its end past 2048 bytes closes the connection, as memcached does; others go on.
+        let other = try MemcacheTextClient(port: port)
+        try other.send("set " + String(repeating: "x", count: 3000))
+        #expect(other.socket.waitForClose())
+        #expect(try client.retrieve("get ok\r\n") == ["VALUE ok 0 2", "ok", "END"])
+    }
+
+    @Test func twoClientsRacingWithCASStoreOneValueAndTheOtherGetsExists() throws {
+        let (node, port) = try Self.node()
+        _ = node
+        let first = try MemcacheTextClient(port: port)
+        let second = try MemcacheTextClient(port: port)
+        #expect(try first.exchange("set counter 0 0 1\r\n0\r\n") == ["STORED"])
+        for round in 0..<50 {
+            let a = try #require(try first.cas("counter"))
+            let b = try #require(try second.cas("counter"))
+            #expect(a == b)
+            // Both send at once; exactly one is stored.
+            try first.send("cas counter 0 0 1 \(a)\r\n\(round % 10)\r\n")
+            try second.send("cas counter 0 0 1 \(b)\r\n\(round % 10)\r\n")
+            let answers = [try first.line(), try second.line()].sorted()
+            #expect(answers == ["EXISTS", "STORED"], "round \(round): \(answers)")
+        }
+    }
+
+    @Test func itemsAreSharedWithTheNativeProtocol() throws {
+        let (node, port) = try Self.node()
+        let client = try MemcacheTextClient(port: port)
+        let native = try node.connect()
+        #expect(try client.exchange("set shared 9 100 5\r\nhello\r\n") == ["STORED"])
+        // The native GET reads the value, its TTL too; the flags and CAS stay for the memcached client.
+        #expect(try native.roundTrip(.get(key: Array("shared".utf8))).body == Array("hello".utf8))
+        try native.send(CachetCommand.get(key: Array("shared".utf8)).encoded(id: 2, flags: .ttl))
+        let timed = try native.readResponse()
+        let ttl = timed.body.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        #expect(timed.status == .ok && ttl > 90 && ttl <= 100)
+        try native.send(CachetCommand.get(key: Array("shared".utf8)).encoded(id: 3, flags: .item))
+        let item = try native.readResponse()
+        #expect(item.status == .ok && Array(item.body.prefix(4)) == [0, 0, 0, 9])
+        // A native write is a new version: flags 0, read by memcached.
+        #expect(try native.roundTrip(.put(key: Array("shared".utf8), value: Array("world".utf8), ttl: 0)).status == .ok)
+        #expect(try client.retrieve("get shared\r\n") == ["VALUE shared 0 5", "world", "END"])
+        // A native DEL is seen at once.
+        #expect(try native.roundTrip(.delete(key: Array("shared".utf8))).status == .ok)
+        #expect(try client.retrieve("get shared\r\n") == ["END"])
+    }
+
+    @Test func aFlushWithADelayEmptiesTheNodeLaterAndMemLimitChangesIt() throws {
+        let (node, port) = try Self.node()
+        let client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("set later 0 0 1\r\nx\r\n") == ["STORED"])
+        #expect(try client.exchange("flush_all 1\r\n") == ["OK"])
+        #expect(try client.retrieve("get later\r\n").count == 3, "still there before the delay")
+        var gone = false
+        for _ in 0..<40 where !gone {
+            usleep(100_000)
+            gone = try client.retrieve("get later\r\n") == ["END"]
+        }
+        #expect(gone)
+        #expect(try client.exchange("cache_memlimit 64\r\n") == ["OK"])
+        #expect(try node.stats()["memory_limit"] as? Int == 64 << 20)
+    }
+
+    @Test func usersSignInWithTheFirstSetAndKeepTheirPrefixes() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-memcache-users")
+        defer { directory.remove() }
+        let file = directory.appending("users.json")
+        try NodeAuthTests.writeAuthFile(file, NodeAuthTests.users)
+        let (node, port) = try Self.node(["--disk-limit", "0", "--auth-file", file])
+        _ = node
+        let client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("get shop:a\r\n") == ["CLIENT_ERROR unauthenticated"])
+        #expect(try client.exchange("set auth 0 0 10\r\nshop wrong\r\n") == ["CLIENT_ERROR authentication failure"])
+        #expect(try client.exchange("set auth 0 0 27\r\nshop shop-secret-0123456789\r\n") == ["STORED"])
+        #expect(try client.exchange("set shop:a 0 0 1\r\n1\r\n") == ["STORED"])
+        #expect(try client.retrieve("get shop:a\r\n") == ["VALUE shop:a 0 1", "1", "END"])
+        let refused = try client.exchange("set other 0 0 1\r\n1\r\n")
+        #expect(refused.count == 1 && refused[0].hasPrefix("CLIENT_ERROR forbidden"), "\(refused)")
+        let reader = try MemcacheTextClient(port: port)
+        #expect(try reader.exchange("set auth 0 0 31\r\nreader reader-secret-0123456789\r\n") == ["STORED"])
+        #expect(try reader.retrieve("get shop:a\r\n") == ["VALUE shop:a 0 1", "1", "END"])
+        #expect(try reader.exchange("set shop:a 0 0 1\r\n2\r\n").first?.hasPrefix("CLIENT_ERROR forbidden") == true)
+    }
+
+    @Test func itemsWrittenThroughTheMemcachedPortSurviveARestart() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-memcache-disk")
+        defer { directory.remove() }
+        let port = try NodeMetricsTests.freePort()
+        let arguments = ["--memcached-port", "\(port)", "--data-dir", directory.path, "--disk-limit", "64MiB"]
+        var node = try NodeProcess(arguments: arguments)
+        var client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("set kept 1234 0 4\r\ndata\r\n") == ["STORED"])
+        let unique = try #require(try client.cas("kept"))
+        #expect(node.stop() == 0)
+        node = try NodeProcess(arguments: arguments)
+        client = try MemcacheTextClient(port: port)
+        #expect(try client.retrieve("gets kept\r\n") == ["VALUE kept 1234 4 \(unique)", "data", "END"])
+        #expect(try client.exchange("cas kept 1 0 3 \(unique)\r\nnew\r\n") == ["STORED"])
+    }
+
+    @Test func aKeySentToAnyMemberIsRoutedAndFlushAllIsTheMembersOrTheClusters() throws {
+        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
+        let cluster = try NodeForwardingTests.Cluster()
+        // Each member again, with a memcached port.
+        for (index, id) in ["n1", "n2", "n3"].enumerated() {
+            _ = cluster.node(id).stop()
+            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
+        }
+        let settled = try cluster.waitUntilServing(within: 15)
+        #expect(settled == nil, "\(settled ?? "")")
+        let key = cluster.key(ownedBy: "n2")
+        let first = try MemcacheTextClient(port: ports[0])
+        let third = try MemcacheTextClient(port: ports[2])
+        #expect(try first.exchange("set \(key) 5 0 2\r\nhi\r\n") == ["STORED"])
+        let read = try third.retrieve("get \(key)\r\n")
+        #expect(read == ["VALUE \(key) 5 2", "hi", "END"], "\(read)")
+        #expect(try cluster.node("n2").connect().roundTrip(.get(key: Array(key.utf8))).body == Array("hi".utf8))
+        #expect(
+            try third.exchange("incr \(key) 1\r\n") == ["CLIENT_ERROR cannot increment or decrement non-numeric value"]
+        )
+        // flush_all through n1 empties n1 only (the key lives on n2).
+        #expect(try first.exchange("flush_all\r\n") == ["OK"])
+        #expect(try third.retrieve("get \(key)\r\n").count == 3)
+        // With --memcached-flush cluster, every member.
+        _ = cluster.node("n1").stop()
+        try cluster.start("n1", extraArguments: ["--memcached-port", "\(ports[0])", "--memcached-flush", "cluster"])
+        #expect(try cluster.waitUntilServing(within: 15) == nil)
+        let again = try MemcacheTextClient(port: ports[0])
+        #expect(try again.exchange("flush_all\r\n") == ["OK"])
+        #expect(try third.retrieve("get \(key)\r\n") == ["END"])
+    }
+}
