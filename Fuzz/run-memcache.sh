@@ -30,6 +30,7 @@ printf 'gets a b c\r\ngat 10 a\r\ngats -1 b\r\n' > "$out/seeds/retrieve"
 printf 'cas k 1 0 2 99 noreply\r\nab\r\nappend k 0 0 1\r\nx\r\nprepend k 0 0 1\r\ny\r\n' > "$out/seeds/cas"
 printf 'incr k 1\r\ndecr k 18446744073709551615 noreply\r\ntouch k 10\r\ndelete k 0\r\n' > "$out/seeds/others"
 printf 'flush_all 10 noreply\r\nversion\r\nverbosity 1\r\nstats items\r\nquit\r\nbogus\r\n' > "$out/seeds/admin"
+printf 'cache_memlimit 64 noreply\r\nverbosity noreply\r\nstats cachedump 1 1\r\nversion x\r\n' > "$out/seeds/more"
 
 cd "$out"
 common=(-max_len=4500 -print_final_stats=1 -artifact_prefix="$out/")
