@@ -93,9 +93,10 @@ final class MemcacheSession {
         self.maximumValueLength = maximumValueLength
     }
 
-    /// Native requests made at most, beyond which decoding stops until they are served (a client that
-    /// pipelines many commands is read in bounded steps).
-    static let nativeLimit = 256 << 10
+    /// Bytes of native requests made at most (and one more request), beyond which decoding stops until they
+    /// are served: a client that pipelines many commands, and does not read its replies, holds this and its
+    /// input buffer, as a native client holds its input buffer.
+    static let nativeLimit = 32 << 10
 
     // MARK: Text commands in
 

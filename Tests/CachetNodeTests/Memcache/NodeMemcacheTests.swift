@@ -225,6 +225,15 @@ struct NodeMemcacheTests {
         // A native DEL is seen at once.
         #expect(try native.roundTrip(.delete(key: Array("shared".utf8))).status == .ok)
         #expect(try client.retrieve("get shared\r\n") == ["END"])
+        // WATCH sees memcached's writes, each with the item's whole value.
+        let watcher = try node.connect()
+        _ = try NodeWatchTests.watch(watcher, CachetWatchRequest(prefix: Array("w:".utf8), includesValues: true))
+        #expect(try client.exchange("set w:1 0 0 1\r\na\r\nappend w:1 0 0 1\r\nb\r\ndelete w:1\r\n", lines: 3) == [
+            "STORED", "STORED", "DELETED",
+        ])
+        let events = try (0..<3).map { _ in try NodeWatchTests.event(watcher) }
+        #expect(events.map(\.kind) == [.put, .put, .delete])
+        #expect(events[0].value == Array("a".utf8) && events[1].value == Array("ab".utf8))
     }
 
     @Test func aFlushWithADelayEmptiesTheNodeLaterAndMemLimitChangesIt() throws {
@@ -310,5 +319,46 @@ struct NodeMemcacheTests {
         let again = try MemcacheTextClient(port: ports[0])
         #expect(try again.exchange("flush_all\r\n") == ["OK"])
         #expect(try third.retrieve("get \(key)\r\n") == ["END"])
+    }
+}
+
+/// Hostile memcached clients on real sockets: half lines, pipelines never read, a byte at a time; the node's
+/// connection memory stays within its budget and a well-behaved client is answered meanwhile.
+@Suite("Node: memcached's port under hostile clients", .dedicatedThreads)
+struct NodeMemcacheHostileTests {
+    @Test func halfLinesUnreadPipelinesAndDrippedBytesStayWithinTheBudget() throws {
+        let (node, port) = try NodeMemcacheTests.node(["--disk-limit", "0", "--connection-memory", "8MiB", "--max-frame", "4MiB"])
+        let good = try MemcacheTextClient(port: port)
+        #expect(try good.exchange("set good 0 0 2\r\nok\r\n") == ["STORED"])
+        var hostile: [MemcacheTextClient] = []
+        // Half a line each.
+        for index in 0..<100 {
+            let client = try MemcacheTextClient(port: port)
+            try client.send("get " + String(repeating: "k", count: 200 + index))
+            hostile.append(client)
+        }
+        // Pipelines of gets of a 4 KiB value, never read (their replies fill the output, then the node stops
+        // reading them).
+        let value = String(repeating: "v", count: 4000)
+        #expect(try good.exchange("set big 0 0 4000\r\n\(value)\r\n") == ["STORED"])
+        for _ in 0..<20 {
+            let client = try MemcacheTextClient(port: port)
+            client.socket.setReceiveBuffer(4096)
+            let burst = String(repeating: "get big\r\n", count: 2000)
+            for _ in 0..<5 { try? client.send(burst) }
+            hostile.append(client)
+        }
+        // One that drips a set a byte at a time, while the good one is answered.
+        let dripper = try MemcacheTextClient(port: port)
+        for byte in "set drip 0 0 4\r\ndrip\r\n".utf8 {
+            try dripper.socket.send([byte])
+            #expect(try good.retrieve("get good\r\n") == ["VALUE good 0 2", "ok", "END"])
+        }
+        #expect(try dripper.line() == "STORED")
+        let stats = try node.stats()
+        let used = stats["connection_memory_bytes"] as? Int ?? .max
+        #expect(used <= 8 << 20 + (1 << 20), "connection memory \(used) within the 8 MiB budget (and a frame)")
+        #expect(try good.retrieve("get drip\r\n") == ["VALUE drip 0 4", "drip", "END"])
+        for client in hostile { client.socket.close() }
     }
 }
