@@ -228,9 +228,11 @@ struct NodeMemcacheTests {
         // WATCH sees memcached's writes, each with the item's whole value.
         let watcher = try node.connect()
         _ = try NodeWatchTests.watch(watcher, CachetWatchRequest(prefix: Array("w:".utf8), includesValues: true))
-        #expect(try client.exchange("set w:1 0 0 1\r\na\r\nappend w:1 0 0 1\r\nb\r\ndelete w:1\r\n", lines: 3) == [
-            "STORED", "STORED", "DELETED",
-        ])
+        #expect(
+            try client.exchange("set w:1 0 0 1\r\na\r\nappend w:1 0 0 1\r\nb\r\ndelete w:1\r\n", lines: 3) == [
+                "STORED", "STORED", "DELETED",
+            ]
+        )
         let events = try (0..<3).map { _ in try NodeWatchTests.event(watcher) }
         #expect(events.map(\.kind) == [.put, .put, .delete])
         #expect(events[0].value == Array("a".utf8) && events[1].value == Array("ab".utf8))
@@ -327,7 +329,9 @@ struct NodeMemcacheTests {
 @Suite("Node: memcached's port under hostile clients", .dedicatedThreads)
 struct NodeMemcacheHostileTests {
     @Test func halfLinesUnreadPipelinesAndDrippedBytesStayWithinTheBudget() throws {
-        let (node, port) = try NodeMemcacheTests.node(["--disk-limit", "0", "--connection-memory", "8MiB", "--max-frame", "4MiB"])
+        let (node, port) = try NodeMemcacheTests.node([
+            "--disk-limit", "0", "--connection-memory", "8MiB", "--max-frame", "4MiB",
+        ])
         let good = try MemcacheTextClient(port: port)
         #expect(try good.exchange("set good 0 0 2\r\nok\r\n") == ["STORED"])
         var hostile: [MemcacheTextClient] = []
