@@ -49,12 +49,13 @@ BIN=$(swift build -c release --show-bin-path)
 CACHET_FLAGS=(--memory-limit 2GiB --log-level warning)
 "$BIN/cachet-node" --help 2>&1 | grep -q -- --disk-limit && CACHET_FLAGS+=(--disk-limit 0)
 
-ALL_SERVERS=(memcached-t1 memcached-t2 redis cachet)
+ALL_SERVERS=(memcached-t1 memcached-t2 redis cachet cachet-memcache)
 available() {
     case "$1" in
         memcached*) command -v memcached >/dev/null ;;
         redis) command -v redis-server >/dev/null ;;
         cachet) [ -x "$BIN/cachet-node" ] ;;
+        cachet-memcache) "$BIN/cachet-node" --help 2>&1 | grep -q -- --memcached-port ;;
     esac
 }
 wanted=${SERVERS:-${ALL_SERVERS[*]}}
@@ -87,6 +88,10 @@ start_server() {
                 --daemonize no --protected-mode no --maxclients 4096 --logfile /dev/null & ;;
         cachet)
             "${SERVER_CPU[@]}" "$BIN/cachet-node" --host 127.0.0.1 --port "$PORT" "${CACHET_FLAGS[@]}" >/dev/null & ;;
+        cachet-memcache)
+            # Driven on its memcached port, with memcached's text protocol (the native port stays idle).
+            "${SERVER_CPU[@]}" "$BIN/cachet-node" --host 127.0.0.1 --port "$(free_port)" --memcached-port "$PORT" \
+                "${CACHET_FLAGS[@]}" >/dev/null & ;;
     esac
     PID=$!
     pids+=("$PID")
@@ -100,10 +105,12 @@ stop_server() {
     pids=("${kept[@]+"${kept[@]}"}")
 }
 
-protocol_of() { case "$1" in memcached*) echo memcache ;; redis) echo resp ;; cachet) echo cachet ;; esac; }
+protocol_of() {
+    case "$1" in memcached* | cachet-memcache) echo memcache ;; redis) echo resp ;; cachet) echo cachet ;; esac
+}
 label_of() {
     case "$1" in memcached-t1) echo "memcached -t 1" ;; memcached-t2) echo "memcached -t 2" ;; redis) echo Redis ;;
-        cachet) echo Cachet ;; esac
+        cachet) echo Cachet ;; cachet-memcache) echo "Cachet, memcached's protocol" ;; esac
 }
 
 # name|flags
@@ -176,7 +183,8 @@ python3 - "$RESULTS" "$(getconf CLK_TCK)" "$ITEMS" "${SERVERS[@]}" <<'PY'
 import glob, json, statistics, sys
 
 results, ticks_per_second, items, servers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-labels = {"memcached-t1": "memcached -t 1", "memcached-t2": "memcached -t 2", "redis": "Redis", "cachet": "Cachet"}
+labels = {"memcached-t1": "memcached -t 1", "memcached-t2": "memcached -t 2", "redis": "Redis", "cachet": "Cachet",
+          "cachet-memcache": "Cachet, memcached's protocol"}
 names = [
     "a: 100 B, 100k keys, 90% GET, 50 conns, pipeline 1",
     "b: same, pipeline 16",
@@ -225,33 +233,42 @@ def cell(value, clean=True, digits=0):
     text = f"{value:,.{digits}f}"
     return text if clean else text + " (!)"
 
-others = [s for s in servers if s != "cachet"]
-def ratio(w, key, lower_is_better=False):
-    if "cachet" not in servers or not others:
+others = [s for s in servers if not s.startswith("cachet")]
+memcacheds = [s for s in servers if s.startswith("memcached")]
+def ratio(w, key, lower_is_better=False, mine="cachet", against=None):
+    against = others if against is None else against
+    if mine not in servers or not against:
         return ""
-    mine = table["cachet", w][key]
-    values = [table[s, w][key] for s in others if table[s, w][key] is not None]
+    mine = table[mine, w][key]
+    values = [table[s, w][key] for s in against if table[s, w][key] is not None]
     if mine is None or not values:
         return ""
     best = min(values) if lower_is_better else max(values)
     return f"{mine / best:.2f}" if best else ""
 
-print("| workload | " + " | ".join(labels[s] for s in servers) + " | Cachet / best other |")
-print("|---|" + "---|" * len(servers) + "---|")
+# With Cachet's memcached port measured, a second ratio: that port against the best memcached, on the same
+# protocol and load generator.
+port = "cachet-memcache" in servers and bool(memcacheds)
+print("| workload | " + " | ".join(labels[s] for s in servers) + " | Cachet / best other |"
+      + (" memcached port / best memcached |" if port else ""))
+print("|---|" + "---|" * len(servers) + "---|" + ("---|" if port else ""))
+def extra(w, key, lower_is_better=False):
+    return f" {ratio(w, key, lower_is_better, 'cachet-memcache', memcacheds)} |" if port else ""
 for w, name in enumerate(names):
     if all(table[s, w]["ops"] is None for s in servers):
         continue  # not run (ONLY=)
     print(f"| {name} — ops/s | " + " | ".join(cell(table[s, w]["ops"], table[s, w]["clean"]) for s in servers)
-          + f" | {ratio(w, 'ops')} |")
+          + f" | {ratio(w, 'ops')} |" + extra(w, "ops"))
     print(f"| {name[:1]} — p99 µs | " + " | ".join(cell(table[s, w]["p99"]) for s in servers)
-          + f" | {ratio(w, 'p99', lower_is_better=True)} |")
+          + f" | {ratio(w, 'p99', lower_is_better=True)} |" + extra(w, "p99", True))
     print(f"| {name[:1]} — p99 µs of GETs / of PUTs | "
           + " | ".join(cell(table[s, w]["get_p99"]) + " / " + cell(table[s, w]["put_p99"]) for s in servers)
-          + f" | {ratio(w, 'get_p99', lower_is_better=True)} / {ratio(w, 'put_p99', lower_is_better=True)} |")
+          + f" | {ratio(w, 'get_p99', lower_is_better=True)} / {ratio(w, 'put_p99', lower_is_better=True)} |"
+          + (" |" if port else ""))
     print(f"| {name[:1]} — ops per server CPU-second | " + " | ".join(cell(table[s, w]["eff"]) for s in servers)
-          + f" | {ratio(w, 'eff')} |")
+          + f" | {ratio(w, 'eff')} |" + extra(w, "eff"))
     print(f"| {name[:1]} — cachet-bench CPU, % of one core | "
-          + " | ".join(cell(table[s, w]["client"]) for s in servers) + " | |")
+          + " | ".join(cell(table[s, w]["client"]) for s in servers) + " | |" + (" |" if port else ""))
 
 per_item, overhead, fill_ok = {}, {}, {}
 for server in servers:
@@ -271,9 +288,11 @@ def memory_ratio(values):
     return f"{values['cachet'] / min(rest):.2f}" if rest and min(rest) > 0 else ""
 if any(per_item[s] is not None for s in servers):
     print(f"| memory: RSS per 100 B item after {items:,} PUTs (bytes) | "
-          + " | ".join(cell(per_item[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(per_item)} |")
+          + " | ".join(cell(per_item[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(per_item)} |"
+          + (" |" if port else ""))
     print(f"| memory: overhead per item (RSS per item − 14 B key − 100 B value) | "
-          + " | ".join(cell(overhead[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(overhead)} |")
+          + " | ".join(cell(overhead[s], fill_ok[s]) for s in servers) + f" | {memory_ratio(overhead)} |"
+          + (" |" if port else ""))
 print()
 print("(!) marks a run with error replies, verification errors, misses, or a fill that did not store every item.")
 print("p99 ratio: Cachet's p99 over the lowest p99 of the others (below 1 is better).")

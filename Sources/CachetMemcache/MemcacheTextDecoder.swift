@@ -1,6 +1,6 @@
 /// memcached's text protocol (memcached's `protocol.txt`, "Commands"): a command line decoded in place,
-/// without I/O, into what it asks for; the first piece of a memcached front end on the node's command layer
-/// (issue 38). Offsets are into the caller's buffer, as ``CachetWire``'s decoders give them.
+/// without I/O, into what it asks for; what the node's memcached port reads its commands with
+/// (`docs/memcached.md`). Offsets are into the caller's buffer, as ``CachetWire``'s decoders give them.
 ///
 /// What memcached 1.6 does is followed where clients can tell: lines end with `\n` (a `\r` before it is
 /// dropped); tokens are separated by one or more spaces; a key is 1 to 250 bytes with no control
