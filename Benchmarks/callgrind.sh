@@ -7,6 +7,7 @@
 #   Benchmarks/callgrind.sh                 # every workload, 20,000 measured requests each
 #   REQUESTS=5000 Benchmarks/callgrind.sh   # shorter
 #   TOP=15 Benchmarks/callgrind.sh          # and the 15 costliest functions per workload
+#   NODE_BIN=/tmp/old/cachet-node Benchmarks/callgrind.sh   # another build of the node
 #
 # Each workload starts a fresh cachet-node under callgrind with instrumentation off, prefills its keys,
 # switches instrumentation on (callgrind_control -i on), runs a fixed number of requests with cachet-bench,
@@ -27,7 +28,8 @@ BIN=$(swift build -c release --show-bin-path)
 # Valgrind 3.19 cannot read the DWARF 5 the Swift compiler writes: profile a copy without debug info (the
 # symbol table stays, so functions keep their names).
 NODE="$RESULTS/cachet-node"
-objcopy --strip-debug "$BIN/cachet-node" "$NODE"
+# NODE_BIN=path/to/cachet-node measures another build of the node (the same cachet-bench drives it).
+objcopy --strip-debug "${NODE_BIN:-$BIN/cachet-node}" "$NODE"
 
 PORT=${PORT:-7499}
 node_pid=""

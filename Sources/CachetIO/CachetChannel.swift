@@ -332,9 +332,9 @@ open class CachetChannel: @unchecked Sendable {
     /// ``flush()`` does besides).
     /// - Returns: how far it got.
     public final func sendOutput() -> OutputProgress {
-        if transformsOutput { prepareOutput() }
+        if _transformsOutput { prepareOutput() }
         var sent = 0
-        defer { if transformsOutput && sent > 0 { outputSent(sent) } }
+        defer { if _transformsOutput && sent > 0 { outputSent(sent) } }
         while output.readableBytes > 0 {
             switch transmit(output.readableRegion) {
             case .bytes(let count):
@@ -352,8 +352,12 @@ open class CachetChannel: @unchecked Sendable {
 
     /// Whether ``prepareOutput()`` runs before each send and ``outputSent(_:)`` after it: for a channel whose
     /// output is written in one form and sent in another (a protocol front end that translates replies).
-    /// False by default, which costs a send one test.
-    public final var transformsOutput = false
+    /// False by default, which costs a send one test (of unchecked storage: no exclusivity check).
+    public final var transformsOutput: Bool {
+        @inlinable get { _transformsOutput }
+        set { _transformsOutput = newValue }
+    }
+    @usableFromInline @exclusivity(unchecked) final var _transformsOutput = false
 
     /// Called before each send when ``transformsOutput`` is set: turns what was appended to ``output`` since
     /// the last call into the bytes to send.

@@ -123,12 +123,31 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// - Returns: ``CachetPutOutcome/tooLarge`` when the entry alone exceeds the limit.
     /// - Complexity: O(1) on average, plus one step per evicted entry.
     @discardableResult
+    public func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, expiry: UInt32, now: UInt32)
+        -> CachetPutOutcome
+    {
+        // Apart from the one with fields, so that a plain PUT's path has no branch on them.
+        storeEntry(key: key, value: value, expiry: expiry, fields: nil)
+    }
+
+    /// ``put(key:value:expiry:now:)`` with the item fields to keep with the entry (nil: none).
+    @discardableResult
     public func put(
         key: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer,
         expiry: UInt32,
         now: UInt32,
-        fields: CachetItemFields? = nil
+        fields: CachetItemFields?
+    ) -> CachetPutOutcome {
+        storeEntry(key: key, value: value, expiry: expiry, fields: fields)
+    }
+
+    @inline(__always)
+    private func storeEntry(
+        key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        expiry: UInt32,
+        fields: CachetItemFields?
     ) -> CachetPutOutcome {
         let fieldsSize = fields == nil ? 0 : CachetItemFields.storedSize
         guard

@@ -30,6 +30,7 @@ struct MemoryEntry: Equatable {
     init(_ base: UnsafeMutableRawPointer) { self.base = base }
 
     /// Allocates and fills an entry; links are nil.
+    @inline(__always)
     static func make(
         key: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer,
@@ -54,6 +55,7 @@ struct MemoryEntry: Equatable {
 
     /// Allocates an entry with its header and key written and room for a value of `valueLength` bytes,
     /// left uninitialised for the caller to fill; links are nil.
+    @inline(__always)
     static func makeUnfilled(
         key: UnsafeRawBufferPointer,
         valueLength: Int,

@@ -177,6 +177,7 @@ final class MemoryShard {
 
     /// Stores a new entry, replacing an older one with the same key.
     /// - Returns: the change in accounted bytes.
+    @inline(__always)
     func insert(
         key: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer,

@@ -126,41 +126,25 @@ final class ConnectionForwarding: @unchecked Sendable {
                 pipeline.pending.capacity + replyRoom,
                 pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
-            let result: ProcessingResult
-            if let session = connection.memcache {
-                // memcached's text: turned into native requests first (``MemcacheSession``).
-                session.decode(from: &connection.input, now: now)
-                result = processor.process(
-                    input: &session.native,
-                    output: &pipeline.pending,
-                    outputLimit: outputLimit,
-                    outputCapacityLimit: outputCapacityLimit,
-                    now: now,
-                    access: &connection.access,
-                    tally: &tally,
-                    directSend: nil,
-                    requestLimit: NodeIOQueue.requestsPerTurn
-                )
-                if case .needMoreBytes = result {
-                    if session.hasWholeCommand(in: connection.input) { continue processing }
-                    if session.quitting {
-                        host.beginClosing(connection)
-                        break processing
-                    }
-                }
-            } else {
-                result = processor.process(
-                    input: &connection.input,
-                    output: &pipeline.pending,
-                    outputLimit: outputLimit,
-                    outputCapacityLimit: outputCapacityLimit,
-                    now: now,
-                    access: &connection.access,
-                    tally: &tally,
-                    // Never straight to the socket: earlier replies are still held.
-                    directSend: nil,
-                    requestLimit: NodeIOQueue.requestsPerTurn
-                )
+            // memcached's text is turned into native requests first (``NodeIOQueue/enterMemcacheTurn(_:_:now:)``).
+            let session = connection.memcache
+            if let session { host.enterMemcacheTurn(session, connection, now: now) }
+            let result = processor.process(
+                input: &connection.input,
+                output: &pipeline.pending,
+                outputLimit: outputLimit,
+                outputCapacityLimit: outputCapacityLimit,
+                now: now,
+                access: &connection.access,
+                tally: &tally,
+                // Never straight to the socket: earlier replies are still held.
+                directSend: nil,
+                requestLimit: NodeIOQueue.requestsPerTurn
+            )
+            if let session {
+                let end = host.leaveMemcacheTurn(session, connection, result)
+                if end == .moreCommands { continue processing }
+                if end == .closing { break processing }
             }
             switch result {
             case .needMoreBytes(let frameLength):

@@ -359,47 +359,24 @@ final class NodeIOQueue: @unchecked Sendable {
                 connection.output.capacity + replyRoom,
                 connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
-            let result: ProcessingResult
-            if let session = connection.memcache {
-                // memcached's text, turned into native requests, served as a binary client's are.
-                session.decode(from: &connection.input, now: now)
-                if !session.flushDelays.isEmpty { scheduleFlushes(session) }
-                if let bytes = session.memoryLimits.last {
-                    // memcached's `cache_memlimit`: the memory tier's limit, on this node.
-                    processor.commands.store.setMemoryLimit(bytes)
-                    session.memoryLimits = []
-                }
-                result = processor.process(
-                    input: &session.native,
-                    output: &connection.output,
-                    outputLimit: outputLimit,
-                    outputCapacityLimit: outputCapacityLimit,
-                    now: now,
-                    access: &connection.access,
-                    tally: &tally,
-                    directSend: nil,
-                    requestLimit: Self.requestsPerTurn
-                )
-                if case .needMoreBytes = result {
-                    if session.hasWholeCommand(in: connection.input) { continue }
-                    if session.quitting {
-                        // `quit`, or a line too long: closed once what came before is answered.
-                        beginClosing(connection)
-                        break
-                    }
-                }
-            } else {
-                result = processor.process(
-                    input: &connection.input,
-                    output: &connection.output,
-                    outputLimit: outputLimit,
-                    outputCapacityLimit: outputCapacityLimit,
-                    now: now,
-                    access: &connection.access,
-                    tally: &tally,
-                    directSend: DirectSend(channel: connection),
-                    requestLimit: Self.requestsPerTurn
-                )
+            // memcached's text is turned into native requests, served as a binary client's are.
+            let session = connection.memcache
+            if let session { enterMemcacheTurn(session, connection, now: now) }
+            let result = processor.process(
+                input: &connection.input,
+                output: &connection.output,
+                outputLimit: outputLimit,
+                outputCapacityLimit: outputCapacityLimit,
+                now: now,
+                access: &connection.access,
+                tally: &tally,
+                directSend: session == nil ? DirectSend(channel: connection) : nil,
+                requestLimit: Self.requestsPerTurn
+            )
+            if let session {
+                let end = leaveMemcacheTurn(session, connection, result)
+                if end == .moreCommands { continue }
+                if end == .closing { break }
             }
             switch result {
             case .needMoreBytes(let frameLength):
@@ -433,6 +410,43 @@ final class NodeIOQueue: @unchecked Sendable {
             break
         }
         _ = send(connection)
+    }
+
+    /// Starts a turn of a connection on the memcached port: the whole commands of its input become native
+    /// requests (``MemcacheSession``), and the connection's input holds those for the processor until
+    /// ``leaveMemcacheTurn(_:_:_:)`` (the two buffers change places, so that the processor is called from
+    /// one place for every connection).
+    func enterMemcacheTurn(_ session: MemcacheSession, _ connection: Connection, now: UInt32) {
+        session.decode(from: &connection.input, now: now)
+        if !session.flushDelays.isEmpty { scheduleFlushes(session) }
+        if let bytes = session.memoryLimits.last {
+            // memcached's `cache_memlimit`: the memory tier's limit, on this node.
+            processor.commands.store.setMemoryLimit(bytes)
+            session.memoryLimits = []
+        }
+        swap(&connection.input, &session.native)
+    }
+
+    /// What a memcached connection does after its turn.
+    enum MemcacheTurnEnd {
+        /// As a binary connection with that result.
+        case carryOn
+        /// Its native requests are served and whole commands wait in its input: another turn.
+        case moreCommands
+        /// `quit` (or a line too long): closing, once what came before is answered.
+        case closing
+    }
+
+    /// Ends a turn begun by ``enterMemcacheTurn(_:_:now:)``: the buffers change back.
+    func leaveMemcacheTurn(_ session: MemcacheSession, _ connection: Connection, _ result: ProcessingResult)
+        -> MemcacheTurnEnd
+    {
+        swap(&connection.input, &session.native)
+        guard case .needMoreBytes = result else { return .carryOn }
+        if session.hasWholeCommand(in: connection.input) { return .moreCommands }
+        guard session.quitting else { return .carryOn }
+        beginClosing(connection)
+        return .closing
     }
 
     /// Schedules the delayed `flush_all`s a memcached connection asked for: each empties this node (memory,
