@@ -55,7 +55,7 @@ available() {
         memcached*) command -v memcached >/dev/null ;;
         redis) command -v redis-server >/dev/null ;;
         cachet) [ -x "$BIN/cachet-node" ] ;;
-        cachet-memcache) "$BIN/cachet-node" --help 2>&1 | grep -q -- --memcached-port ;;
+        cachet-memcache) "$BIN/cachet-node" --help 2>&1 | grep -- --memcached-port >/dev/null ;;
     esac
 }
 wanted=${SERVERS:-${ALL_SERVERS[*]}}
