@@ -256,12 +256,19 @@ public final class CachetMemoryStore: @unchecked Sendable {
         now: UInt32,
         _ body: (UnsafeRawBufferPointer, UInt32) -> R
     ) -> R? {
+        withLiveEntry(forKey: key, now: now) { body($0.value, $0.expiry) }
+    }
+
+    /// Looks `key` up and calls `body` with its live entry under the shard's lock (the look-up of
+    /// ``withValue(forKey:now:_:)`` and ``withItem(forKey:now:_:)``).
+    @inline(__always)
+    private func withLiveEntry<R>(forKey key: UnsafeRawBufferPointer, now: UInt32, _ body: (MemoryEntry) -> R) -> R? {
         let hash = CachetHash.hash(key, seed: seed)
         return withShard(shardIndex(hash)) { shard in
             let (entry, freed) = shard.lookup(key, hash: hash, now: now)
             if freed > 0 { used.subtract(freed, ordering: .relaxed) }
             guard let entry else { return nil }
-            return body(entry.value, entry.expiry)
+            return body(entry)
         }
     }
 
@@ -271,13 +278,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
         now: UInt32,
         _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields?) -> R
     ) -> R? {
-        let hash = CachetHash.hash(key, seed: seed)
-        return withShard(shardIndex(hash)) { shard in
-            let (entry, freed) = shard.lookup(key, hash: hash, now: now)
-            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
-            guard let entry else { return nil }
-            return body(entry.value, entry.expiry, entry.fields)
-        }
+        withLiveEntry(forKey: key, now: now) { body($0.value, $0.expiry, $0.fields) }
     }
 
     /// Reads `key`'s live entry and replaces it in one step under its shard's lock, so that no write of the
