@@ -8,6 +8,8 @@
 #   REQUESTS=5000 Benchmarks/callgrind.sh   # shorter
 #   TOP=15 Benchmarks/callgrind.sh          # and the 15 costliest functions per workload
 #   NODE_BIN=/tmp/old/cachet-node Benchmarks/callgrind.sh   # another build of the node
+#   MEMCACHE=1 Benchmarks/callgrind.sh      # the same requests on the node's memcached port, in memcached's
+#                                           # text protocol (the native port idles)
 #
 # Each workload starts a fresh cachet-node under callgrind with instrumentation off, prefills its keys,
 # switches instrumentation on (callgrind_control -i on), runs a fixed number of requests with cachet-bench,
@@ -52,17 +54,24 @@ for workload in "${WORKLOADS[@]}"; do
     read -r -a flags <<<"${workload#*|}"
     slug=$(echo "$name" | tr -c 'A-Za-z0-9\n' '-')
     out="$RESULTS/$slug.out"
+    ports=(--port "$PORT")
+    protocol=(--protocol cachet)
+    if [ -n "${MEMCACHE:-}" ]; then
+        ports=(--port "$((PORT + 1))" --memcached-port "$PORT")
+        protocol=(--protocol memcache)
+    fi
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-        "$NODE" --port "$PORT" --disk-limit 0 --memory-limit 1GiB --log-level warning \
+        "$NODE" "${ports[@]}" --disk-limit 0 --memory-limit 1GiB --log-level warning \
         >"$RESULTS/$slug.log" 2>&1 &
     node_pid=$!
     for _ in $(seq 1 300); do
         grep -q "listening" "$RESULTS/$slug.log" && break
         sleep 0.1
     done
-    "$BIN/cachet-bench" --port "$PORT" "${flags[@]}" --prefill --requests 1 --quiet >/dev/null
+    "$BIN/cachet-bench" "${protocol[@]}" --port "$PORT" "${flags[@]}" --prefill --requests 1 --quiet >/dev/null
     callgrind_control -i on "$node_pid" >/dev/null 2>&1
-    "$BIN/cachet-bench" --port "$PORT" "${flags[@]}" --requests "$REQUESTS" --quiet --json >"$RESULTS/$slug.json"
+    "$BIN/cachet-bench" "${protocol[@]}" --port "$PORT" "${flags[@]}" --requests "$REQUESTS" --quiet --json \
+        >"$RESULTS/$slug.json"
     callgrind_control -i off "$node_pid" >/dev/null 2>&1
     kill -TERM "$node_pid"
     wait "$node_pid" || true

@@ -25,16 +25,26 @@ enum MemcacheReplies {
                 if last { session.failedRetrieval = false }
                 return
             }
-            if status == .ok, let (flags, cas, start) = CachetItemWrite.decodeItemReply(Array(body.prefix(12))) {
-                key.withUnsafeBytes { key in
-                    MemcacheTextReply.appendValue(
-                        key: key,
-                        flags: flags,
-                        data: UnsafeRawBufferPointer(rebasing: body[start...]),
-                        cas: withCAS ? cas : nil,
-                        to: &lines
-                    )
+            if status == .ok, body.count >= CachetItemWrite.itemReplyPrefixSize {
+                // Written straight into the text: VALUE key flags bytes [cas], the data, then END after the last.
+                let flags = body.loadUnaligned(as: UInt32.self).bigEndian
+                let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
+                let data = UnsafeRawBufferPointer(rebasing: body[CachetItemWrite.itemReplyPrefixSize...])
+                text.append(contentsOf: valuePrefix)
+                key.withUnsafeBytes { text.append(contentsOf: $0) }
+                text.append(UInt8(ascii: " "))
+                appendDecimal(UInt64(flags), to: &text)
+                text.append(UInt8(ascii: " "))
+                appendDecimal(UInt64(data.count), to: &text)
+                if withCAS {
+                    text.append(UInt8(ascii: " "))
+                    appendDecimal(cas, to: &text)
                 }
+                text.append(contentsOf: lineEnd)
+                text.append(contentsOf: data)
+                text.append(contentsOf: lineEnd)
+                if last { text.append(contentsOf: MemcacheTextReply.end) }
+                return
             } else if status != .notFound {
                 lines = errorLine(status, body)
                 session.failedRetrieval = !last
@@ -44,7 +54,9 @@ enum MemcacheReplies {
             if last { lines += MemcacheTextReply.end }
         case .stored:
             switch status {
-            case .ok: lines = MemcacheTextReply.stored
+            case .ok:
+                if !pending.quiet { text.append(contentsOf: MemcacheTextReply.stored) }
+                return
             case .notStored: lines = MemcacheTextReply.notStored
             case .exists: lines = MemcacheTextReply.exists
             case .notFound: lines = MemcacheTextReply.notFound
@@ -60,7 +72,9 @@ enum MemcacheReplies {
             }
         case .number:
             if status == .ok, body.count >= 16 {
-                lines = MemcacheTextReply.number(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian)
+                guard !pending.quiet else { return }
+                appendDecimal(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian, to: &text)
+                return text.append(contentsOf: lineEnd)
             } else if status == .notFound {
                 lines = MemcacheTextReply.notFound
             } else if status == .badRequest {
@@ -89,6 +103,26 @@ enum MemcacheReplies {
             lines = line
         }
         if !pending.quiet { text += lines }
+    }
+
+    private static let valuePrefix: [UInt8] = Array("VALUE ".utf8)
+    private static let lineEnd: [UInt8] = [13, 10]
+
+    /// Appends `value`'s decimal digits (no allocation).
+    static func appendDecimal(_ value: UInt64, to text: inout [UInt8]) {
+        guard value >= 10 else { return text.append(UInt8(ascii: "0") + UInt8(value)) }
+        // 20 digits at most (2^64 − 1), written from the end of 24 bytes on the stack.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        var count = 0
+        var rest = value
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            while rest > 0 {
+                buffer[23 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                count += 1
+            }
+            text.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[(24 - count)...]))
+        }
     }
 
     /// The line for a status that is an error of the command: memcached's `CLIENT_ERROR` for what the client

@@ -14,7 +14,9 @@ import CachetWire
 /// turned into memcached's lines (``MemcacheReplies``). So replies keep the order of the commands, whatever
 /// waits for the disk or another member.
 ///
-/// Touched only on its connection's loop queue.
+/// Touched only on its connection's loop queue. `@exclusivity(unchecked)`: its properties are touched on
+/// every command, and the run-time exclusivity check on a class property costs two runtime calls per
+/// access (as for `Connection`); the single-queue rule keeps accesses from overlapping.
 final class MemcacheSession {
     /// What the reply to one native request means for memcached.
     enum Reply {
@@ -48,26 +50,26 @@ final class MemcacheSession {
     }
 
     /// Native requests made from the text received, not yet served.
-    var native = CachetByteBuffer(capacity: 4096)
+    @exclusivity(unchecked) var native = CachetByteBuffer(capacity: 4096)
     /// The replies the native requests in flight will be turned into, in order.
-    private(set) var contexts = PendingQueue()
+    @exclusivity(unchecked) private(set) var contexts = PendingQueue()
     /// Bytes at the front of the connection's output that are text already (sent as they are).
-    var textPending = 0
+    @exclusivity(unchecked) var textPending = 0
     /// Whether `quit` was read (or a line too long): nothing more is read, and the connection closes once
     /// what came before is answered.
-    private(set) var quitting = false
+    @exclusivity(unchecked) private(set) var quitting = false
     /// Bytes of a refused data block still to throw away as they arrive.
-    private var discarding = 0
+    @exclusivity(unchecked) private var discarding = 0
     /// Whether the connection has signed in (on a node with users).
-    var authenticated = false
+    @exclusivity(unchecked) var authenticated = false
     /// Whether a key of the retrieval being answered failed: its error line ends the command, and the
     /// replies to its other keys are dropped.
-    var failedRetrieval = false
+    @exclusivity(unchecked) var failedRetrieval = false
     /// `flush_all` delays to schedule (seconds), taken by the loop after each decode.
-    var flushDelays: [Int64] = []
+    @exclusivity(unchecked) var flushDelays: [Int64] = []
     /// Memory limits set by `cache_memlimit` (bytes), applied by the loop after each decode.
-    var memoryLimits: [Int] = []
-    private var nextID: UInt32 = 0
+    @exclusivity(unchecked) var memoryLimits: [Int] = []
+    @exclusivity(unchecked) private var nextID: UInt32 = 0
 
     /// The node's version, for `version`.
     let version: String
@@ -326,8 +328,11 @@ final class MemcacheSession {
     func translateReplies(in output: inout CachetByteBuffer) {
         let untranslated = output.readableBytes - textPending
         guard untranslated > 0 else { return }
-        var text: [UInt8] = []
-        text.reserveCapacity(untranslated)
+        // The lines are written into a scratch array kept from send to send (trimmed when a large reply grew it).
+        var text = scratch
+        scratch = []
+        text.removeAll(keepingCapacity: text.capacity <= 1 << 20)
+        text.reserveCapacity(untranslated + 64)
         let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
         var offset = 0
         while offset < region.count,
@@ -350,7 +355,11 @@ final class MemcacheSession {
         output.keepReadable(textPending)
         text.withUnsafeBytes { output.append($0) }
         textPending = output.readableBytes
+        scratch = text
     }
+
+    /// The array ``translateReplies(in:)`` writes lines into, kept between sends.
+    @exclusivity(unchecked) private var scratch: [UInt8] = []
 
     /// Whether every request made so far was answered and turned into text.
     var isIdle: Bool { contexts.isEmpty && native.readableBytes == 0 }
