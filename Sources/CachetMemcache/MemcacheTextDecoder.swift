@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// memcached's text protocol (memcached's `protocol.txt`, "Commands"): a command line decoded in place,
 /// without I/O, into what it asks for; what the node's memcached port reads its commands with
 /// (`docs/memcached.md`). Offsets are into the caller's buffer, as ``CachetWire``'s decoders give them.
@@ -35,24 +39,33 @@ public enum MemcacheTextDecoder {
         }
         let lineEnd = newline > offset && buffer[newline - 1] == UInt8(ascii: "\r") ? newline - 1 : newline
         let end = newline + 1
-        var tokens: [Range<Int>] = []
+        // The verb, then the arguments in one array (one allocation a command, none for a bare verb).
+        var verb: Range<Int>?
+        var arguments: [Range<Int>] = []
         var position = offset
+        let bytes = buffer.baseAddress.unsafelyUnwrapped
         while position < lineEnd {
-            while position < lineEnd && buffer[position] == UInt8(ascii: " ") { position += 1 }
+            while position < lineEnd && bytes.load(fromByteOffset: position, as: UInt8.self) == 0x20 { position += 1 }
             let start = position
-            while position < lineEnd && buffer[position] != UInt8(ascii: " ") { position += 1 }
-            if position > start { tokens.append(start..<position) }
+            while position < lineEnd && bytes.load(fromByteOffset: position, as: UInt8.self) != 0x20 { position += 1 }
+            guard position > start else { continue }
+            if verb == nil {
+                verb = start..<position
+            } else {
+                arguments.append(start..<position)
+            }
         }
-        guard let verb = tokens.first else { return .failure(.unknownCommand, end: end) }
-        let name = String(decoding: UnsafeRawBufferPointer(rebasing: buffer[verb]), as: UTF8.self)
-        let arguments = Array(tokens.dropFirst())
+        guard let verb else { return .failure(.unknownCommand, end: end) }
+        guard let name = Verb(UnsafeRawBufferPointer(rebasing: buffer[verb])) else {
+            return .failure(.unknownCommand, end: end)
+        }
         func text(_ range: Range<Int>) -> String {
             String(decoding: UnsafeRawBufferPointer(rebasing: buffer[range]), as: UTF8.self)
         }
-        let noreply = arguments.last.map { text($0) == "noreply" } ?? false
+        let noreply = arguments.last.map { isNoreply($0, in: buffer) } ?? false
         switch name {
-        case "get", "gets", "gat", "gats":
-            let touches = name.hasPrefix("gat")
+        case .get, .gets, .gat, .gats:
+            let touches = name == .gat || name == .gats
             let keys = touches ? Array(arguments.dropFirst()) : arguments
             guard !keys.isEmpty, keys.allSatisfy({ isKey($0, in: buffer) }) else {
                 return .failure(.badFormat, end: end)
@@ -64,9 +77,9 @@ public enum MemcacheTextDecoder {
                 }
                 exptime = value
             }
-            return .command(.retrieve(keys: keys, withCAS: name.hasSuffix("s"), touch: exptime), end: end)
-        case "set", "add", "replace", "append", "prepend", "cas":
-            let verb = MemcacheStorageVerb(rawValue: name)!
+            return .command(.retrieve(keys: keys, withCAS: name == .gets || name == .gats, touch: exptime), end: end)
+        case .set, .add, .replace, .append, .prepend, .cas:
+            let verb = name.storage.unsafelyUnwrapped
             let required = verb == .cas ? 5 : 4
             let count = arguments.count - (noreply ? 1 : 0)
             // memcached ignores one token more (where `noreply` would be).
@@ -96,14 +109,14 @@ public enum MemcacheTextDecoder {
                 .store(verb, key: arguments[0], flags: flags, exptime: exptime, data: data, cas: cas, noreply: noreply),
                 end: end + length + 2
             )
-        case "delete":
+        case .delete:
             let count = arguments.count - (noreply ? 1 : 0)
             // memcached still takes a time of 0 after the key, from an older form of the command.
             guard count == 1 || (count == 2 && text(arguments[1]) == "0"), isKey(arguments[0], in: buffer) else {
                 return .failure(.badDeleteFormat, end: end, noreply: noreply)
             }
             return .command(.delete(key: arguments[0], noreply: noreply), end: end)
-        case "incr", "decr":
+        case .incr, .decr:
             let count = arguments.count - (noreply ? 1 : 0)
             guard count == 2, isKey(arguments[0], in: buffer) else {
                 return .failure(.badFormat, end: end, noreply: noreply)
@@ -112,16 +125,16 @@ public enum MemcacheTextDecoder {
                 return .failure(.invalidDelta, end: end, noreply: noreply)
             }
             return .command(
-                .arithmetic(increment: name == "incr", key: arguments[0], delta: delta, noreply: noreply),
+                .arithmetic(increment: name == .incr, key: arguments[0], delta: delta, noreply: noreply),
                 end: end
             )
-        case "touch":
+        case .touch:
             let count = arguments.count - (noreply ? 1 : 0)
             guard count == 2, isKey(arguments[0], in: buffer), let exptime = Int64(text(arguments[1])) else {
                 return .failure(.badFormat, end: end, noreply: noreply)
             }
             return .command(.touch(key: arguments[0], exptime: exptime, noreply: noreply), end: end)
-        case "flush_all":
+        case .flushAll:
             let count = arguments.count - (noreply ? 1 : 0)
             guard count <= 1 else { return .failure(.badFormat, end: end, noreply: noreply) }
             var delay: Int64 = 0
@@ -132,20 +145,20 @@ public enum MemcacheTextDecoder {
                 delay = value
             }
             return .command(.flushAll(delay: delay, noreply: noreply), end: end)
-        case "cache_memlimit":
+        case .cacheMemlimit:
             let count = arguments.count - (noreply ? 1 : 0)
             guard count == 1, let megabytes = UInt64(text(arguments[0])), megabytes > 0, megabytes < 1 << 40 else {
                 return .failure(.badFormat, end: end, noreply: noreply)
             }
             return .command(.cacheMemoryLimit(megabytes: megabytes, noreply: noreply), end: end)
-        case "version":
+        case .version:
             // memcached 1.6 ignores words after version and quit.
             return .command(.version, end: end)
-        case "verbosity":
+        case .verbosity:
             // memcached takes one or two words (a level, then noreply) and does not check the level.
             guard (1...2).contains(arguments.count) else { return .failure(.unknownCommand, end: end) }
             return .command(.verbosity(noreply: noreply), end: end)
-        case "stats":
+        case .stats:
             // The groups memcached reports beside the general one; any other is an unknown command.
             if let group = arguments.first,
                 !["settings", "items", "slabs", "sizes", "conns", "cachedump", "detail"].contains(text(group))
@@ -153,27 +166,72 @@ public enum MemcacheTextDecoder {
                 return .failure(.unknownCommand, end: end)
             }
             return .command(.stats(argument: arguments.first), end: end)
-        case "quit":
+        case .quit:
             return .command(.quit, end: end)
-        default:
-            return .failure(.unknownCommand, end: end)
+        }
+    }
+
+    /// A command's verb, told from its bytes without making a string.
+    enum Verb {
+        case get, gets, gat, gats, set, add, replace, append, prepend, cas, delete, incr, decr, touch
+        case flushAll, cacheMemlimit, version, verbosity, stats, quit
+
+        private static let spelled: [(Verb, String)] = [
+            (.get, "get"), (.gets, "gets"), (.gat, "gat"), (.gats, "gats"), (.set, "set"), (.add, "add"),
+            (.replace, "replace"), (.append, "append"), (.prepend, "prepend"), (.cas, "cas"), (.delete, "delete"),
+            (.incr, "incr"), (.decr, "decr"), (.touch, "touch"), (.flushAll, "flush_all"),
+            (.cacheMemlimit, "cache_memlimit"), (.version, "version"), (.verbosity, "verbosity"), (.stats, "stats"),
+            (.quit, "quit"),
+        ]
+        private static let names: [(Verb, [UInt8])] = spelled.map { ($0.0, Array($0.1.utf8)) }
+
+        /// The verb these bytes spell, or nil for none memcached has.
+        init?(_ bytes: UnsafeRawBufferPointer) {
+            guard let base = bytes.baseAddress else { return nil }
+            for (verb, name) in Self.names where name.count == bytes.count {
+                if name.withUnsafeBytes({ memcmp($0.baseAddress!, base, name.count) }) == 0 {
+                    self = verb
+                    return
+                }
+            }
+            return nil
+        }
+
+        /// The storage verb, for the storage commands.
+        var storage: MemcacheStorageVerb? {
+            switch self {
+            case .set: return .set
+            case .add: return .add
+            case .replace: return .replace
+            case .append: return .append
+            case .prepend: return .prepend
+            case .cas: return .cas
+            default: return nil
+            }
         }
     }
 
     /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
     static func isKey(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
         guard (1...maximumKeyLength).contains(range.count) else { return false }
-        for index in range where buffer[index] < 0x21 || buffer[index] == 0x7f { return false }
+        let bytes = buffer.baseAddress.unsafelyUnwrapped
+        for index in range {
+            let byte = bytes.load(fromByteOffset: index, as: UInt8.self)
+            if byte < 0x21 || byte == 0x7f { return false }
+        }
         return true
     }
 
     private static func firstNewline(in buffer: UnsafeRawBufferPointer, from offset: Int) -> Int? {
-        var index = offset
-        while index < buffer.count {
-            if buffer[index] == UInt8(ascii: "\n") { return index }
-            index += 1
-        }
-        return nil
+        guard offset < buffer.count, let base = buffer.baseAddress else { return nil }
+        guard let found = memchr(base + offset, 0x0a, buffer.count - offset) else { return nil }
+        return UnsafeRawPointer(found) - base
+    }
+
+    /// Whether the token is `noreply`, compared byte by byte.
+    private static func isNoreply(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
+        guard range.count == 7 else { return false }
+        return memcmp(buffer.baseAddress.unsafelyUnwrapped + range.lowerBound, "noreply", 7) == 0
     }
 
     private static func startsRetrieval(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> Bool {

@@ -1,3 +1,4 @@
+import CachetIO
 import CachetMemcache
 import CachetStore
 import CachetWire
@@ -15,7 +16,7 @@ enum MemcacheReplies {
         status: CachetStatus,
         body: UnsafeRawBufferPointer,
         session: MemcacheSession,
-        to text: inout [UInt8]
+        to text: inout CachetByteBuffer
     ) {
         var lines: [UInt8] = []
         switch pending.reply {
@@ -30,32 +31,29 @@ enum MemcacheReplies {
                 let flags = body.loadUnaligned(as: UInt32.self).bigEndian
                 let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
                 let data = UnsafeRawBufferPointer(rebasing: body[CachetItemWrite.itemReplyPrefixSize...])
-                text.append(contentsOf: valuePrefix)
-                key.withUnsafeBytes { text.append(contentsOf: $0) }
-                text.append(UInt8(ascii: " "))
-                appendDecimal(UInt64(flags), to: &text)
-                text.append(UInt8(ascii: " "))
-                appendDecimal(UInt64(data.count), to: &text)
+                text.append(valuePrefix)
+                text.append(key)
+                appendSpaceAndDecimal(UInt64(flags), to: &text)
+                appendSpaceAndDecimal(UInt64(data.count), to: &text)
                 if withCAS {
-                    text.append(UInt8(ascii: " "))
-                    appendDecimal(cas, to: &text)
+                    appendSpaceAndDecimal(cas, to: &text)
                 }
-                text.append(contentsOf: lineEnd)
-                text.append(contentsOf: data)
-                text.append(contentsOf: lineEnd)
-                if last { text.append(contentsOf: MemcacheTextReply.end) }
+                text.append(lineEnd)
+                if data.count > 0 { text.append(data) }
+                text.append(lineEnd)
+                if last { text.append(MemcacheTextReply.end) }
                 return
             } else if status != .notFound {
                 lines = errorLine(status, body)
                 session.failedRetrieval = !last
-                text += lines
+                text.append(lines)
                 return
             }
             if last { lines += MemcacheTextReply.end }
         case .stored:
             switch status {
             case .ok:
-                if !pending.quiet { text.append(contentsOf: MemcacheTextReply.stored) }
+                if !pending.quiet { text.append(MemcacheTextReply.stored) }
                 return
             case .notStored: lines = MemcacheTextReply.notStored
             case .exists: lines = MemcacheTextReply.exists
@@ -74,7 +72,7 @@ enum MemcacheReplies {
             if status == .ok, body.count >= 16 {
                 guard !pending.quiet else { return }
                 appendDecimal(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian, to: &text)
-                return text.append(contentsOf: lineEnd)
+                return text.append(lineEnd)
             } else if status == .notFound {
                 lines = MemcacheTextReply.notFound
             } else if status == .badRequest {
@@ -102,27 +100,36 @@ enum MemcacheReplies {
         case .literal(let line):
             lines = line
         }
-        if !pending.quiet { text += lines }
+        if !pending.quiet && !lines.isEmpty { text.append(lines) }
     }
 
     private static let valuePrefix: [UInt8] = Array("VALUE ".utf8)
     private static let lineEnd: [UInt8] = [13, 10]
 
-    /// Appends `value`'s decimal digits (no allocation).
-    static func appendDecimal(_ value: UInt64, to text: inout [UInt8]) {
-        guard value >= 10 else { return text.append(UInt8(ascii: "0") + UInt8(value)) }
-        // 20 digits at most (2^64 − 1), written from the end of 24 bytes on the stack.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        var count = 0
-        var rest = value
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            while rest > 0 {
-                buffer[23 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-                count += 1
-            }
-            text.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[(24 - count)...]))
+    /// Appends `value`'s decimal digits (no allocation): at most 20 (2^64 − 1), written from the end.
+    static func appendDecimal(_ value: UInt64, to text: inout CachetByteBuffer) {
+        text.reserveWritable(20)
+        var count = 1
+        var rest = value / 10
+        while rest > 0 {
+            count += 1
+            rest /= 10
         }
+        let out = text.writePointer
+        rest = value
+        for index in stride(from: count - 1, through: 0, by: -1) {
+            out.storeBytes(of: UInt8(ascii: "0") + UInt8(rest % 10), toByteOffset: index, as: UInt8.self)
+            rest /= 10
+        }
+        text.moveWriteIndex(forwardBy: count)
+    }
+
+    /// A space, then `value`'s decimal digits.
+    static func appendSpaceAndDecimal(_ value: UInt64, to text: inout CachetByteBuffer) {
+        text.reserveWritable(21)
+        text.writePointer.storeBytes(of: UInt8(ascii: " "), as: UInt8.self)
+        text.moveWriteIndex(forwardBy: 1)
+        appendDecimal(value, to: &text)
     }
 
     /// The line for a status that is an error of the command: memcached's `CLIENT_ERROR` for what the client

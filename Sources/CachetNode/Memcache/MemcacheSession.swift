@@ -328,11 +328,9 @@ final class MemcacheSession {
     func translateReplies(in output: inout CachetByteBuffer) {
         let untranslated = output.readableBytes - textPending
         guard untranslated > 0 else { return }
-        // The lines are written into a scratch array kept from send to send (trimmed when a large reply grew it).
-        var text = scratch
-        scratch = []
-        text.removeAll(keepingCapacity: text.capacity <= 1 << 20)
-        text.reserveCapacity(untranslated + 64)
+        // The lines are written into a scratch buffer kept from send to send (shrunk when a large reply grew it).
+        scratch.clear()
+        scratch.shrinkIfEmpty(above: 1 << 20, to: 4096)
         let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
         var offset = 0
         while offset < region.count,
@@ -349,17 +347,23 @@ final class MemcacheSession {
                 status: frame.header.status,
                 body: UnsafeRawBufferPointer(rebasing: region[frame.body]),
                 session: self,
-                to: &text
+                to: &scratch
             )
         }
-        output.keepReadable(textPending)
-        text.withUnsafeBytes { output.append($0) }
+        if textPending == 0 {
+            // Nothing of the text before is still unsent (the usual case): the lines become the output as they
+            // are, and the native replies' buffer is the next scratch, saving a copy of every value.
+            swap(&output, &scratch)
+            scratch.clear()
+        } else {
+            output.keepReadable(textPending)
+            output.append(scratch.readableRegion)
+        }
         textPending = output.readableBytes
-        scratch = text
     }
 
-    /// The array ``translateReplies(in:)`` writes lines into, kept between sends.
-    @exclusivity(unchecked) private var scratch: [UInt8] = []
+    /// The buffer ``translateReplies(in:)`` writes lines into, kept between sends.
+    @exclusivity(unchecked) private var scratch = CachetByteBuffer(capacity: 4096)
 
     /// Whether every request made so far was answered and turned into text.
     var isIdle: Bool { contexts.isEmpty && native.readableBytes == 0 }
