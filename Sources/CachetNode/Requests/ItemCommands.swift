@@ -85,6 +85,24 @@ extension NodeCommands {
         leases.invalidate(key)
         disk?.worker.beginWrite(key: key)
         let expiry = Self.expiry(ttl: ttl, now: now)
+        if mode == .set {
+            // Reads nothing: stored straight from the request's bytes, without the update's copy.
+            let fields = CachetItemFields(flags: flags, cas: casSource.next())
+            guard store.put(key: key, value: data, expiry: expiry, now: now, fields: fields) == .stored else {
+                disk?.worker.abandonWrite(key: Array(key))
+                return .answered(
+                    .refused(.tooLarge, "item of \(key.count + data.count) bytes does not fit --memory-limit")
+                )
+            }
+            return writeThrough(
+                key,
+                value: data,
+                expiry: expiry,
+                fields: fields,
+                reply: .stored(cas: fields.cas),
+                now: now
+            )
+        }
         let source = casSource
         var written: (value: [UInt8], expiry: UInt32, fields: CachetItemFields?)?
         let diskValue = diskEntry?.value ?? []
@@ -118,29 +136,30 @@ extension NodeCommands {
             return .answered(reply)
         }
         if mode == .getAndTouch { RequestCounters.bump(counters.hits) }
-        let ttlLeft = written.expiry == 0 ? 0 : written.expiry &- now
-        written.value.withUnsafeBytes { watches.publish(.put, key: key, value: $0, ttl: ttlLeft, view: watchView) }
+        return written.value.withUnsafeBytes {
+            writeThrough(key, value: $0, expiry: written.expiry, fields: written.fields, reply: reply, now: now)
+        }
+    }
+
+    /// After an item is stored in memory: its WATCH change, and its disk write (queued, or waiting for room).
+    private func writeThrough(
+        _ key: UnsafeRawBufferPointer,
+        value: UnsafeRawBufferPointer,
+        expiry: UInt32,
+        fields: CachetItemFields?,
+        reply: ItemReply,
+        now: UInt32
+    ) -> ItemOutcome {
+        watches.publish(.put, key: key, value: value, ttl: expiry == 0 ? 0 : expiry &- now, view: watchView)
         guard let disk else { return .answered(reply) }
         let keyBytes = Array(key)
-        switch disk.worker.submitPut(
-            key: keyBytes,
-            value: written.value,
-            expiry: written.expiry,
-            fields: written.fields
-        )
-        {
+        let valueBytes = Array(value)
+        switch disk.worker.submitPut(key: keyBytes, value: valueBytes, expiry: expiry, fields: fields) {
         case .queued:
             return .answered(reply)
         case .full:
             return .waitingForDisk(
-                ItemDiskWrite(
-                    key: keyBytes,
-                    value: written.value,
-                    expiry: written.expiry,
-                    fields: written.fields,
-                    reply: reply,
-                    id: 0
-                )
+                ItemDiskWrite(key: keyBytes, value: valueBytes, expiry: expiry, fields: fields, reply: reply, id: 0)
             )
         case .refused(let error):
             forgetRefusedPut(key: keyBytes, now: now)
