@@ -25,18 +25,69 @@ public enum MemcacheTextReply {
         cas: UInt64?,
         to output: inout [UInt8]
     ) {
-        output.append(contentsOf: "VALUE ".utf8)
-        output.append(contentsOf: key)
-        output.append(contentsOf: " \(flags) \(data.count)".utf8)
-        if let cas { output.append(contentsOf: " \(cas)".utf8) }
-        output.append(contentsOf: "\r\n".utf8)
+        var line = [UInt8](repeating: 0, count: valueLineCapacity(keyLength: key.count))
+        let count = line.withUnsafeMutableBytes {
+            writeValueLine(key: key, flags: flags, length: data.count, cas: cas, to: $0.baseAddress!)
+        }
+        output.append(contentsOf: line[0..<count])
         output.append(contentsOf: data)
         output.append(contentsOf: "\r\n".utf8)
     }
 
+    /// The most bytes ``writeValueLine(key:flags:length:cas:to:)`` writes for a key of `keyLength` bytes.
+    public static func valueLineCapacity(keyLength: Int) -> Int {
+        6 + keyLength + 11 + 21 + 21 + 2
+    }
+
+    /// Writes a retrieval's `VALUE <key> <flags> <bytes>[ <cas>]\r\n` line at `out` (room for
+    /// ``valueLineCapacity(keyLength:)`` bytes), without making a string; returns the bytes written.
+    public static func writeValueLine(
+        key: UnsafeRawBufferPointer,
+        flags: UInt32,
+        length: Int,
+        cas: UInt64?,
+        to out: UnsafeMutableRawPointer
+    ) -> Int {
+        var at = 0
+        for byte in "VALUE ".utf8 {
+            out.storeBytes(of: byte, toByteOffset: at, as: UInt8.self)
+            at += 1
+        }
+        if key.count > 0 { (out + at).copyMemory(from: key.baseAddress!, byteCount: key.count) }
+        at += key.count
+        func field(_ number: UInt64) {
+            out.storeBytes(of: UInt8(ascii: " "), toByteOffset: at, as: UInt8.self)
+            at += 1 + writeDecimal(number, to: out + at + 1)
+        }
+        field(UInt64(flags))
+        field(UInt64(length))
+        if let cas { field(cas) }
+        out.storeBytes(of: 13, toByteOffset: at, as: UInt8.self)
+        out.storeBytes(of: 10, toByteOffset: at + 1, as: UInt8.self)
+        return at + 2
+    }
+
+    /// Writes `value`'s decimal digits at `out` (room for 20 bytes); returns how many.
+    public static func writeDecimal(_ value: UInt64, to out: UnsafeMutableRawPointer) -> Int {
+        var count = 1
+        var rest = value / 10
+        while rest > 0 {
+            count += 1
+            rest /= 10
+        }
+        rest = value
+        for index in stride(from: count - 1, through: 0, by: -1) {
+            out.storeBytes(of: UInt8(ascii: "0") + UInt8(rest % 10), toByteOffset: index, as: UInt8.self)
+            rest /= 10
+        }
+        return count
+    }
+
     /// The value after `incr` or `decr`: its decimal digits.
     public static func number(_ value: UInt64) -> [UInt8] {
-        Array("\(value)\r\n".utf8)
+        var digits = [UInt8](repeating: 0, count: 20)
+        let count = digits.withUnsafeMutableBytes { writeDecimal(value, to: $0.baseAddress!) }
+        return Array(digits[0..<count]) + [13, 10]
     }
 
     /// `VERSION <version>`.

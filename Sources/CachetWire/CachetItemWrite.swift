@@ -49,14 +49,6 @@ public struct CachetItemWrite: Hashable, Sendable {
         self.data = data
     }
 
-    /// Whether the mode reads the item's current value (all but ``Mode/set``).
-    public var readsCurrent: Bool { mode != .set }
-
-    /// The delta of an arithmetic mode, from `buffer`.
-    public func delta(in buffer: UnsafeRawBufferPointer) -> UInt64 {
-        buffer.loadUnaligned(fromByteOffset: data.lowerBound, as: UInt64.self).bigEndian
-    }
-
     /// Parses the value field of a PUT with the ``CachetRequestFlags/item`` flag.
     /// - Throws: ``CachetWireError`` `malformedBody` for a field shorter than its 13 bytes, an unknown mode,
     ///   arithmetic data other than 8 bytes, or touch data that is not empty.

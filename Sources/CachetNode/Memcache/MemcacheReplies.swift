@@ -31,14 +31,17 @@ enum MemcacheReplies {
                 let flags = body.loadUnaligned(as: UInt32.self).bigEndian
                 let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
                 let data = UnsafeRawBufferPointer(rebasing: body[CachetItemWrite.itemReplyPrefixSize...])
-                text.append(valuePrefix)
-                text.append(key)
-                appendSpaceAndDecimal(UInt64(flags), to: &text)
-                appendSpaceAndDecimal(UInt64(data.count), to: &text)
-                if withCAS {
-                    appendSpaceAndDecimal(cas, to: &text)
+                text.reserveWritable(MemcacheTextReply.valueLineCapacity(keyLength: key.count) + data.count + 7)
+                let written = key.withUnsafeBytes {
+                    MemcacheTextReply.writeValueLine(
+                        key: $0,
+                        flags: flags,
+                        length: data.count,
+                        cas: withCAS ? cas : nil,
+                        to: text.writePointer
+                    )
                 }
-                text.append(lineEnd)
+                text.moveWriteIndex(forwardBy: written)
                 if data.count > 0 { text.append(data) }
                 text.append(lineEnd)
                 if last { text.append(MemcacheTextReply.end) }
@@ -71,7 +74,12 @@ enum MemcacheReplies {
         case .number:
             if status == .ok, body.count >= 16 {
                 guard !pending.quiet else { return }
-                appendDecimal(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian, to: &text)
+                text.reserveWritable(22)
+                let count = MemcacheTextReply.writeDecimal(
+                    body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian,
+                    to: text.writePointer
+                )
+                text.moveWriteIndex(forwardBy: count)
                 return text.append(lineEnd)
             } else if status == .notFound {
                 lines = MemcacheTextReply.notFound
@@ -103,34 +111,7 @@ enum MemcacheReplies {
         if !pending.quiet && !lines.isEmpty { text.append(lines) }
     }
 
-    private static let valuePrefix: [UInt8] = Array("VALUE ".utf8)
     private static let lineEnd: [UInt8] = [13, 10]
-
-    /// Appends `value`'s decimal digits (no allocation): at most 20 (2^64 − 1), written from the end.
-    static func appendDecimal(_ value: UInt64, to text: inout CachetByteBuffer) {
-        text.reserveWritable(20)
-        var count = 1
-        var rest = value / 10
-        while rest > 0 {
-            count += 1
-            rest /= 10
-        }
-        let out = text.writePointer
-        rest = value
-        for index in stride(from: count - 1, through: 0, by: -1) {
-            out.storeBytes(of: UInt8(ascii: "0") + UInt8(rest % 10), toByteOffset: index, as: UInt8.self)
-            rest /= 10
-        }
-        text.moveWriteIndex(forwardBy: count)
-    }
-
-    /// A space, then `value`'s decimal digits.
-    static func appendSpaceAndDecimal(_ value: UInt64, to text: inout CachetByteBuffer) {
-        text.reserveWritable(21)
-        text.writePointer.storeBytes(of: UInt8(ascii: " "), as: UInt8.self)
-        text.moveWriteIndex(forwardBy: 1)
-        appendDecimal(value, to: &text)
-    }
 
     /// The line for a status that is an error of the command: memcached's `CLIENT_ERROR` for what the client
     /// did (not signed in, not allowed, a bad request), `SERVER_ERROR` for the rest, with the node's message

@@ -216,7 +216,7 @@ final class MemcacheSession {
             appendEmpty(.ping)
             push(.ok, quiet: noreply)
         case .version:
-            appendLocal(Array("VERSION \(version)\r\n".utf8), quiet: false)
+            appendLocal(MemcacheTextReply.version(version), quiet: false)
         case .verbosity(let noreply):
             appendEmpty(.ping)
             push(.ok, quiet: noreply)
@@ -364,9 +364,6 @@ final class MemcacheSession {
 
     /// The buffer ``translateReplies(in:)`` writes lines into, kept between sends.
     @exclusivity(unchecked) private var scratch = CachetByteBuffer(capacity: 4096)
-
-    /// Whether every request made so far was answered and turned into text.
-    var isIdle: Bool { contexts.isEmpty && native.readableBytes == 0 }
 }
 
 /// The replies a ``MemcacheSession`` waits for, first in first out, in a ring that keeps its storage.

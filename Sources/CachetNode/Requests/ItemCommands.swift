@@ -1,3 +1,4 @@
+import CachetMemcache
 import CachetStore
 import CachetWire
 
@@ -222,7 +223,7 @@ extension NodeCommands {
                 return (.keep, .refused(.badRequest, "cannot increment or decrement non-numeric value"))
             }
             let delta = data.loadUnaligned(as: UInt64.self).bigEndian
-            let result = mode == .increment ? number &+ delta : (delta > number ? 0 : number - delta)
+            let result = MemcacheTextReply.arithmetic(number, delta: delta, increment: mode == .increment)
             let outcome = store(Array(String(result).utf8), expiry: current.expiry, flags: current.fields?.flags ?? 0)
             guard case .stored(let unique) = outcome.1 else { return outcome }
             return (outcome.0, .number(cas: unique, value: result))

@@ -34,6 +34,8 @@ struct RequestProcessor {
 
     /// The replies to requests that went to the disk tier.
     var diskCompletions: DiskCompletions { DiskCompletions(commands: commands) }
+    /// GETs and PUTs with the `item` flag.
+    var items: ItemRequests { ItemRequests(commands: commands) }
     /// What a node of a cluster gives its peers and takes from them; nil on a cluster of one.
     var peerValues: PeerValues? { cluster?.peerValues }
 
@@ -204,7 +206,7 @@ struct RequestProcessor {
                     warmable = header.flags & CachetRequestFlags.lastHop.rawValue == 0
                 }
                 if header.flags & CachetRequestFlags.item.rawValue != 0 {
-                    return try getItem(
+                    return try items.get(
                         UnsafeRawBufferPointer(rebasing: buffer[key]),
                         flags: header.flags,
                         id: header.id,
@@ -250,7 +252,7 @@ struct RequestProcessor {
                     }
                 }
                 if header.flags & CachetRequestFlags.item.rawValue != 0 {
-                    return try putItem(put, flags: header.flags, in: buffer, id: header.id, output: &output, now: now)
+                    return try items.put(put, flags: header.flags, in: buffer, id: header.id, output: &output, now: now)
                 }
                 if header.flags & CachetRequestFlags.part.rawValue != 0 {
                     return try uploadPart(put, leased: leased, in: buffer, id: header.id, now: now)
@@ -440,107 +442,6 @@ struct RequestProcessor {
             noRoom = true
             return nil
         case .miss: return miss()
-        }
-    }
-
-    /// A GET with the `item` flag (`Protocol/PROTOCOL.md`, "Items: flags, CAS and conditional writes"): the
-    /// item's flags and CAS unique (one given now to an item without) before its value. Not warmed up from a
-    /// previous owner; not with `lease`, `ttl` or `range` (BAD_REQUEST).
-    private func getItem(
-        _ key: UnsafeRawBufferPointer,
-        flags: UInt16,
-        id: UInt32,
-        output: inout CachetByteBuffer,
-        outputCapacityLimit: Int,
-        noRoom: inout Bool,
-        now: UInt32
-    ) throws(CachetWireError) -> PendingOperation? {
-        let excluded = CachetRequestFlags.lease.rawValue | CachetRequestFlags.ttl.rawValue
-        guard flags & excluded == 0 else { throw Self.itemFlagsError }
-        let found = commands.lookUpItem(key, now: now) { value, fields -> Bool in
-            guard Self.replyFits(value.count, extra: 12, limit: outputCapacityLimit, output: output) else {
-                return false
-            }
-            appendItem(value, flags: fields.flags, cas: fields.cas, opcode: .get, id: id, output: &output)
-            return true
-        }
-        switch found {
-        case true?: return nil
-        case false?:
-            noRoom = true
-            return nil
-        case nil:
-            RequestCounters.bump(commands.counters.gets)
-            if commands.afterMemoryMiss(key, now: now) {
-                return .get(key: Array(key), id: id, warmUp: false, item: true)
-            }
-            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
-            return nil
-        }
-    }
-
-    /// What a GET or PUT with the `item` flag and a flag it does not combine with is answered.
-    static let itemFlagsError = CachetWireError(
-        code: .malformedBody,
-        message: "the item flag does not combine with lease, ttl, range or part"
-    )
-
-    /// A PUT with the `item` flag: one of memcached's storage, arithmetic or touch commands on the item
-    /// (``NodeCommands/writeItem(_:mode:flags:cas:data:ttl:now:diskChecked:diskEntry:)``).
-    private func putItem(
-        _ put: CachetPutBody,
-        flags: UInt16,
-        in buffer: UnsafeRawBufferPointer,
-        id: UInt32,
-        output: inout CachetByteBuffer,
-        now: UInt32
-    ) throws(CachetWireError) -> PendingOperation? {
-        let excluded = CachetRequestFlags.lease.rawValue | CachetRequestFlags.part.rawValue
-        guard flags & excluded == 0 else { throw Self.itemFlagsError }
-        let write = try CachetItemWrite.decode(in: buffer, value: put.value)
-        let key = UnsafeRawBufferPointer(rebasing: buffer[put.key])
-        let data = UnsafeRawBufferPointer(rebasing: buffer[write.data])
-        let outcome = commands.writeItem(
-            key,
-            mode: write.mode,
-            flags: write.flags,
-            cas: write.cas,
-            data: data,
-            ttl: put.ttl,
-            now: now,
-            diskChecked: false
-        )
-        switch outcome {
-        case .answered(let reply):
-            if case .refused(.badRequest, _) = reply { RequestCounters.bump(commands.counters.badRequests) }
-            appendItemReply(reply, id: id, output: &output)
-            return nil
-        case .readDiskFirst:
-            return .itemWrite(
-                ItemWriteRequest(
-                    key: Array(key),
-                    mode: write.mode,
-                    flags: write.flags,
-                    cas: write.cas,
-                    data: Array(data),
-                    ttl: put.ttl,
-                    id: id
-                )
-            )
-        case .waitingForDisk(let waiting):
-            return .itemPut(
-                ItemDiskWrite(
-                    key: waiting.key,
-                    value: waiting.value,
-                    expiry: waiting.expiry,
-                    fields: waiting.fields,
-                    reply: waiting.reply,
-                    id: id
-                )
-            )
-        case .failed(let error):
-            appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
-            return nil
         }
     }
 

@@ -295,15 +295,8 @@ public final class CachetNodeServer: Sendable {
             let (tlsFD, boundTLSPort) = try Self.listen(host: configuration.host, port: tlsPort)
             tls = (tlsFD, boundTLSPort)
         }
-        let memcache = try configuration.memcachedPort.map { port throws(CachetNodeError) -> (fd: Int32, port: Int) in
-            let (fd, bound) = try Self.listen(host: configuration.host, port: port)
-            return (fd, bound)
-        }
-        let memcacheTLS = try configuration.memcachedTLSPort.map {
-            port throws(CachetNodeError) -> (fd: Int32, port: Int) in
-            let (fd, bound) = try Self.listen(host: configuration.host, port: port)
-            return (fd, bound)
-        }
+        let memcache = try listen(on: configuration.memcachedPort)
+        let memcacheTLS = try listen(on: configuration.memcachedTLSPort)
         let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
@@ -435,6 +428,13 @@ public final class CachetNodeServer: Sendable {
         }
         let deadline = configuration.tlsHandshakeTimeout
         loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline, memcache: session) }
+    }
+
+    /// Binds `port` on the node's host when it is given (the memcached ports).
+    private func listen(on port: Int?) throws(CachetNodeError) -> (fd: Int32, port: Int)? {
+        guard let port else { return nil }
+        let (fd, bound) = try Self.listen(host: configuration.host, port: port)
+        return (fd, bound)
     }
 
     /// What the memcached port's sessions share: the version they report, whether the first `set` signs in,
