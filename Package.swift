@@ -30,7 +30,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
-        .package(url: "https://github.com/swhitty/FlyingFox", from: "0.27.1"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
@@ -50,6 +49,10 @@ let package = Package(
 
         // memcached's text protocol: commands decoded in place, no I/O (the memcached front end's codec).
         .target(name: "CachetMemcache", swiftSettings: swiftSettings),
+
+        // HTTP/1.1 request heads and response heads, byte ranges and credentials: no I/O (the codec of the
+        // node's HTTP port).
+        .target(name: "CachetHTTP", dependencies: ["CachetWire"], swiftSettings: swiftSettings),
 
         // The consistent-hash ring: XXH64, owners and preference lists, no I/O.
         .target(name: "CachetRing", swiftSettings: swiftSettings),
@@ -91,6 +94,7 @@ let package = Package(
                 "CachetLocking",
                 "CachetWire",
                 "CachetMemcache",
+                "CachetHTTP",
                 "CachetStore",
                 "CachetCluster",
                 "CachetRing",
@@ -145,8 +149,7 @@ let package = Package(
                 "CachetIO",
                 "CachetClient",
                 "CachetWire",
-                .product(name: "FlyingFox", package: "FlyingFox"),
-                .product(name: "FlyingSocks", package: "FlyingFox"),
+                "CachetHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -200,6 +203,11 @@ let package = Package(
         .testTarget(
             name: "CachetMemcacheTests",
             dependencies: ["CachetMemcache"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CachetHTTPTests",
+            dependencies: ["CachetHTTP", "CachetWire"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -143,6 +143,39 @@ public final class TestSocket: @unchecked Sendable {
         return result
     }
 
+    /// Reads up to and including the first `marker` (a line end, the blank line after an HTTP head).
+    /// - Parameter marker: the bytes that end what is read.
+    /// - Returns: the bytes, `marker` included.
+    /// - Throws: ``TestSocketError`` on timeout, or a close before the marker.
+    public func readThrough(_ marker: [UInt8]) throws -> [UInt8] {
+        var searched = 0
+        while true {
+            let region = connection.input.readableRegion
+            if region.count >= marker.count {
+                for start in max(0, searched - marker.count)...(region.count - marker.count)
+                where region[start..<(start + marker.count)].elementsEqual(marker) {
+                    let result = Array(region.prefix(start + marker.count))
+                    connection.input.moveReadIndex(forwardBy: result.count)
+                    return result
+                }
+                searched = region.count
+            }
+            guard try fill() else {
+                throw TestSocketError(description: "connection closed after \(region.count) bytes, before the marker")
+            }
+        }
+    }
+
+    /// Reads every byte until the peer closes the connection.
+    /// - Returns: the bytes.
+    /// - Throws: ``TestSocketError`` on timeout.
+    public func readToClose() throws -> [UInt8] {
+        while try fill() {}
+        let result = Array(connection.input.readableRegion)
+        connection.input.clear()
+        return result
+    }
+
     /// Waits for the peer to close the connection, discarding what arrives.
     /// - Returns: true when the peer closed (read returned 0 or a reset); false on timeout.
     public func waitForClose() -> Bool {

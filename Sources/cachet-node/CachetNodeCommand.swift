@@ -1,5 +1,6 @@
 import ArgumentParser
 import CachetAuth
+import CachetHTTP
 import CachetIO
 import CachetNode
 import CachetStore
@@ -247,41 +248,34 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(
         help: """
-            Port of an HTTP listener for /metrics (Prometheus text), /health/live and /health/ready \
-            (0 picks a free one); none by default.
+            Port of the HTTP/1.1 listener, on the node's event loops: /metrics (Prometheus text), \
+            /health/live, /health/ready, and /values/KEY with --http-values (0 picks a free one); none by default.
             """
     )
     var httpPort: Int?
 
-    @Option(help: "Address the HTTP listener binds (an IPv4 or IPv6 literal). Default: 127.0.0.1.")
+    @Option(
+        help: """
+            Port of the same over TLS (HTTPS) with --tls-cert and --tls-key (0 picks a free one); none by default.
+            """
+    )
+    var httpsPort: Int?
+
+    @Option(help: "Address the HTTP listeners bind (an IPv4 or IPv6 literal or a name). Default: 127.0.0.1.")
     var httpHost = "127.0.0.1"
 
     @Flag(
         help: """
-            Also serve values read-only on the HTTP port: GET and HEAD /values/KEY (percent-encoded), with \
+            Also serve values read-only on the HTTP ports: GET and HEAD /values/KEY (percent-encoded), with \
             byte ranges, for players and browsers; users of --auth-file sign in with HTTP Basic or a bearer \
-            token USER:SECRET (header or access_token). Needs \
-            --http-port. On a --tls-only node they are read over TLS with the node's certificate.
+            token USER:SECRET (header or access_token). Needs --http-port or --https-port; a --tls-only node \
+            serves them on --https-port only.
             """
     )
     var httpValues = false
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
-
-    /// Runs async work from this synchronous command and waits for its result.
-    static func waitFor<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) -> Result<T, any Error> {
-        let result = Mutex<Result<T, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let outcome: Result<T, any Error>
-            do { outcome = .success(try await work()) } catch { outcome = .failure(error) }
-            result.withLock { $0 = outcome }
-            done.signal()
-        }
-        done.wait()
-        return result.withLock { $0! }
-    }
 
     func run() throws {
         // Before any I/O queue's thread allocates (see CachetAllocatorSettings).
@@ -331,6 +325,10 @@ struct CachetNodeCommand: ParsableCommand {
             configuration.holdsFullPeriod = holdFullPeriod
             configuration.tlsPort = tlsPort
             configuration.memcachedPort = memcachedPort
+            configuration.httpPort = httpPort
+            configuration.httpsPort = httpsPort
+            configuration.httpHost = httpHost
+            configuration.httpValues = httpValues
             configuration.memcachedTLSPort = memcachedTlsPort
             configuration.tlsOnly = tlsOnly
             configuration.authFile = authFile
@@ -448,65 +446,16 @@ struct CachetNodeCommand: ParsableCommand {
             if let memcachedTLSPort = server.memcachedTLSPort {
                 print("cachet-node speaking memcached's protocol over TLS on \(host):\(memcachedTLSPort)")
             }
-            var metrics: MetricsServer?
-            var values: HTTPValues?
-            guard !httpValues || httpPort != nil else {
-                throw CachetNodeError(
-                    code: .invalidConfiguration,
-                    message: "--http-values serves on --http-port: give one"
-                )
-            }
-            if let httpPort {
-                guard (0...65535).contains(httpPort) else {
-                    throw CachetNodeError(code: .invalidConfiguration, message: "--http-port \(httpPort) is not a port")
-                }
-                // Values are read through the node's own port: over TLS on a TLS-only node, presenting the node's
-                // certificate (as its peers do) and trusting --tls-ca, or else the certificate itself.
-                let selfTLS = configuration.tls.flatMap { tls in
-                    configuration.tlsOnly
-                        ? CachetTLSConfiguration(
-                            certificateFile: tls.certificateFile,
-                            keyFile: tls.keyFile,
-                            caFile: tls.caFile ?? tls.certificateFile
-                        ) : nil
-                }
-                let served =
-                    httpValues
-                    ? HTTPValues(
-                        host: configuration.host,
-                        port: boundPort,
-                        tls: selfTLS,
-                        maximumFrame: configuration.maximumPayloadLength
-                    ) : nil
-                values = served
-                let started = Self.waitFor {
-                    try await MetricsServer.start(
-                        node: server,
-                        host: httpHost,
-                        port: httpPort,
-                        values: served,
-                        logger: logger
-                    )
-                }
-                switch started {
-                case .success(let (server, port)):
-                    metrics = server
-                    let shown = httpHost.contains(":") ? "[\(httpHost)]" : httpHost
-                    print("cachet-node metrics and health on http://\(shown):\(port)")
-                    if httpValues {
-                        print("cachet-node values on http://\(shown):\(port)\(HTTPValueRequest.pathPrefix)KEY")
-                    }
-                case .failure(let error):
-                    throw CachetNodeError(
-                        code: .addressUnusable,
-                        message: "cannot listen for HTTP on --http-host \(httpHost) --http-port \(httpPort): \(error)"
-                    )
+            let httpShown = httpHost.contains(":") ? "[\(httpHost)]" : httpHost
+            for (scheme, port) in [("http", server.httpPort), ("https", server.httpsPort)] {
+                guard let port else { continue }
+                print("cachet-node metrics and health on \(scheme)://\(httpShown):\(port)")
+                if httpValues {
+                    print("cachet-node values on \(scheme)://\(httpShown):\(port)\(HTTPValueRequest.pathPrefix)KEY")
                 }
             }
             fflush(nil)
             server.run(until: signals)
-            if let metrics { _ = Self.waitFor { await metrics.stop() } }
-            if let values { _ = Self.waitFor { await values.shutdown() } }
             reload.cancel()
         } catch  where error.code == .invalidConfiguration {
             throw ValidationError(error.description)

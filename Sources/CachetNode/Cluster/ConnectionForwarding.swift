@@ -126,9 +126,9 @@ final class ConnectionForwarding: @unchecked Sendable {
                 pipeline.pending.capacity + replyRoom,
                 pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
-            // memcached's text is turned into native requests first (``NodeIOQueue/enterMemcacheTurn(_:_:now:)``).
-            let session = connection.memcache
-            if let session { host.enterMemcacheTurn(session, connection, now: now) }
+            // Another protocol's requests are turned into native ones first (``NodeIOQueue/enterSessionTurn(_:_:now:)``).
+            let session = connection.session
+            if let session { host.enterSessionTurn(session, connection, now: now) }
             let result = processor.process(
                 input: &connection.input,
                 output: &pipeline.pending,
@@ -142,7 +142,7 @@ final class ConnectionForwarding: @unchecked Sendable {
                 requestLimit: NodeIOQueue.requestsPerTurn
             )
             if let session {
-                let end = host.leaveMemcacheTurn(session, connection, result)
+                let end = host.leaveSessionTurn(session, connection, result)
                 if end == .moreCommands { continue processing }
                 if end == .closing { break processing }
             }

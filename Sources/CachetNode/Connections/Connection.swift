@@ -98,10 +98,10 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @exclusivity(unchecked) var watch: WatchStream?
     /// A GET's reply being sent in several frames, while it is (``ValueFrames``).
     @exclusivity(unchecked) var valueFrames: ValueFrames?
-    /// A connection on the memcached port: its text turned into native requests, and their replies back
-    /// (``MemcacheSession``); nil on the native ports.
-    @exclusivity(unchecked) var memcache: MemcacheSession? {
-        didSet { transformsOutput = memcache != nil }
+    /// A connection on the memcached port or the HTTP port: what it receives turned into native requests,
+    /// and their replies back (``TranslatingSession``); nil on the native ports.
+    @exclusivity(unchecked) var session: (any TranslatingSession)? {
+        didSet { transformsOutput = session != nil }
     }
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
@@ -174,11 +174,11 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     override func prepareOutput() {
-        memcache?.translateReplies(in: &output)
+        session?.translateReplies(in: &output)
     }
 
     override func outputSent(_ count: Int) {
-        memcache?.textPending -= count
+        session?.outputSent(count)
     }
 
     override func channelWritable() {

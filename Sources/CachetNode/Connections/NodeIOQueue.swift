@@ -359,9 +359,9 @@ final class NodeIOQueue: @unchecked Sendable {
                 connection.output.capacity + replyRoom,
                 connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
-            // memcached's text is turned into native requests, served as a binary client's are.
-            let session = connection.memcache
-            if let session { enterMemcacheTurn(session, connection, now: now) }
+            // Another protocol's requests are turned into native ones, served as a binary client's are.
+            let session = connection.session
+            if let session { enterSessionTurn(session, connection, now: now) }
             let result = processor.process(
                 input: &connection.input,
                 output: &connection.output,
@@ -374,7 +374,7 @@ final class NodeIOQueue: @unchecked Sendable {
                 requestLimit: Self.requestsPerTurn
             )
             if let session {
-                let end = leaveMemcacheTurn(session, connection, result)
+                let end = leaveSessionTurn(session, connection, result)
                 if end == .moreCommands { continue }
                 if end == .closing { break }
             }
@@ -412,41 +412,47 @@ final class NodeIOQueue: @unchecked Sendable {
         _ = send(connection)
     }
 
-    /// Starts a turn of a connection on the memcached port: the whole commands of its input become native
-    /// requests (``MemcacheSession``), and the connection's input holds those for the processor until
-    /// ``leaveMemcacheTurn(_:_:_:)`` (the two buffers change places, so that the processor is called from
-    /// one place for every connection).
-    func enterMemcacheTurn(_ session: MemcacheSession, _ connection: Connection, now: UInt32) {
-        session.decode(from: &connection.input, now: now)
+    /// Starts a turn of a connection on the memcached or HTTP port: the whole requests of its input become
+    /// native requests (``TranslatingSession``), and the connection's input holds those for the processor
+    /// until ``leaveSessionTurn(_:_:_:)`` (the two buffers change places, so that the processor is called
+    /// from one place for every connection).
+    func enterSessionTurn(_ session: any TranslatingSession, _ connection: Connection, now: UInt32) {
+        session.beginTurn(input: &connection.input, outputBytes: connection.output.readableBytes, now: now, host: self)
+        session.exchangeNative(with: &connection.input)
+    }
+
+    /// What a connection on the memcached or HTTP port does after its turn.
+    enum SessionTurnEnd {
+        /// As a binary connection with that result.
+        case carryOn
+        /// Its native requests are served and whole requests wait in its input: another turn.
+        case moreCommands
+        /// `quit`, a line too long, an HTTP request that closes: closing, once what came before is answered.
+        case closing
+    }
+
+    /// Ends a turn begun by ``enterSessionTurn(_:_:now:)``: the buffers change back.
+    func leaveSessionTurn(_ session: any TranslatingSession, _ connection: Connection, _ result: ProcessingResult)
+        -> SessionTurnEnd
+    {
+        session.exchangeNative(with: &connection.input)
+        guard case .needMoreBytes = result else { return .carryOn }
+        if session.wantsTurn(input: connection.input, outputBytes: connection.output.readableBytes) {
+            return .moreCommands
+        }
+        guard session.quitting else { return .carryOn }
+        beginClosing(connection)
+        return .closing
+    }
+
+    /// What a memcached connection asked of the node itself: `flush_all` with a delay, `cache_memlimit`.
+    func applyNodeRequests(of session: MemcacheSession) {
         if !session.flushDelays.isEmpty { scheduleFlushes(session) }
         if let bytes = session.memoryLimits.last {
             // memcached's `cache_memlimit`: the memory tier's limit, on this node.
             processor.commands.store.setMemoryLimit(bytes)
             session.memoryLimits = []
         }
-        swap(&connection.input, &session.native)
-    }
-
-    /// What a memcached connection does after its turn.
-    enum MemcacheTurnEnd {
-        /// As a binary connection with that result.
-        case carryOn
-        /// Its native requests are served and whole commands wait in its input: another turn.
-        case moreCommands
-        /// `quit` (or a line too long): closing, once what came before is answered.
-        case closing
-    }
-
-    /// Ends a turn begun by ``enterMemcacheTurn(_:_:now:)``: the buffers change back.
-    func leaveMemcacheTurn(_ session: MemcacheSession, _ connection: Connection, _ result: ProcessingResult)
-        -> MemcacheTurnEnd
-    {
-        swap(&connection.input, &session.native)
-        guard case .needMoreBytes = result else { return .carryOn }
-        if session.hasWholeCommand(in: connection.input) { return .moreCommands }
-        guard session.quitting else { return .carryOn }
-        beginClosing(connection)
-        return .closing
     }
 
     /// Schedules the delayed `flush_all`s a memcached connection asked for: each empties this node (memory,
@@ -536,6 +542,19 @@ final class NodeIOQueue: @unchecked Sendable {
                 }
             case .closed:
                 return
+            case .reading
+            where connection.session.map {
+                $0.quitting || $0.wantsTurn(input: connection.input, outputBytes: connection.output.readableBytes)
+            } == true:
+                // Another protocol's connection with work that no read will start: the next piece of an HTTP
+                // value response, the request pipelined behind it, or the close it asked for.
+                guard !resumed else {
+                    yieldTurn(connection)
+                    break
+                }
+                resumed = true
+                process(connection, now: now)
+                continue
             case .waitingForCompletion where connection.valueFrames?.mayContinue(on: connection) == true:
                 // A GET answered in several frames reads its next piece once the client has taken most of
                 // the last one.
@@ -619,20 +638,26 @@ final class NodeIOQueue: @unchecked Sendable {
 
     // MARK: - Adopting and ending connections
 
-    /// Adopts an accepted socket; one accepted on a memcached port (`memcache`) speaks memcached's text
-    /// protocol (``MemcacheSession``). Called on `queue`.
-    func register(fd: Int32, memcache: MemcacheSession.Settings? = nil) {
-        guard let connection = adopt(fd: fd, counted: true), let memcache else { return }
-        speakMemcache(connection, memcache)
+    /// Adopts an accepted socket, speaking `language` (the listener's). Called on `queue`.
+    func register(fd: Int32, speaking language: ConnectionLanguage = .native) {
+        guard let connection = adopt(fd: fd, counted: true) else { return }
+        speak(language, on: connection)
     }
 
-    private func speakMemcache(_ connection: Connection, _ settings: MemcacheSession.Settings) {
-        connection.memcache = MemcacheSession(
-            version: settings.version,
-            requiresAuth: settings.requiresAuth,
-            flushesCluster: settings.flushesCluster,
-            maximumValueLength: settings.maximumValueLength
-        )
+    private func speak(_ language: ConnectionLanguage, on connection: Connection) {
+        switch language {
+        case .native:
+            break
+        case .memcache(let settings):
+            connection.session = MemcacheSession(
+                version: settings.version,
+                requiresAuth: settings.requiresAuth,
+                flushesCluster: settings.flushesCluster,
+                maximumValueLength: settings.maximumValueLength
+            )
+        case .http(let settings):
+            connection.session = HTTPSession(settings: settings, secure: connection.usesTLS)
+        }
     }
 
     /// Adopts a socket accepted on the TLS port: its reads and writes go through a session of `context`,
@@ -642,10 +667,10 @@ final class NodeIOQueue: @unchecked Sendable {
         fd: Int32,
         tls context: CachetTLSContext,
         handshakeDeadline: Double,
-        memcache: MemcacheSession.Settings? = nil
+        speaking language: ConnectionLanguage = .native
     ) {
         guard let connection = adopt(fd: fd, counted: true, tls: context) else { return }
-        if let memcache { speakMemcache(connection, memcache) }
+        speak(language, on: connection)
         _ = loop.schedule(after: .milliseconds(Int(handshakeDeadline * 1000))) { [weak self, weak connection] in
             guard let self, let connection, !connection.isClosed, connection.tls?.isEstablished == false else {
                 return

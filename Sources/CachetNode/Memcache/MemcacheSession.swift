@@ -17,7 +17,7 @@ import CachetWire
 /// Touched only on its connection's loop queue. `@exclusivity(unchecked)`: its properties are touched on
 /// every command, and the run-time exclusivity check on a class property costs two runtime calls per
 /// access (as for `Connection`); the single-queue rule keeps accesses from overlapping.
-final class MemcacheSession {
+final class MemcacheSession: TranslatingSession {
     /// What the reply to one native request means for memcached.
     enum Reply {
         /// One key of `get`, `gets`, `gat` or `gats`: a VALUE line on a hit, nothing on a miss; `END` after
@@ -139,6 +139,23 @@ final class MemcacheSession {
             made = true
         }
         return made
+    }
+
+    func beginTurn(input: inout CachetByteBuffer, outputBytes: Int, now: UInt32, host: NodeIOQueue) {
+        decode(from: &input, now: now)
+        if !flushDelays.isEmpty || !memoryLimits.isEmpty { host.applyNodeRequests(of: self) }
+    }
+
+    func exchangeNative(with buffer: inout CachetByteBuffer) {
+        swap(&buffer, &native)
+    }
+
+    func wantsTurn(input: borrowing CachetByteBuffer, outputBytes: Int) -> Bool {
+        hasWholeCommand(in: input)
+    }
+
+    func outputSent(_ count: Int) {
+        textPending -= count
     }
 
     /// Whether the input's next command is whole (decoding would make a request), ignoring room.
@@ -311,14 +328,7 @@ final class MemcacheSession {
         bodyLength: Int,
         _ body: (inout CachetByteBuffer) -> Void
     ) {
-        native.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
-        CachetFrameEncoder.writePrefixAndHeader(
-            to: native.writePointer,
-            bodyLength: bodyLength,
-            header: CachetFrameHeader(opcode: opcode, word: flags.rawValue, id: takeID())
-        )
-        native.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
-        body(&native)
+        native.appendRequestFrame(opcode, flags: flags, id: takeID(), bodyLength: bodyLength, body)
     }
 
     // MARK: Replies out

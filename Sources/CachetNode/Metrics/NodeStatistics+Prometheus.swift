@@ -61,6 +61,19 @@ extension NodeStatistics {
             "The connection limit (--max-connections).",
             configuration.maximumConnections
         )
+        let http = httpResponses.figures
+        if !http.byCode.isEmpty {
+            text.counter(
+                "cachet_http_responses_total",
+                "Responses on the HTTP port (--http-port, --https-port), by status code.",
+                http.byCode.map { (#"code=""# + $0.code + #"""#, $0.count) }
+            )
+            text.counter(
+                "cachet_http_responses_cut_short_total",
+                "Value responses ended short of their length: the value was replaced or went away while sent.",
+                http.cutShort
+            )
+        }
         text.gauge("cachet_connection_memory_bytes", "Bytes held by connections' buffers.", connectionMemory.current)
         text.counter(
             "cachet_connections_evicted_total",

@@ -22,6 +22,8 @@ final class NodeStatistics: Sendable {
     let connectionsCurrent = Atomic<Int>(0)
     let connectionsTotal = Atomic<Int>(0)
     let connectionsRejected = Atomic<Int>(0)
+    /// Responses on the HTTP port, by status.
+    let httpResponses = HTTPResponseCounts()
     let startTime: UInt32
     /// The budget of connections' buffers and arriving values, shared by every loop.
     let connectionMemory: ConnectionMemory

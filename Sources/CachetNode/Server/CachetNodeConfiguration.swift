@@ -80,6 +80,17 @@ public struct CachetNodeConfiguration: Sendable {
     /// The longest value a memcached client may store (`--memcached-item-size`, memcached's `-I`); 1 MiB, as
     /// memcached's default. Items are held in memory: at most `--large-value` on a node with a disk tier.
     public var memcachedItemSize: Int = 1 << 20
+    /// The HTTP port (`--http-port`, `docs/node.md`, "The HTTP port"): `/metrics`, `/health/live`,
+    /// `/health/ready` and, with ``httpValues``, `/values/KEY`, served on the node's event loops; nil (the
+    /// default) for none.
+    public var httpPort: Int? = nil
+    /// The same over TLS (`--https-port`), with ``tls``'s files; nil for none.
+    public var httpsPort: Int? = nil
+    /// The address the HTTP ports listen on (`--http-host`): the loopback address unless given, as metrics
+    /// and health are usually read on the same machine.
+    public var httpHost: String = "127.0.0.1"
+    /// Whether the HTTP ports serve values read-only under `/values/` (`--http-values`).
+    public var httpValues = false
     /// Whether memcached's `flush_all` (without a delay) empties every member of the cluster
     /// (`--memcached-flush cluster`) rather than this one (`member`, the default).
     public var memcachedFlushesCluster = false
@@ -200,13 +211,26 @@ public struct CachetNodeConfiguration: Sendable {
         guard shutdownTimeout > 0 && shutdownTimeout <= 3600 else {
             throw fail("--shutdown-timeout \(shutdownTimeout) must be above 0 and at most 3600 seconds")
         }
-        if (tlsPort != nil || tlsOnly || memcachedTLSPort != nil) && tls?.certificateFile == nil {
-            throw fail("--tls-port, --tls-only and --memcached-tls-port need --tls-cert and --tls-key (PEM files)")
-        }
-        if tlsPort == nil && !tlsOnly && memcachedTLSPort == nil && tls != nil {
+        let tlsPorts = tlsPort != nil || tlsOnly || memcachedTLSPort != nil || httpsPort != nil
+        if tlsPorts && tls?.certificateFile == nil {
             throw fail(
-                "--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port, --tls-only or --memcached-tls-port"
+                "--tls-port, --tls-only, --memcached-tls-port and --https-port need --tls-cert and --tls-key (PEM files)"
             )
+        }
+        if !tlsPorts && tls != nil {
+            throw fail(
+                "--tls-cert, --tls-key, --tls-ca and --tls-client-auth need --tls-port, --tls-only, "
+                    + "--memcached-tls-port or --https-port"
+            )
+        }
+        for (flag, value) in [("--http-port", httpPort), ("--https-port", httpsPort)] {
+            if let value, !(0...65535).contains(value) { throw fail("\(flag) \(value) must be a port from 0 to 65535") }
+        }
+        if let httpPort, let httpsPort, httpPort != 0, httpPort == httpsPort {
+            throw fail("--http-port and --https-port must differ")
+        }
+        if httpValues && httpPort == nil && httpsPort == nil {
+            throw fail("--http-values serves on --http-port or --https-port: give one")
         }
         if let memcachedTLSPort, !(0...65535).contains(memcachedTLSPort) {
             throw fail("--memcached-tls-port \(memcachedTLSPort) must be a port from 0 to 65535")

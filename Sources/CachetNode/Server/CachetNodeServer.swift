@@ -42,21 +42,13 @@ public final class CachetNodeServer: Sendable {
     private let maintenanceQueue = DispatchQueue(label: "cachet.maintenance", qos: .utility)
 
     private struct RunState {
-        /// Accepts on the first I/O loop (and hands connections to every loop, round robin).
-        var listener: CachetListener?
-        /// Accepts TLS connections (`--tls-port`), on the same loop.
-        var tlsListener: CachetListener?
-        var tlsPort: Int?
-        /// Accepts memcached's text protocol (`--memcached-port`), on the same loop.
-        var memcacheListener: CachetListener?
-        var memcachedPort: Int?
-        /// The same over TLS (`--memcached-tls-port`).
-        var memcacheTLSListener: CachetListener?
-        var memcachedTLSPort: Int?
+        /// The listening sockets, on the first I/O loop (which hands connections to every loop, round robin).
+        var listeners: [CachetListener] = []
+        /// The port each kind of listener is bound to.
+        var ports: [ListenerKind: Int] = [:]
         var sweepTimer: (any DispatchSourceTimer)?
         var started = false
         var stopped = false
-        var boundPort = 0
     }
 
     /// Creates a node. Nothing runs until ``start()``.
@@ -179,16 +171,22 @@ public final class CachetNodeServer: Sendable {
     }
 
     /// The port the node listens on, once started (useful with port 0).
-    public var port: Int { state.withLockUnchecked { $0.boundPort } }
+    public var port: Int { state.withLockUnchecked { $0.ports[.native] ?? 0 } }
 
     /// The TLS listener's port, once started; nil without `--tls-port`.
-    public var tlsPort: Int? { state.withLockUnchecked { $0.tlsPort } }
+    public var tlsPort: Int? { state.withLockUnchecked { $0.ports[.nativeTLS] } }
 
     /// The memcached port, once started with ``CachetNodeConfiguration/memcachedPort``; nil otherwise.
-    public var memcachedPort: Int? { state.withLockUnchecked { $0.memcachedPort } }
+    public var memcachedPort: Int? { state.withLockUnchecked { $0.ports[.memcache] } }
 
     /// The memcached TLS port, once started with ``CachetNodeConfiguration/memcachedTLSPort``; nil otherwise.
-    public var memcachedTLSPort: Int? { state.withLockUnchecked { $0.memcachedTLSPort } }
+    public var memcachedTLSPort: Int? { state.withLockUnchecked { $0.ports[.memcacheTLS] } }
+
+    /// The HTTP port, once started with ``CachetNodeConfiguration/httpPort``; nil otherwise.
+    public var httpPort: Int? { state.withLockUnchecked { $0.ports[.http] } }
+
+    /// The HTTPS port, once started with ``CachetNodeConfiguration/httpsPort``; nil otherwise.
+    public var httpsPort: Int? { state.withLockUnchecked { $0.ports[.https] } }
 
     /// The node's users (`--auth-file`); nil without one.
     private let auth: NodeAuth?
@@ -280,8 +278,8 @@ public final class CachetNodeServer: Sendable {
     public func start() throws(CachetNodeError) -> Int {
         signal(SIGPIPE, SIG_IGN)
         raiseDescriptorLimit()
-        var tls: (fd: Int32, port: Int)?
-        if configuration.tlsPort != nil || configuration.tlsOnly || configuration.memcachedTLSPort != nil,
+        if configuration.tlsPort != nil || configuration.tlsOnly || configuration.memcachedTLSPort != nil
+            || configuration.httpsPort != nil,
             let tlsConfiguration = configuration.tls
         {
             do throws(CachetIOError) {
@@ -291,13 +289,8 @@ public final class CachetNodeServer: Sendable {
                 throw CachetNodeError(code: .invalidConfiguration, message: error.message)
             }
         }
-        if let tlsPort = configuration.tlsPort {
-            let (tlsFD, boundTLSPort) = try Self.listen(host: configuration.host, port: tlsPort)
-            tls = (tlsFD, boundTLSPort)
-        }
-        let memcache = try listen(on: configuration.memcachedPort)
-        let memcacheTLS = try listen(on: configuration.memcachedTLSPort)
-        let (fd, port) = try Self.listen(host: configuration.host, port: configuration.port)
+        let bound = try ListenerKind.bindAll(configuration)
+        let nativePort = bound.first(where: { $0.kind == .native })?.port ?? 0
         disk?.store.startRecovery()
         for loop in loops { loop.start() }
         hold?.start()
@@ -308,16 +301,16 @@ public final class CachetNodeServer: Sendable {
                 logger.warning("pausing accepts for 100 ms")
             }
         }
+        let languages = Dictionary(uniqueKeysWithValues: bound.map { ($0.kind, language(for: $0.kind)) })
         let tlsOnly = configuration.tlsOnly
-        let listener = CachetListener(accepted: { [self] fd in admit(fd, tls: tlsOnly) }, failed: acceptFailed)
-        let tlsListener = tls.map { _ in
-            CachetListener(accepted: { [self] fd in admit(fd, tls: true) }, failed: acceptFailed)
-        }
-        let memcacheListener = memcache.map { _ in
-            CachetListener(accepted: { [self] fd in admit(fd, tls: false, memcache: true) }, failed: acceptFailed)
-        }
-        let memcacheTLSListener = memcacheTLS.map { _ in
-            CachetListener(accepted: { [self] fd in admit(fd, tls: true, memcache: true) }, failed: acceptFailed)
+        let listeners = bound.map { socket in
+            let kind = socket.kind
+            let usesTLS = kind == .native ? tlsOnly : kind.usesTLS
+            let language = languages[kind] ?? .native
+            return CachetListener(
+                accepted: { [self] fd in admit(fd, tls: usesTLS, language: language) },
+                failed: acceptFailed
+            )
         }
         let timer = DispatchSource.makeTimerSource(queue: maintenanceQueue)
         let interval = configuration.sweepInterval
@@ -336,35 +329,25 @@ public final class CachetNodeServer: Sendable {
             }
         }
         state.withLockUnchecked { state in
-            state.listener = listener
-            state.tlsListener = tlsListener
-            state.tlsPort = tls?.port
-            state.memcacheListener = memcacheListener
-            state.memcachedPort = memcache?.port
-            state.memcacheTLSListener = memcacheTLSListener
-            state.memcachedTLSPort = memcacheTLS?.port
+            state.listeners = listeners
+            for socket in bound { state.ports[socket.kind] = socket.port }
             state.sweepTimer = timer
             state.started = true
-            state.boundPort = port
         }
         // Connections wait in the listening socket's backlog until the peers are greeted.
         peerGreetings?.greet()
         let acceptingLoop = loops[0].loop
         acceptingLoop.executeAndWait {
-            acceptingLoop.register(listener, fd: fd, isNonBlocking: true)
-            if let tlsListener, let tls { acceptingLoop.register(tlsListener, fd: tls.fd, isNonBlocking: true) }
-            if let memcacheListener, let memcache {
-                acceptingLoop.register(memcacheListener, fd: memcache.fd, isNonBlocking: true)
-            }
-            if let memcacheTLSListener, let memcacheTLS {
-                acceptingLoop.register(memcacheTLSListener, fd: memcacheTLS.fd, isNonBlocking: true)
+            for (listener, socket) in zip(listeners, bound) {
+                acceptingLoop.register(listener, fd: socket.fd, isNonBlocking: true)
             }
         }
         timer.activate()
         logger.info(
             "node started",
             metadata: [
-                "node.address": "\(CachetAddress(host: configuration.host, port: port))",
+                "node.address": "\(CachetAddress(host: configuration.host, port: nativePort))",
+                "node.ports": "\(bound.map { "\($0.kind.flag) \($0.port)" }.joined(separator: ", "))",
                 "node.io_queues": "\(configuration.ioQueueCount)",
                 "node.io_linger_ms": "\(configuration.ioLingerMilliseconds)",
                 "memory.limit": "\(configuration.memoryLimit)",
@@ -372,7 +355,7 @@ public final class CachetNodeServer: Sendable {
                 "disk.directory": "\(configuration.disk?.directory ?? "")",
             ]
         )
-        return port
+        return nativePort
     }
 
     /// Raises the soft limit on open descriptors towards the hard limit so that `--max-connections` can be
@@ -395,22 +378,9 @@ public final class CachetNodeServer: Sendable {
         }
     }
 
-    /// Opens the listening socket through CachetIO: IPv4 and IPv6 literals and host names.
-    private static func listen(host: String, port: Int) throws(CachetNodeError) -> (Int32, Int) {
-        do throws(CachetIOError) {
-            let (fd, bound) = try CachetSocket.listen(on: CachetAddress(host: host, port: port))
-            return (fd, bound)
-        } catch {
-            throw CachetNodeError(
-                code: .addressUnusable,
-                message: "cannot listen on --host \(host) --port \(port): \(error.message)"
-            )
-        }
-    }
-
     /// Takes an accepted connection (on the accepting loop's queue): counts it, and hands it to an I/O
     /// loop, round robin, or answers it UNAVAILABLE past `--max-connections`.
-    private func admit(_ fd: Int32, tls: Bool, memcache: Bool = false) {
+    private func admit(_ fd: Int32, tls: Bool, language: ConnectionLanguage) {
         let current = statistics.connectionsCurrent.add(1, ordering: .relaxed).newValue
         if current > configuration.maximumConnections {
             statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
@@ -420,21 +390,40 @@ public final class CachetNodeServer: Sendable {
         }
         statistics.connectionsTotal.add(1, ordering: .relaxed)
         let loop = loops[nextLoop.add(1, ordering: .relaxed).newValue % loops.count]
-        let session = memcache ? memcacheSessionSettings : nil
-        guard tls else { return loop.execute { loop.register(fd: fd, memcache: session) } }
+        guard tls else { return loop.execute { loop.register(fd: fd, speaking: language) } }
         guard let context = tlsContext.withLock({ $0 }) else {
             statistics.connectionsCurrent.subtract(1, ordering: .relaxed)
             return CachetSocket.close(fd)
         }
         let deadline = configuration.tlsHandshakeTimeout
-        loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline, memcache: session) }
+        loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline, speaking: language) }
     }
 
-    /// Binds `port` on the node's host when it is given (the memcached ports).
-    private func listen(on port: Int?) throws(CachetNodeError) -> (fd: Int32, port: Int)? {
-        guard let port else { return nil }
-        let (fd, bound) = try Self.listen(host: configuration.host, port: port)
-        return (fd, bound)
+    /// What the connections of a listener speak.
+    private func language(for kind: ListenerKind) -> ConnectionLanguage {
+        switch kind {
+        case .native, .nativeTLS: return .native
+        case .memcache, .memcacheTLS: return .memcache(memcacheSessionSettings)
+        case .http, .https: return .http(httpSessionSettings)
+        }
+    }
+
+    /// What the HTTP port's sessions share.
+    private var httpSessionSettings: HTTPSession.Settings {
+        let statistics = statistics
+        return HTTPSession.Settings(
+            servesValues: configuration.httpValues,
+            valuesNeedTLS: configuration.tlsOnly,
+            requiresAuth: auth != nil,
+            // What one range reply carries: the frame less its header, the value's length and its tag.
+            pieceSize: min(
+                1 << 20,
+                configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetValueRange.replyPrefixSize
+            ),
+            metrics: { statistics.prometheusText() },
+            readiness: { statistics.readiness() },
+            responses: statistics.httpResponses
+        )
     }
 
     /// What the memcached port's sessions share: the version they report, whether the first `set` signs in,
@@ -475,22 +464,20 @@ public final class CachetNodeServer: Sendable {
     public func shutdown(timeout: Double? = nil) {
         let timeout = timeout ?? configuration.shutdownTimeout
         let started = DispatchTime.now()
-        typealias Stopping = (CachetListener?, CachetListener?, (any DispatchSourceTimer)?)
-        let (listener, tlsListener, timer) = state.withLockUnchecked { state -> Stopping in
-            guard state.started, !state.stopped else { return (nil, nil, nil) }
+        typealias Stopping = ([CachetListener], (any DispatchSourceTimer)?)
+        let (listeners, timer) = state.withLockUnchecked { state -> Stopping in
+            guard state.started, !state.stopped else { return ([], nil) }
             state.stopped = true
             defer {
-                state.listener = nil
-                state.tlsListener = nil
+                state.listeners = []
                 state.sweepTimer = nil
             }
-            return (state.listener, state.tlsListener, state.sweepTimer)
+            return (state.listeners, state.sweepTimer)
         }
-        guard let listener else { return }
+        guard !listeners.isEmpty else { return }
         let acceptingLoop = loops[0].loop
         acceptingLoop.executeAndWait {
-            listener.close()
-            tlsListener?.close()
+            for listener in listeners { listener.close() }
         }
         timer?.cancel()
         let group = DispatchGroup()

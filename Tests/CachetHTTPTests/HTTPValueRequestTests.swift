@@ -1,6 +1,7 @@
-import CachetNode
 import CachetWire
 import Testing
+
+@testable import CachetHTTP
 
 /// An HTTP request for a value read without sockets (`HTTPValueRequest`): the key from the path, one byte
 /// range from `Range`, and what a range serves of a value of a given length.

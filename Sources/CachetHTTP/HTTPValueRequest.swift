@@ -2,8 +2,9 @@ public import CachetWire
 
 /// What an HTTP request for a value asks (`docs/node.md`, "Values over HTTP"): a key from the path
 /// `/values/KEY` (percent-encoded), and at most one byte range from its `Range` header. Pure: the node's
-/// HTTP server turns it into one GET of a range on the binary protocol, so that every response is one
-/// consistent reading of the value (never a mixture of two writes), forwarded in a cluster like any GET.
+/// HTTP port turns it into GETs of ranges on its own command layer, all of one tag, so that every response
+/// is one consistent reading of the value (never a mixture of two writes), forwarded in a cluster like any
+/// GET.
 public struct HTTPValueRequest: Sendable, Equatable {
     /// The key's bytes.
     public var key: [UInt8]
@@ -72,12 +73,12 @@ public struct HTTPValueRequest: Sendable, Equatable {
 
     /// `bytes=A-B`, `bytes=A-` or `bytes=-N`; nil for anything else (other units, several ranges, bad numbers).
     static func parseRange(_ header: String) -> ByteRange? {
-        let trimmed = header.trimmingSpaces()
+        let trimmed = header.trimmingSpacesAndTabs()
         guard trimmed.lowercased().hasPrefix("bytes=") else { return nil }
-        let spec = trimmed.dropFirst("bytes=".count).trimmingSpaces()
+        let spec = trimmed.dropFirst("bytes=".count).trimmingSpacesAndTabs()
         guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return nil }
-        let first = spec[..<dash].trimmingSpaces()
-        let last = spec[spec.index(after: dash)...].trimmingSpaces()
+        let first = spec[..<dash].trimmingSpacesAndTabs()
+        let last = spec[spec.index(after: dash)...].trimmingSpacesAndTabs()
         // Digits only (`UInt64` would also take a sign).
         guard (first + last).allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         if first.isEmpty {
@@ -137,11 +138,5 @@ public struct HTTPValueRequest: Sendable, Equatable {
         case "html": return "text/html; charset=utf-8"
         default: return "application/octet-stream"
         }
-    }
-}
-
-extension StringProtocol {
-    fileprivate func trimmingSpaces() -> String {
-        String(drop(while: { $0 == " " || $0 == "\t" }).reversed().drop(while: { $0 == " " || $0 == "\t" }).reversed())
     }
 }

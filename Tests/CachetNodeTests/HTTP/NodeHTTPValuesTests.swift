@@ -22,14 +22,18 @@ struct NodeHTTPValuesTests {
         _ port: Int,
         _ path: String,
         method: String = "GET",
-        headers: [String: String] = [:]
+        headers: [String: String] = [:],
+        ca: String? = nil
     ) throws -> Reply {
+        // With `ca`, over HTTPS, checking the node's certificate against it.
         let script = """
-            import json, sys, urllib.request, urllib.error
-            request = urllib.request.Request("http://127.0.0.1:\(port)" + sys.argv[1], method=sys.argv[2],
+            import json, ssl, sys, urllib.request, urllib.error
+            scheme = "https" if sys.argv[4] else "http"
+            request = urllib.request.Request(scheme + "://127.0.0.1:\(port)" + sys.argv[1], method=sys.argv[2],
                                              headers=json.loads(sys.argv[3]))
+            context = ssl.create_default_context(cafile=sys.argv[4]) if sys.argv[4] else None
             try:
-                response = urllib.request.urlopen(request, timeout=10)
+                response = urllib.request.urlopen(request, timeout=10, context=context)
             except urllib.error.HTTPError as error:
                 response = error
             body = response.read()
@@ -38,7 +42,7 @@ struct NodeHTTPValuesTests {
                               "body": body.hex()}))
             """
         let encoded = String(decoding: try JSONSerialization.data(withJSONObject: headers), as: UTF8.self)
-        let (text, status) = try runProcess(NodeMetricsTests.python, ["-c", script, path, method, encoded])
+        let (text, status) = try runProcess(NodeMetricsTests.python, ["-c", script, path, method, encoded, ca ?? ""])
         guard status == 0, let data = text.data(using: .utf8),
             let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
             let code = object["status"] as? Int, let headers = object["headers"] as? [String: String],
@@ -125,11 +129,11 @@ struct NodeHTTPValuesTests {
         #expect(try Self.request(port, "/values/absent").status == 404)
         let headMiss = try Self.request(port, "/values/absent", method: "HEAD")
         #expect(headMiss.status == 404 && headMiss.body.isEmpty, "a HEAD answer has no body, errors included")
-        #expect(try Self.request(port, "/values/").status == 404, "no key: no such path")
+        #expect(try Self.request(port, "/values/").status == 400, "no key")
         #expect(try Self.request(port, "/values/%zz").status == 400, "a bad escape")
         let metrics = try Self.request(port, "/metrics")
         #expect(
-            String(decoding: metrics.body, as: UTF8.self).contains(#"cachet_http_value_responses_total{code="206"} 7"#)
+            String(decoding: metrics.body, as: UTF8.self).contains(#"cachet_http_responses_total{code="206"} 7"#)
         )
     }
 
@@ -226,12 +230,13 @@ struct NodeHTTPValuesTests {
         #expect(try Self.request(port, "/values/shop:clip?access_token=nocolon").status == 400)
     }
 
-    @Test func aTLSOnlyNodeServesItsValuesReadOverTLS() throws {
+    @Test func aTLSOnlyNodeServesItsValuesOverHTTPSOnly() throws {
         let certificates = try TestCertificates()
         defer { certificates.remove() }
+        let httpsPort = try NodeMetricsTests.freePort()
         let (node, port) = try Self.node([
             "--tls-only", "--tls-cert", certificates.serverCertificate, "--tls-key", certificates.serverKey,
-            "--tls-ca", certificates.caFile,
+            "--tls-ca", certificates.caFile, "--https-port", "\(httpsPort)",
         ])
         let secure = try CachetBlockingConnection(
             to: CachetAddress(host: "127.0.0.1", port: node.port),
@@ -239,14 +244,22 @@ struct NodeHTTPValuesTests {
             tls: try NodeTLSTests.client(ca: certificates.caFile)
         )
         let key = Array("films/tls.webm".utf8)
-        #expect(try NodeTLSTests.roundTrip(.put(key: key, value: Self.value, ttl: 0), on: secure).status == .ok)
-        let whole = try Self.request(port, "/values/films/tls.webm")
-        #expect(
-            whole.status == 200 && whole.body == Self.value,
-            "\(whole.status) \(String(decoding: whole.body, as: UTF8.self))"
+        let large = PatternBytes.make(count: 3 << 20, seed: 7)
+        #expect(try NodeTLSTests.roundTrip(.put(key: key, value: large, ttl: 0), on: secure).status == .ok)
+        let whole = try Self.request(httpsPort, "/values/films/tls.webm", ca: certificates.caFile)
+        #expect(whole.status == 200 && whole.body == large, "\(whole.status) \(whole.body.count) bytes")
+        let part = try Self.request(
+            httpsPort,
+            "/values/films/tls.webm",
+            headers: ["Range": "bytes=1048570-2097160"],
+            ca: certificates.caFile
         )
-        let part = try Self.request(port, "/values/films/tls.webm", headers: ["Range": "bytes=10-19"])
-        #expect(part.status == 206 && part.body == Array(Self.value[10..<20]))
+        #expect(part.status == 206 && part.body == Array(large[1_048_570...2_097_160]), "across a piece's end")
+        #expect(try Self.request(httpsPort, "/metrics", ca: certificates.caFile).status == 200)
+        // The plain HTTP port still serves metrics and health, but no values: they travel only encrypted.
+        let plain = try Self.request(port, "/values/films/tls.webm")
+        #expect(plain.status == 403 && String(decoding: plain.body, as: UTF8.self).contains("--https-port"))
+        #expect(try Self.request(port, "/health/live").status == 200)
     }
 
     @Test func aKeyAnotherMemberOwnsIsReadThroughTheMemberAsked() throws {
@@ -315,6 +328,6 @@ struct NodeHTTPValuesTests {
             "\(output)"
         )
         let metrics = String(decoding: try Self.request(port, "/metrics").body, as: UTF8.self)
-        #expect(metrics.contains(#"cachet_http_value_responses_total{code="206"}"#), "the player asked for ranges")
+        #expect(metrics.contains(#"cachet_http_responses_total{code="206"}"#), "the player asked for ranges")
     }
 }

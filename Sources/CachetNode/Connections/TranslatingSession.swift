@@ -1,0 +1,69 @@
+import CachetIO
+import CachetWire
+
+/// A connection that speaks a protocol other than the node's own: memcached's text (``MemcacheSession``) or
+/// HTTP (``HTTPSession``). What it receives is turned into native requests at the start of each turn, the
+/// connection's ``RequestProcessor`` serves them as it serves a binary client's input (routing, forwards,
+/// users, the disk tier, all unchanged), and before each send the native replies are turned back into the
+/// connection's protocol. So one command layer serves every protocol, and replies keep the order of the
+/// requests whatever waits for the disk or another member.
+///
+/// Touched only on its connection's loop queue.
+protocol TranslatingSession: AnyObject {
+    /// Turns the whole requests at the front of `input` into native requests (or, for a reply sent in
+    /// several native replies, asks for its next one), and consumes what it turned. Called at the start of a
+    /// turn, before ``exchangeNative(with:)``.
+    /// - Parameters:
+    ///   - input: the bytes received.
+    ///   - outputBytes: the connection's output not sent yet.
+    ///   - now: the loop's clock, in seconds.
+    ///   - host: the connection's loop.
+    func beginTurn(input: inout CachetByteBuffer, outputBytes: Int, now: UInt32, host: NodeIOQueue)
+
+    /// Exchanges the native requests made with `buffer` (the connection's input during a turn).
+    func exchangeNative(with buffer: inout CachetByteBuffer)
+
+    /// Whether a turn would find work now, with nothing new received: a whole request waits in `input`, or
+    /// a reply sent in parts may ask for its next part because `outputBytes` are all that is left to send.
+    func wantsTurn(input: borrowing CachetByteBuffer, outputBytes: Int) -> Bool
+
+    /// Whether the connection closes once what came before is answered.
+    var quitting: Bool { get }
+
+    /// Turns the native replies appended to `output` since the last call into the connection's protocol.
+    func translateReplies(in output: inout CachetByteBuffer)
+
+    /// Called after a send took `count` bytes from the front of the output.
+    func outputSent(_ count: Int)
+}
+
+/// The protocol the connections of a listener speak.
+enum ConnectionLanguage: Sendable {
+    /// The node's own binary protocol (`Protocol/PROTOCOL.md`).
+    case native
+    /// memcached's text protocol (`--memcached-port`, ``MemcacheSession``).
+    case memcache(MemcacheSession.Settings)
+    /// HTTP/1.1 (`--http-port`, ``HTTPSession``).
+    case http(HTTPSession.Settings)
+}
+
+extension CachetByteBuffer {
+    /// Appends a native request frame: its length prefix and header, then `bodyLength` bytes written by
+    /// `body` (what a ``TranslatingSession`` makes of the requests it receives).
+    mutating func appendRequestFrame(
+        _ opcode: CachetOpcode,
+        flags: CachetRequestFlags,
+        id: UInt32,
+        bodyLength: Int,
+        _ body: (inout CachetByteBuffer) -> Void
+    ) {
+        reserveWritable(CachetProtocol.frameOverhead + bodyLength)
+        CachetFrameEncoder.writePrefixAndHeader(
+            to: writePointer,
+            bodyLength: bodyLength,
+            header: CachetFrameHeader(opcode: opcode, word: flags.rawValue, id: id)
+        )
+        moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
+        body(&self)
+    }
+}

@@ -1,0 +1,530 @@
+import CachetHTTP
+import CachetIO
+import CachetStore
+import CachetWire
+
+/// A connection on the HTTP port (`--http-port`, or `--https-port` over TLS; `docs/node.md`, "The HTTP
+/// port"): HTTP/1.1 served on the node's own event loops. `/metrics`, `/health/live` and `/health/ready`
+/// are answered from the node's figures; `GET` and `HEAD /values/KEY` (with `--http-values`) become the
+/// node's own GETs of ranges, served by the connection's ``RequestProcessor`` as a binary client's are
+/// (routing, forwards, users and key prefixes, the disk tier), so a value another member owns is read there
+/// and a user reads only under their prefixes.
+///
+/// A value is sent a piece (``Settings/pieceSize``) at a time: the first GET tells its length and tag, and
+/// the next piece is asked for once the connection has no more than one piece left to send, so a value of
+/// any size is served in bounded memory and the disk read of a piece overlaps the send of the one before.
+/// Every piece must carry the first's tag: a value replaced while it is sent ends the response early (the
+/// connection closes short of its `Content-Length`), never a mixture of two values. Requests pipelined
+/// behind a value wait for its last piece.
+///
+/// Touched only on its connection's loop queue (see ``MemcacheSession`` for `@exclusivity(unchecked)`).
+final class HTTPSession: TranslatingSession {
+    /// What every session of a node shares.
+    struct Settings: Sendable {
+        /// Whether `/values/` is served (`--http-values`).
+        var servesValues: Bool
+        /// Whether values are refused over plain HTTP (a node with `--tls-only`: its values travel only
+        /// encrypted, on `--https-port`).
+        var valuesNeedTLS: Bool
+        /// Whether the node has users: value requests carry credentials.
+        var requiresAuth: Bool
+        /// The most bytes one GET of a range asks for (1 MiB, or less to fit `--max-frame`).
+        var pieceSize: Int
+        /// `/metrics`: the node's figures in Prometheus's text format.
+        var metrics: @Sendable () -> String
+        /// `/health/ready`: whether the node serves its keys, and why not.
+        var readiness: @Sendable () -> (ready: Bool, reason: String)
+        /// Where responses are counted, by status.
+        var responses: HTTPResponseCounts
+    }
+
+    /// What the reply to one native request means.
+    private enum Pending {
+        /// A response the session wrote itself (sent in its turn among the replies; the native request was a
+        /// PING).
+        case literal([UInt8])
+        /// The credentials a value request carried, as an AUTH.
+        case signIn(HTTPCredentials)
+        /// The first GET of a value response: its head, and its first bytes.
+        case valueHead
+        /// A later piece of the value response in progress, of at most this many bytes.
+        case valuePiece(Int)
+    }
+
+    /// A value response in progress.
+    private struct ValueResponse {
+        let key: [UInt8]
+        let asked: HTTPRequestHead
+        let range: HTTPValueRequest.ByteRange?
+        let contentType: String
+        let head: Bool
+        /// Once its head is sent: the value's tag, the next offset to send, the end of what is sent.
+        var tag: UInt64 = 0
+        var next: UInt64 = 0
+        var end: UInt64 = 0
+        /// Whether a piece is asked for and not answered yet.
+        var pieceAsked = false
+        /// Whether its head is written (its first GET answered).
+        var started = false
+    }
+
+    let settings: Settings
+    /// Whether the connection is TLS (`--https-port`).
+    let secure: Bool
+
+    @exclusivity(unchecked) private var native = CachetByteBuffer(capacity: 1024)
+    @exclusivity(unchecked) private var contexts: [Pending] = []
+    @exclusivity(unchecked) private var contextsHead = 0
+    /// Bytes at the front of the connection's output that are HTTP already.
+    @exclusivity(unchecked) private var textPending = 0
+    @exclusivity(unchecked) private var value: ValueResponse?
+    /// Whether a response that closes the connection is queued: nothing more is read.
+    @exclusivity(unchecked) private var closeRequested = false
+    /// The credentials the connection signed in with (on a node with users).
+    @exclusivity(unchecked) private var signedIn: HTTPCredentials?
+    /// Whether the last sign-in failed: the value request behind it is answered 401.
+    @exclusivity(unchecked) private var signInFailed = false
+    @exclusivity(unchecked) private var nextID: UInt32 = 0
+    @exclusivity(unchecked) private var scratch = CachetByteBuffer(capacity: 1024)
+    @exclusivity(unchecked) private var date: (second: UInt32, text: String) = (0, "")
+
+    /// Requests decoded ahead of their responses at most (one value response among them, last).
+    static let pipelineLimit = 32
+
+    init(settings: Settings, secure: Bool) {
+        self.settings = settings
+        self.secure = secure
+    }
+
+    var quitting: Bool { closeRequested && value == nil }
+
+    func exchangeNative(with buffer: inout CachetByteBuffer) {
+        swap(&buffer, &native)
+    }
+
+    func outputSent(_ count: Int) {
+        textPending -= count
+    }
+
+    func wantsTurn(input: borrowing CachetByteBuffer, outputBytes: Int) -> Bool {
+        if let value { return mayAskNextPiece(value, outputBytes: outputBytes) }
+        guard !closeRequested, input.readableBytes > 0 else { return false }
+        if case .needMore = HTTPRequestHead.decode(input.readableRegion) { return false }
+        return true
+    }
+
+    private func mayAskNextPiece(_ value: ValueResponse, outputBytes: Int) -> Bool {
+        value.started && !value.pieceAsked && value.next < value.end && outputBytes <= settings.pieceSize
+    }
+
+    // MARK: Requests in
+
+    func beginTurn(input: inout CachetByteBuffer, outputBytes: Int, now: UInt32, host: NodeIOQueue) {
+        if var value {
+            // A value response in progress: its next piece, once the client has taken all but one.
+            guard mayAskNextPiece(value, outputBytes: outputBytes) else { return }
+            let length = Int(min(UInt64(settings.pieceSize), value.end - value.next))
+            appendRangeGet(key: value.key, CachetValueRange(offset: value.next, length: UInt64(length)))
+            push(.valuePiece(length))
+            value.pieceAsked = true
+            self.value = value
+            return
+        }
+        while !closeRequested && value == nil && contexts.count - contextsHead < Self.pipelineLimit
+            && input.readableBytes > 0
+        {
+            switch HTTPRequestHead.decode(input.readableRegion) {
+            case .needMore:
+                return
+            case .failure(let error):
+                input.moveReadIndex(forwardBy: input.readableBytes)
+                respond(error.status, error.message, keepAlive: false, head: false)
+            case .head(let head, let length):
+                input.moveReadIndex(forwardBy: length)
+                serve(head)
+            }
+        }
+    }
+
+    private func serve(_ request: HTTPRequestHead) {
+        let isHead = request.method == "HEAD"
+        guard request.method == "GET" || isHead else {
+            return respond(
+                405,
+                "the HTTP port answers GET and HEAD only",
+                keepAlive: request.keepAlive && !request.hasBody,
+                head: false,
+                fields: [("Allow", "GET, HEAD")]
+            )
+        }
+        guard !request.hasBody else {
+            return respond(400, "a GET or HEAD request carries no body", keepAlive: false, head: isHead)
+        }
+        switch request.path {
+        case "/metrics":
+            respond(
+                200,
+                settings.metrics(),
+                keepAlive: request.keepAlive,
+                head: isHead,
+                type: "text/plain; version=0.0.4; charset=utf-8",
+                line: false
+            )
+        case "/health/live":
+            respond(200, "live", keepAlive: request.keepAlive, head: isHead)
+        case "/health/ready":
+            let (ready, reason) = settings.readiness()
+            respond(ready ? 200 : 503, reason, keepAlive: request.keepAlive, head: isHead)
+        case let path where path.hasPrefix(HTTPValueRequest.pathPrefix) && settings.servesValues:
+            serveValue(request, head: isHead)
+        default:
+            respond(
+                404,
+                "no such path: try /values/KEY, /metrics, /health/live or /health/ready",
+                keepAlive: request.keepAlive,
+                head: isHead
+            )
+        }
+    }
+
+    private func serveValue(_ request: HTTPRequestHead, head: Bool) {
+        guard !settings.valuesNeedTLS || secure else {
+            return respond(
+                403,
+                "this node serves values over TLS only (--tls-only): ask its --https-port",
+                keepAlive: request.keepAlive,
+                head: head
+            )
+        }
+        guard let asked = HTTPValueRequest(path: request.path, rangeHeader: request.range) else {
+            return respond(
+                400,
+                "the path names no key: /values/ then a key of 1 to 4096 bytes, percent-encoded",
+                keepAlive: request.keepAlive,
+                head: head
+            )
+        }
+        if settings.requiresAuth {
+            switch HTTPCredentials.find(
+                authorization: request.authorization,
+                token: request.queryParameter("access_token")
+            ) {
+            case .malformed:
+                return respond(
+                    400,
+                    "the credentials are neither HTTP Basic (user:secret in base64) nor a bearer token "
+                        + "USER:SECRET (in Authorization: Bearer, or the access_token query parameter)",
+                    keepAlive: request.keepAlive,
+                    head: head
+                )
+            case .none where signedIn != nil:
+                // A request stands alone: it does not read with the credentials of one before it.
+                return respond(
+                    401,
+                    "this node has users: sign in",
+                    keepAlive: request.keepAlive,
+                    head: head,
+                    fields: Self.challenge
+                )
+            case .none:
+                break
+            case .given(let credentials):
+                if credentials != signedIn { appendSignIn(credentials) }
+            }
+        }
+        // The first read: the start of the range (or, for HEAD and a suffix, no bytes), which tells the
+        // value's length and tag; the rest is read as the response is sent, a piece at a time.
+        let first: CachetValueRange
+        switch asked.range {
+        case .some(let byteRange) where !head && !byteRange.isSuffix:
+            let wanted = byteRange.valueRange
+            first = CachetValueRange(offset: wanted.offset, length: min(wanted.length, UInt64(settings.pieceSize)))
+        case .none where !head:
+            first = CachetValueRange(offset: 0, length: UInt64(settings.pieceSize))
+        default:
+            first = CachetValueRange(offset: 0, length: 0)
+        }
+        value = ValueResponse(
+            key: asked.key,
+            asked: request,
+            range: asked.range,
+            contentType: asked.contentType,
+            head: head
+        )
+        appendRangeGet(key: asked.key, first)
+        push(.valueHead)
+    }
+
+    private static let challenge = [("WWW-Authenticate", #"Basic realm="cachet", Bearer realm="cachet""#)]
+
+    // MARK: Native requests
+
+    private func push(_ pending: Pending) {
+        if contextsHead > 64 && contextsHead * 2 > contexts.count {
+            contexts.removeFirst(contextsHead)
+            contextsHead = 0
+        }
+        contexts.append(pending)
+    }
+
+    private func popContext() -> Pending? {
+        guard contextsHead < contexts.count else { return nil }
+        defer { contextsHead += 1 }
+        return contexts[contextsHead]
+    }
+
+    private func takeID() -> UInt32 {
+        nextID &+= 1
+        return nextID
+    }
+
+    private func appendRangeGet(key: [UInt8], _ range: CachetValueRange) {
+        native.appendRequestFrame(.get, flags: .range, id: takeID(), bodyLength: 2 + key.count + 16) { native in
+            withUnsafeBytes(of: UInt16(key.count).bigEndian) { native.append($0) }
+            native.append(key)
+            withUnsafeBytes(of: range.offset.bigEndian) { native.append($0) }
+            withUnsafeBytes(of: range.length.bigEndian) { native.append($0) }
+        }
+    }
+
+    private func appendSignIn(_ credentials: HTTPCredentials) {
+        let length = 2 + credentials.user.count + credentials.secret.count
+        native.appendRequestFrame(.auth, flags: [], id: takeID(), bodyLength: length) { native in
+            withUnsafeBytes(of: UInt16(credentials.user.count).bigEndian) { native.append($0) }
+            native.append(credentials.user)
+            native.append(credentials.secret)
+        }
+        push(.signIn(credentials))
+    }
+
+    /// A response written now, sent in its turn (behind a PING).
+    private func respond(
+        _ status: Int,
+        _ message: String,
+        keepAlive: Bool,
+        head: Bool,
+        type: String = "text/plain; charset=utf-8",
+        line: Bool = true,
+        fields: [(String, String)] = []
+    ) {
+        let body = Array((line ? message + "\n" : message).utf8)
+        var response = HTTPResponseHead(status: status, fields: [("Content-Type", type)] + fields)
+            .encoded(contentLength: UInt64(body.count), date: currentDate(), keepAlive: keepAlive)
+        if !head { response += body }
+        native.appendRequestFrame(.ping, flags: [], id: takeID(), bodyLength: 0) { _ in }
+        push(.literal(response))
+        settings.responses.count(status)
+        if !keepAlive { closeRequested = true }
+    }
+
+    private func currentDate() -> String {
+        let now = CachetClock.now()
+        if now != date.second { date = (now, HTTPDate.format(Int64(now))) }
+        return date.text
+    }
+
+    // MARK: Replies out
+
+    /// Turns the native replies appended to `output` since the last call into HTTP.
+    func translateReplies(in output: inout CachetByteBuffer) {
+        let untranslated = output.readableBytes - textPending
+        guard untranslated > 0 else { return }
+        scratch.clear()
+        scratch.shrinkIfEmpty(above: 2 << 20, to: 1024)
+        let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
+        var offset = 0
+        while offset < region.count,
+            let frame = try? CachetReplyDecoder.decodeReply(
+                in: region,
+                at: offset,
+                maximumPayloadLength: Int(UInt32.max)
+            )
+        {
+            offset = frame.end
+            guard let pending = popContext() else { continue }
+            let body = UnsafeRawBufferPointer(rebasing: region[frame.body])
+            switch pending {
+            case .literal(let bytes):
+                scratch.append(bytes)
+            case .signIn(let credentials):
+                if frame.header.status == .ok {
+                    signedIn = credentials
+                } else {
+                    signedIn = nil
+                    signInFailed = true
+                }
+            case .valueHead:
+                writeValueHead(status: frame.header.status, body: body)
+            case .valuePiece(let asked):
+                writeValuePiece(status: frame.header.status, body: body, asked: asked)
+            }
+        }
+        if textPending == 0 {
+            swap(&output, &scratch)
+            scratch.clear()
+        } else {
+            output.keepReadable(textPending)
+            output.append(scratch.readableRegion)
+        }
+        textPending = output.readableBytes
+    }
+
+    private func writeHead(
+        _ status: Int,
+        _ fields: [(String, String)],
+        contentLength: UInt64?,
+        keepAlive: Bool
+    ) {
+        let keep = keepAlive && !closeRequested
+        scratch.append(
+            HTTPResponseHead(status: status, fields: fields).encoded(
+                contentLength: contentLength,
+                date: currentDate(),
+                keepAlive: keep
+            )
+        )
+        settings.responses.count(status)
+        if !keep { closeRequested = true }
+    }
+
+    private func writeText(
+        _ status: Int,
+        _ message: String,
+        keepAlive: Bool,
+        head: Bool,
+        fields: [(String, String)] = []
+    ) {
+        let body = Array((message + "\n").utf8)
+        writeHead(
+            status,
+            [("Content-Type", "text/plain; charset=utf-8")] + fields,
+            contentLength: UInt64(body.count),
+            keepAlive: keepAlive
+        )
+        if !head { scratch.append(body) }
+    }
+
+    /// The reply to a value response's first GET: the response's head, and the bytes it carried that the
+    /// response sends.
+    private func writeValueHead(status: CachetStatus, body: UnsafeRawBufferPointer) {
+        guard var response = value else { return }
+        let keepAlive = response.asked.keepAlive
+        let head = response.head
+        value = nil
+        if signInFailed {
+            signInFailed = false
+            return writeText(
+                401,
+                "the user or secret is not right",
+                keepAlive: keepAlive,
+                head: head,
+                fields: Self.challenge
+            )
+        }
+        switch status {
+        case .ok, .rangeNotSatisfiable:
+            break
+        case .notFound:
+            return writeText(404, "no value under this key", keepAlive: keepAlive, head: head)
+        case .notAuthenticated:
+            return writeText(
+                401,
+                "this node has users: sign in",
+                keepAlive: keepAlive,
+                head: head,
+                fields: Self.challenge
+            )
+        case .forbidden:
+            return writeText(403, "this user may not read this key", keepAlive: keepAlive, head: head)
+        case .unavailable:
+            return writeText(503, "the key's owner cannot be reached: ask again", keepAlive: keepAlive, head: head)
+        default:
+            let message = String(decoding: body, as: UTF8.self)
+            return writeText(500, "the node answered \(status): \(message)", keepAlive: keepAlive, head: head)
+        }
+        guard let (total, tag, sliceStart) = CachetValueRange.decodeReply(body) else {
+            return writeText(500, "the node's reply had no length", keepAlive: keepAlive, head: head)
+        }
+        let etag = "\"" + String(tag, radix: 16) + "\""
+        var fields: [(String, String)] = [
+            ("Content-Type", response.contentType), ("Accept-Ranges", "bytes"), ("Cache-Control", "no-cache"),
+            ("ETag", etag),
+        ]
+        if let match = response.asked.ifNoneMatch, Self.matches(match, etag) {
+            return writeHead(304, fields, contentLength: nil, keepAlive: keepAlive)
+        }
+        // A Range with an If-Range naming another version of the value: the whole value instead.
+        var byteRange = response.range
+        if let condition = response.asked.ifRange, condition != etag { byteRange = nil }
+        let bounds: Range<UInt64>
+        if let byteRange {
+            guard let found = byteRange.bounds(total: total) else {
+                return writeHead(
+                    416,
+                    [
+                        ("Content-Range", "bytes */\(total)"), ("Content-Type", response.contentType),
+                        ("Accept-Ranges", "bytes"),
+                    ],
+                    contentLength: 0,
+                    keepAlive: keepAlive
+                )
+            }
+            bounds = found
+            fields.append(("Content-Range", "bytes \(bounds.lowerBound)-\(bounds.upperBound - 1)/\(total)"))
+        } else {
+            bounds = 0..<total
+        }
+        writeHead(byteRange == nil ? 200 : 206, fields, contentLength: UInt64(bounds.count), keepAlive: keepAlive)
+        guard !head, !bounds.isEmpty else { return }
+        // The bytes already read, if they start where the response does (they do not for a suffix, nor
+        // when If-Range turned a range into the whole value).
+        response.started = true
+        response.tag = tag
+        response.next = bounds.lowerBound
+        response.end = bounds.upperBound
+        let firstOffset = Self.firstOffset(response.range, head: head)
+        if status == .ok && firstOffset == bounds.lowerBound {
+            let bytes = UnsafeRawBufferPointer(rebasing: body[sliceStart...])
+            let taken = min(bytes.count, Int(bounds.count))
+            scratch.append(UnsafeRawBufferPointer(rebasing: bytes[..<taken]))
+            response.next += UInt64(taken)
+        }
+        if response.next < response.end { value = response }
+    }
+
+    /// The offset the first GET of a response asked from.
+    private static func firstOffset(_ range: HTTPValueRequest.ByteRange?, head: Bool) -> UInt64 {
+        guard !head, let range, !range.isSuffix else { return 0 }
+        return range.valueRange.offset
+    }
+
+    /// A later piece: its bytes, if it is of the same value; otherwise the response ends short.
+    private func writeValuePiece(status: CachetStatus, body: UnsafeRawBufferPointer, asked: Int) {
+        guard var response = value else { return }
+        response.pieceAsked = false
+        guard status == .ok, let (_, tag, sliceStart) = CachetValueRange.decodeReply(body), tag == response.tag,
+            body.count > sliceStart, body.count - sliceStart <= asked
+        else {
+            // Replaced, gone, or unreadable while sent: the connection closes short of the Content-Length,
+            // which tells the client the body is not whole.
+            value = nil
+            closeRequested = true
+            settings.responses.countCutShort()
+            return
+        }
+        let bytes = UnsafeRawBufferPointer(rebasing: body[sliceStart...])
+        let taken = min(bytes.count, Int(response.end - response.next))
+        scratch.append(UnsafeRawBufferPointer(rebasing: bytes[..<taken]))
+        response.next += UInt64(taken)
+        value = response.next < response.end ? response : nil
+    }
+
+    /// Whether an `If-None-Match` field names `etag` (or is `*`).
+    static func matches(_ field: String, _ etag: String) -> Bool {
+        field.split(separator: ",").contains { tag in
+            let trimmed = tag.drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed()
+            let text = String(trimmed)
+            return text == "*" || text == etag || text == "W/" + etag
+        }
+    }
+}
