@@ -13,6 +13,7 @@
 #
 # Usage: Benchmarks/large-values.sh            (after swift build -c release)
 #        SIZE=268435456 BIG=1073741824 SECONDS_EACH=5 ROUNDS=1 Benchmarks/large-values.sh   (a quick run)
+#        BIG=0 Benchmarks/large-values.sh   (ranges and streams only)
 # Installs nginx and wrk with apt-get when they are missing. Everything runs on 127.0.0.1; the files and the
 # node's data directory live in a temporary directory, deleted at the end. Prints Markdown tables.
 set -euo pipefail
@@ -79,9 +80,10 @@ echo "# Values of any size ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores)"
 echo
 echo "making $((SIZE >> 20)) MiB and $((BIG >> 20)) MiB of random bytes..." >&2
 head -c "$SIZE" /dev/urandom > "$work/www/value.bin"
-head -c "$BIG" /dev/urandom > "$work/big.bin"
 
 # 1. The BIG value whole, through the client library and through the CLI.
+if ((BIG > 0)); then
+head -c "$BIG" /dev/urandom > "$work/big.bin"
 echo "## A $((BIG >> 20)) MiB value stored and read back"
 echo
 echo "| through | store s | store MB/s | read s | read MB/s | byte-exact | node peak RSS MiB | client peak RSS MiB |"
@@ -109,6 +111,7 @@ print('| cachet-cli | %.1f | %.0f | %.1f | %.0f | $same | $(peak "$node_pid") | 
 stop_node
 rm -f "$work/big.bin"
 echo
+fi
 
 # The SIZE value, in nginx's directory and in the node.
 cat > "$work/nginx/nginx.conf" << EOF

@@ -126,9 +126,10 @@ final class ConnectionForwarding: @unchecked Sendable {
                 pipeline.pending.capacity + replyRoom,
                 pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
-            // Another protocol's requests are turned into native ones first (``NodeIOQueue/enterSessionTurn(_:_:now:)``).
-            let session = connection.session
-            if let session { host.enterSessionTurn(session, connection, now: now) }
+            // Another protocol's requests are turned into native ones first (``NodeIOQueue/enterSessionTurn(_:now:)``).
+            // (One test of unchecked storage for a native connection.)
+            let translated = connection.transformsOutput
+            if translated { host.enterSessionTurn(connection, now: now) }
             let result = processor.process(
                 input: &connection.input,
                 output: &pipeline.pending,
@@ -141,8 +142,8 @@ final class ConnectionForwarding: @unchecked Sendable {
                 directSend: nil,
                 requestLimit: NodeIOQueue.requestsPerTurn
             )
-            if let session {
-                let end = host.leaveSessionTurn(session, connection, result)
+            if translated {
+                let end = host.leaveSessionTurn(connection, result)
                 if end == .moreCommands { continue processing }
                 if end == .closing { break processing }
             }

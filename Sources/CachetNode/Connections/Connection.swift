@@ -98,10 +98,17 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @exclusivity(unchecked) var watch: WatchStream?
     /// A GET's reply being sent in several frames, while it is (``ValueFrames``).
     @exclusivity(unchecked) var valueFrames: ValueFrames?
-    /// A connection on the memcached port or the HTTP port: what it receives turned into native requests,
-    /// and their replies back (``TranslatingSession``); nil on the native ports.
-    @exclusivity(unchecked) var session: (any TranslatingSession)? {
-        didSet { transformsOutput = session != nil }
+    /// A connection on the memcached port: its text turned into native requests, and their replies back
+    /// (``MemcacheSession``); nil on the other ports.
+    @exclusivity(unchecked) var memcache: MemcacheSession? {
+        didSet { transformsOutput = memcache != nil || http != nil }
+    }
+    /// A connection on an HTTP port: its requests turned into native requests, and their replies back
+    /// (``HTTPSession``); nil on the other ports. (Two typed properties rather than one existential: the
+    /// memcached port's path measured 96 instructions a GET more through `any TranslatingSession`, and 128
+    /// more through an enum of the two.)
+    @exclusivity(unchecked) var http: HTTPSession? {
+        didSet { transformsOutput = memcache != nil || http != nil }
     }
     /// Whether this connection is counted among those waiting for memory (brought up to date by the
     /// loop when it settles or closes the connection).
@@ -174,11 +181,19 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     override func prepareOutput() {
-        session?.translateReplies(in: &output)
+        if let memcache {
+            memcache.translateReplies(in: &output)
+        } else {
+            http?.translateReplies(in: &output)
+        }
     }
 
     override func outputSent(_ count: Int) {
-        session?.outputSent(count)
+        if let memcache {
+            memcache.outputSent(count)
+        } else {
+            http?.outputSent(count)
+        }
     }
 
     override func channelWritable() {

@@ -360,8 +360,9 @@ final class NodeIOQueue: @unchecked Sendable {
                 connection.output.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
             // Another protocol's requests are turned into native ones, served as a binary client's are.
-            let session = connection.session
-            if let session { enterSessionTurn(session, connection, now: now) }
+            // (One test of unchecked storage for a native connection.)
+            let translated = connection.transformsOutput
+            if translated { enterSessionTurn(connection, now: now) }
             let result = processor.process(
                 input: &connection.input,
                 output: &connection.output,
@@ -370,11 +371,11 @@ final class NodeIOQueue: @unchecked Sendable {
                 now: now,
                 access: &connection.access,
                 tally: &tally,
-                directSend: session == nil ? DirectSend(channel: connection) : nil,
+                directSend: translated ? nil : DirectSend(channel: connection),
                 requestLimit: Self.requestsPerTurn
             )
-            if let session {
-                let end = leaveSessionTurn(session, connection, result)
+            if translated {
+                let end = leaveSessionTurn(connection, result)
                 if end == .moreCommands { continue }
                 if end == .closing { break }
             }
@@ -414,9 +415,17 @@ final class NodeIOQueue: @unchecked Sendable {
 
     /// Starts a turn of a connection on the memcached or HTTP port: the whole requests of its input become
     /// native requests (``TranslatingSession``), and the connection's input holds those for the processor
-    /// until ``leaveSessionTurn(_:_:_:)`` (the two buffers change places, so that the processor is called
+    /// until ``leaveSessionTurn(_:_:)`` (the two buffers change places, so that the processor is called
     /// from one place for every connection).
-    func enterSessionTurn(_ session: any TranslatingSession, _ connection: Connection, now: UInt32) {
+    func enterSessionTurn(_ connection: Connection, now: UInt32) {
+        if let memcache = connection.memcache {
+            enterSessionTurn(memcache, connection, now: now)
+        } else if let http = connection.http {
+            enterSessionTurn(http, connection, now: now)
+        }
+    }
+
+    private func enterSessionTurn(_ session: some TranslatingSession, _ connection: Connection, now: UInt32) {
         session.beginTurn(input: &connection.input, outputBytes: connection.output.readableBytes, now: now, host: self)
         session.exchangeNative(with: &connection.input)
     }
@@ -431,8 +440,18 @@ final class NodeIOQueue: @unchecked Sendable {
         case closing
     }
 
-    /// Ends a turn begun by ``enterSessionTurn(_:_:now:)``: the buffers change back.
-    func leaveSessionTurn(_ session: any TranslatingSession, _ connection: Connection, _ result: ProcessingResult)
+    /// Ends a turn begun by ``enterSessionTurn(_:now:)``: the buffers change back.
+    func leaveSessionTurn(_ connection: Connection, _ result: ProcessingResult) -> SessionTurnEnd {
+        if let memcache = connection.memcache { return leaveSessionTurn(memcache, connection, result) }
+        if let http = connection.http { return leaveSessionTurn(http, connection, result) }
+        return .carryOn
+    }
+
+    private func leaveSessionTurn(
+        _ session: some TranslatingSession,
+        _ connection: Connection,
+        _ result: ProcessingResult
+    )
         -> SessionTurnEnd
     {
         session.exchangeNative(with: &connection.input)
@@ -543,11 +562,12 @@ final class NodeIOQueue: @unchecked Sendable {
             case .closed:
                 return
             case .reading
-            where connection.session.map {
-                $0.quitting || $0.wantsTurn(input: connection.input, outputBytes: connection.output.readableBytes)
-            } == true:
-                // Another protocol's connection with work that no read will start: the next piece of an HTTP
-                // value response, the request pipelined behind it, or the close it asked for.
+            where connection.transformsOutput
+                && connection.http.map {
+                    $0.quitting || $0.wantsTurn(input: connection.input, outputBytes: connection.output.readableBytes)
+                } == true:
+                // An HTTP connection with work that no read will start, learnt as its replies were turned:
+                // the next piece of a value, the request pipelined behind it, or the close it asked for.
                 guard !resumed else {
                     yieldTurn(connection)
                     break
@@ -649,14 +669,14 @@ final class NodeIOQueue: @unchecked Sendable {
         case .native:
             break
         case .memcache(let settings):
-            connection.session = MemcacheSession(
+            connection.memcache = MemcacheSession(
                 version: settings.version,
                 requiresAuth: settings.requiresAuth,
                 flushesCluster: settings.flushesCluster,
                 maximumValueLength: settings.maximumValueLength
             )
         case .http(let settings):
-            connection.session = HTTPSession(settings: settings, secure: connection.usesTLS)
+            connection.http = HTTPSession(settings: settings, secure: connection.usesTLS)
         }
     }
 

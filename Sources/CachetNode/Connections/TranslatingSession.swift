@@ -50,6 +50,7 @@ enum ConnectionLanguage: Sendable {
 extension CachetByteBuffer {
     /// Appends a native request frame: its length prefix and header, then `bodyLength` bytes written by
     /// `body` (what a ``TranslatingSession`` makes of the requests it receives).
+    @inline(__always)
     mutating func appendRequestFrame(
         _ opcode: CachetOpcode,
         flags: CachetRequestFlags,
