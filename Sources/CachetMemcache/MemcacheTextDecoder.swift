@@ -55,8 +55,17 @@ public enum MemcacheTextDecoder {
                 arguments.append(start..<position)
             }
         }
-        guard let verb else { return .failure(.unknownCommand, end: end) }
+        // A blank line is a bad line (memcached 1.6.4x; it was ERROR before).
+        guard let verb else { return .failure(.badFormat, end: end) }
         guard let name = Verb(UnsafeRawBufferPointer(rebasing: buffer[verb])) else {
+            // An HTTP request sent to the port (`GET / HTTP/1.1`): closed without a reply, as memcached closes
+            // it, so that a browser tricked into posting to the cache gets nothing back.
+            if let last = arguments.last, last.count >= 5,
+                UnsafeRawBufferPointer(rebasing: buffer[last.lowerBound..<(last.lowerBound + 5)])
+                    .elementsEqual("HTTP/".utf8)
+            {
+                return .failure(.httpRequest, end: end)
+            }
             return .failure(.unknownCommand, end: end)
         }
         func text(_ range: Range<Int>) -> String {
@@ -83,15 +92,20 @@ public enum MemcacheTextDecoder {
             let required = verb == .cas ? 5 : 4
             let count = arguments.count - (noreply ? 1 : 0)
             // memcached ignores one token more (where `noreply` would be).
-            guard count == required || count == required + 1, isKey(arguments[0], in: buffer),
-                let flags = UInt32(text(arguments[1])),
-                let exptime = Int64(text(arguments[2])), let length = Int(text(arguments[3])),
+            guard count >= required - 1, count <= required + 1, arguments.count > 3,
+                let length = Int(text(arguments[3])),
                 (0...(Int(Int32.max) - 2)).contains(length)
             else { return .failure(.badFormat, end: end, noreply: noreply) }
+            // With a length it can read, memcached refuses the other fields after it and swallows the data
+            // block (which would otherwise be read as a command).
+            let swallowed = end + length + 2
+            guard count >= required, isKey(arguments[0], in: buffer), let flags = UInt32(text(arguments[1])),
+                let exptime = Int64(text(arguments[2]))
+            else { return .failure(.badFormat, end: swallowed, noreply: noreply) }
             var cas: UInt64?
             if verb == .cas {
                 guard let unique = UInt64(text(arguments[4])) else {
-                    return .failure(.badFormat, end: end, noreply: noreply)
+                    return .failure(.badFormat, end: swallowed, noreply: noreply)
                 }
                 cas = unique
             }
@@ -140,7 +154,7 @@ public enum MemcacheTextDecoder {
             var delay: Int64 = 0
             if count == 1 {
                 guard let value = Int64(text(arguments[0])), value >= 0 else {
-                    return .failure(.badFormat, end: end, noreply: noreply)
+                    return .failure(.invalidExptime, end: end, noreply: noreply)
                 }
                 delay = value
             }
@@ -168,6 +182,18 @@ public enum MemcacheTextDecoder {
             return .command(.stats(argument: arguments.first), end: end)
         case .quit:
             return .command(.quit, end: end)
+        case .metaGet, .metaSet, .metaDelete, .metaArithmetic, .metaNoop, .metaDebug:
+            let kinds: [Verb: MemcacheMetaCommand.Kind] = [
+                .metaGet: .get, .metaSet: .set, .metaDelete: .delete, .metaArithmetic: .arithmetic,
+                .metaNoop: .noop, .metaDebug: .debug,
+            ]
+            return decodeMeta(
+                kinds[name].unsafelyUnwrapped,
+                arguments: arguments,
+                in: buffer,
+                end: end,
+                maximumValueLength: maximumValueLength
+            )
         }
     }
 
@@ -175,13 +201,15 @@ public enum MemcacheTextDecoder {
     enum Verb {
         case get, gets, gat, gats, set, add, replace, append, prepend, cas, delete, incr, decr, touch
         case flushAll, cacheMemlimit, version, verbosity, stats, quit
+        case metaGet, metaSet, metaDelete, metaArithmetic, metaNoop, metaDebug
 
         private static let spelled: [(Verb, String)] = [
             (.get, "get"), (.gets, "gets"), (.gat, "gat"), (.gats, "gats"), (.set, "set"), (.add, "add"),
             (.replace, "replace"), (.append, "append"), (.prepend, "prepend"), (.cas, "cas"), (.delete, "delete"),
             (.incr, "incr"), (.decr, "decr"), (.touch, "touch"), (.flushAll, "flush_all"),
             (.cacheMemlimit, "cache_memlimit"), (.version, "version"), (.verbosity, "verbosity"), (.stats, "stats"),
-            (.quit, "quit"),
+            (.quit, "quit"), (.metaGet, "mg"), (.metaSet, "ms"), (.metaDelete, "md"), (.metaArithmetic, "ma"),
+            (.metaNoop, "mn"), (.metaDebug, "me"),
         ]
         private static let names: [(Verb, [UInt8])] = spelled.map { ($0.0, Array($0.1.utf8)) }
 
@@ -209,6 +237,20 @@ public enum MemcacheTextDecoder {
             default: return nil
             }
         }
+    }
+
+    /// The key of the `set` line at the front of `buffer`, if it is one (a `set` refused as too large
+    /// removes the key's value, as memcached removes it, so that no older value stays readable).
+    public static func keyOfSet(_ buffer: UnsafeRawBufferPointer) -> Range<Int>? {
+        guard buffer.count > 4, buffer[0] == UInt8(ascii: "s"), buffer[1] == UInt8(ascii: "e"),
+            buffer[2] == UInt8(ascii: "t"), buffer[3] == 0x20
+        else { return nil }
+        var start = 4
+        while start < buffer.count && buffer[start] == 0x20 { start += 1 }
+        var end = start
+        while end < buffer.count && buffer[end] > 0x20 { end += 1 }
+        guard end < buffer.count, isKey(start..<end, in: buffer) else { return nil }
+        return start..<end
     }
 
     /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
@@ -279,6 +321,8 @@ public enum MemcacheTextCommand: Hashable, Sendable {
     case stats(argument: Range<Int>?)
     /// `quit`: the connection closes.
     case quit
+    /// A meta command: `mg`, `ms`, `md`, `ma`, `mn`, `me`.
+    case meta(MemcacheMetaCommand)
 }
 
 /// What decoding the bytes at an offset came to.
@@ -309,6 +353,12 @@ public enum MemcacheTextError: Hashable, Sendable {
     case tooLarge
     /// A line with no end in sight: the connection closes, with no reply (as memcached closes it).
     case lineTooLong
+    /// A meta command refused: `CLIENT_ERROR` and the reason (`invalid flag`, `duplicate flag`...).
+    case clientError(String)
+    /// `flush_all` with a delay that is not a number.
+    case invalidExptime
+    /// A line that is an HTTP request: the connection closes, with no reply.
+    case httpRequest
 
     /// The reply line, `\r\n` included.
     public var line: String {
@@ -320,9 +370,12 @@ public enum MemcacheTextError: Hashable, Sendable {
         case .badDataChunk: return "CLIENT_ERROR bad data chunk\r\n"
         case .tooLarge: return "SERVER_ERROR object too large for cache\r\n"
         case .lineTooLong: return ""
+        case .clientError(let message): return "CLIENT_ERROR \(message)\r\n"
+        case .invalidExptime: return "CLIENT_ERROR invalid exptime argument\r\n"
+        case .httpRequest: return ""
         }
     }
 
     /// Whether the connection closes after the reply (as memcached closes it).
-    public var closesConnection: Bool { self == .lineTooLong }
+    public var closesConnection: Bool { self == .lineTooLong || self == .httpRequest }
 }

@@ -299,6 +299,11 @@ public final class CachetMemoryStore: @unchecked Sendable {
             let (update, result) = decide(
                 found.map { CachetMemoryItem(value: $0.value, expiry: $0.expiry, fields: $0.fields) }
             )
+            if case .remove = update {
+                let (_, freed) = shard.remove(key, hash: hash, now: now)
+                if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+                return (result, nil)
+            }
             guard case .store(let value, let expiry, let fields) = update else { return (result, nil) }
             let size = MemoryEntry.accountedSize(
                 keyLength: key.count,
@@ -555,4 +560,6 @@ public enum CachetItemUpdate: Sendable {
     case keep
     /// Replaces it (or stores it) with this value, expiry and fields.
     case store(value: [UInt8], expiry: UInt32, fields: CachetItemFields?)
+    /// Removes it.
+    case remove
 }

@@ -18,7 +18,8 @@ public struct CachetItemWrite: Hashable, Sendable {
         /// a value).
         case compareAndSwap = 5
         /// Adds the data's u64 to the value read as a decimal number, wrapping at 2^64 (NOT_FOUND without a
-        /// value, BAD_REQUEST if it is not a number).
+        /// value, BAD_REQUEST if it is not a number). With a second u64 in the data, a miss creates the item
+        /// holding that number (with the PUT's TTL and the flags), answered with it.
         case increment = 6
         /// Subtracts the data's u64 from the value read as a decimal number, stopping at 0.
         case decrement = 7
@@ -26,13 +27,17 @@ public struct CachetItemWrite: Hashable, Sendable {
         case touch = 8
         /// ``touch``, answered with the item as a GET with the `item` flag is; no data.
         case getAndTouch = 9
+        /// Removes the item if its CAS unique is `cas`, or whatever it is when `cas` is 0 (EXISTS if it is
+        /// another, NOT_FOUND without a value); no data.
+        case delete = 10
     }
 
     /// What the write does.
     public var mode: Mode
     /// The client's flags for the stored item (ignored by the modes that keep the item's own).
     public var flags: UInt32
-    /// For ``Mode/compareAndSwap``: the CAS unique the item must have; ignored otherwise.
+    /// For ``Mode/compareAndSwap``: the CAS unique the item must have; for the arithmetic modes and
+    /// ``Mode/delete``, the one it must have unless 0; ignored otherwise.
     public var cas: UInt64
     /// The data's offsets in the buffer decoded from: the bytes to store, the delta (8 bytes) of the
     /// arithmetic modes, nothing for the touches.
@@ -64,7 +69,7 @@ public struct CachetItemWrite: Hashable, Sendable {
         guard let mode = Mode(rawValue: buffer[value.lowerBound]) else {
             throw CachetWireError(
                 code: .malformedBody,
-                message: "PUT of an item: mode \(buffer[value.lowerBound]) is not one of 0 to 9"
+                message: "PUT of an item: mode \(buffer[value.lowerBound]) is not one of 0 to 10"
             )
         }
         let write = CachetItemWrite(
@@ -75,14 +80,15 @@ public struct CachetItemWrite: Hashable, Sendable {
         )
         switch mode {
         case .increment, .decrement:
-            guard write.data.count == 8 else {
+            guard write.data.count == 8 || write.data.count == 16 else {
                 throw CachetWireError(
                     code: .malformedBody,
                     message:
-                        "PUT of an item: an increment or decrement carries an 8-byte delta, not \(write.data.count) bytes"
+                        "PUT of an item: an increment or decrement carries an 8-byte delta (and an 8-byte initial "
+                        + "value), not \(write.data.count) bytes"
                 )
             }
-        case .touch, .getAndTouch:
+        case .touch, .getAndTouch, .delete:
             guard write.data.isEmpty else {
                 throw CachetWireError(
                     code: .malformedBody,

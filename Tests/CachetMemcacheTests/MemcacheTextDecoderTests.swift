@@ -86,12 +86,10 @@ struct MemcacheTextDecoderTests {
     @Test func badInputIsAnsweredAsMemcachedAnswersIt() {
         let cases: [(String, MemcacheTextError)] = [
             ("bogus\r\n", .unknownCommand),
-            ("\r\n", .unknownCommand),
+            ("\r\n", .badFormat),
+            (" \n", .badFormat),
             ("set k 0 0\r\n", .badFormat),
-            ("set k notanumber 0 1\r\n", .badFormat),
-            ("set k 4294967296 0 1\r\n", .badFormat),
             ("set k 0 0 -1\r\n", .badFormat),
-            ("set \(String(repeating: "k", count: 251)) 0 0 1\r\n", .badFormat),
             ("get\r\n", .badFormat),
             ("get \(String(repeating: "k", count: 251))\r\n", .badFormat),
             ("get a\u{01}b\r\n", .badFormat),
@@ -99,7 +97,8 @@ struct MemcacheTextDecoderTests {
             ("incr k -1\r\n", .invalidDelta),
             ("incr k 18446744073709551616\r\n", .invalidDelta),
             ("touch k\r\n", .badFormat),
-            ("flush_all -1\r\n", .badFormat),
+            ("flush_all -1\r\n", .invalidExptime),
+            ("flush_all invalid\r\n", .invalidExptime),
             ("set k 0 0 2147483646\r\n", .badFormat),
             ("set k 0 0 99999999999999999999\r\n", .badFormat),
         ]
@@ -107,6 +106,23 @@ struct MemcacheTextDecoderTests {
             let (decoded, bytes) = Self.decode(line)
             #expect(decoded == .failure(expected, end: bytes.count), "\(line.debugDescription): \(decoded)")
             #expect(!expected.closesConnection)
+        }
+        // A storage line whose length can be read but whose other fields cannot: its data block is swallowed
+        // with it, as memcached swallows it.
+        let swallowing: [(String, Int)] = [
+            ("set k notanumber 0 1\r\n", 3), ("set k 4294967296 0 1\r\n", 3), ("cas k 0 0 6 \r\n", 8),
+            ("set \(String(repeating: "k", count: 251)) 0 0 1\r\n", 3),
+        ]
+        for (line, swallowed) in swallowing {
+            let (decoded, bytes) = Self.decode(line)
+            #expect(decoded == .failure(.badFormat, end: bytes.count + swallowed), "\(line.debugDescription)")
+        }
+        // An HTTP request: closed without a word.
+        for line in ["GET / HTTP/1.0\r\n", "PUT /a/b HTTP/1.1\r\n", "DELETE HTTP/1.1\r\n"] {
+            let (decoded, bytes) = Self.decode(line)
+            #expect(
+                decoded == .failure(.httpRequest, end: bytes.count) && MemcacheTextError.httpRequest.closesConnection
+            )
         }
         #expect(Self.decode("verbosity\r\n").0 == .failure(.unknownCommand, end: 11))
         // memcached does not check verbosity's level, takes `noreply` alone, and refuses more than two words;
@@ -125,7 +141,7 @@ struct MemcacheTextDecoderTests {
         #expect(Self.decode("cache_memlimit 0\r\n").0 == .failure(.badFormat, end: 18))
         // With noreply, no line at all: the failure says so.
         #expect(Self.decode("incr k x noreply\r\n").0 == .failure(.invalidDelta, end: 18, noreply: true))
-        #expect(Self.decode("set k x 0 1 noreply\r\n").0 == .failure(.badFormat, end: 21, noreply: true))
+        #expect(Self.decode("set k x 0 1 noreply\r\n").0 == .failure(.badFormat, end: 24, noreply: true))
         // One token more than a storage command takes is ignored, as memcached ignores it.
         guard case .command(.store(.set, _, 0, 0, _, nil, false), 18) = Self.decode("set k 0 0 1 x\r\na\r\n").0 else {
             Issue.record("an extra token")

@@ -107,6 +107,12 @@ enum MemcacheReplies {
             }
         case .literal(let line):
             lines = line
+        case .meta(let meta):
+            return MemcacheMeta.append(meta, status: status, body: body, session: session, to: &text)
+        case .metaTTL:
+            return MemcacheMeta.appendHeldArithmetic(status: status, body: body, session: session, to: &text)
+        case .discard:
+            return
         }
         if !pending.quiet && !lines.isEmpty { text.append(lines) }
     }

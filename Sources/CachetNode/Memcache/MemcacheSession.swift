@@ -41,6 +41,12 @@ final class MemcacheSession: TranslatingSession {
         case authenticated
         /// A line the node answers itself (`VERSION`, an error), sent in its place among the replies.
         case literal([UInt8])
+        /// A meta command (``MemcacheMeta``): its reply line and the flags it returns.
+        indirect case meta(MemcacheMeta.Reply)
+        /// A native reply nobody reads (the touch after an `ma` with `T`).
+        case discard
+        /// The TTL read after an `ma` with `t`: the `ma`'s line is written with it.
+        case metaTTL
     }
 
     /// A reply waiting for its native reply, and whether the client asked for none (`noreply`).
@@ -70,6 +76,8 @@ final class MemcacheSession: TranslatingSession {
     /// Memory limits set by `cache_memlimit` (bytes), applied by the loop after each decode.
     @exclusivity(unchecked) var memoryLimits: [Int] = []
     @exclusivity(unchecked) private var nextID: UInt32 = 0
+    /// An `ma` that succeeded, whose line waits for the TTL read after it (``MemcacheMeta``).
+    @exclusivity(unchecked) var heldArithmetic: (reply: MemcacheMeta.Reply, cas: UInt64, number: UInt64)?
 
     /// The node's version, for `version`.
     let version: String
@@ -130,6 +138,10 @@ final class MemcacheSession: TranslatingSession {
                     quitting = true
                     input.moveReadIndex(forwardBy: input.readableBytes)
                     return made
+                }
+                if error == .tooLarge, let key = MemcacheTextDecoder.keyOfSet(input.readableRegion) {
+                    appendKeyed(.delete, UnsafeRawBufferPointer(rebasing: input.readableRegion[key]))
+                    push(.discard, quiet: true)
                 }
                 appendLocal(Array(error.line.utf8), quiet: noreply)
                 let taken = min(end, input.readableBytes)
@@ -192,17 +204,18 @@ final class MemcacheSession: TranslatingSession {
             push(.stored, quiet: noreply)
         case .retrieve(let keys, let withCAS, let touch):
             for (index, key) in keys.enumerated() {
-                if let touch {
-                    if let ttl = Self.ttl(touch, now: now) {
-                        appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)
-                    } else {
-                        // Touched into the past: gone, and so a miss.
-                        appendKeyed(.delete, bytes(key))
-                    }
+                let expired = touch.map { Self.ttl($0, now: now) == nil } ?? false
+                if let touch, let ttl = Self.ttl(touch, now: now) {
+                    appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)
                 } else {
                     appendKeyed(.get, bytes(key), flags: .item)
                 }
                 push(.value(key: Array(bytes(key)), withCAS: withCAS, last: index == keys.count - 1), quiet: false)
+                if expired {
+                    // Touched into the past: answered with the item, which is gone after (as memcached does).
+                    appendKeyed(.delete, bytes(key))
+                    push(.discard, quiet: true)
+                }
             }
         case .delete(let key, let noreply):
             appendKeyed(.delete, bytes(key))
@@ -220,7 +233,9 @@ final class MemcacheSession: TranslatingSession {
                 appendKeyed(.delete, bytes(key))
                 push(.touched, quiet: noreply)
             }
-        case .flushAll(let delay, let noreply):
+        case .flushAll(var delay, let noreply):
+            // Past 30 days, a Unix time (as an expiry is).
+            if delay > 2_592_000 { delay = max(0, delay - Int64(now)) }
             if delay > 0 {
                 flushDelays.append(delay)
                 appendEmpty(.ping)
@@ -247,6 +262,8 @@ final class MemcacheSession: TranslatingSession {
             }
         case .quit:
             quitting = true
+        case .meta(let meta):
+            MemcacheMeta.translate(meta, in: buffer, now: now, session: self)
         }
     }
 
@@ -263,7 +280,7 @@ final class MemcacheSession: TranslatingSession {
 
     // MARK: Native requests
 
-    private func push(_ reply: Reply, quiet: Bool) {
+    func push(_ reply: Reply, quiet: Bool) {
         contexts.append(Pending(reply: reply, quiet: quiet))
     }
 
@@ -273,23 +290,23 @@ final class MemcacheSession: TranslatingSession {
     }
 
     /// A PING answered by `line` (in its turn among the replies).
-    private func appendLocal(_ line: [UInt8], quiet: Bool) {
+    func appendLocal(_ line: [UInt8], quiet: Bool) {
         appendEmpty(.ping)
         push(.literal(line), quiet: quiet)
     }
 
-    private func appendEmpty(_ opcode: CachetOpcode, flags: CachetRequestFlags = []) {
+    func appendEmpty(_ opcode: CachetOpcode, flags: CachetRequestFlags = []) {
         appendFrame(opcode, flags: flags, bodyLength: 0) { _ in }
     }
 
-    private func appendKeyed(_ opcode: CachetOpcode, _ key: UnsafeRawBufferPointer, flags: CachetRequestFlags = []) {
+    func appendKeyed(_ opcode: CachetOpcode, _ key: UnsafeRawBufferPointer, flags: CachetRequestFlags = []) {
         appendFrame(opcode, flags: flags, bodyLength: 2 + key.count) { native in
             withUnsafeBytes(of: UInt16(key.count).bigEndian) { native.append($0) }
             native.append(key)
         }
     }
 
-    private func appendItemWrite(
+    func appendItemWrite(
         _ mode: CachetItemWrite.Mode,
         key: UnsafeRawBufferPointer,
         flags: UInt32 = 0,

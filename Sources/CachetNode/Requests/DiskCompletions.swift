@@ -45,7 +45,15 @@ struct DiskCompletions {
                 )
             }
             if item {
-                return completeItemGet(key: key, id: id, entry: entry, output: &output, now: now)
+                return completeItemGet(
+                    key: key,
+                    id: id,
+                    entry: entry,
+                    lease: lease,
+                    withTTL: withTTL,
+                    output: &output,
+                    now: now
+                )
             }
             if warmUp {
                 let counters = commands.counters
@@ -94,17 +102,29 @@ struct DiskCompletions {
         key: [UInt8],
         id: UInt32,
         entry: CachetDiskEntry?,
+        lease: Bool,
+        withTTL: Bool,
         output: inout CachetByteBuffer,
         now: UInt32
     ) {
         key.withUnsafeBytes { key in
             guard let entry, entry.expiry == 0 || entry.expiry > now else {
                 RequestCounters.bump(commands.counters.misses)
+                if lease { return appendLeaseMiss(commands.acquireLease(key), id: id, to: &output) }
                 return appendReply(opcode: .get, status: .notFound, id: id, to: &output)
             }
             let fields = commands.promoteItem(key, entry, now: now)
+            let ttlLeft: UInt32? = withTTL ? (entry.expiry == 0 ? 0 : entry.expiry &- now) : nil
             entry.value.withUnsafeBytes {
-                appendItem($0, flags: fields.flags, cas: fields.cas, opcode: .get, id: id, output: &output)
+                appendItem(
+                    $0,
+                    flags: fields.flags,
+                    cas: fields.cas,
+                    ttlLeft: ttlLeft,
+                    opcode: .get,
+                    id: id,
+                    output: &output
+                )
             }
         }
     }

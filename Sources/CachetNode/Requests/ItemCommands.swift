@@ -76,7 +76,7 @@ extension NodeCommands {
         }
         if mode == .getAndTouch {
             RequestCounters.bump(counters.gets)
-        } else {
+        } else if mode != .delete {
             RequestCounters.bump(counters.puts)
         }
         let limit = disk?.largeValueThreshold ?? Int.max
@@ -124,6 +124,13 @@ extension NodeCommands {
                 if case .store(let value, let expiry, let fields) = decision.0 { written = (value, expiry, fields) }
                 return decision
             }
+        }
+        if mode == .delete, case .stored = reply {
+            // Removed from memory (if it was there): the disk tier removes it behind its queued writes.
+            RequestCounters.bump(counters.deletes)
+            if let disk, case .refused(let error) = disk.worker.submitRemove(key: Array(key)) { return .failed(error) }
+            watches.publish(.delete, key: key, view: watchView)
+            return .answered(reply)
         }
         guard let written, outcome == .stored else {
             disk?.worker.abandonWrite(key: Array(key))
@@ -218,7 +225,17 @@ extension NodeCommands {
             }
             return store(Array(data), expiry: expiry, flags: flags)
         case .increment, .decrement:
-            guard let current else { return (.keep, .refused(.notFound, "incr/decr: the key holds no value")) }
+            guard let current else {
+                guard data.count == 16 else { return (.keep, .refused(.notFound, "incr/decr: the key holds no value")) }
+                // A miss with an initial value: the item is created holding it.
+                let initial = data.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian
+                let outcome = store(Array(String(initial).utf8), expiry: expiry, flags: flags)
+                guard case .stored(let unique) = outcome.1 else { return outcome }
+                return (outcome.0, .number(cas: unique, value: initial))
+            }
+            guard cas == 0 || current.fields?.cas == cas else {
+                return (.keep, .refused(.exists, "incr/decr: the item changed since its CAS unique was read"))
+            }
             guard let number = Self.decimal(current.value) else {
                 return (.keep, .refused(.badRequest, "cannot increment or decrement non-numeric value"))
             }
@@ -227,6 +244,12 @@ extension NodeCommands {
             let outcome = store(Array(String(result).utf8), expiry: current.expiry, flags: current.fields?.flags ?? 0)
             guard case .stored(let unique) = outcome.1 else { return outcome }
             return (outcome.0, .number(cas: unique, value: result))
+        case .delete:
+            guard let current else { return (.keep, .refused(.notFound, "delete: the key holds no value")) }
+            guard cas == 0 || current.fields?.cas == cas else {
+                return (.keep, .refused(.exists, "delete: the item changed since its CAS unique was read"))
+            }
+            return (.remove, .stored(cas: 0))
         case .touch, .getAndTouch:
             guard let current else { return (.keep, .refused(.notFound, "touch: the key holds no value")) }
             // The value and CAS stay; only the expiry changes (a get-and-touch gives a CAS to an item without).
@@ -264,10 +287,10 @@ extension NodeCommands {
     func lookUpItem<R>(
         _ key: UnsafeRawBufferPointer,
         now: UInt32,
-        _ found: (UnsafeRawBufferPointer, CachetItemFields) -> R
+        _ found: (UnsafeRawBufferPointer, UInt32, CachetItemFields) -> R
     ) -> R? {
-        let result = store.withItemGivingCAS(forKey: key, now: now, cas: casSource.next) { value, _, fields in
-            found(value, fields)
+        let result = store.withItemGivingCAS(forKey: key, now: now, cas: casSource.next) { value, expiry, fields in
+            found(value, expiry, fields)
         }
         if result != nil {
             RequestCounters.bump(counters.gets)

@@ -8,8 +8,9 @@ struct ItemRequests {
     let commands: NodeCommands
 
     /// A GET with the `item` flag (`Protocol/PROTOCOL.md`, "Items: flags, CAS and conditional writes"): the
-    /// item's flags and CAS unique (one given now to an item without) before its value. Not warmed up from a
-    /// previous owner; not with `lease`, `ttl` or `range` (BAD_REQUEST).
+    /// item's flags and CAS unique (one given now to an item without) before its value, and with `ttl` the
+    /// TTL it has left after them; with `lease`, a miss is answered as a GET with `lease` (a lease granted or
+    /// held). Not warmed up from a previous owner.
     func get(
         _ key: UnsafeRawBufferPointer,
         flags: UInt16,
@@ -19,12 +20,21 @@ struct ItemRequests {
         noRoom: inout Bool,
         now: UInt32
     ) throws(CachetWireError) -> PendingOperation? {
-        try Self.refuse(flags, [.lease, .ttl])
-        let found = commands.lookUpItem(key, now: now) { value, fields -> Bool in
-            guard RequestProcessor.replyFits(value.count, extra: 12, limit: outputCapacityLimit, output: output) else {
+        let withTTL = flags & CachetRequestFlags.ttl.rawValue != 0
+        let lease = flags & CachetRequestFlags.lease.rawValue != 0
+        let found = commands.lookUpItem(key, now: now) { value, expiry, fields -> Bool in
+            guard RequestProcessor.replyFits(value.count, extra: 16, limit: outputCapacityLimit, output: output) else {
                 return false
             }
-            appendItem(value, flags: fields.flags, cas: fields.cas, opcode: .get, id: id, output: &output)
+            appendItem(
+                value,
+                flags: fields.flags,
+                cas: fields.cas,
+                ttlLeft: withTTL ? (expiry == 0 ? 0 : expiry &- now) : nil,
+                opcode: .get,
+                id: id,
+                output: &output
+            )
             return true
         }
         switch found {
@@ -35,9 +45,13 @@ struct ItemRequests {
         case nil:
             RequestCounters.bump(commands.counters.gets)
             if commands.afterMemoryMiss(key, now: now) {
-                return .get(key: Array(key), id: id, warmUp: false, item: true)
+                return .get(key: Array(key), id: id, warmUp: false, lease: lease, withTTL: withTTL, item: true)
             }
-            appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            if lease {
+                appendLeaseMiss(commands.acquireLease(key), id: id, to: &output)
+            } else {
+                appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+            }
             return nil
         }
     }

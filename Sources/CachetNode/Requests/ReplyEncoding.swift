@@ -160,11 +160,12 @@ func appendItem(
     _ value: UnsafeRawBufferPointer,
     flags: UInt32,
     cas: UInt64,
+    ttlLeft: UInt32? = nil,
     opcode: CachetOpcode,
     id: UInt32,
     output: inout CachetByteBuffer
 ) {
-    let bodyLength = CachetItemWrite.itemReplyPrefixSize + value.count
+    let bodyLength = CachetItemWrite.itemReplyPrefixSize + (ttlLeft == nil ? 0 : 4) + value.count
     output.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
     CachetFrameEncoder.writePrefixAndHeader(
         to: output.writePointer,
@@ -174,6 +175,7 @@ func appendItem(
     output.moveWriteIndex(forwardBy: CachetProtocol.frameOverhead)
     withUnsafeBytes(of: flags.bigEndian) { output.append($0) }
     withUnsafeBytes(of: cas.bigEndian) { output.append($0) }
+    if let ttlLeft { withUnsafeBytes(of: ttlLeft.bigEndian) { output.append($0) } }
     if value.count > 0 { output.append(value) }
 }
 

@@ -9,7 +9,9 @@ import Glibc
 /// Other projects' tests of memcached's protocol, run against a node's memcached port: they check what their
 /// authors think memcached does (`docs/memcached.md`, "Peer suites"). pymemcache's integration tests
 /// (Debian's `python3-pymemcache`, with its TLS tests on the node's memcached TLS port), against a node and
-/// through one member of a 3-node cluster; libmemcached's conformance run (`memccapable -a`) and its tools.
+/// through one member of a 3-node cluster; libmemcached's conformance run (`memccapable -a`) and its tools;
+/// memcached's own `t/` tests (`Tests/PeerSuites/memcached`), text and meta protocols, each file against a fresh
+/// node.
 @Suite("Node: memcached's peer suites", .dedicatedThreads)
 struct MemcachePeerSuiteTests {
     /// Where Debian installs pymemcache's tests.
@@ -110,5 +112,18 @@ struct MemcachePeerSuiteTests {
             [server, "--concurrency=4", "--execute-number=500", "--test=set"]
         )
         #expect(slapStatus == 0 && slap.contains("Time to set"), "\(slap)")
+    }
+
+    @Test func memcachedsOwnProtocolTestsPass() throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("PeerSuites/memcached/run.sh").path
+        let readme = try String(
+            contentsOfFile: script.replacingOccurrences(of: "run.sh", with: "README.md"),
+            encoding: .utf8
+        )
+        let listed = readme.split(separator: "\n").filter { $0.contains("| yes |") }.count
+        let (output, status) = try runProcess("/bin/bash", [script, BuiltProducts.path(of: "cachet-node")])
+        let passed = output.split(separator: "\n").filter { $0.hasPrefix("ok   t/") }.count
+        #expect(status == 0 && passed == listed && listed >= 20, "\(output)")
     }
 }

@@ -156,16 +156,21 @@ struct NodeMemcacheTests {
         _ = node
         let client = try MemcacheTextClient(port: port)
         #expect(try client.exchange("bogus\r\n") == ["ERROR"])
-        #expect(try client.exchange("\r\n") == ["ERROR"])
+        #expect(try client.exchange("\r\n") == ["CLIENT_ERROR bad command line format"])
         #expect(try client.exchange("get\r\n") == ["CLIENT_ERROR bad command line format"])
         #expect(
             try client.exchange("get \(String(repeating: "k", count: 251))\r\n") == [
                 "CLIENT_ERROR bad command line format"
             ]
         )
-        #expect(try client.exchange("set k x 0 1\r\n") == ["CLIENT_ERROR bad command line format"])
+        // A bad field before a length that can be read: the data block is swallowed with the line.
+        #expect(try client.exchange("set k x 0 1\r\nz\r\n") == ["CLIENT_ERROR bad command line format"])
         // As memcached: the block's announced bytes and two more are taken, and what follows is a new line.
-        #expect(try client.exchange("set k 0 0 1\r\nxyz\r\n", lines: 2) == ["CLIENT_ERROR bad data chunk", "ERROR"])
+        #expect(
+            try client.exchange("set k 0 0 1\r\nxyz\r\n", lines: 2) == [
+                "CLIENT_ERROR bad data chunk", "CLIENT_ERROR bad command line format",
+            ]
+        )
         #expect(
             try client.exchange("delete k 5\r\n") == [
                 "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
@@ -179,6 +184,14 @@ struct NodeMemcacheTests {
         #expect(try client.line() == "SERVER_ERROR object too large for cache")
         try client.send(String(large.dropFirst(100)) + "\r\nget big\r\n")
         #expect(try client.line() == "END")
+        // A set too large removes the value it would have replaced (memcached's rule: no stale value stays).
+        #expect(try client.exchange("set kept 0 0 3\r\nold\r\n") == ["STORED"])
+        #expect(try client.exchange("set kept 0 0 5000\r\n\(large)\r\n") == ["SERVER_ERROR object too large for cache"])
+        #expect(try client.retrieve("get kept\r\n") == ["END"])
+        // An HTTP request on the port: closed without a reply.
+        let browser = try MemcacheTextClient(port: port)
+        try browser.send("GET / HTTP/1.1\r\nHost: cache\r\n\r\n")
+        #expect(browser.socket.waitForClose())
         #expect(try client.exchange("set ok 0 0 2\r\nok\r\n") == ["STORED"])
         // A line without its end past 2048 bytes closes the connection, as memcached does; others go on.
         let other = try MemcacheTextClient(port: port)

@@ -1,0 +1,423 @@
+import CachetIO
+import CachetMemcache
+import CachetWire
+
+/// memcached's meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`; `docs/memcached.md`, "The meta protocol")
+/// turned into the node's own requests, as ``MemcacheSession`` turns the text commands, and their replies
+/// into the meta protocol's lines: `VA`, `HD`, `EN`, `NS`, `EX`, `NF`, `MN`, `ME`, with the flags each
+/// command asked to have returned, in the order it sent them.
+///
+/// - `mg`: a GET with the `item` flag (and `ttl` for `t`, `lease` for `N`), or a get-and-touch for `T`.
+///   `N` (vivify on miss) is the node's lease: the caller whose miss is granted the lease gets the empty
+///   stub memcached would create, with `W` (it loads the value and stores it with `ms`); callers that miss
+///   while it stands get the stub with `Z` (someone else is loading). The lease lasts `--lease-time`, not
+///   `N`'s TTL, and no stub is stored: a plain `mg` meanwhile misses.
+/// - `ms`: an item write: `MS` set, `ME` add, `MR` replace, `MA` append, `MP` prepend, `C` compare and swap.
+/// - `md`: a DEL. `ma`: an `incr` or `decr` item write, then a touch for `T`.
+/// - `me`: the item's expiry, CAS unique and size (`exp`, `cas`, `size`; `la`, `fetch` and `cls` are
+///   memcached's internals, not kept).
+///
+/// Not taken (answered `CLIENT_ERROR ... not supported`, nothing done): what needs item state the node does
+/// not keep: stale items and their `X` flag (`md I`, `ms I`), last access and hit-before (`mg h`, `mg l`),
+/// early recache (`mg R`), a CAS given by the client (`E`), value-less tombstones (`md x`), conditional
+/// deletes (`md C`), auto-created counters (`ma N`, `ma J`) and appends (`ms N`), and a counter's TTL (`ma t`).
+/// `mg u` is taken and changes nothing (the node's LRU is bumped by every read).
+enum MemcacheMeta {
+    /// What a meta command's reply needs from its command.
+    struct Reply {
+        let kind: MemcacheMetaCommand.Kind
+        /// The key as sent (its base64 form with `b`), for `k` and `me`.
+        let key: [UInt8]
+        /// The flags to return, in order: their letter and, for `O`, its token.
+        let returns: [(letter: UInt8, token: [UInt8])]
+        /// `q`: the nominal reply (`HD`; `EN` for `mg`) is not sent.
+        let quiet: Bool
+        /// `v` (`mg`, `ma`): the value is sent (`VA`).
+        let value: Bool
+        /// `mg C`: the value is not sent when the item's CAS unique is this.
+        let unlessCAS: UInt64?
+        /// `mg T`: the TTL the item was given, for `t` (its reply carries none).
+        let touchedTTL: Int64?
+        /// `mg N`: a miss is answered with a stub and `W` or `Z` (the node's lease), its TTL `N`'s.
+        let vivify: Int64?
+        /// `b`: the key is sent in base64, and `k` returns it so, followed by `b`.
+        let binary: Bool
+        /// Whether the item's reply carries its TTL (`mg t` without `T`, `me`).
+        let carriesTTL: Bool
+        /// `ms`: the data's length, for `s`.
+        let storedLength: Int
+        /// `ms` whose expiry is past: the native request is a DEL, and the answer is `HD`.
+        let deletesExpired: Bool
+    }
+
+    // MARK: Commands in
+
+    /// Turns `meta` into native requests on `session`, or into the error line it is answered with.
+    static func translate(
+        _ meta: MemcacheMetaCommand,
+        in buffer: UnsafeRawBufferPointer,
+        now: UInt32,
+        session: MemcacheSession
+    ) {
+        func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: buffer[range]) }
+        func number(_ letter: Character) -> Int64? {
+            meta.flag(letter).flatMap { Int64(String(decoding: bytes($0.token), as: UTF8.self)) }
+        }
+        func unsigned(_ letter: Character) -> UInt64? {
+            meta.flag(letter).flatMap { UInt64(String(decoding: bytes($0.token), as: UTF8.self)) }
+        }
+        func refuse(_ message: String) {
+            session.appendLocal(Array("CLIENT_ERROR \(message)\r\n".utf8), quiet: false)
+        }
+        if meta.kind == .noop { return session.appendLocal(Array("MN\r\n".utf8), quiet: false) }
+        if let unsupported = unsupportedFlag(meta) {
+            return refuse("flag \(Character(UnicodeScalar(unsupported))) is not supported by this server")
+        }
+        // The key's bytes: base64-decoded with `b`.
+        let key: [UInt8]
+        if meta.has("b") {
+            guard let decoded = MemcacheTextDecoder.base64DecodedKey(bytes(meta.key)) else {
+                return refuse("error decoding key")
+            }
+            key = decoded
+        } else {
+            key = Array(bytes(meta.key))
+        }
+        var returns: [(letter: UInt8, token: [UInt8])] = []
+        for flag in meta.flags where "ckfstO".utf8.contains(flag.letter) {
+            returns.append((flag.letter, flag.letter == UInt8(ascii: "O") ? Array(bytes(flag.token)) : []))
+        }
+        let ttl = number("T")
+        func reply(
+            value: Bool = false,
+            unlessCAS: UInt64? = nil,
+            touchedTTL: Int64? = nil,
+            vivify: Int64? = nil,
+            carriesTTL: Bool = false,
+            storedLength: Int = 0,
+            deletesExpired: Bool = false
+        ) -> MemcacheSession.Reply {
+            .meta(
+                Reply(
+                    kind: meta.kind,
+                    key: Array(bytes(meta.key)),
+                    returns: returns,
+                    quiet: meta.has("q"),
+                    value: value,
+                    unlessCAS: unlessCAS,
+                    touchedTTL: touchedTTL,
+                    vivify: vivify,
+                    binary: meta.has("b"),
+                    carriesTTL: carriesTTL,
+                    storedLength: storedLength,
+                    deletesExpired: deletesExpired
+                )
+            )
+        }
+        key.withUnsafeBytes { key in
+            switch meta.kind {
+            case .get:
+                let carriesTTL = meta.has("t") && ttl == nil
+                if let ttl, let seconds = MemcacheSession.ttl(ttl, now: now) {
+                    session.appendItemWrite(.getAndTouch, key: key, ttl: seconds)
+                } else if ttl != nil {
+                    // Touched into the past: answered with the item, which is gone after (as memcached does).
+                    session.appendKeyed(.get, key, flags: .item)
+                    session.push(reply(value: meta.has("v"), unlessCAS: unsigned("C"), touchedTTL: -1), quiet: false)
+                    session.appendKeyed(.delete, key)
+                    return session.push(.discard, quiet: true)
+                } else {
+                    var flags: CachetRequestFlags = .item
+                    if carriesTTL { flags.insert(.ttl) }
+                    if meta.has("N") { flags.insert(.lease) }
+                    session.appendKeyed(.get, key, flags: flags)
+                }
+                session.push(
+                    reply(
+                        value: meta.has("v"),
+                        unlessCAS: unsigned("C"),
+                        touchedTTL: ttl,
+                        vivify: number("N"),
+                        carriesTTL: carriesTTL
+                    ),
+                    quiet: false
+                )
+            case .set:
+                let data = meta.data.map(bytes) ?? UnsafeRawBufferPointer(start: nil, count: 0)
+                let mode: CachetItemWrite.Mode
+                switch meta.flag("M").map({ buffer[$0.token.lowerBound] }) ?? UInt8(ascii: "S") {
+                case UInt8(ascii: "S"), UInt8(ascii: "s"): mode = meta.has("C") ? .compareAndSwap : .set
+                case UInt8(ascii: "E"), UInt8(ascii: "e"): mode = .add
+                case UInt8(ascii: "R"), UInt8(ascii: "r"): mode = .replace
+                case UInt8(ascii: "A"), UInt8(ascii: "a"): mode = .append
+                case UInt8(ascii: "P"), UInt8(ascii: "p"): mode = .prepend
+                default: return refuse("invalid mode for ms STORE")
+                }
+                if meta.has("C") && mode != .compareAndSwap {
+                    return refuse("flag C is supported with mode S only by this server")
+                }
+                guard let seconds = MemcacheSession.ttl(ttl ?? 0, now: now) else {
+                    session.appendKeyed(.delete, key)
+                    return session.push(reply(storedLength: data.count, deletesExpired: true), quiet: false)
+                }
+                session.appendItemWrite(
+                    mode,
+                    key: key,
+                    flags: UInt32(truncatingIfNeeded: unsigned("F") ?? 0),
+                    cas: unsigned("C") ?? 0,
+                    data: data,
+                    ttl: seconds
+                )
+                session.push(reply(storedLength: data.count), quiet: false)
+            case .delete:
+                if let cas = unsigned("C") {
+                    // Removed only if its CAS unique is still this one, in one step on the key's owner.
+                    session.appendItemWrite(.delete, key: key, cas: cas)
+                } else {
+                    session.appendKeyed(.delete, key)
+                }
+                session.push(reply(), quiet: false)
+            case .arithmetic:
+                let increment: Bool
+                switch meta.flag("M").map({ buffer[$0.token.lowerBound] }) ?? UInt8(ascii: "I") {
+                case UInt8(ascii: "I"), UInt8(ascii: "i"), UInt8(ascii: "+"): increment = true
+                case UInt8(ascii: "D"), UInt8(ascii: "d"), UInt8(ascii: "-"): increment = false
+                default: return refuse("invalid mode for ma")
+                }
+                guard meta.flag("D").map({ UInt64(String(decoding: bytes($0.token), as: UTF8.self)) != nil }) ?? true
+                else { return refuse("invalid numeric delta argument") }
+                // With N, a miss creates the counter holding J (0 by default) for N's TTL.
+                let created = number("N").map { MemcacheSession.ttl($0, now: now) ?? 0 }
+                let delta = (unsigned("D") ?? 1).bigEndian
+                let initial = (unsigned("J") ?? 0).bigEndian
+                let mode: CachetItemWrite.Mode = increment ? .increment : .decrement
+                let cas = unsigned("C") ?? 0
+                if let created {
+                    withUnsafeBytes(of: (delta, initial)) {
+                        session.appendItemWrite(mode, key: key, cas: cas, data: $0, ttl: created)
+                    }
+                } else {
+                    withUnsafeBytes(of: delta) { session.appendItemWrite(mode, key: key, cas: cas, data: $0) }
+                }
+                // `t` without `T`: the TTL is read right after (a GET with the `ttl` flag) and the line written then.
+                let readsTTL = meta.has("t") && ttl == nil
+                session.push(reply(value: meta.has("v"), touchedTTL: ttl, carriesTTL: readsTTL), quiet: false)
+                if readsTTL {
+                    session.appendKeyed(.get, key, flags: [.item, .ttl])
+                    session.push(.metaTTL, quiet: false)
+                }
+                if let ttl {
+                    // memcached sets the TTL with the arithmetic; here a touch right after it, in order.
+                    if let seconds = MemcacheSession.ttl(ttl, now: now) {
+                        session.appendItemWrite(.touch, key: key, ttl: seconds)
+                    } else {
+                        session.appendKeyed(.delete, key)
+                    }
+                    session.push(.discard, quiet: false)
+                }
+            case .debug:
+                session.appendKeyed(.get, key, flags: [.item, .ttl])
+                session.push(reply(carriesTTL: true), quiet: false)
+            case .noop:
+                break
+            }
+        }
+    }
+
+    /// The first flag of `meta` this server does not take, if any.
+    static func unsupportedFlag(_ meta: MemcacheMetaCommand) -> UInt8? {
+        let unsupported: String
+        switch meta.kind {
+        case .get: unsupported = "EhlR"
+        case .set: unsupported = "EIN"
+        case .delete: unsupported = "EITx"
+        case .arithmetic: unsupported = "E"
+        case .noop, .debug: unsupported = ""
+        }
+        return meta.flags.first { unsupported.utf8.contains($0.letter) }?.letter
+    }
+
+    // MARK: Replies out
+
+    /// Appends the line of an `ma` that succeeded.
+    private static func appendArithmetic(
+        _ reply: Reply,
+        cas: UInt64,
+        number: UInt64,
+        ttl: Int64?,
+        to text: inout CachetByteBuffer
+    ) {
+        let digits = MemcacheTextReply.number(number)
+        if reply.value {
+            // `digits` ends with its line end.
+            line("VA \(digits.count - 2)", reply, cas: cas, ttl: ttl, to: &text)
+            text.append(digits)
+        } else if !reply.quiet {
+            line("HD", reply, cas: cas, ttl: ttl, to: &text)
+        }
+    }
+
+    /// The reply to the GET that reads an `ma`'s TTL: the `ma`'s line, held until now, with it.
+    static func appendHeldArithmetic(
+        status: CachetStatus,
+        body: UnsafeRawBufferPointer,
+        session: MemcacheSession,
+        to text: inout CachetByteBuffer
+    ) {
+        guard let (reply, cas, number) = session.heldArithmetic else { return }
+        session.heldArithmetic = nil
+        var ttl: Int64 = -1
+        if status == .ok, body.count >= CachetItemWrite.itemReplyPrefixSize + 4 {
+            let left = body.loadUnaligned(fromByteOffset: CachetItemWrite.itemReplyPrefixSize, as: UInt32.self)
+                .bigEndian
+            ttl = left == 0 ? -1 : Int64(left)
+        }
+        appendArithmetic(reply, cas: cas, number: number, ttl: ttl, to: &text)
+    }
+
+    /// Appends the meta reply to one native reply.
+    static func append(
+        _ reply: Reply,
+        status: CachetStatus,
+        body: UnsafeRawBufferPointer,
+        session: MemcacheSession,
+        to text: inout CachetByteBuffer
+    ) {
+        switch reply.kind {
+        case .get, .debug:
+            appendGet(reply, status: status, body: body, to: &text)
+        case .set where reply.deletesExpired:
+            if status == .ok || status == .notFound {
+                if !reply.quiet { line("HD", reply, to: &text) }
+            } else {
+                text.append(MemcacheReplies.errorLine(status, body))
+            }
+        case .set:
+            switch status {
+            case .ok:
+                let cas = body.count >= 8 ? body.loadUnaligned(as: UInt64.self).bigEndian : 0
+                if !reply.quiet { line("HD", reply, cas: cas, size: reply.storedLength, to: &text) }
+            // memcached returns the flags on a refusal too, `c` as 0.
+            case .notStored: line("NS", reply, cas: 0, to: &text)
+            case .exists: line("EX", reply, cas: 0, to: &text)
+            case .notFound: line("NF", reply, cas: 0, to: &text)
+            default: text.append(MemcacheReplies.errorLine(status, body))
+            }
+        case .delete:
+            switch status {
+            case .ok: if !reply.quiet { line("HD", reply, to: &text) }
+            case .notFound: line("NF", reply, to: &text)
+            case .exists: line("EX", reply, to: &text)
+            default: text.append(MemcacheReplies.errorLine(status, body))
+            }
+        case .arithmetic:
+            switch status {
+            case .ok where body.count >= 16:
+                let cas = body.loadUnaligned(as: UInt64.self).bigEndian
+                let number = body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian
+                guard !reply.carriesTTL else {
+                    // Written once the TTL read after it is answered.
+                    session.heldArithmetic = (reply, cas, number)
+                    return
+                }
+                appendArithmetic(reply, cas: cas, number: number, ttl: reply.touchedTTL, to: &text)
+            case .notFound: line("NF", reply, to: &text)
+            case .exists: line("EX", reply, to: &text)
+            case .badRequest:
+                text.append(Array("CLIENT_ERROR cannot increment or decrement non-numeric value\r\n".utf8))
+            default: text.append(MemcacheReplies.errorLine(status, body))
+            }
+        case .noop:
+            break
+        }
+    }
+
+    private static func appendGet(
+        _ reply: Reply,
+        status: CachetStatus,
+        body: UnsafeRawBufferPointer,
+        to text: inout CachetByteBuffer
+    ) {
+        let prefix = CachetItemWrite.itemReplyPrefixSize + (reply.carriesTTL ? 4 : 0)
+        guard status == .ok, body.count >= prefix else {
+            guard status == .notFound || (status == .ok && reply.touchedTTL != nil) else {
+                return text.append(MemcacheReplies.errorLine(status, body))
+            }
+            if reply.kind == .get, let vivifyTTL = reply.vivify {
+                // The lease: a token (or no lease at all: the caller loads by itself) wins; 0 means another
+                // caller holds it.
+                let won = body.count < 8 || body.loadUnaligned(as: UInt64.self) != 0
+                let ttl = reply.touchedTTL ?? (vivifyTTL == 0 ? -1 : vivifyTTL)
+                let stub = reply.value ? "VA 0" : "HD"
+                line(stub, reply, cas: 0, flags: 0, size: 0, ttl: ttl, suffix: won ? "W" : "Z", to: &text)
+                if reply.value { text.append([13, 10]) }
+                return
+            }
+            if !reply.quiet { line("EN", reply, missing: true, to: &text) }
+            return
+        }
+        let flags = body.loadUnaligned(as: UInt32.self).bigEndian
+        let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
+        var ttl: Int64 = reply.touchedTTL ?? -1
+        if reply.carriesTTL {
+            let left = body.loadUnaligned(fromByteOffset: 12, as: UInt32.self).bigEndian
+            ttl = left == 0 ? -1 : Int64(left)
+        }
+        let data = UnsafeRawBufferPointer(rebasing: body[prefix...])
+        if reply.kind == .debug {
+            let key = String(decoding: reply.key, as: UTF8.self)
+            return text.append(Array("ME \(key) exp=\(ttl) cas=\(cas) size=\(data.count)\r\n".utf8))
+        }
+        let sendsValue = reply.value && reply.unlessCAS != cas
+        line(
+            sendsValue ? "VA \(data.count)" : "HD",
+            reply,
+            cas: cas,
+            flags: flags,
+            size: data.count,
+            ttl: ttl,
+            to: &text
+        )
+        if sendsValue {
+            text.append(data)
+            text.append([13, 10])
+        }
+    }
+
+    /// A reply line: `code`, then the flags the command asked to have returned, in its order.
+    private static func line(
+        _ code: String,
+        _ reply: Reply,
+        cas: UInt64? = nil,
+        flags: UInt32? = nil,
+        size: Int? = nil,
+        ttl: Int64? = nil,
+        missing: Bool = false,
+        suffix: String = "",
+        to text: inout CachetByteBuffer
+    ) {
+        var line = Array(code.utf8)
+        for (letter, token) in reply.returns {
+            switch letter {
+            case UInt8(ascii: "O"):
+                line += [0x20, letter] + token
+            case UInt8(ascii: "k"):
+                line += [0x20, letter] + reply.key
+                if reply.binary { line += [0x20, UInt8(ascii: "b")] }
+            case UInt8(ascii: "c") where !missing:
+                if let cas { line += Array(" c\(cas)".utf8) }
+            case UInt8(ascii: "f") where !missing:
+                if let flags { line += Array(" f\(flags)".utf8) }
+            case UInt8(ascii: "s") where !missing:
+                if let size { line += Array(" s\(size)".utf8) }
+            case UInt8(ascii: "t") where !missing:
+                if let ttl { line += Array(" t\(ttl)".utf8) }
+            default:
+                break
+            }
+        }
+        if !suffix.isEmpty { line += Array(" \(suffix)".utf8) }
+        line += [13, 10]
+        text.append(line)
+    }
+}
