@@ -31,6 +31,9 @@ printf 'cas k 1 0 2 99 noreply\r\nab\r\nappend k 0 0 1\r\nx\r\nprepend k 0 0 1\r
 printf 'incr k 1\r\ndecr k 18446744073709551615 noreply\r\ntouch k 10\r\ndelete k 0\r\n' > "$out/seeds/others"
 printf 'flush_all 10 noreply\r\nversion\r\nverbosity 1\r\nstats items\r\nquit\r\nbogus\r\n' > "$out/seeds/admin"
 printf 'cache_memlimit 64 noreply\r\nverbosity noreply\r\nstats cachedump 1 1\r\nversion x\r\n' > "$out/seeds/more"
+printf 'mg k v f c t s k Oabc q\r\nms k 2 T10 F5 MA c\r\nab\r\nmd k C123 q\r\nmn\r\n' > "$out/seeds/meta"
+printf 'ma k N0 J13 D2 MD v t\r\nme k\r\nmg Zm9v b k\r\nms Zm9v 1 b I\r\nx\r\nmg k v v\r\n' > "$out/seeds/meta-more"
+printf 'set k x 0 3\r\nabc\r\nGET / HTTP/1.1\r\n \r\n' > "$out/seeds/swallow"
 
 cd "$out"
 common=(-max_len=4500 -print_final_stats=1 -artifact_prefix="$out/")

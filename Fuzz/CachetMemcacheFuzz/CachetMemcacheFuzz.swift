@@ -7,7 +7,11 @@
 // 3. Splitting: every prefix of the bytes a command took decodes as "need more" (or, past 2048 bytes with
 //    no line end, as a line too long), never as another command.
 // 4. What a command holds agrees with its line: keys are 1 to 250 bytes with no control character, inside
-//    the line; a storage command's data block starts right after the line's `\n` and is followed by `\r\n`.
+//    the line (a meta command's base64 key, up to 344); a storage command's (and `ms`'s) data block starts
+//    right after the line's `\n` and is followed by `\r\n`; a meta command's flags lie inside the line, each
+//    once.
+// A failure that swallows a data block (a value too large, a storage line with a bad field) may end past
+// the input: the rest is discarded as it arrives.
 // A violated property stops the process with a message (`fatalError`), which libFuzzer records as a crash.
 
 import CachetMemcache
@@ -54,6 +58,34 @@ private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBuff
         check(end == newline + 1, "stats: end")
     case .flushAll, .version, .verbosity, .quit, .cacheMemoryLimit:
         check(end == newline + 1, "\(command): end \(end), line end \(newline)")
+    case .meta(let meta):
+        if meta.kind == .noop {
+            check(meta.key.isEmpty && meta.flags.isEmpty, "mn: a key or flags")
+        } else if meta.has("b") {
+            check(
+                (1...344).contains(meta.key.count) && line.contains(meta.key.lowerBound)
+                    && meta.key.upperBound <= line.upperBound,
+                "meta: a bad base64 key \(meta.key)"
+            )
+        } else {
+            check(isKey(meta.key, bytes, line: line), "meta: a bad key \(meta.key)")
+        }
+        var letters = Set<UInt8>()
+        for flag in meta.flags {
+            check(letters.insert(flag.letter).inserted, "meta: flag \(flag.letter) twice")
+            check(
+                flag.token.lowerBound > meta.key.upperBound && flag.token.upperBound <= line.upperBound
+                    && bytes[flag.token.lowerBound - 1] == flag.letter,
+                "meta: flag \(flag.letter) outside the line"
+            )
+        }
+        if let data = meta.data {
+            check(meta.kind == .set, "meta: data on \(meta.kind)")
+            check(data.lowerBound == newline + 1 && data.upperBound + 2 == end, "ms: data \(data), end \(end)")
+            check(bytes[data.upperBound] == 13 && bytes[data.upperBound + 1] == 10, "ms: data not followed by CRLF")
+        } else {
+            check(meta.kind != .set && end == newline + 1, "meta: \(meta.kind) without data, end \(end)")
+        }
     }
 }
 
@@ -74,13 +106,19 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
         case .failure(let error, let found, _):
             end = found
             check(end > offset, "failure \(error) at \(offset) ends at \(end)")
-            // A value too large is refused before its block arrives: the rest is discarded.
-            if error == .tooLarge && end > size { return 0 }
+            // A value too large, or a storage line with a bad field, is refused before its block arrives: the
+            // rest is discarded.
+            if (error == .tooLarge || error == .badFormat) && end > size { return 0 }
             check(end <= size, "failure \(error) at \(offset) ends at \(end) of \(size)")
             if error.closesConnection { return 0 }
         }
-        // Every prefix of what it took needs more (or, without a line end past the limit, is too long).
-        for cut in offset..<end {
+        // Every prefix of what it took needs more (or, without a line end past the limit, is too long), up to
+        // its line's end: past it, a failure that swallows a data block is decided already.
+        var lineEnd = offset
+        while lineEnd < end && bytes[lineEnd] != UInt8(ascii: "\n") { lineEnd += 1 }
+        var decided = end
+        if case .failure = decoded { decided = min(end, lineEnd + 1) }
+        for cut in offset..<decided {
             let prefix = UnsafeRawBufferPointer(rebasing: bytes[0..<cut])
             switch MemcacheTextDecoder.decode(prefix, at: offset, maximumValueLength: 4096) {
             case .needMore: break

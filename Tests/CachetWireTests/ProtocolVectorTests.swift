@@ -51,9 +51,13 @@ struct ProtocolVectorTests {
                 if case .leasedPut = command { isLeasedPut = true }
                 var isRangedGet = false
                 if case .rangedGet = command { isRangedGet = true }
+                // An item's PUT is a command on the item (the codec reads its value field whole): NOT_STORED,
+                // EXISTS, and BAD_REQUEST for a field the node cannot read are the node's answers to it.
+                let isItem = CachetRequestFlags(rawValue: UInt16(bytes[6]) << 8 | UInt16(bytes[7])).contains(.item)
                 #expect(
                     status == .ok || status == .notFound || (isLeasedPut && status == .notStored)
-                        || (isRangedGet && status == .rangeNotSatisfiable),
+                        || (isRangedGet && status == .rangeNotSatisfiable)
+                        || (isItem && [.notStored, .exists, .badRequest].contains(status)),
                     "\(vector.name): \(command.opcode) answered \(status)"
                 )
                 #expect(opcode == command.opcode)
@@ -72,6 +76,7 @@ struct ProtocolVectorTests {
                 #expect(command.encoded(id: id, flags: flags) == bytes, "\(vector.name): re-encoding differs")
                 if ![
                     "reserved-flags", "request-flags", "lease", "get-ttl", "get-range", "put-parts", "get-frames",
+                    "items",
                 ].contains(
                     vector.name
                 ) {
@@ -152,7 +157,9 @@ struct ProtocolVectorTests {
 
     /// The whole script, replayed through ``ProtocolVector/replay(on:)`` against a node made of the codec
     /// and a dictionary: values come back, CLEAR counts, errors answer, closes happen where written.
-    @Test(arguments: vectors)
+    /// (`items` is not: its conditional writes are the command layer's, which the model does not have; real
+    /// nodes replay it, `NodeVectorReplayTests`.)
+    @Test(arguments: vectors.filter { $0.name != "items" })
     func replaysAgainstACodecModelNode(_ vector: ProtocolVector) throws {
         let node = CodecModelNode()
         try vector.replay(on: node)

@@ -58,6 +58,27 @@ struct NodeMemcacheMetaTests {
         #expect(try client.exchange("ms n 1 T-1\r\n5\r\nmg n v\r\n", lines: 2) == ["HD", "EN"])
     }
 
+    @Test func conditionalDeletesAndCountersCreatedOnAMiss() throws {
+        let (node, port) = try NodeMemcacheTests.node()
+        defer { withExtendedLifetime(node) {} }
+        let client = try MemcacheTextClient(port: port)
+        let stored = try client.exchange("ms key 2 c\r\nhi\r\n")[0]
+        let cas = try #require(UInt64(stored.dropFirst("HD c".count)))
+        #expect(try client.exchange("md key C\(cas + 1)\r\n") == ["EX"], "another CAS: kept")
+        #expect(try client.exchange("mg key v\r\n", lines: 2) == ["VA 2", "hi"])
+        #expect(try client.exchange("md key C\(cas) q\r\nmg key v\r\n") == ["EN"], "its CAS: deleted")
+        #expect(try client.exchange("md key C\(cas)\r\n") == ["NF"])
+        // N creates the counter holding J on a miss (answered J), then counts from it; t its TTL left.
+        #expect(try client.exchange("ma counter N100 J13 v t\r\n", lines: 2) == ["VA 2 t100", "13"])
+        #expect(try client.exchange("ma counter N100 J13 v\r\n", lines: 2) == ["VA 2", "14"])
+        #expect(try client.exchange("ma counter N100 MD D20 v\r\n", lines: 2) == ["VA 1", "0"])
+        let counted = try client.exchange("ma counter c v\r\n", lines: 2)
+        let unique = try #require(UInt64(counted[0].dropFirst("VA 1 c".count)))
+        #expect(try client.exchange("ma counter C\(unique + 1) v\r\n") == ["EX"], "another CAS: not counted")
+        #expect(try client.exchange("ma counter C\(unique) v\r\n", lines: 2) == ["VA 1", "2"])
+        #expect(try client.exchange("ma missing t v\r\n") == ["NF"])
+    }
+
     @Test func base64KeysAndTheTextCommandsShareItems() throws {
         let (node, port) = try NodeMemcacheTests.node()
         let client = try MemcacheTextClient(port: port)
@@ -109,7 +130,8 @@ struct NodeMemcacheMetaTests {
         ("mg foo h\r\n", "CLIENT_ERROR flag h is not supported by this server"),
         ("md foo I\r\n", "CLIENT_ERROR flag I is not supported by this server"),
         ("ms foo 1 I\r\nx\r\n", "CLIENT_ERROR flag I is not supported by this server"),
-        ("ma foo N0 J5\r\n", "CLIENT_ERROR flag N is not supported by this server"),
+        ("ma foo E5\r\n", "CLIENT_ERROR flag E is not supported by this server"),
+        ("ms foo 1 MA C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with mode S only by this server"),
     ])
     func badMetaCommandsGetTheirErrorLineAndTheConnectionGoesOn(command: String, error: String) throws {
         let (node, port) = try NodeMemcacheTests.node()

@@ -101,8 +101,22 @@ struct NodeItemTests {
         #expect(try Self.write(.touch, "b", ttl: 100, on: socket).status == .notFound)
         let gat = try Self.write(.getAndTouch, "text", ttl: 0, on: socket)
         #expect(gat.status == .ok && Array(gat.body.dropFirst(12)) == Array("abc".utf8))
-        // Flags the mode does not take.
+        // With ttl too, the TTL left follows the flags and CAS unique (100 s, set by the touch above).
         try socket.send(CachetCommand.get(key: Array("a".utf8)).encoded(id: 9, flags: [.item, .ttl]))
+        let withTTL = try socket.readResponse()
+        let left = withTTL.body.count >= 16 ? withTTL.body[12..<16].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } : 0
+        #expect(withTTL.status == .ok && (90...100).contains(left), "\(withTTL)")
+        // A mode the node does not have: BAD_REQUEST.
+        try socket.send(
+            CachetCommand.put(key: Array("a".utf8), value: CachetItemWrite.encodeHeader(mode: .delete) + [0], ttl: 0)
+                .encoded(id: 10, flags: .item)
+        )
+        #expect(try socket.readResponse().status == .badRequest, "delete takes no data")
+        // An item PUT with lease: BAD_REQUEST.
+        try socket.send(
+            CachetCommand.put(key: Array("a".utf8), value: CachetItemWrite.encodeHeader(mode: .set), ttl: 0)
+                .encoded(id: 11, flags: [.item, .lease])
+        )
         #expect(try socket.readResponse().status == .badRequest)
     }
 
