@@ -1,3 +1,5 @@
+import CachetWire
+
 /// The head of an HTTP/1.1 response: its status line and header fields, written as bytes. The node's HTTP
 /// port writes every response with it (values, metrics, health, errors).
 public struct HTTPResponseHead: Sendable, Equatable {
@@ -124,7 +126,7 @@ public struct HTTPCredentials: Sendable, Equatable {
         let payload = String(parts[1]).trimmingSpacesAndTabs()
         switch parts[0].lowercased() {
         case "basic":
-            guard let decoded = base64Decoded(payload) else { return .malformed }
+            guard let decoded = CachetBase64.decode(payload.utf8) else { return .malformed }
             return split(decoded).map(Found.given) ?? .malformed
         case "bearer":
             return split(Array(payload.utf8)).map(Found.given) ?? .malformed
@@ -137,31 +139,5 @@ public struct HTTPCredentials: Sendable, Equatable {
     private static func split(_ bytes: [UInt8]) -> HTTPCredentials? {
         guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon > 0 else { return nil }
         return HTTPCredentials(user: Array(bytes[..<colon]), secret: Array(bytes[(colon + 1)...]))
-    }
-
-    /// The bytes of standard base64 (padding optional); nil for any other character.
-    static func base64Decoded(_ text: String) -> [UInt8]? {
-        var bytes: [UInt8] = []
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for character in text.utf8 {
-            let value: UInt8
-            switch character {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = character - UInt8(ascii: "A")
-            case UInt8(ascii: "a")...UInt8(ascii: "z"): value = character - UInt8(ascii: "a") + 26
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = character - UInt8(ascii: "0") + 52
-            case UInt8(ascii: "+"): value = 62
-            case UInt8(ascii: "/"): value = 63
-            case UInt8(ascii: "="): continue
-            default: return nil
-            }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                bytes.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
-            }
-        }
-        return bytes
     }
 }

@@ -132,32 +132,4 @@ extension MemcacheTextDecoder {
         command.data = end..<(end + length)
         return .command(.meta(command), end: end + length + 2)
     }
-
-    /// The bytes of a base64 key (standard alphabet, padding optional); nil when it is not base64 or does not
-    /// decode to a key memcached takes (1 to 250 bytes).
-    public static func base64DecodedKey(_ text: UnsafeRawBufferPointer) -> [UInt8]? {
-        var bytes: [UInt8] = []
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for character in text {
-            let value: UInt8
-            switch character {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = character - UInt8(ascii: "A")
-            case UInt8(ascii: "a")...UInt8(ascii: "z"): value = character - UInt8(ascii: "a") + 26
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = character - UInt8(ascii: "0") + 52
-            case UInt8(ascii: "+"): value = 62
-            case UInt8(ascii: "/"): value = 63
-            case UInt8(ascii: "="): continue
-            default: return nil
-            }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                bytes.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
-            }
-        }
-        guard (1...maximumKeyLength).contains(bytes.count) else { return nil }
-        return bytes
-    }
 }

@@ -322,7 +322,7 @@ public enum MemcacheTextCommand: Hashable, Sendable {
     /// `quit`: the connection closes.
     case quit
     /// A meta command: `mg`, `ms`, `md`, `ma`, `mn`, `me`.
-    case meta(MemcacheMetaCommand)
+    indirect case meta(MemcacheMetaCommand)
 }
 
 /// What decoding the bytes at an offset came to.

@@ -68,3 +68,33 @@ extension CachetByteBuffer {
         body(&self)
     }
 }
+
+/// Calls `reply` with the header and body of each whole native reply frame in `region`, in order (what a
+/// ``TranslatingSession`` turns into its protocol before a send).
+@inline(__always)
+func forEachNativeReply(in region: UnsafeRawBufferPointer, _ reply: (CachetFrameHeader, UnsafeRawBufferPointer) -> Void)
+{
+    var offset = 0
+    while offset < region.count,
+        let frame = try? CachetReplyDecoder.decodeReply(in: region, at: offset, maximumPayloadLength: Int(UInt32.max))
+    {
+        offset = frame.end
+        reply(frame.header, UnsafeRawBufferPointer(rebasing: region[frame.body]))
+    }
+}
+
+extension CachetByteBuffer {
+    /// Replaces what follows the first `kept` bytes (native replies, translated into `translation`) with
+    /// `translation`'s bytes. When nothing is kept (the usual case: the text before was all sent), the two
+    /// buffers change places instead, which saves a copy of every value; `translation` is left empty, to be
+    /// written into next time.
+    mutating func replaceTranslated(after kept: Int, with translation: inout CachetByteBuffer) {
+        if kept == 0 {
+            swap(&self, &translation)
+            translation.clear()
+        } else {
+            keepReadable(kept)
+            append(translation.readableRegion)
+        }
+    }
+}

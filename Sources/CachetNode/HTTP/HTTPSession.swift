@@ -331,41 +331,27 @@ final class HTTPSession: TranslatingSession {
         guard untranslated > 0 else { return }
         scratch.clear()
         scratch.shrinkIfEmpty(above: 2 << 20, to: 1024)
-        let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
-        var offset = 0
-        while offset < region.count,
-            let frame = try? CachetReplyDecoder.decodeReply(
-                in: region,
-                at: offset,
-                maximumPayloadLength: Int(UInt32.max)
-            )
-        {
-            offset = frame.end
-            guard let pending = popContext() else { continue }
-            let body = UnsafeRawBufferPointer(rebasing: region[frame.body])
+        forEachNativeReply(in: UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])) {
+            header,
+            body in
+            guard let pending = popContext() else { return }
             switch pending {
             case .literal(let bytes):
                 scratch.append(bytes)
             case .signIn(let credentials):
-                if frame.header.status == .ok {
+                if header.status == .ok {
                     signedIn = credentials
                 } else {
                     signedIn = nil
                     signInFailed = true
                 }
             case .valueHead:
-                writeValueHead(status: frame.header.status, body: body)
+                writeValueHead(status: header.status, body: body)
             case .valuePiece(let asked):
-                writeValuePiece(status: frame.header.status, body: body, asked: asked)
+                writeValuePiece(status: header.status, body: body, asked: asked)
             }
         }
-        if textPending == 0 {
-            swap(&output, &scratch)
-            scratch.clear()
-        } else {
-            output.keepReadable(textPending)
-            output.append(scratch.readableRegion)
-        }
+        output.replaceTranslated(after: textPending, with: &scratch)
         textPending = output.readableBytes
     }
 

@@ -76,7 +76,9 @@ enum MemcacheMeta {
         // The key's bytes: base64-decoded with `b`.
         let key: [UInt8]
         if meta.has("b") {
-            guard let decoded = MemcacheTextDecoder.base64DecodedKey(bytes(meta.key)) else {
+            guard let decoded = CachetBase64.decode(bytes(meta.key)),
+                (1...MemcacheTextDecoder.maximumKeyLength).contains(decoded.count)
+            else {
                 return refuse("error decoding key")
             }
             key = decoded

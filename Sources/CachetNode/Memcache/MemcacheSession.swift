@@ -358,34 +358,15 @@ final class MemcacheSession: TranslatingSession {
         // The lines are written into a scratch buffer kept from send to send (shrunk when a large reply grew it).
         scratch.clear()
         scratch.shrinkIfEmpty(above: 1 << 20, to: 4096)
-        let region = UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])
-        var offset = 0
-        while offset < region.count,
-            let frame = try? CachetReplyDecoder.decodeReply(
-                in: region,
-                at: offset,
-                maximumPayloadLength: Int(UInt32.max)
-            )
-        {
-            offset = frame.end
-            guard let pending = contexts.removeFirst() else { continue }
-            MemcacheReplies.append(
-                pending,
-                status: frame.header.status,
-                body: UnsafeRawBufferPointer(rebasing: region[frame.body]),
-                session: self,
-                to: &scratch
-            )
+        forEachNativeReply(in: UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])) {
+            header,
+            body in
+            guard let pending = contexts.removeFirst() else { return }
+            MemcacheReplies.append(pending, status: header.status, body: body, session: self, to: &scratch)
         }
-        if textPending == 0 {
-            // Nothing of the text before is still unsent (the usual case): the lines become the output as they
-            // are, and the native replies' buffer is the next scratch, saving a copy of every value.
-            swap(&output, &scratch)
-            scratch.clear()
-        } else {
-            output.keepReadable(textPending)
-            output.append(scratch.readableRegion)
-        }
+        // Nothing of the text before is still unsent (the usual case): the lines become the output as they
+        // are, and the native replies' buffer is the next scratch, saving a copy of every value.
+        output.replaceTranslated(after: textPending, with: &scratch)
         textPending = output.readableBytes
     }
 
