@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The head of an HTTP/1.x request (RFC 9112): its request line and the header fields the node reads,
 /// decoded in place from the bytes received, no I/O. What the node's HTTP port needs and no more: the
 /// method, the target's path and query as sent (still percent-encoded), whether the connection stays open,
@@ -97,16 +101,19 @@ public struct HTTPRequestHead: Sendable, Equatable {
     private static let space = UInt8(ascii: " ")
     private static let tab = UInt8(ascii: "\t")
 
-    /// The offset just past the blank line that ends the head, or nil while there is none.
+    /// The offset just past the blank line that ends the head, or nil while there is none. Line ends are
+    /// found with `memchr`: a head received a byte at a time is searched again at each byte, so the search
+    /// must cost little per byte.
     private static func headEnd(_ bytes: UnsafeRawBufferPointer, from start: Int) -> Int? {
+        guard let base = bytes.baseAddress else { return nil }
         var index = start
         let limit = min(bytes.count, start + maximumLength + 4)
         while index < limit {
-            if bytes[index] == lf {
-                if index + 1 < bytes.count, bytes[index + 1] == lf { return index + 2 }
-                if index + 2 < bytes.count, bytes[index + 1] == cr, bytes[index + 2] == lf { return index + 3 }
-            }
-            index += 1
+            guard let found = memchr(base + index, Int32(lf), limit - index) else { return nil }
+            let at = UnsafeRawPointer(found) - base
+            if at + 1 < bytes.count, bytes[at + 1] == lf { return at + 2 }
+            if at + 2 < bytes.count, bytes[at + 1] == cr, bytes[at + 2] == lf { return at + 3 }
+            index = at + 1
         }
         return nil
     }

@@ -534,7 +534,14 @@ final class NodeIOQueue: @unchecked Sendable {
         while true {
             switch connection.phase {
             case .waitingForOutput
-            where connection.output.readableBytes <= pendingOutputLimit(connection, room: memory.replyRoom):
+            where connection.output.readableBytes <= pendingOutputLimit(connection, room: memory.replyRoom),
+                // An HTTP connection with work that no read will start, learnt as its replies were turned:
+                // the next piece of a value, the request pipelined behind it, or the close it asked for.
+                .reading
+            where connection.transformsOutput
+                && connection.http.map {
+                    $0.quitting || $0.wantsTurn(input: connection.input, outputBytes: connection.output.readableBytes)
+                } == true:
                 connection.phase = .reading(frameLength: 0)
                 // Once per settle: a client whose replies the kernel keeps taking (it has room for
                 // megabytes) would otherwise be answered here until that room is gone, while every other
@@ -561,20 +568,6 @@ final class NodeIOQueue: @unchecked Sendable {
                 }
             case .closed:
                 return
-            case .reading
-            where connection.transformsOutput
-                && connection.http.map {
-                    $0.quitting || $0.wantsTurn(input: connection.input, outputBytes: connection.output.readableBytes)
-                } == true:
-                // An HTTP connection with work that no read will start, learnt as its replies were turned:
-                // the next piece of a value, the request pipelined behind it, or the close it asked for.
-                guard !resumed else {
-                    yieldTurn(connection)
-                    break
-                }
-                resumed = true
-                process(connection, now: now)
-                continue
             case .waitingForCompletion where connection.valueFrames?.mayContinue(on: connection) == true:
                 // A GET answered in several frames reads its next piece once the client has taken most of
                 // the last one.

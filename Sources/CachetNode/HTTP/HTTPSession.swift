@@ -77,7 +77,12 @@ final class HTTPSession: TranslatingSession {
     @exclusivity(unchecked) private var contextsHead = 0
     /// Bytes at the front of the connection's output that are HTTP already.
     @exclusivity(unchecked) private var textPending = 0
-    @exclusivity(unchecked) private var value: ValueResponse?
+    @exclusivity(unchecked) private var value: ValueResponse? {
+        // A value response that ends may leave whole requests in the input, which no read will announce.
+        didSet { if oldValue != nil && value == nil { inputWaits = true } }
+    }
+    /// Whether the input may hold whole requests no turn has decoded yet (see ``wantsTurn(input:outputBytes:)``).
+    @exclusivity(unchecked) private var inputWaits = false
     /// Whether a response that closes the connection is queued: nothing more is read.
     @exclusivity(unchecked) private var closeRequested = false
     /// The credentials the connection signed in with (on a node with users).
@@ -108,8 +113,17 @@ final class HTTPSession: TranslatingSession {
 
     func wantsTurn(input: borrowing CachetByteBuffer, outputBytes: Int) -> Bool {
         if let value { return mayAskNextPiece(value, outputBytes: outputBytes) }
-        guard !closeRequested, input.readableBytes > 0 else { return false }
-        if case .needMore = HTTPRequestHead.decode(input.readableRegion) { return false }
+        // Only once a value response ended with requests behind it: after a read, the turn that follows
+        // decodes the input anyway (a head dripped a byte at a time is not searched twice per byte).
+        // And only while the pipeline has room: a turn could decode nothing more (the replies before must be
+        // sent first, which brings the loop back here).
+        guard inputWaits, !closeRequested, input.readableBytes > 0,
+            contexts.count - contextsHead < Self.pipelineLimit
+        else { return false }
+        if case .needMore = HTTPRequestHead.decode(input.readableRegion) {
+            inputWaits = false
+            return false
+        }
         return true
     }
 
@@ -135,6 +149,7 @@ final class HTTPSession: TranslatingSession {
         {
             switch HTTPRequestHead.decode(input.readableRegion) {
             case .needMore:
+                inputWaits = false
                 return
             case .failure(let error):
                 input.moveReadIndex(forwardBy: input.readableBytes)
@@ -144,6 +159,9 @@ final class HTTPSession: TranslatingSession {
                 serve(head)
             }
         }
+        // Stopped with bytes left (the pipeline's limit, a value response, a close): they may hold whole
+        // requests that no read will announce.
+        inputWaits = input.readableBytes > 0
     }
 
     private func serve(_ request: HTTPRequestHead) {

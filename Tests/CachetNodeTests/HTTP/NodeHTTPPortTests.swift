@@ -59,6 +59,14 @@ struct NodeHTTPPortTests {
         let fifth = try Self.readResponse(socket)
         #expect(fifth.status == 206 && fifth.body == Array(large.suffix(3)))
         #expect(fifth.fields["date"]?.hasSuffix(" GMT") == true)
+        // More requests in one write than the session decodes ahead (32), none of them a value (which would
+        // stop the decoding by itself): all answered, in order.
+        let many = (0..<100).map { "GET /health/\($0 % 2 == 0 ? "live" : "nowhere") HTTP/1.1\r\n\r\n" }.joined()
+        try socket.send(Array(many.utf8))
+        for index in 0..<100 {
+            let response = try Self.readResponse(socket)
+            #expect(response.status == (index % 2 == 0 ? 200 : 404), "response \(index)")
+        }
     }
 
     /// What each bad request gets, and whether the connection goes on (it does unless the stream cannot
