@@ -152,6 +152,16 @@ public struct HTTPRequestHead: Sendable, Equatable {
         String(decoding: bytes, as: UTF8.self).trimmingSpacesAndTabs()
     }
 
+    /// Whether `If-None-Match` names `etag`, weakly or not, or is `*` (RFC 9110, 13.1.2); false without one.
+    /// - Parameter etag: the entity tag, quoted.
+    public func ifNoneMatchNames(_ etag: String) -> Bool {
+        guard let ifNoneMatch else { return false }
+        return ifNoneMatch.split(separator: ",").contains { tag in
+            let text = tag.trimmingSpacesAndTabs()
+            return text == "*" || text == etag || text == "W/" + etag
+        }
+    }
+
     /// The value of query parameter `name`, percent-decoded (`+` for a space), or nil without one.
     /// - Parameter name: the parameter's name, as sent.
     public func queryParameter(_ name: String) -> String? {

@@ -98,3 +98,36 @@ extension CachetByteBuffer {
         }
     }
 }
+
+/// What a ``TranslatingSession``'s native requests in flight mean, first in first out, in a ring that keeps
+/// its storage.
+struct PendingQueue<Element> {
+    private var items: [Element?] = []
+    private var head = 0
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ item: Element) {
+        if count == items.count {
+            // Grown in order, oldest first.
+            var grown: [Element?] = []
+            grown.reserveCapacity(max(16, items.count * 2))
+            for index in 0..<count { grown.append(items[(head + index) % items.count]) }
+            grown.append(contentsOf: repeatElement(nil, count: max(16, items.count * 2) - count))
+            items = grown
+            head = 0
+        }
+        items[(head + count) % items.count] = item
+        count += 1
+    }
+
+    mutating func removeFirst() -> Element? {
+        guard count > 0 else { return nil }
+        let item = items[head]
+        items[head] = nil
+        head = (head + 1) % items.count
+        count -= 1
+        return item
+    }
+}

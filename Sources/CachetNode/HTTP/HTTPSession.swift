@@ -73,8 +73,7 @@ final class HTTPSession: TranslatingSession {
     let secure: Bool
 
     @exclusivity(unchecked) private var native = CachetByteBuffer(capacity: 1024)
-    @exclusivity(unchecked) private var contexts: [Pending] = []
-    @exclusivity(unchecked) private var contextsHead = 0
+    @exclusivity(unchecked) private var contexts = PendingQueue<Pending>()
     /// Bytes at the front of the connection's output that are HTTP already.
     @exclusivity(unchecked) private var textPending = 0
     @exclusivity(unchecked) private var value: ValueResponse? {
@@ -118,7 +117,7 @@ final class HTTPSession: TranslatingSession {
         // And only while the pipeline has room: a turn could decode nothing more (the replies before must be
         // sent first, which brings the loop back here).
         guard inputWaits, !closeRequested, input.readableBytes > 0,
-            contexts.count - contextsHead < Self.pipelineLimit
+            contexts.count < Self.pipelineLimit
         else { return false }
         if case .needMore = HTTPRequestHead.decode(input.readableRegion) {
             inputWaits = false
@@ -144,7 +143,7 @@ final class HTTPSession: TranslatingSession {
             self.value = value
             return
         }
-        while !closeRequested && value == nil && contexts.count - contextsHead < Self.pipelineLimit
+        while !closeRequested && value == nil && contexts.count < Self.pipelineLimit
             && input.readableBytes > 0
         {
             switch HTTPRequestHead.decode(input.readableRegion) {
@@ -278,17 +277,7 @@ final class HTTPSession: TranslatingSession {
     // MARK: Native requests
 
     private func push(_ pending: Pending) {
-        if contextsHead > 64 && contextsHead * 2 > contexts.count {
-            contexts.removeFirst(contextsHead)
-            contextsHead = 0
-        }
         contexts.append(pending)
-    }
-
-    private func popContext() -> Pending? {
-        guard contextsHead < contexts.count else { return nil }
-        defer { contextsHead += 1 }
-        return contexts[contextsHead]
     }
 
     private func takeID() -> UInt32 {
@@ -352,7 +341,7 @@ final class HTTPSession: TranslatingSession {
         forEachNativeReply(in: UnsafeRawBufferPointer(rebasing: output.readableRegion[textPending...])) {
             header,
             body in
-            guard let pending = popContext() else { return }
+            guard let pending = contexts.removeFirst() else { return }
             switch pending {
             case .literal(let bytes):
                 scratch.append(bytes)
@@ -454,7 +443,7 @@ final class HTTPSession: TranslatingSession {
             ("Content-Type", response.contentType), ("Accept-Ranges", "bytes"), ("Cache-Control", "no-cache"),
             ("ETag", etag),
         ]
-        if let match = response.asked.ifNoneMatch, Self.matches(match, etag) {
+        if response.asked.ifNoneMatchNames(etag) {
             return writeHead(304, fields, contentLength: nil, keepAlive: keepAlive)
         }
         // A Range with an If-Range naming another version of the value: the whole value instead.
@@ -521,14 +510,5 @@ final class HTTPSession: TranslatingSession {
         scratch.append(UnsafeRawBufferPointer(rebasing: bytes[..<taken]))
         response.next += UInt64(taken)
         value = response.next < response.end ? response : nil
-    }
-
-    /// Whether an `If-None-Match` field names `etag` (or is `*`).
-    static func matches(_ field: String, _ etag: String) -> Bool {
-        field.split(separator: ",").contains { tag in
-            let trimmed = tag.drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed()
-            let text = String(trimmed)
-            return text == "*" || text == etag || text == "W/" + etag
-        }
     }
 }

@@ -58,7 +58,7 @@ final class MemcacheSession: TranslatingSession {
     /// Native requests made from the text received, not yet served.
     @exclusivity(unchecked) var native = CachetByteBuffer(capacity: 4096)
     /// The replies the native requests in flight will be turned into, in order.
-    @exclusivity(unchecked) private(set) var contexts = PendingQueue()
+    @exclusivity(unchecked) private(set) var contexts = PendingQueue<Pending>()
     /// Bytes at the front of the connection's output that are text already (sent as they are).
     @exclusivity(unchecked) var textPending = 0
     /// Whether `quit` was read (or a line too long): nothing more is read, and the connection closes once
@@ -372,36 +372,4 @@ final class MemcacheSession: TranslatingSession {
 
     /// The buffer ``translateReplies(in:)`` writes lines into, kept between sends.
     @exclusivity(unchecked) private var scratch = CachetByteBuffer(capacity: 4096)
-}
-
-/// The replies a ``MemcacheSession`` waits for, first in first out, in a ring that keeps its storage.
-struct PendingQueue {
-    private var items: [MemcacheSession.Pending?] = []
-    private var head = 0
-    private(set) var count = 0
-
-    var isEmpty: Bool { count == 0 }
-
-    mutating func append(_ item: MemcacheSession.Pending) {
-        if count == items.count {
-            // Grown in order, oldest first.
-            var grown: [MemcacheSession.Pending?] = []
-            grown.reserveCapacity(max(16, items.count * 2))
-            for index in 0..<count { grown.append(items[(head + index) % items.count]) }
-            grown.append(contentsOf: repeatElement(nil, count: max(16, items.count * 2) - count))
-            items = grown
-            head = 0
-        }
-        items[(head + count) % items.count] = item
-        count += 1
-    }
-
-    mutating func removeFirst() -> MemcacheSession.Pending? {
-        guard count > 0 else { return nil }
-        let item = items[head]
-        items[head] = nil
-        head = (head + 1) % items.count
-        count -= 1
-        return item
-    }
 }
