@@ -2,7 +2,6 @@ import CachetAuth
 import CachetCluster
 import CachetIO
 import CachetLocking
-import CachetMemcache
 public import CachetStore
 import CachetWire
 import Dispatch
@@ -301,7 +300,17 @@ public final class CachetNodeServer: Sendable {
                 logger.warning("pausing accepts for 100 ms")
             }
         }
-        let languages = Dictionary(uniqueKeysWithValues: bound.map { ($0.kind, language(for: $0.kind)) })
+        let languages = Dictionary(
+            uniqueKeysWithValues: bound.map { socket in
+                let language = socket.kind.language(
+                    in: configuration,
+                    requiresAuth: auth != nil,
+                    hasDiskTier: self.disk != nil,
+                    statistics: statistics
+                )
+                return (socket.kind, language)
+            }
+        )
         let tlsOnly = configuration.tlsOnly
         let listeners = bound.map { socket in
             let kind = socket.kind
@@ -397,51 +406,6 @@ public final class CachetNodeServer: Sendable {
         }
         let deadline = configuration.tlsHandshakeTimeout
         loop.execute { loop.register(fd: fd, tls: context, handshakeDeadline: deadline, speaking: language) }
-    }
-
-    /// What the connections of a listener speak.
-    private func language(for kind: ListenerKind) -> ConnectionLanguage {
-        switch kind {
-        case .native, .nativeTLS: return .native
-        case .memcache, .memcacheTLS: return .memcache(memcacheSessionSettings)
-        case .http, .https: return .http(httpSessionSettings)
-        }
-    }
-
-    /// What the HTTP port's sessions share.
-    private var httpSessionSettings: HTTPSession.Settings {
-        let statistics = statistics
-        return HTTPSession.Settings(
-            servesValues: configuration.httpValues,
-            valuesNeedTLS: configuration.tlsOnly,
-            requiresAuth: auth != nil,
-            // What one range reply carries: the frame less its header, the value's length and its tag.
-            pieceSize: min(
-                1 << 20,
-                configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetValueRange.replyPrefixSize
-            ),
-            metrics: { statistics.prometheusText() },
-            readiness: { statistics.readiness() },
-            responses: statistics.httpResponses
-        )
-    }
-
-    /// What the memcached port's sessions share: the version they report, whether the first `set` signs in,
-    /// and the longest value a storage command may carry (memcached's item limit: a frame, and at most
-    /// `--large-value` on a node with a disk tier, whose items are held in memory).
-    private var memcacheSessionSettings: MemcacheSession.Settings {
-        let frame =
-            configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetProtocol.putBodyPrefixSize
-            - MemcacheTextDecoder.maximumKeyLength - CachetItemWrite.headerSize
-        return MemcacheSession.Settings(
-            version: Self.memcacheVersion,
-            requiresAuth: auth != nil,
-            flushesCluster: configuration.memcachedFlushesCluster,
-            maximumValueLength: min(
-                configuration.memcachedItemSize,
-                disk == nil ? frame : min(frame, configuration.largeValueThreshold)
-            )
-        )
     }
 
     /// Answers a connection over the limit with UNAVAILABLE and closes it (gracefully, on an I/O loop).

@@ -1,4 +1,6 @@
 import CachetIO
+import CachetMemcache
+import CachetWire
 
 /// What a listening socket of the node serves (`docs/node.md`, "Ports"). Every listener accepts on the
 /// first I/O loop, which hands each connection to a loop, round robin: every protocol is served on the same
@@ -46,6 +48,53 @@ enum ListenerKind: Hashable, Sendable, CaseIterable {
         case .memcacheTLS: return configuration.memcachedTLSPort.map { (configuration.host, $0) }
         case .http: return configuration.httpPort.map { (configuration.httpHost, $0) }
         case .https: return configuration.httpsPort.map { (configuration.httpHost, $0) }
+        }
+    }
+
+    /// What its connections speak, and the settings their sessions share.
+    func language(
+        in configuration: CachetNodeConfiguration,
+        requiresAuth: Bool,
+        hasDiskTier: Bool,
+        statistics: NodeStatistics
+    ) -> ConnectionLanguage {
+        switch self {
+        case .native, .nativeTLS:
+            return .native
+        case .memcache, .memcacheTLS:
+            // memcached's item limit: a frame, and at most `--large-value` on a node with a disk tier, whose
+            // items are held in memory.
+            let frame =
+                configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetProtocol.putBodyPrefixSize
+                - MemcacheTextDecoder.maximumKeyLength - CachetItemWrite.headerSize
+            return .memcache(
+                MemcacheSession.Settings(
+                    version: CachetNodeServer.memcacheVersion,
+                    requiresAuth: requiresAuth,
+                    flushesCluster: configuration.memcachedFlushesCluster,
+                    maximumValueLength: min(
+                        configuration.memcachedItemSize,
+                        hasDiskTier ? min(frame, configuration.largeValueThreshold) : frame
+                    )
+                )
+            )
+        case .http, .https:
+            return .http(
+                HTTPSession.Settings(
+                    servesValues: configuration.httpValues,
+                    valuesNeedTLS: configuration.tlsOnly,
+                    requiresAuth: requiresAuth,
+                    // What one range reply carries: the frame less its header, the value's length and its tag.
+                    pieceSize: min(
+                        1 << 20,
+                        configuration.maximumPayloadLength - CachetProtocol.headerSize
+                            - CachetValueRange.replyPrefixSize
+                    ),
+                    metrics: { statistics.prometheusText() },
+                    readiness: { statistics.readiness() },
+                    responses: statistics.httpResponses
+                )
+            )
         }
     }
 
