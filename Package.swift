@@ -37,6 +37,7 @@ let package = Package(
         // C shims and system libraries.
         .target(name: "CEpoll"),
         .target(name: "CMalloc"),
+        .target(name: "CChecksum"),
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "COpenSSLCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
@@ -79,6 +80,7 @@ let package = Package(
             name: "CachetStore",
             dependencies: [
                 "CachetLocking",
+                "CChecksum",
                 "CZlib",
                 "COpenSSLCrypto",
                 .product(name: "Logging", package: "swift-log"),

@@ -234,7 +234,7 @@ enum BlockEntryFormat {
 
     /// What reading part of a version 2 file came to.
     enum RangeRead {
-        case bytes([UInt8])
+        case bytes(CachetDiskBytes)
         /// Something failed its check: the file is corrupt.
         case corrupt
         /// A read failed (errno).
@@ -270,7 +270,8 @@ enum BlockEntryFormat {
         return .success(table)
     }
 
-    /// Reads `count` bytes of value from `start` of an open version 2 file whose table was read already.
+    /// Reads `count` bytes of value from `start` of an open version 2 file whose table was read already,
+    /// into a buffer of ``CachetDiskBytes/pool``: pages mapped already, so a range costs no page faults.
     static func readRange(
         fd: Int32,
         header: DiskEntryFormat.Header,
@@ -278,65 +279,46 @@ enum BlockEntryFormat {
         start: Int,
         count: Int
     ) -> RangeRead {
-        guard count > 0 else { return .bytes([]) }
+        let result = CachetDiskBytes(count: max(0, count))
+        guard count > 0 else { return .bytes(result) }
         let first = start / header.blockSize
         let last = (start + count - 1) / header.blockSize
         var offset = header.payloadStart
         for index in 0..<first { offset += table[index].stored }
-        var failure: RangeRead?
+        let out = result.mutableBytes
         // Filled in place: a block stored raw and wholly inside the range is read straight into it (a
-        // video's blocks are); any other block through a scratch buffer, inflated or cut there.
-        let result = [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
-            let out = UnsafeMutableRawBufferPointer(out)
-            var scratch: [UInt8] = []
-            var block: [UInt8] = []
-            for index in first...last {
-                let entry = table[index]
-                let length = length(ofBlock: index, valueLength: header.valueLength, blockSize: header.blockSize)
-                let blockStart = index * header.blockSize
-                let from = max(start, blockStart)
-                let to = min(start + count, blockStart + length)
-                defer { offset += entry.stored }
-                if entry.stored == length && from == blockStart && to == blockStart + length {
-                    let target = UnsafeMutableRawBufferPointer(rebasing: out[(from - start)..<(to - start)])
-                    if let problem = preadAll(fd, into: target, at: offset) {
-                        failure = problem
-                        break
-                    }
-                    guard DiskEntryFormat.crc32(UnsafeRawBufferPointer(target)) == entry.crc else {
-                        failure = .corrupt
-                        break
-                    }
-                    continue
-                }
-                if scratch.count < entry.stored { scratch = [UInt8](repeating: 0, count: entry.stored) }
-                if block.count < length { block = [UInt8](repeating: 0, count: length) }
-                let fine = scratch.withUnsafeMutableBytes { scratch -> Bool in
-                    let stored = UnsafeMutableRawBufferPointer(rebasing: scratch[0..<entry.stored])
-                    if let problem = preadAll(fd, into: stored, at: offset) {
-                        failure = problem
-                        return false
-                    }
-                    return block.withUnsafeMutableBytes { block in
-                        let decoded = UnsafeMutableRawBufferPointer(rebasing: block[0..<length])
-                        guard decodeBlock(UnsafeRawBufferPointer(stored), crc: entry.crc, into: decoded) else {
-                            return false
-                        }
-                        (out.baseAddress! + (from - start)).copyMemory(
-                            from: decoded.baseAddress! + (from - blockStart),
-                            byteCount: to - from
-                        )
-                        return true
-                    }
-                }
-                guard fine else {
-                    failure = failure ?? .corrupt
-                    break
-                }
+        // video's blocks are); any other block through a scratch buffer (stored, then decoded), inflated or
+        // cut there. A random range of a video has two such blocks, its first and its last.
+        let scratchSize = LargeBlockPool.blockSize(for: 2 * header.blockSize)
+        var scratch: UnsafeMutableRawPointer?
+        defer { if let scratch { CachetDiskBytes.pool.release(scratch, size: scratchSize) } }
+        for index in first...last {
+            let entry = table[index]
+            let length = length(ofBlock: index, valueLength: header.valueLength, blockSize: header.blockSize)
+            let blockStart = index * header.blockSize
+            let from = max(start, blockStart)
+            let to = min(start + count, blockStart + length)
+            defer { offset += entry.stored }
+            if entry.stored == length && from == blockStart && to == blockStart + length {
+                let target = UnsafeMutableRawBufferPointer(rebasing: out[(from - start)..<(to - start)])
+                if let problem = preadAll(fd, into: target, at: offset) { return problem }
+                guard DiskEntryFormat.crc32(UnsafeRawBufferPointer(target)) == entry.crc else { return .corrupt }
+                continue
             }
-            initialized = failure == nil ? count : 0
+            // The stored bytes at the scratch's start, the decoded ones at its end: both at most a block
+            // (`decodeTable` checked the stored lengths against the blocks').
+            let buffer = scratch ?? CachetDiskBytes.pool.allocate(size: scratchSize)
+            scratch = buffer
+            let stored = UnsafeMutableRawBufferPointer(start: buffer, count: entry.stored)
+            if let problem = preadAll(fd, into: stored, at: offset) { return problem }
+            let decoded = UnsafeMutableRawBufferPointer(start: buffer + scratchSize - length, count: length)
+            guard decodeBlock(UnsafeRawBufferPointer(stored), crc: entry.crc, into: decoded) else { return .corrupt }
+            (out.baseAddress! + (from - start)).copyMemory(
+                from: decoded.baseAddress! + (from - blockStart),
+                byteCount: to - from
+            )
         }
-        return failure ?? .bytes(result)
+        return .bytes(result)
     }
 
     /// `pread`s `bytes.count` bytes into `bytes` from `offset`; a failure, or `.corrupt` when the file ends first.
@@ -374,7 +356,7 @@ enum BlockEntryFormat {
 /// that a reader of several ranges can tell that the value changed between them, and what HTTP sends as
 /// the `ETag`.
 public struct CachetValueTag: Sendable {
-    private var crc: UInt = 0
+    private var crc: UInt32 = 0
     private var adler: UInt = 1
 
     /// A tag of no bytes yet.
@@ -390,10 +372,10 @@ public struct CachetValueTag: Sendable {
     /// Takes the next bytes of the value.
     public mutating func add(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return }
+        crc = CachetCRC32.update(crc, bytes)
         var offset = 0
         while offset < bytes.count {
             let chunk = min(bytes.count - offset, 1 << 30)
-            crc = CZlib.crc32(crc, base + offset, UInt32(chunk))
             adler = CZlib.adler32(adler, base + offset, UInt32(chunk))
             offset += chunk
         }
@@ -401,6 +383,76 @@ public struct CachetValueTag: Sendable {
 
     /// The tag of the bytes taken so far.
     public var value: UInt64 {
-        UInt64(UInt32(truncatingIfNeeded: crc)) << 32 | UInt64(UInt32(truncatingIfNeeded: adler))
+        UInt64(crc) << 32 | UInt64(UInt32(truncatingIfNeeded: adler))
     }
+}
+
+/// The bytes of a range read from disk (``CachetDiskRange``), in a buffer of their own that goes back to a
+/// pool for the next read when the last copy of this value is dropped: a 1 MiB range then writes into pages
+/// that are mapped already instead of faulting in a fresh allocation's 256 pages. Immutable once read.
+public struct CachetDiskBytes: Sendable, Equatable, CustomStringConvertible {
+    /// The buffers of reads: a few ranges' worth, so that the ranges in flight at once reuse them.
+    static let pool = LargeBlockPool(limit: 16 << 20)
+
+    private final class Storage: @unchecked Sendable {
+        let base: UnsafeMutableRawPointer?
+        let size: Int
+        let count: Int
+
+        init(count: Int) {
+            self.count = count
+            size = LargeBlockPool.blockSize(for: count)
+            base = count > 0 ? CachetDiskBytes.pool.allocate(size: size) : nil
+        }
+
+        deinit { if let base { CachetDiskBytes.pool.release(base, size: size) } }
+    }
+
+    private let storage: Storage
+
+    /// `count` bytes, not written yet (the reader fills them through ``mutableBytes`` before handing them on).
+    init(count: Int) {
+        storage = Storage(count: count)
+    }
+
+    /// Bytes copied from `bytes`.
+    public init(_ bytes: [UInt8]) {
+        storage = Storage(count: bytes.count)
+        bytes.withUnsafeBytes { if $0.count > 0 { mutableBytes.copyMemory(from: $0) } }
+    }
+
+    /// Bytes copied from `bytes`.
+    init(copying bytes: UnsafeRawBufferPointer) {
+        storage = Storage(count: bytes.count)
+        if bytes.count > 0 { mutableBytes.copyMemory(from: bytes) }
+    }
+
+    /// For the reader only, before the bytes are handed on.
+    var mutableBytes: UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(start: storage.base, count: storage.count)
+    }
+
+    /// How many bytes.
+    public var count: Int { storage.count }
+
+    /// Calls `body` with the bytes, valid only during the call.
+    public func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try withExtendedLifetime(storage) {
+            try body(UnsafeRawBufferPointer(start: storage.base, count: storage.count))
+        }
+    }
+
+    /// The bytes as an array (a copy).
+    public var array: [UInt8] { withUnsafeBytes { Array($0) } }
+
+    public static func == (lhs: CachetDiskBytes, rhs: CachetDiskBytes) -> Bool {
+        lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
+    }
+
+    /// Whether the bytes are `rhs`'s.
+    public static func == (lhs: CachetDiskBytes, rhs: [UInt8]) -> Bool {
+        lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
+    }
+
+    public var description: String { "\(count) bytes" }
 }

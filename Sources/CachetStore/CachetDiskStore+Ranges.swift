@@ -12,7 +12,7 @@ public enum CachetDiskRange: Sendable, Equatable {
     case unsatisfiable(total: Int, tag: UInt64)
     /// The bytes of the range (cut at the value's end and at the caller's limit), with the value's length,
     /// tag and expiry.
-    case bytes(total: Int, tag: UInt64, expiry: UInt32, [UInt8])
+    case bytes(total: Int, tag: UInt64, expiry: UInt32, CachetDiskBytes)
 }
 
 /// Reads of part of a value: from its own blocks in a file of version 2, from the whole value in one of
@@ -130,7 +130,9 @@ extension CachetDiskStore {
                 total: entry.value.count,
                 tag: tag,
                 expiry: entry.expiry,
-                Array(entry.value[start..<(start + count)])
+                entry.value.withUnsafeBytes {
+                    CachetDiskBytes(copying: UnsafeRawBufferPointer(rebasing: $0[start..<(start + count)]))
+                }
             )
         )
     }
@@ -268,7 +270,8 @@ extension CachetDiskStore {
     func openValue(key: [UInt8], now: UInt32) -> CachetDiskValueOpening {
         switch openRange(key: key, offset: 0, length: UInt64.max, limit: Int.max, now: now) {
         case .blocks(let reader): return .pieces(CachetDiskValuePieces(reader))
-        case .done(.bytes(_, _, let expiry, let bytes)): return .whole(CachetDiskEntry(value: bytes, expiry: expiry))
+        case .done(.bytes(_, _, let expiry, let bytes)):
+            return .whole(CachetDiskEntry(value: bytes.array, expiry: expiry))
         case .done(.miss), .done(.unsatisfiable): return .miss
         }
     }
@@ -280,6 +283,6 @@ extension CachetDiskStore {
         guard case .bytes(_, _, _, let bytes) = finishRange(reader, reader.read(start: start, count: count)) else {
             return nil
         }
-        return bytes
+        return bytes.array
     }
 }

@@ -1,5 +1,7 @@
+import CachetLocking
 import CachetTestSupport
 import Dispatch
+import Foundation
 import Testing
 
 @testable import CachetStore
@@ -89,5 +91,51 @@ struct CachetDiskWorkerQueuedTests {
         #expect(!Self.mayHold(worker, [1]) && !Self.mayHold(worker, [2]) && Self.mayHold(worker, [3]))
         worker.store.remove(key: [3])
         #expect(!Self.mayHold(worker, [3]))
+    }
+
+    /// A range of a key with a write queued waits behind it and reads the new value; a range of a key with
+    /// nothing queued is read beside the held queue at once.
+    @Test func aRangeWaitsOnlyForItsOwnKeysQueuedWrites() throws {
+        let directory = TemporaryDirectory()
+        let worker = CachetDiskWorker(store: try openStore(directory))
+        let old = noise(2 << 20, seed: 1)
+        let new = noise(2 << 20, seed: 2)
+        let other = noise(3 << 20, seed: 3)
+        worker.store.put(key: [7], value: old, expiry: 0)
+        worker.store.put(key: [8], value: other, expiry: 0)
+        let gate = Self.holdQueue(worker)
+        defer { gate.signal() }
+        [7].withUnsafeBytes { worker.beginWrite(key: $0) }
+        #expect(worker.submitPut(key: [7], value: new, expiry: 0).isQueued)
+
+        let ranges = CachetLock<[UInt8: CachetDiskRange]>([:])
+        let done = DispatchSemaphore(value: 0)
+        for key: UInt8 in [7, 8] {
+            worker.getRange(key: [key], offset: 1_000_000, length: 300_000, limit: .max, now: 1) { read in
+                ranges.withLock { $0[key] = read }
+                done.signal()
+            }
+        }
+        // The other key's range comes back while the queue is held; the written key's does not.
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        Thread.sleep(forTimeInterval: 0.2)
+        let early = ranges.withLock { $0 }
+        #expect(early.keys.sorted() == [8])
+        guard case .bytes(_, _, _, let bytes) = early[8] else {
+            Issue.record("no range of the other key: \(String(describing: early[8]))")
+            return
+        }
+        #expect((bytes == Array(other[1_000_000..<1_300_000])) == true)
+        gate.signal()
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        guard case .bytes(let total, _, _, let written) = ranges.withLock({ $0[7] }) else {
+            Issue.record("no range of the written key")
+            return
+        }
+        #expect(total == new.count)
+        #expect(
+            (written == Array(new[1_000_000..<1_300_000])) == true,
+            "the range read the value before the queued write"
+        )
     }
 }

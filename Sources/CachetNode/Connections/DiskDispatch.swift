@@ -348,8 +348,19 @@ final class DiskDispatch: @unchecked Sendable {
                 [self] read in
                 host.execute { [self] in
                     memory.charge(-limit)
+                    // Straight to the socket, as a binary reply or an HTTP response's bytes (not a memcached
+                    // session's, nor behind forwarded replies).
+                    let direct =
+                        connection.memcache != nil || connection.forwards != nil ? nil : DirectSend(channel: connection)
+                    let http = connection.http
                     host.resume(connection) { processor, output, _ in
-                        processor.diskCompletions.completeRange(read, id: id, output: &output)
+                        processor.diskCompletions.completeRange(
+                            read,
+                            id: id,
+                            output: &output,
+                            directSend: direct,
+                            http: http
+                        )
                     }
                 }
             }

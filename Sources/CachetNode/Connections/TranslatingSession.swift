@@ -108,6 +108,9 @@ struct PendingQueue<Element> {
 
     var isEmpty: Bool { count == 0 }
 
+    /// The oldest item, left in place.
+    var first: Element? { count > 0 ? items[head] : nil }
+
     mutating func append(_ item: Element) {
         if count == items.count {
             // Grown in order, oldest first.

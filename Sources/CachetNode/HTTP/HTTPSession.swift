@@ -353,9 +353,10 @@ final class HTTPSession: TranslatingSession {
                     signInFailed = true
                 }
             case .valueHead:
-                writeValueHead(status: header.status, body: body)
+                if let bytes = writeValueHead(status: header.status, body: body) { scratch.append(bytes) }
             case .valuePiece(let asked):
-                writeValuePiece(status: header.status, body: body, asked: asked)
+                let bytes = writeValuePiece(status: header.status, body: body, asked: asked)
+                if let bytes { scratch.append(bytes) }
             }
         }
         output.replaceTranslated(after: textPending, with: &scratch)
@@ -397,54 +398,65 @@ final class HTTPSession: TranslatingSession {
         if !head { scratch.append(body) }
     }
 
-    /// The reply to a value response's first GET: the response's head, and the bytes it carried that the
-    /// response sends.
-    private func writeValueHead(status: CachetStatus, body: UnsafeRawBufferPointer) {
-        guard var response = value else { return }
+    /// The reply to a value response's first GET: the response's head, written to the scratch buffer; returns
+    /// the bytes it carried that the response sends next, if any.
+    private func writeValueHead(status: CachetStatus, body: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+        guard let response = value else { return nil }
+        if !signInFailed, status == .ok || status == .rangeNotSatisfiable {
+            guard let (total, tag, sliceStart) = CachetValueRange.decodeReply(body) else {
+                value = nil
+                let keepAlive = response.asked.keepAlive
+                writeText(500, "the node's reply had no length", keepAlive: keepAlive, head: response.head)
+                return nil
+            }
+            let bytes = UnsafeRawBufferPointer(rebasing: body[sliceStart...])
+            return writeValueHead(status: status, total: total, tag: tag, bytes: bytes)
+        }
         let keepAlive = response.asked.keepAlive
         let head = response.head
         value = nil
-        if signInFailed {
-            signInFailed = false
-            return writeText(
-                401,
-                "the user or secret is not right",
-                keepAlive: keepAlive,
-                head: head,
-                fields: Self.challenge
-            )
-        }
+        if signInFailed { return refuseFailedSignIn(keepAlive: keepAlive, head: head) }
         switch status {
-        case .ok, .rangeNotSatisfiable:
-            break
         case .notFound:
-            return writeText(404, "no value under this key", keepAlive: keepAlive, head: head)
+            writeText(404, "no value under this key", keepAlive: keepAlive, head: head)
         case .notAuthenticated:
-            return writeText(
-                401,
-                "this node has users: sign in",
-                keepAlive: keepAlive,
-                head: head,
-                fields: Self.challenge
-            )
+            writeText(401, "this node has users: sign in", keepAlive: keepAlive, head: head, fields: Self.challenge)
         case .forbidden:
-            return writeText(403, "this user may not read this key", keepAlive: keepAlive, head: head)
+            writeText(403, "this user may not read this key", keepAlive: keepAlive, head: head)
         case .unavailable:
-            return writeText(503, "the key's owner cannot be reached: ask again", keepAlive: keepAlive, head: head)
+            writeText(503, "the key's owner cannot be reached: ask again", keepAlive: keepAlive, head: head)
         default:
             let message = String(decoding: body, as: UTF8.self)
-            return writeText(500, "the node answered \(status): \(message)", keepAlive: keepAlive, head: head)
+            writeText(500, "the node answered \(status): \(message)", keepAlive: keepAlive, head: head)
         }
-        guard let (total, tag, sliceStart) = CachetValueRange.decodeReply(body) else {
-            return writeText(500, "the node's reply had no length", keepAlive: keepAlive, head: head)
-        }
+        return nil
+    }
+
+    /// A value response whose credentials were refused (the sign-in before its first GET failed): 401.
+    private func refuseFailedSignIn(keepAlive: Bool, head: Bool) -> UnsafeRawBufferPointer? {
+        signInFailed = false
+        writeText(401, "the user or secret is not right", keepAlive: keepAlive, head: head, fields: Self.challenge)
+        return nil
+    }
+
+    /// The first GET's reply, OK or RANGE_NOT_SATISFIABLE, read: the value's length and tag, and the bytes
+    /// it carried. Writes the response's head; returns the bytes the response sends next, if any.
+    private func writeValueHead(status: CachetStatus, total: UInt64, tag: UInt64, bytes: UnsafeRawBufferPointer)
+        -> UnsafeRawBufferPointer?
+    {
+        guard var response = value else { return nil }
+        let keepAlive = response.asked.keepAlive
+        let head = response.head
+        value = nil
+        if signInFailed { return refuseFailedSignIn(keepAlive: keepAlive, head: head) }
         let etag = "\"" + String(tag, radix: 16) + "\""
         var fields: [(String, String)] = [
             ("Content-Type", response.contentType), ("Accept-Ranges", "bytes"), ("Cache-Control", "no-cache"),
             ("ETag", etag),
         ]
         if response.asked.ifNoneMatchNames(etag) {
-            return writeHead(304, fields, contentLength: nil, keepAlive: keepAlive)
+            writeHead(304, fields, contentLength: nil, keepAlive: keepAlive)
+            return nil
         }
         // A Range with an If-Range naming another version of the value: the whole value instead.
         var byteRange = response.range
@@ -452,7 +464,7 @@ final class HTTPSession: TranslatingSession {
         let bounds: Range<UInt64>
         if let byteRange {
             guard let found = byteRange.bounds(total: total) else {
-                return writeHead(
+                writeHead(
                     416,
                     [
                         ("Content-Range", "bytes */\(total)"), ("Content-Type", response.contentType),
@@ -461,6 +473,7 @@ final class HTTPSession: TranslatingSession {
                     contentLength: 0,
                     keepAlive: keepAlive
                 )
+                return nil
             }
             bounds = found
             fields.append(("Content-Range", "bytes \(bounds.lowerBound)-\(bounds.upperBound - 1)/\(total)"))
@@ -468,7 +481,7 @@ final class HTTPSession: TranslatingSession {
             bounds = 0..<total
         }
         writeHead(byteRange == nil ? 200 : 206, fields, contentLength: UInt64(bounds.count), keepAlive: keepAlive)
-        guard !head, !bounds.isEmpty else { return }
+        guard !head, !bounds.isEmpty else { return nil }
         // The bytes already read, if they start where the response does (they do not for a suffix, nor
         // when If-Range turned a range into the whole value).
         response.started = true
@@ -476,13 +489,14 @@ final class HTTPSession: TranslatingSession {
         response.next = bounds.lowerBound
         response.end = bounds.upperBound
         let firstOffset = Self.firstOffset(response.range, head: head)
+        var sent: UnsafeRawBufferPointer?
         if status == .ok && firstOffset == bounds.lowerBound {
-            let bytes = UnsafeRawBufferPointer(rebasing: body[sliceStart...])
             let taken = min(bytes.count, Int(bounds.count))
-            scratch.append(UnsafeRawBufferPointer(rebasing: bytes[..<taken]))
+            sent = UnsafeRawBufferPointer(rebasing: bytes[..<taken])
             response.next += UInt64(taken)
         }
         if response.next < response.end { value = response }
+        return sent
     }
 
     /// The offset the first GET of a response asked from.
@@ -491,24 +505,70 @@ final class HTTPSession: TranslatingSession {
         return range.valueRange.offset
     }
 
-    /// A later piece: its bytes, if it is of the same value; otherwise the response ends short.
-    private func writeValuePiece(status: CachetStatus, body: UnsafeRawBufferPointer, asked: Int) {
-        guard var response = value else { return }
+    /// A later piece: returns its bytes, if it is of the same value; otherwise the response ends short.
+    private func writeValuePiece(status: CachetStatus, body: UnsafeRawBufferPointer, asked: Int)
+        -> UnsafeRawBufferPointer?
+    {
+        guard status == .ok, let (_, tag, sliceStart) = CachetValueRange.decodeReply(body) else {
+            return writeValuePiece(tag: nil, bytes: nil, asked: asked)
+        }
+        return writeValuePiece(tag: tag, bytes: UnsafeRawBufferPointer(rebasing: body[sliceStart...]), asked: asked)
+    }
+
+    /// A later piece read: `tag` and `bytes` nil when the GET failed.
+    private func writeValuePiece(tag: UInt64?, bytes: UnsafeRawBufferPointer?, asked: Int) -> UnsafeRawBufferPointer? {
+        guard var response = value else { return nil }
         response.pieceAsked = false
-        guard status == .ok, let (_, tag, sliceStart) = CachetValueRange.decodeReply(body), tag == response.tag,
-            body.count > sliceStart, body.count - sliceStart <= asked
-        else {
+        guard let tag, let bytes, tag == response.tag, !bytes.isEmpty, bytes.count <= asked else {
             // Replaced, gone, or unreadable while sent: the connection closes short of the Content-Length,
             // which tells the client the body is not whole.
             value = nil
             closeRequested = true
             settings.responses.countCutShort()
-            return
+            return nil
         }
-        let bytes = UnsafeRawBufferPointer(rebasing: body[sliceStart...])
         let taken = min(bytes.count, Int(response.end - response.next))
-        scratch.append(UnsafeRawBufferPointer(rebasing: bytes[..<taken]))
         response.next += UInt64(taken)
         value = response.next < response.end ? response : nil
+        return UnsafeRawBufferPointer(rebasing: bytes[..<taken])
+    }
+
+    /// Sends the reply to a GET of a range the response asked for, read from disk, straight to the socket:
+    /// the response's head (or nothing, for a later piece) and the bytes in one `writev` from where they
+    /// were read, instead of a native reply copied into the output and translated from there. Only while
+    /// nothing waits in `output` (so this reply is the next one due and the order holds); what the socket
+    /// does not take now is queued, translated. Returns false, doing nothing, when the reply is not one a
+    /// value response waits for.
+    func sendRangeReply(
+        total: Int,
+        tag: UInt64,
+        bytes: UnsafeRawBufferPointer,
+        output: inout CachetByteBuffer,
+        send: DirectSend
+    ) -> Bool {
+        guard output.readableBytes == 0, let pending = contexts.first else { return false }
+        let sent: UnsafeRawBufferPointer?
+        scratch.clear()
+        switch pending {
+        case .valueHead:
+            sent = writeValueHead(status: .ok, total: UInt64(total), tag: tag, bytes: bytes)
+        case .valuePiece(let asked):
+            sent = writeValuePiece(tag: tag, bytes: bytes, asked: asked)
+        case .literal, .signIn:
+            return false
+        }
+        _ = contexts.removeFirst()
+        let head = UnsafeRawBufferPointer(scratch.readableRegion)
+        let body = sent ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        let taken = head.count + body.count > 0 ? send(head, body) : 0
+        if taken < head.count {
+            output.append(UnsafeRawBufferPointer(rebasing: head[taken...]))
+            output.append(body)
+        } else {
+            output.append(UnsafeRawBufferPointer(rebasing: body[(taken - head.count)...]))
+        }
+        scratch.clear()
+        textPending = output.readableBytes
+        return true
     }
 }

@@ -131,7 +131,16 @@ struct DiskCompletions {
 
     /// Answers a GET of a range that went to the disk tier (``PendingOperation/rangedGet(key:id:range:)``)
     /// with what was read: the range's bytes, never kept in memory.
-    func completeRange(_ read: CachetDiskRange, id: UInt32, output: inout CachetByteBuffer) {
+    /// Answers a GET of a range read from disk; a range long enough goes straight to the socket
+    /// (`directSend`, while nothing else waits in `output`) instead of through a copy into the buffer, as a
+    /// binary reply, or as an HTTP response's bytes when the connection is `http`'s.
+    func completeRange(
+        _ read: CachetDiskRange,
+        id: UInt32,
+        output: inout CachetByteBuffer,
+        directSend: DirectSend? = nil,
+        http: HTTPSession? = nil
+    ) {
         switch read {
         case .miss:
             RequestCounters.bump(commands.counters.misses)
@@ -142,7 +151,23 @@ struct DiskCompletions {
         case .bytes(let total, let tag, _, let bytes):
             RequestCounters.bump(commands.counters.hits)
             RequestCounters.bump(commands.counters.diskHits)
-            bytes.withUnsafeBytes { appendRangeReply(total: total, tag: tag, bytes: $0, id: id, output: &output) }
+            bytes.withUnsafeBytes { bytes in
+                if let directSend, bytes.count >= RequestProcessor.directSendThreshold, output.readableBytes == 0 {
+                    if let http {
+                        if http.sendRangeReply(total: total, tag: tag, bytes: bytes, output: &output, send: directSend)
+                        {
+                            return
+                        }
+                        appendRangeReply(total: total, tag: tag, bytes: bytes, id: id, output: &output)
+                        return
+                    }
+                    withUnsafeBytes(of: (UInt64(total).bigEndian, tag.bigEndian)) { prefix in
+                        directSend.sendReply(id: id, prefix: prefix, value: bytes, output: &output)
+                    }
+                } else {
+                    appendRangeReply(total: total, tag: tag, bytes: bytes, id: id, output: &output)
+                }
+            }
         }
     }
 

@@ -104,6 +104,65 @@ struct NodeHTTPPortTests {
         }
     }
 
+    /// Ranges of a value on the disk tier go from the buffer they were read into to the socket, behind their
+    /// heads: pipelined with other requests, to a reader that takes a little at a time, every response whole
+    /// and in order (some sent straight, some queued behind the ones before); the binary port's ranges too.
+    @Test func rangesReadFromDiskReachTheSocketWholeAndInOrder() throws {
+        let directory = TemporaryDirectory(prefix: "cachet-http-direct")
+        defer { directory.remove() }
+        // Past --large-value and the memory tier: every range is read from its blocks on disk.
+        let (node, port) = try Self.node([
+            "--data-dir", directory.path, "--disk-limit", "128MiB", "--memory-limit", "4MiB",
+        ])
+        let value = PatternBytes.make(count: 9_000_001, step: 37, seed: 5)
+        let key = Array("films/direct.webm".utf8)
+        let binary = try node.connect()
+        #expect(try NodeUploadTests.upload(value, key: key, size: 1_500_000, on: binary).allSatisfy { $0 == .ok })
+        let socket = try TestSocket(port: port)
+        socket.setReceiveBuffer(64 << 10)
+        let ranges = [(0, 1_048_575), (1_000_000, 2_048_575), (8_999_000, 9_000_000), (262_144, 524_287), (5, 5)]
+        var requests = ""
+        for (index, (first, last)) in ranges.enumerated() {
+            requests += "GET /values/films/direct.webm HTTP/1.1\r\nRange: bytes=\(first)-\(last)\r\n\r\n"
+            if index == 1 { requests += "GET /health/live HTTP/1.1\r\n\r\n" }
+        }
+        requests += "GET /values/films/direct.webm HTTP/1.1\r\n\r\n"
+        try socket.send(Array(requests.utf8))
+        Thread.sleep(forTimeInterval: 0.3)
+        for (index, (first, last)) in ranges.enumerated() {
+            let response = try Self.readResponse(socket)
+            #expect(response.status == 206, "range \(index)")
+            #expect(response.fields["content-range"] == "bytes \(first)-\(last)/\(value.count)")
+            #expect((response.body == Array(value[first...last])) == true, "range \(index)")
+            if index == 1 {
+                let live = try Self.readResponse(socket)
+                #expect(live.status == 200 && live.body == Array("live\n".utf8))
+            }
+        }
+        let whole = try Self.readResponse(socket)
+        #expect(whole.status == 200 && (whole.body == value) == true, "the whole value, \(whole.body.count) bytes")
+
+        // The binary port: pipelined ranges and PINGs, read slowly.
+        let slow = try node.connect()
+        slow.setReceiveBuffer(64 << 10)
+        var pipelined: [UInt8] = []
+        for (index, (first, last)) in ranges.enumerated() {
+            let range = CachetValueRange(offset: UInt64(first), length: UInt64(last - first + 1))
+            pipelined += CachetCommand.rangedGet(key: key, range: range).encoded(id: UInt32(2 * index + 1))
+            pipelined += CachetCommand.ping.encoded(id: UInt32(2 * index + 2))
+        }
+        try slow.send(pipelined)
+        Thread.sleep(forTimeInterval: 0.3)
+        for (index, (first, last)) in ranges.enumerated() {
+            let reply = try slow.readResponse()
+            #expect(reply.id == UInt32(2 * index + 1) && reply.status == .ok)
+            let read = try #require(CachetValueRange.decodeReply(reply.body))
+            #expect(read.0 == UInt64(value.count), "range \(index): the value's length")
+            #expect((Array(reply.body[read.2...]) == Array(value[first...last])) == true, "range \(index)")
+            #expect(try slow.readResponse().id == UInt32(2 * index + 2))
+        }
+    }
+
     @Test func aValueReplacedWhileItIsSentEndsTheResponseShortNeverMixed() throws {
         let (node, port) = try Self.node()
         let old = PatternBytes.make(count: 24 << 20, seed: 1)
