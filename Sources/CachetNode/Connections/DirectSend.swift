@@ -23,29 +23,30 @@ struct DirectSend {
     /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output
     /// buffer is empty, so replies stay in order.
     func sendReply(id: UInt32, value: UnsafeRawBufferPointer, output: inout CachetByteBuffer) {
-        sendReply(id: id, prefix: UnsafeRawBufferPointer(start: nil, count: 0), value: value, output: &output)
+        sendReply(id: id, prefix: (), value: value, output: &output)
     }
 
-    /// Sends an OK GET reply whose body is `prefix` then `value` (a range's length and tag, then its bytes)
-    /// as ``sendReply(id:value:output:)`` does: what the socket does not take now is queued. `prefix` is at
-    /// most 16 bytes.
-    func sendReply(
-        id: UInt32,
-        prefix: UnsafeRawBufferPointer,
-        value: UnsafeRawBufferPointer,
-        output: inout CachetByteBuffer
-    ) {
-        let headerLength = CachetProtocol.frameOverhead + prefix.count
-        withUnsafeTemporaryAllocation(byteCount: CachetProtocol.frameOverhead + 16, alignment: 4) { header in
+    /// Sends an OK GET reply whose body is `prefix`'s bytes then `value` (a range's length and tag, then
+    /// its bytes) as ``sendReply(id:value:output:)`` does: what the socket does not take now is queued.
+    /// Generic so that a GET's empty prefix costs nothing.
+    @inline(__always)
+    func sendReply<Prefix>(id: UInt32, prefix: Prefix, value: UnsafeRawBufferPointer, output: inout CachetByteBuffer) {
+        let headerLength = CachetProtocol.frameOverhead + MemoryLayout<Prefix>.size
+        withUnsafeTemporaryAllocation(byteCount: headerLength, alignment: 4) { header in
             CachetFrameEncoder.writePrefixAndHeader(
                 to: header.baseAddress!,
-                bodyLength: prefix.count + value.count,
+                bodyLength: MemoryLayout<Prefix>.size + value.count,
                 header: CachetFrameHeader(opcode: .get, word: CachetStatus.ok.rawValue, id: id)
             )
-            if let base = prefix.baseAddress {
-                (header.baseAddress! + CachetProtocol.frameOverhead).copyMemory(from: base, byteCount: prefix.count)
+            if MemoryLayout<Prefix>.size > 0 {
+                withUnsafeBytes(of: prefix) {
+                    (header.baseAddress! + CachetProtocol.frameOverhead).copyMemory(
+                        from: $0.baseAddress!,
+                        byteCount: $0.count
+                    )
+                }
             }
-            let headerBytes = UnsafeRawBufferPointer(rebasing: header[0..<headerLength])
+            let headerBytes = UnsafeRawBufferPointer(header)
             let sent = max(0, self(headerBytes, value))
             if sent < headerBytes.count {
                 output.append(UnsafeRawBufferPointer(rebasing: headerBytes[sent...]))

@@ -161,9 +161,8 @@ struct DiskCompletions {
                         appendRangeReply(total: total, tag: tag, bytes: bytes, id: id, output: &output)
                         return
                     }
-                    withUnsafeBytes(of: (UInt64(total).bigEndian, tag.bigEndian)) { prefix in
-                        directSend.sendReply(id: id, prefix: prefix, value: bytes, output: &output)
-                    }
+                    let prefix = (UInt64(total).bigEndian, tag.bigEndian)
+                    directSend.sendReply(id: id, prefix: prefix, value: bytes, output: &output)
                 } else {
                     appendRangeReply(total: total, tag: tag, bytes: bytes, id: id, output: &output)
                 }
