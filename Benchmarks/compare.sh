@@ -9,7 +9,8 @@
 #   ROUNDS=3 Benchmarks/compare.sh     # every workload 3 times per server, interleaved; medians reported
 #   ITEMS=500000 Benchmarks/compare.sh # items of the memory run (default 1,000,000)
 #   SERVERS="redis cachet" Benchmarks/compare.sh   # a subset of memcached-t1 memcached-t2 redis cachet
-#   ONLY="c d" Benchmarks/compare.sh   # a subset of the workloads a b c d and memory
+#   ONLY="c d" Benchmarks/compare.sh   # a subset of the workloads a b c d e and memory
+#                                        (e: gets of 10 keys each, for the servers speaking memcached's protocol)
 #
 # Pinning: on two or more cores, servers run on CPU 0 and the load generator on CPU 1 (taskset), except
 # memcached -t 2, which gets every CPU (its second thread would otherwise share CPU 0 and measure nothing).
@@ -119,12 +120,13 @@ WORKLOADS=(
     "b: 100 B, 100k keys, 90% GET, 50 conns, pipeline 16|--value-size 100 --keys 100000 --connections 50 --pipeline 16"
     "c: 16 KiB, 10k keys, 90% GET, 8 conns|--value-size 16384 --keys 10000 --connections 8 --pipeline 1"
     "d: 1 MB, 100 keys, 90% GET, 4 conns|--value-size 1000000 --keys 100 --connections 4 --pipeline 1"
+    "e: 100 B, 100k keys, 90% gets of 10 keys, 50 conns|--value-size 100 --keys 100000 --connections 50 --pipeline 1 --keys-per-get 10"
 )
 
 # utime + stime of a process, in clock ticks (all its threads).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-ONLY=${ONLY:-a b c d memory}
+ONLY=${ONLY:-a b c d e memory}
 selected() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # Rounds interleave the servers, so that a noisy minute on a shared machine hits all of them.
@@ -133,6 +135,8 @@ for round in $(seq 1 "$ROUNDS"); do
         for i in "${!WORKLOADS[@]}"; do
             IFS='|' read -r name flags <<<"${WORKLOADS[$i]}"
             selected "${name:0:1}" || continue
+            # Gets of several keys: memcached's protocol only.
+            [[ "$name" == e:* && "$(protocol_of "$server")" != memcache ]] && continue
             start_server "$server"
             out="$RESULTS/$server-$i-$round"
             echo "== round $round, $server: $name" >&2
@@ -190,6 +194,7 @@ names = [
     "b: same, pipeline 16",
     "c: 16 KiB, 10k keys, 90% GET, 8 conns",
     "d: 1 MB, 100 keys, 90% GET, 4 conns",
+    "e: 100 B, 100k keys, 90% gets of 10 keys each (memcached's protocol), 50 conns",
 ]
 
 def runs(server, workload):

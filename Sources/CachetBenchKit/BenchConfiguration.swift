@@ -23,6 +23,9 @@ public struct BenchConfiguration: Sendable, Hashable {
     public var valueSize = 100
     /// Share of requests that are reads (0 to 1).
     public var getRatio = 0.9
+    /// Keys each read asks for (memcached's protocol only: one `get` of that many keys, answered by a
+    /// `VALUE` for each and one `END`); 1 is a plain GET.
+    public var keysPerGet = 1
     /// Seconds to measure; nil measures until `requests` are done.
     public var duration: Double? = 10
     /// Requests to measure in all; nil measures for `duration`. 0 measures nothing (with `prefill`: a fill).
@@ -78,6 +81,10 @@ public struct BenchConfiguration: Sendable, Hashable {
             throw fail("--value-size must be between 0 and 536870912 (512 MiB)")
         }
         guard getRatio.isFinite && (0...1).contains(getRatio) else { throw fail("--get-ratio must be between 0 and 1") }
+        guard (1...100).contains(keysPerGet) else { throw fail("--keys-per-get must be between 1 and 100") }
+        guard keysPerGet == 1 || protocolKind == .memcache else {
+            throw fail("--keys-per-get above 1 needs --protocol memcache (a get of several keys)")
+        }
         guard threads >= 1 && threads <= 256 else { throw fail("--threads must be between 1 and 256") }
         guard connections >= threads * targets.count else {
             throw fail(

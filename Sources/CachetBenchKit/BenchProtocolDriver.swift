@@ -4,6 +4,8 @@ public enum BenchReply: Hashable, Sendable {
     case stored
     /// A read found a value of this many bytes.
     case hit(length: Int)
+    /// A read of several keys found `count` of them (2 or more), `bytes` bytes of values in all.
+    case hits(count: Int, bytes: Int)
     /// A read found nothing.
     case miss
     /// The server answered with an error.
@@ -41,6 +43,14 @@ public protocol BenchProtocolDriver: Sendable {
     func writeSet(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, to destination: UnsafeMutableRawPointer)
         -> Int
 
+    /// The most bytes a read of `keyCount` keys of `keyLength` bytes takes.
+    func multiGetLengthBound(keyLength: Int, keyCount: Int) -> Int
+
+    /// Writes one read of `keyCount` keys, `key(i)` giving the i-th (valid until the next call); only
+    /// protocols with a read of several keys take more than one.
+    /// - Returns: the bytes written.
+    func writeGet(keyCount: Int, key: (Int) -> UnsafeRawBufferPointer, to destination: UnsafeMutableRawPointer) -> Int
+
     /// Parses the reply starting at `offset`.
     /// - Parameters:
     ///   - buffer: the bytes received so far.
@@ -53,6 +63,20 @@ public protocol BenchProtocolDriver: Sendable {
 }
 
 extension BenchProtocolDriver {
+    /// One key's read: a protocol without reads of several keys.
+    public func multiGetLengthBound(keyLength: Int, keyCount: Int) -> Int {
+        requestLengthBound(keyLength: keyLength, valueLength: 0)
+    }
+
+    /// A plain read of `key(0)`: a protocol without reads of several keys
+    /// (``BenchConfiguration/validate()`` allows more than one only with memcached's).
+    public func writeGet(keyCount: Int, key: (Int) -> UnsafeRawBufferPointer, to destination: UnsafeMutableRawPointer)
+        -> Int
+    {
+        precondition(keyCount == 1, "this protocol reads one key at a time")
+        return writeGet(key: key(0), to: destination)
+    }
+
     /// A GET request as bytes (for tests and tools; the load loop writes in place).
     /// - Parameter key: the key.
     /// - Returns: the request.

@@ -33,6 +33,8 @@ public struct BenchReport: Codable, Sendable, Equatable {
         public var valueSize: Int
         /// Share of reads.
         public var getRatio: Double
+        /// Keys each read asks for.
+        public var keysPerGet: Int = 1
         /// `uniform` or `zipf`.
         public var distribution: String
         /// Whether every key was written before measuring.
@@ -53,6 +55,7 @@ public struct BenchReport: Codable, Sendable, Equatable {
             case keySize = "key_size"
             case valueSize = "value_size"
             case getRatio = "get_ratio"
+            case keysPerGet = "keys_per_get"
             case warmupSeconds = "warmup_seconds"
             case durationSeconds = "duration_seconds"
         }
@@ -144,6 +147,7 @@ public struct BenchReport: Codable, Sendable, Equatable {
             "\(`protocol`) \(targets.joined(separator: ",")): \(config.connections) connections x pipeline "
                 + "\(config.pipeline), \(config.threads) thread(s), \(config.valueSize) B values, \(config.keys) keys "
                 + "(\(config.distribution)), \(Int((config.getRatio * 100).rounded()))% GET"
+                + (config.keysPerGet > 1 ? " of \(config.keysPerGet) keys each" : "")
                 + (config.rate.map { ", paced at \(format($0, 0)) requests/s" } ?? "")
         ]
         if let prefill {

@@ -206,6 +206,7 @@ public enum CachetBench {
                 keySize: data.keyLength,
                 valueSize: configuration.valueSize,
                 getRatio: configuration.getRatio,
+                keysPerGet: configuration.keysPerGet,
                 distribution: configuration.distribution.rawValue,
                 prefill: configuration.prefill,
                 warmupSeconds: configuration.warmup,

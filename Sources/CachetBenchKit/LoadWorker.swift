@@ -28,6 +28,8 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
     private let data: BenchDataSet
     private let chooser: KeyChooser
     private let pipeline: Int
+    /// Keys each read asks for (``BenchConfiguration/keysPerGet``).
+    private let keysPerGet: Int
     private let getRatio: Double
     /// With `--prefill`, every read must hit with the value's length.
     private let verify: Bool
@@ -119,8 +121,12 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
         self.chooser = chooser
         pipeline = configuration.pipeline
         getRatio = configuration.getRatio
+        keysPerGet = configuration.keysPerGet
         verify = configuration.prefill
-        requestBound = driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count)
+        requestBound = max(
+            driver.requestLengthBound(keyLength: data.keyLength, valueLength: data.value.count),
+            driver.multiGetLengthBound(keyLength: data.keyLength, keyCount: configuration.keysPerGet)
+        )
         interval = configuration.rate.map { UInt64(max(1, (Double(configuration.threads) / $0 * 1e9).rounded())) } ?? 0
         random = BenchRandom(seed: seed)
     }
@@ -348,11 +354,26 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
             }
             channel.output.reserveWritable(requestBound)
             let destination = channel.output.writePointer
-            let keyBytes = data.key(key, in: keyScratch)
-            let written =
-                read
-                ? driver.writeGet(key: keyBytes, to: destination)
-                : driver.writeSet(key: keyBytes, value: data.value, to: destination)
+            let written: Int
+            if read && keysPerGet > 1 {
+                // The first key as chosen, the others drawn the same way (from the same server's keys).
+                written = driver.writeGet(keyCount: keysPerGet, key: { [self] index in
+                    var other = key
+                    if index > 0 {
+                        other = chooser.next(&random)
+                        while data.targetCount > 1 && data.target(ofKey: other) != target {
+                            other = chooser.next(&random)
+                        }
+                    }
+                    return data.key(other, in: keyScratch)
+                }, to: destination)
+            } else {
+                let keyBytes = data.key(key, in: keyScratch)
+                written =
+                    read
+                    ? driver.writeGet(key: keyBytes, to: destination)
+                    : driver.writeSet(key: keyBytes, value: data.value, to: destination)
+            }
             channel.output.moveWriteIndex(forwardBy: written)
             channel.push(sentAt: sentAt, read: read)
             outstanding += 1
@@ -398,9 +419,16 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
             switch reply {
             case .hit(let length):
                 batchHits += 1
-                if !wasRead || (verify && length != valueLength) { batchVerificationErrors += 1 }
+                batchMisses += keysPerGet - 1
+                if !wasRead || (verify && (length != valueLength || keysPerGet > 1)) { batchVerificationErrors += 1 }
+            case .hits(let count, let bytes):
+                batchHits += count
+                batchMisses += max(0, keysPerGet - count)
+                if !wasRead || count > keysPerGet || (verify && (count != keysPerGet || bytes != count * valueLength)) {
+                    batchVerificationErrors += 1
+                }
             case .miss:
-                batchMisses += 1
+                batchMisses += keysPerGet
                 if !wasRead || verify { batchVerificationErrors += 1 }
             case .stored:
                 if wasRead { batchVerificationErrors += 1 }

@@ -1,5 +1,6 @@
 /// memcached's text protocol: `set k 0 0 N\r\n<data>\r\n` answered by `STORED\r\n`, and `get k\r\n`
-/// answered by `VALUE k 0 N\r\n<data>\r\nEND\r\n` or `END\r\n`.
+/// answered by `VALUE k 0 N\r\n<data>\r\nEND\r\n` or `END\r\n` (`get k1 k2 ...` by a `VALUE` block for
+/// each key found, then `END`).
 public struct MemcacheDriver: BenchProtocolDriver {
     /// Creates a driver.
     public init() {}
@@ -7,6 +8,23 @@ public struct MemcacheDriver: BenchProtocolDriver {
     /// `set `, the key, ` 0 0 `, the length, two line ends and the value.
     public func requestLengthBound(keyLength: Int, valueLength: Int) -> Int {
         4 + keyLength + 5 + decimalLength(valueLength) + 2 + valueLength + 2
+    }
+
+    /// `get `, the keys each with a space or the line's end.
+    public func multiGetLengthBound(keyLength: Int, keyCount: Int) -> Int {
+        4 + keyCount * (keyLength + 1) + 1
+    }
+
+    /// Writes `get KEY1 KEY2 ...\r\n`.
+    public func writeGet(keyCount: Int, key: (Int) -> UnsafeRawBufferPointer, to destination: UnsafeMutableRawPointer)
+        -> Int
+    {
+        var offset = put("get", at: destination, 0)
+        for index in 0..<keyCount {
+            offset = put(" ", at: destination, offset)
+            offset = put(key(index), at: destination, offset)
+        }
+        return put("\r\n", at: destination, offset)
     }
 
     /// Writes `get KEY\r\n`.
@@ -41,18 +59,34 @@ public struct MemcacheDriver: BenchProtocolDriver {
         if length == 6 && matches(buffer, at: offset, "STORED") { return (.stored, lineEnd + 2) }
         if length == 3 && matches(buffer, at: offset, "END") { return (.miss, lineEnd + 2) }
         if matches(buffer, at: offset, "VALUE ") {
-            // VALUE <key> <flags> <bytes>: the length is the last field.
-            var space = lineEnd - 1
-            while space > offset && buffer[space] != 0x20 { space -= 1 }
-            guard space > offset + 5, let count = parseDecimal(buffer, (space + 1)..<lineEnd), count >= 0 else {
-                throw BenchError(.malformedReply, "invalid memcached VALUE line '\(excerpt(buffer, from: offset))'")
+            // VALUE <key> <flags> <bytes> with its data, once per key found, then END.
+            var line = offset
+            var lineEnd = lineEnd
+            var found = 0
+            var bytes = 0
+            while true {
+                // The length is the line's last field.
+                var space = lineEnd - 1
+                while space > line && buffer[space] != 0x20 { space -= 1 }
+                guard space > line + 5, let count = parseDecimal(buffer, (space + 1)..<lineEnd), count >= 0 else {
+                    throw BenchError(.malformedReply, "invalid memcached VALUE line '\(excerpt(buffer, from: line))'")
+                }
+                let dataEnd = lineEnd + 2 + count
+                guard buffer.count >= dataEnd + 2 else { return nil }
+                guard matches(buffer, at: dataEnd, "\r\n") else {
+                    throw BenchError(.malformedReply, "memcached value of \(count) bytes not followed by CRLF")
+                }
+                found += 1
+                bytes += count
+                line = dataEnd + 2
+                guard let next = findLineEnd(buffer, from: line) else { return nil }
+                lineEnd = next
+                if lineEnd - line == 3 && matches(buffer, at: line, "END") { break }
+                guard matches(buffer, at: line, "VALUE ") else {
+                    throw BenchError(.malformedReply, "memcached value not followed by VALUE or END")
+                }
             }
-            let dataEnd = lineEnd + 2 + count
-            guard buffer.count >= dataEnd + 7 else { return nil }
-            guard matches(buffer, at: dataEnd, "\r\nEND\r\n") else {
-                throw BenchError(.malformedReply, "memcached value of \(count) bytes not followed by END")
-            }
-            return (.hit(length: count), dataEnd + 7)
+            return (found == 1 ? .hit(length: bytes) : .hits(count: found, bytes: bytes), lineEnd + 2)
         }
         if (length == 5 && matches(buffer, at: offset, "ERROR")) || matches(buffer, at: offset, "CLIENT_ERROR")
             || matches(buffer, at: offset, "SERVER_ERROR")

@@ -37,6 +37,8 @@ struct CachetBenchCommand: ParsableCommand {
     var keySize = 14
     @Option(help: "Bytes per value.") var valueSize = 100
     @Option(help: "Share of GETs, 0 to 1.") var getRatio = 0.9
+    @Option(help: "Keys per GET: one memcached get of that many keys (--protocol memcache only).")
+    var keysPerGet = 1
     @Option(help: "Seconds to measure (default 10 unless --requests is given).") var duration: Double?
     @Option(help: "Requests to measure in all (instead of, or as well as, --duration).") var requests: Int?
     @Option(help: "Seconds of load before measuring.") var warmup: Double = 0
@@ -170,6 +172,7 @@ struct CachetBenchCommand: ParsableCommand {
         configuration.keySize = keySize
         configuration.valueSize = valueSize
         configuration.getRatio = getRatio
+        configuration.keysPerGet = keysPerGet
         configuration.requests = requests
         configuration.duration = requests == nil ? (duration ?? 10) : duration
         configuration.warmup = warmup

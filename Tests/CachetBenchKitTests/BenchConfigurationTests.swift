@@ -53,6 +53,7 @@ struct BenchConfigurationTests {
         ("threads", "--threads"), ("duration", "--duration"), ("requests", "--requests"),
         ("valueSize", "--value-size"), ("keySize", "--key-size"), ("warmup", "--warmup"), ("port", "port"),
         ("noStop", "--duration or --requests"), ("rate", "--rate"), ("rateNaN", "--rate"),
+        ("keysPerGet", "--keys-per-get"), ("keysPerGetNative", "--protocol memcache"),
     ])
     func invalidConfigurationsNameTheFlag(field: String, flag: String) {
         var configuration = BenchConfiguration()
@@ -70,6 +71,8 @@ struct BenchConfigurationTests {
         case "port": configuration.targets = [BenchTarget(host: "127.0.0.1", port: 70_000)]
         case "rate": configuration.rate = 0
         case "rateNaN": configuration.rate = .nan
+        case "keysPerGet": (configuration.protocolKind, configuration.keysPerGet) = (.memcache, 101)
+        case "keysPerGetNative": configuration.keysPerGet = 10
         default: (configuration.duration, configuration.requests) = (nil, nil)
         }
         #expect(throws: BenchError.self) { try configuration.validate() }
@@ -172,7 +175,7 @@ struct BenchConfigurationTests {
     @Test func theJSONReportHasTheDocumentedShape() throws {
         let text = """
             {"client_cpu_seconds":1.5,"config":{"connections":50,"distribution":"uniform","duration_seconds":2,\
-            "get_ratio":0.9,"key_size":14,"keys":100,"pipeline":1,"prefill":true,"seed":42,"threads":1,\
+            "get_ratio":0.9,"key_size":14,"keys":100,"keys_per_get":1,"pipeline":1,"prefill":true,"seed":42,"threads":1,\
             "value_size":100,"warmup_seconds":0},"duration_seconds":2,"errors":0,\
             "get_latency_us":{"max":7,"mean":2,"p50":1,"p99":4,"p999":7},"hit_ratio":1,"hits":9,\
             "latency_us":{"max":9,"mean":2,"p50":1,"p99":5,"p999":8},"misses":0,"ops_per_sec":5,\

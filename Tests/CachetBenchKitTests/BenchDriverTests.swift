@@ -41,6 +41,20 @@ struct BenchEncoderTests {
         )
         #expect(String(decoding: driver.getRequest(key: Array("key:1".utf8)), as: UTF8.self) == "get key:1\r\n")
         #expect(String(decoding: driver.setRequest(key: [0x6b], value: []), as: UTF8.self) == "set k 0 0 0\r\n\r\n")
+        // A get of several keys, within its bound.
+        let keys = Array("key:1key:22key:333".utf8)
+        let bounds = [0..<5, 5..<11, 11..<18]
+        let bound = driver.multiGetLengthBound(keyLength: 7, keyCount: 3)
+        let destination = UnsafeMutableRawPointer.allocate(byteCount: bound, alignment: 1)
+        defer { destination.deallocate() }
+        let written = keys.withUnsafeBytes { keys in
+            driver.writeGet(keyCount: 3, key: { UnsafeRawBufferPointer(rebasing: keys[bounds[$0]]) }, to: destination)
+        }
+        #expect(written <= bound)
+        #expect(
+            String(decoding: UnsafeRawBufferPointer(start: destination, count: written), as: UTF8.self)
+                == "get key:1 key:22 key:333\r\n"
+        )
     }
 
     @Test func respRequestsAreExact() {
@@ -93,6 +107,22 @@ struct BenchParserTests {
             stream,
             expect: [.stored, .hit(length: 5), .miss, .error, .hit(length: 0), .error, .error]
         )
+    }
+
+    @Test func memcacheGetsOfSeveralKeysParseAtEveryChunking() throws {
+        let stream = Array(
+            ("VALUE a 0 3\r\nabc\r\nVALUE b 0 2\r\nEN\r\nVALUE c 1 0\r\n\r\nEND\r\n"
+                + "VALUE a 0 3\r\nabc\r\nEND\r\nEND\r\nVALUE a 0 1\r\nx\r\nVALUE b 0 1\r\ny\r\nEND\r\n").utf8
+        )
+        try everyChunking(
+            MemcacheDriver(),
+            stream,
+            expect: [.hits(count: 3, bytes: 5), .hit(length: 3), .miss, .hits(count: 2, bytes: 2)]
+        )
+        // A value followed by neither VALUE nor END.
+        #expect(throws: BenchError.self) {
+            try parseAll(MemcacheDriver(), Array("VALUE a 0 1\r\nx\r\nSTORED\r\n".utf8), chunk: 100)
+        }
     }
 
     @Test func memcacheValueContainingLineEndsIsSkippedByLength() throws {

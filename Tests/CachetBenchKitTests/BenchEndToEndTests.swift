@@ -206,6 +206,22 @@ struct BenchEndToEndTests {
         #expect(report.hitRatio == 1)
     }
 
+    /// Gets of ten keys each on a node's memcached port: every key of every get found, with its length.
+    @Test func getsOfSeveralKeysOnTheMemcachedPort() throws {
+        let port = freePort()
+        let node = try NodeProcess(arguments: ["--disk-limit", "0", "--memcached-port", "\(port)"])
+        var configuration = prefilledRun(ports: [port], connections: 2, keys: 300, requests: 1_000)
+        configuration.protocolKind = .memcache
+        configuration.keysPerGet = 10
+        configuration.getRatio = 1
+        configuration.pipeline = 4
+        let report = try CachetBench.run(configuration)
+        #expect(report.requests == 1_000 && report.verificationErrors == 0 && report.errors == 0)
+        #expect(report.hits == 10_000 && report.hitRatio == 1)
+        #expect(report.config.keysPerGet == 10)
+        _ = node
+    }
+
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: redisPath), "redis-server is not installed"))
     func loadsRedis() throws {
         let server = try ServerProcess(redisPath) {
