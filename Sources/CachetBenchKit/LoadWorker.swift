@@ -357,16 +357,20 @@ final class LoadWorker<Driver: BenchProtocolDriver>: @unchecked Sendable {
             let written: Int
             if read && keysPerGet > 1 {
                 // The first key as chosen, the others drawn the same way (from the same server's keys).
-                written = driver.writeGet(keyCount: keysPerGet, key: { [self] index in
-                    var other = key
-                    if index > 0 {
-                        other = chooser.next(&random)
-                        while data.targetCount > 1 && data.target(ofKey: other) != target {
+                written = driver.writeGet(
+                    keyCount: keysPerGet,
+                    key: { [self] index in
+                        var other = key
+                        if index > 0 {
                             other = chooser.next(&random)
+                            while data.targetCount > 1 && data.target(ofKey: other) != target {
+                                other = chooser.next(&random)
+                            }
                         }
-                    }
-                    return data.key(other, in: keyScratch)
-                }, to: destination)
+                        return data.key(other, in: keyScratch)
+                    },
+                    to: destination
+                )
             } else {
                 let keyBytes = data.key(key, in: keyScratch)
                 written =
