@@ -77,8 +77,11 @@ private func checkHead(_ head: HTTPRequestHead, _ bytes: ArraySlice<UInt8>) {
     check(!head.method.isEmpty && head.method.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7f }, "method's bytes")
     let target = String(decoding: parts[1], as: UTF8.self)
     if target.hasPrefix("/") {
-        check(head.query.isEmpty ? target == head.path || target == head.path + "?" : target == head.path + "?" + head.query,
-            "target \(target) read as \(head.path) ? \(head.query)")
+        check(
+            head.query.isEmpty
+                ? target == head.path || target == head.path + "?" : target == head.path + "?" + head.query,
+            "target \(target) read as \(head.path) ? \(head.query)"
+        )
     } else {
         check(head.path.hasPrefix("/"), "absolute-form path \(head.path)")
     }
@@ -117,7 +120,10 @@ private func checkHead(_ head: HTTPRequestHead, _ bytes: ArraySlice<UInt8>) {
     check(head.range == range, "range \(String(describing: head.range)) against \(String(describing: range))")
     check(head.ifRange == ifRange, "if-range")
     check(head.ifNoneMatch == ifNoneMatch, "if-none-match")
-    check(head.authorization == authorization, "authorization")
+    check(
+        head.authorization == authorization,
+        "authorization \(String(reflecting: head.authorization)) against \(String(reflecting: authorization))"
+    )
     check(head.hasBody == hasBody, "has body \(head.hasBody)")
     check(head.keepAlive == (!close && (head.minorVersion >= 1 || keepAlive)), "keep-alive \(head.keepAlive)")
     checkReadings(head)
@@ -175,7 +181,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             check(input.count - start <= HTTPRequestHead.maximumLength, "need more past the longest head")
             return 0
         case .head(let head, let length):
-            check(length == end.map { $0 - position }, "head of \(length) bytes, blank line at \(String(describing: end))")
+            check(
+                length == end.map { $0 - position },
+                "head of \(length) bytes, blank line at \(String(describing: end))"
+            )
             check(length - (start - position) <= HTTPRequestHead.maximumLength, "a head of \(length) bytes")
             check(decode(rest.prefix(length)) == decoded, "its own bytes decode otherwise")
             check(decode(rest + Array("GET / HTTP/1.1\r\n\r\n".utf8)) == decoded, "more bytes change the head")

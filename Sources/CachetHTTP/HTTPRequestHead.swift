@@ -235,9 +235,15 @@ public struct HTTPHeadError: Error, Sendable, Equatable {
 }
 
 extension StringProtocol {
-    /// The text without spaces and tabs at either end.
+    /// Without its leading and trailing spaces and tabs (HTTP's optional whitespace), taken off as bytes: a
+    /// space followed by a combining mark is one `Character`, but still whitespace to HTTP.
     func trimmingSpacesAndTabs() -> String {
-        String(drop(while: { $0 == " " || $0 == "\t" }).reversed().drop(while: { $0 == " " || $0 == "\t" }).reversed())
+        let bytes = Array(utf8)
+        var start = 0
+        var end = bytes.count
+        while start < end && (bytes[start] == 0x20 || bytes[start] == 0x09) { start += 1 }
+        while end > start && (bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09) { end -= 1 }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 
     fileprivate func replacingPlus() -> String {
