@@ -163,6 +163,13 @@ public struct CachetByteBuffer: ~Copyable {
         _writeIndex += bytes.count
     }
 
+    /// Appends the UTF-8 of a literal (a reply's fixed words: no array, so no reference count to touch).
+    /// - Parameter text: what to append.
+    @inlinable
+    public mutating func append(_ text: StaticString) {
+        append(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
     /// Appends bytes.
     /// - Parameter bytes: what to append.
     @inlinable

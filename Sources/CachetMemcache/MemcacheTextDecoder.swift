@@ -39,9 +39,12 @@ public enum MemcacheTextDecoder {
         }
         let lineEnd = newline > offset && buffer[newline - 1] == UInt8(ascii: "\r") ? newline - 1 : newline
         let end = newline + 1
+        if let retrieval = decodeGet(buffer, from: offset, lineEnd: lineEnd, end: end) { return retrieval }
         // The verb, then the arguments in one array (one allocation a command, none for a bare verb).
         var verb: Range<Int>?
         var arguments: [Range<Int>] = []
+        // One allocation for the usual commands (a storage line has 4 to 6 tokens), not one per doubling.
+        arguments.reserveCapacity(8)
         var position = offset
         let bytes = buffer.baseAddress.unsafelyUnwrapped
         while position < lineEnd {
@@ -71,6 +74,9 @@ public enum MemcacheTextDecoder {
         func text(_ range: Range<Int>) -> String {
             String(decoding: UnsafeRawBufferPointer(rebasing: buffer[range]), as: UTF8.self)
         }
+        func number<Number: FixedWidthInteger>(_ range: Range<Int>, as type: Number.Type = Number.self) -> Number? {
+            parseInteger(range, in: buffer)
+        }
         let noreply = arguments.last.map { isNoreply($0, in: buffer) } ?? false
         switch name {
         case .get, .gets, .gat, .gats:
@@ -81,30 +87,33 @@ public enum MemcacheTextDecoder {
             }
             var exptime: Int64?
             if touches {
-                guard let first = arguments.first, let value = Int64(text(first)) else {
+                guard let first = arguments.first, let value: Int64 = number(first) else {
                     return .failure(.badFormat, end: end)
                 }
                 exptime = value
             }
-            return .command(.retrieve(keys: keys, withCAS: name == .gets || name == .gats, touch: exptime), end: end)
+            return .command(
+                .retrieve(keys: MemcacheKeyList(keys), withCAS: name == .gets || name == .gats, touch: exptime),
+                end: end
+            )
         case .set, .add, .replace, .append, .prepend, .cas:
             let verb = name.storage.unsafelyUnwrapped
             let required = verb == .cas ? 5 : 4
             let count = arguments.count - (noreply ? 1 : 0)
             // memcached ignores one token more (where `noreply` would be).
             guard count >= required - 1, count <= required + 1, arguments.count > 3,
-                let length = Int(text(arguments[3])),
+                let length: Int = number(arguments[3]),
                 (0...(Int(Int32.max) - 2)).contains(length)
             else { return .failure(.badFormat, end: end, noreply: noreply) }
             // With a length it can read, memcached refuses the other fields after it and swallows the data
             // block (which would otherwise be read as a command).
             let swallowed = end + length + 2
-            guard count >= required, isKey(arguments[0], in: buffer), let flags = UInt32(text(arguments[1])),
-                let exptime = Int64(text(arguments[2]))
+            guard count >= required, isKey(arguments[0], in: buffer), let flags: UInt32 = number(arguments[1]),
+                let exptime: Int64 = number(arguments[2])
             else { return .failure(.badFormat, end: swallowed, noreply: noreply) }
             var cas: UInt64?
             if verb == .cas {
-                guard let unique = UInt64(text(arguments[4])) else {
+                guard let unique: UInt64 = number(arguments[4]) else {
                     return .failure(.badFormat, end: swallowed, noreply: noreply)
                 }
                 cas = unique
@@ -135,7 +144,7 @@ public enum MemcacheTextDecoder {
             guard count == 2, isKey(arguments[0], in: buffer) else {
                 return .failure(.badFormat, end: end, noreply: noreply)
             }
-            guard let delta = UInt64(text(arguments[1])) else {
+            guard let delta: UInt64 = number(arguments[1]) else {
                 return .failure(.invalidDelta, end: end, noreply: noreply)
             }
             return .command(
@@ -144,7 +153,7 @@ public enum MemcacheTextDecoder {
             )
         case .touch:
             let count = arguments.count - (noreply ? 1 : 0)
-            guard count == 2, isKey(arguments[0], in: buffer), let exptime = Int64(text(arguments[1])) else {
+            guard count == 2, isKey(arguments[0], in: buffer), let exptime: Int64 = number(arguments[1]) else {
                 return .failure(.badFormat, end: end, noreply: noreply)
             }
             return .command(.touch(key: arguments[0], exptime: exptime, noreply: noreply), end: end)
@@ -153,7 +162,7 @@ public enum MemcacheTextDecoder {
             guard count <= 1 else { return .failure(.badFormat, end: end, noreply: noreply) }
             var delay: Int64 = 0
             if count == 1 {
-                guard let value = Int64(text(arguments[0])), value >= 0 else {
+                guard let value: Int64 = number(arguments[0]), value >= 0 else {
                     return .failure(.invalidExptime, end: end, noreply: noreply)
                 }
                 delay = value
@@ -161,7 +170,7 @@ public enum MemcacheTextDecoder {
             return .command(.flushAll(delay: delay, noreply: noreply), end: end)
         case .cacheMemlimit:
             let count = arguments.count - (noreply ? 1 : 0)
-            guard count == 1, let megabytes = UInt64(text(arguments[0])), megabytes > 0, megabytes < 1 << 40 else {
+            guard count == 1, let megabytes: UInt64 = number(arguments[0]), megabytes > 0, megabytes < 1 << 40 else {
                 return .failure(.badFormat, end: end, noreply: noreply)
             }
             return .command(.cacheMemoryLimit(megabytes: megabytes, noreply: noreply), end: end)
@@ -254,6 +263,85 @@ public enum MemcacheTextDecoder {
     }
 
     /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
+    /// `get` and `gets` (the commands of every read), decoded without the token array of the other commands:
+    /// a single key allocates nothing. Nil for any other line (and for one that starts with spaces), which
+    /// the general path decodes.
+    @inline(__always)
+    private static func decodeGet(_ buffer: UnsafeRawBufferPointer, from offset: Int, lineEnd: Int, end: Int)
+        -> MemcacheTextDecoding?
+    {
+        let bytes = buffer.baseAddress.unsafelyUnwrapped
+        guard lineEnd - offset >= 5, bytes.load(fromByteOffset: offset, as: UInt8.self) == UInt8(ascii: "g"),
+            bytes.load(fromByteOffset: offset + 1, as: UInt8.self) == UInt8(ascii: "e"),
+            bytes.load(fromByteOffset: offset + 2, as: UInt8.self) == UInt8(ascii: "t")
+        else { return nil }
+        let withCAS: Bool
+        switch bytes.load(fromByteOffset: offset + 3, as: UInt8.self) {
+        case 0x20: withCAS = false
+        case UInt8(ascii: "s") where bytes.load(fromByteOffset: offset + 4, as: UInt8.self) == 0x20: withCAS = true
+        default: return nil
+        }
+        var position = offset + (withCAS ? 5 : 4)
+        var first: Range<Int>?
+        var rest: [Range<Int>] = []
+        while position < lineEnd {
+            while position < lineEnd && bytes.load(fromByteOffset: position, as: UInt8.self) == 0x20 { position += 1 }
+            let start = position
+            while position < lineEnd && bytes.load(fromByteOffset: position, as: UInt8.self) != 0x20 { position += 1 }
+            guard position > start else { continue }
+            guard isKey(start..<position, in: buffer) else { return .failure(.badFormat, end: end) }
+            if first == nil {
+                first = start..<position
+            } else {
+                rest.append(start..<position)
+            }
+        }
+        guard let first else { return .failure(.badFormat, end: end) }
+        return .command(
+            .retrieve(keys: MemcacheKeyList(first: first, rest: rest), withCAS: withCAS, touch: nil),
+            end: end
+        )
+    }
+
+    /// The integer the bytes of `range` spell, read as Swift's `init?(_: String)` reads it (an optional `+`
+    /// or `-`, then one or more decimal digits, nothing else), without making a string: nil when they spell
+    /// none, or one out of `Number`'s range.
+    static func parseInteger<Number: FixedWidthInteger>(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer)
+        -> Number?
+    {
+        let bytes = buffer.baseAddress.unsafelyUnwrapped
+        var position = range.lowerBound
+        guard position < range.upperBound else { return nil }
+        var negative = false
+        switch bytes.load(fromByteOffset: position, as: UInt8.self) {
+        case UInt8(ascii: "-"):
+            negative = true
+            position += 1
+        case UInt8(ascii: "+"):
+            position += 1
+        default:
+            break
+        }
+        guard position < range.upperBound else { return nil }
+        var magnitude: UInt64 = 0
+        while position < range.upperBound {
+            let digit = bytes.load(fromByteOffset: position, as: UInt8.self) &- UInt8(ascii: "0")
+            guard digit < 10 else { return nil }
+            let (times10, overflow) = magnitude.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = times10.addingReportingOverflow(UInt64(digit))
+            guard !overflow, !carry else { return nil }
+            magnitude = sum
+            position += 1
+        }
+        if negative {
+            guard magnitude != 0 else { return 0 }
+            guard Number.isSigned, magnitude <= UInt64(Number.max) &+ 1 else { return nil }
+            return magnitude == UInt64(Number.max) &+ 1 ? Number.min : 0 - Number(magnitude)
+        }
+        guard magnitude <= UInt64(Number.max) else { return nil }
+        return Number(magnitude)
+    }
+
     static func isKey(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
         guard (1...maximumKeyLength).contains(range.count) else { return false }
         let bytes = buffer.baseAddress.unsafelyUnwrapped
@@ -282,6 +370,32 @@ public enum MemcacheTextDecoder {
     }
 }
 
+/// The keys of a `get`, `gets`, `gat` or `gats`, in order: one or more. The first is kept apart, so that the
+/// usual get of one key holds no array.
+public struct MemcacheKeyList: RandomAccessCollection, Hashable, Sendable {
+    /// The first key.
+    public let head: Range<Int>
+    /// The keys after it.
+    public let tail: [Range<Int>]
+
+    /// `first`, then `rest`.
+    public init(first: Range<Int>, rest: [Range<Int>] = []) {
+        head = first
+        tail = rest
+    }
+
+    /// `keys`, which must not be empty.
+    public init(_ keys: [Range<Int>]) {
+        precondition(!keys.isEmpty, "a retrieval has at least one key")
+        head = keys[0]
+        tail = Array(keys.dropFirst())
+    }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { 1 + tail.count }
+    public subscript(position: Int) -> Range<Int> { position == 0 ? head : tail[position - 1] }
+}
+
 /// A storage command's verb.
 public enum MemcacheStorageVerb: String, Sendable {
     case set, add, replace, append, prepend, cas
@@ -302,7 +416,7 @@ public enum MemcacheTextCommand: Hashable, Sendable {
         noreply: Bool
     )
     /// `get`/`gets` (`withCAS`), or `gat`/`gats` with the new expiry (`touch`): one or more keys.
-    case retrieve(keys: [Range<Int>], withCAS: Bool, touch: Int64?)
+    case retrieve(keys: MemcacheKeyList, withCAS: Bool, touch: Int64?)
     /// `delete KEY [noreply]`.
     case delete(key: Range<Int>, noreply: Bool)
     /// `incr` or `decr KEY DELTA [noreply]`: 64-bit unsigned.

@@ -67,18 +67,30 @@ public enum MemcacheTextReply {
         return at + 2
     }
 
-    /// Writes `value`'s decimal digits at `out` (room for 20 bytes); returns how many.
+    /// Writes `value`'s decimal digits at `out` (room for 20 bytes); returns how many. The digits are
+    /// counted by comparison and written in one pass of divisions by a constant (which compile to
+    /// multiplications); a single digit, as flags of 0 are, is one store.
     public static func writeDecimal(_ value: UInt64, to out: UnsafeMutableRawPointer) -> Int {
-        var count = 1
-        var rest = value / 10
-        while rest > 0 {
-            count += 1
-            rest /= 10
+        if value < 10 {
+            out.storeBytes(of: UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value), as: UInt8.self)
+            return 1
         }
-        rest = value
-        for index in stride(from: count - 1, through: 0, by: -1) {
-            out.storeBytes(of: UInt8(ascii: "0") + UInt8(rest % 10), toByteOffset: index, as: UInt8.self)
+        var count = 2
+        var bound: UInt64 = 100
+        while count < 20 && value >= bound {
+            count += 1
+            bound &*= 10
+        }
+        var rest = value
+        var index = count - 1
+        while index >= 0 {
+            out.storeBytes(
+                of: UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10),
+                toByteOffset: index,
+                as: UInt8.self
+            )
             rest /= 10
+            index -= 1
         }
         return count
     }

@@ -39,6 +39,61 @@ struct MemcacheTextDecoderTests {
         }
     }
 
+    /// Numbers are read from the bytes as Swift reads them from a string, for every width the commands use.
+    @Test func numbersReadAsSwiftReadsThem() {
+        var samples = [
+            "", "+", "-", "0", "-0", "+0", "00012", "18446744073709551615", "18446744073709551616",
+            "-9223372036854775808", "-9223372036854775809", "9223372036854775807", "9223372036854775808", "4294967295",
+            "4294967296", "-1", "1a", " 1", "1 ", "--1", "+-1", "99999999999999999999999", "-4294967295", "2147483648",
+        ]
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("0123456789+- a".utf8)
+        for _ in 0..<2000 {
+            let length = Int.random(in: 1...22, using: &generator)
+            samples.append(
+                String(decoding: (0..<length).map { _ in alphabet.randomElement(using: &generator)! }, as: UTF8.self)
+            )
+        }
+        for text in samples {
+            let bytes = Array(text.utf8)
+            bytes.withUnsafeBytes { buffer in
+                let range = 0..<bytes.count
+                #expect(MemcacheTextDecoder.parseInteger(range, in: buffer) as UInt32? == UInt32(text), "\(text)")
+                #expect(MemcacheTextDecoder.parseInteger(range, in: buffer) as Int64? == Int64(text), "\(text)")
+                #expect(MemcacheTextDecoder.parseInteger(range, in: buffer) as UInt64? == UInt64(text), "\(text)")
+                #expect(MemcacheTextDecoder.parseInteger(range, in: buffer) as Int? == Int(text), "\(text)")
+            }
+        }
+    }
+
+    /// `get` and `gets` take a path of their own (no token array): the same answers as the general one.
+    @Test func getsAndGetsDecodeAsTheGeneralPathWould() {
+        for (line, keys) in [
+            ("get a\r\n", ["a"]), ("gets  a   b \r\n", ["a", "b"]), ("get a\n", ["a"]),
+            ("get " + String(repeating: "k", count: 250) + "\r\n", [String(repeating: "k", count: 250)]),
+        ] {
+            let (decoded, bytes) = Self.decode(line)
+            guard case .command(.retrieve(let found, _, nil), let end) = decoded, end == line.utf8.count else {
+                Issue.record("\(line): \(decoded)")
+                continue
+            }
+            #expect(found.map { Self.text($0, bytes) } == keys, "\(line)")
+        }
+        for line in [
+            "get \r\n", "gets   \r\n", "get a\u{01}b\r\n", "get " + String(repeating: "k", count: 251) + "\r\n",
+            "get\r\n",
+        ] {
+            guard case .failure(.badFormat, let end, false) = Self.decode(line).0, end == line.utf8.count else {
+                Issue.record("\(line.debugDescription): \(Self.decode(line).0)")
+                continue
+            }
+        }
+        guard case .failure(.unknownCommand, _, _) = Self.decode("getx a\r\n").0 else {
+            Issue.record("getx")
+            return
+        }
+    }
+
     @Test func retrievalCommandsTakeManyKeys() {
         let (get, bytes) = Self.decode("get a bb ccc\r\n")
         guard case .command(.retrieve(let keys, false, nil), 14) = get else {
@@ -75,7 +130,7 @@ struct MemcacheTextDecoderTests {
             ("stats\r\n", .stats(argument: nil)),
             ("stats items\r\n", .stats(argument: 6..<11)),
             ("quit\r\n", .quit),
-            ("  get   k  \r\n", .retrieve(keys: [8..<9], withCAS: false, touch: nil)),
+            ("  get   k  \r\n", .retrieve(keys: MemcacheKeyList([8..<9]), withCAS: false, touch: nil)),
         ]
         for (line, expected) in cases {
             let (decoded, bytes) = Self.decode(line)
@@ -174,30 +229,5 @@ struct MemcacheTextDecoderTests {
         #expect(MemcacheTextError.lineTooLong.line.isEmpty, "closed without a reply, as memcached closes it")
         // A get of many keys may run longer before its end arrives.
         #expect(Self.decode("get " + String(repeating: "k ", count: 2000)).0 == .needMore)
-    }
-}
-
-@Suite("memcached text protocol: the replies")
-struct MemcacheTextReplyTests {
-    @Test func valuesAreWrittenAsMemcachedWritesThem() {
-        var output: [UInt8] = []
-        Array("k1".utf8).withUnsafeBytes { key in
-            Array("hello".utf8).withUnsafeBytes { data in
-                MemcacheTextReply.appendValue(key: key, flags: 42, data: data, cas: nil, to: &output)
-                MemcacheTextReply.appendValue(key: key, flags: 0, data: data, cas: 7, to: &output)
-            }
-        }
-        output += MemcacheTextReply.end
-        #expect(
-            String(decoding: output, as: UTF8.self) == "VALUE k1 42 5\r\nhello\r\nVALUE k1 0 5 7\r\nhello\r\nEND\r\n"
-        )
-        #expect(MemcacheTextReply.number(18_446_744_073_709_551_615) == Array("18446744073709551615\r\n".utf8))
-        #expect(MemcacheTextReply.stat("pid", "42") == Array("STAT pid 42\r\n".utf8))
-    }
-
-    @Test func incrWrapsAndDecrStopsAtZero() {
-        #expect(MemcacheTextReply.arithmetic(.max, delta: 2, increment: true) == 1)
-        #expect(MemcacheTextReply.arithmetic(5, delta: 7, increment: false) == 0)
-        #expect(MemcacheTextReply.arithmetic(5, delta: 3, increment: false) == 2)
     }
 }

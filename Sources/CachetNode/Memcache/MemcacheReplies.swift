@@ -20,7 +20,9 @@ enum MemcacheReplies {
     ) {
         var lines: [UInt8] = []
         switch pending.reply {
-        case .value(let key, let withCAS, let last):
+        case .value(let keyLength, let withCAS, let last):
+            let key = UnsafeRawBufferPointer(rebasing: session.replyKeys.readableRegion[..<keyLength])
+            defer { session.replyKeys.moveReadIndex(forwardBy: keyLength) }
             if session.failedRetrieval {
                 // An earlier key of this command failed: its error line ended the command.
                 if last { session.failedRetrieval = false }
@@ -32,19 +34,17 @@ enum MemcacheReplies {
                 let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
                 let data = UnsafeRawBufferPointer(rebasing: body[CachetItemWrite.itemReplyPrefixSize...])
                 text.reserveWritable(MemcacheTextReply.valueLineCapacity(keyLength: key.count) + data.count + 7)
-                let written = key.withUnsafeBytes {
-                    MemcacheTextReply.writeValueLine(
-                        key: $0,
-                        flags: flags,
-                        length: data.count,
-                        cas: withCAS ? cas : nil,
-                        to: text.writePointer
-                    )
-                }
+                let written = MemcacheTextReply.writeValueLine(
+                    key: key,
+                    flags: flags,
+                    length: data.count,
+                    cas: withCAS ? cas : nil,
+                    to: text.writePointer
+                )
                 text.moveWriteIndex(forwardBy: written)
                 if data.count > 0 { text.append(data) }
-                text.append(lineEnd)
-                if last { text.append(MemcacheTextReply.end) }
+                text.append("\r\n" as StaticString)
+                if last { text.append("END\r\n" as StaticString) }
                 return
             } else if status != .notFound {
                 lines = errorLine(status, body)
@@ -56,7 +56,7 @@ enum MemcacheReplies {
         case .stored:
             switch status {
             case .ok:
-                if !pending.quiet { text.append(MemcacheTextReply.stored) }
+                if !pending.quiet { text.append("STORED\r\n" as StaticString) }
                 return
             case .notStored: lines = MemcacheTextReply.notStored
             case .exists: lines = MemcacheTextReply.exists

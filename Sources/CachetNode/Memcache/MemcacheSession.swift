@@ -21,8 +21,8 @@ final class MemcacheSession: TranslatingSession {
     /// What the reply to one native request means for memcached.
     enum Reply {
         /// One key of `get`, `gets`, `gat` or `gats`: a VALUE line on a hit, nothing on a miss; `END` after
-        /// the last key.
-        case value(key: [UInt8], withCAS: Bool, last: Bool)
+        /// the last key. The key's `keyLength` bytes wait at the front of ``replyKeys``.
+        case value(keyLength: Int, withCAS: Bool, last: Bool)
         /// `set`, `add`, `replace`, `append`, `prepend`, `cas`: STORED, NOT_STORED, EXISTS or NOT_FOUND.
         case stored
         /// A storage command whose expiry is already past: the key is deleted, and the answer is STORED.
@@ -55,6 +55,10 @@ final class MemcacheSession: TranslatingSession {
         let quiet: Bool
     }
 
+    /// The keys of the `.value` replies waiting, back to back in their order: each reply's VALUE line takes
+    /// its key from the front (a buffer kept between commands, where an array a key would be allocated and
+    /// freed for every get).
+    @exclusivity(unchecked) var replyKeys = CachetByteBuffer(capacity: 1024)
     /// Native requests made from the text received, not yet served.
     @exclusivity(unchecked) var native = CachetByteBuffer(capacity: 4096)
     /// The replies the native requests in flight will be turned into, in order.
@@ -210,7 +214,8 @@ final class MemcacheSession: TranslatingSession {
                 } else {
                     appendKeyed(.get, bytes(key), flags: .item)
                 }
-                push(.value(key: Array(bytes(key)), withCAS: withCAS, last: index == keys.count - 1), quiet: false)
+                replyKeys.append(bytes(key))
+                push(.value(keyLength: key.count, withCAS: withCAS, last: index == keys.count - 1), quiet: false)
                 if expired {
                     // Touched into the past: answered with the item, which is gone after (as memcached does).
                     appendKeyed(.delete, bytes(key))
@@ -368,6 +373,8 @@ final class MemcacheSession: TranslatingSession {
         // are, and the native replies' buffer is the next scratch, saving a copy of every value.
         output.replaceTranslated(after: textPending, with: &scratch)
         textPending = output.readableBytes
+        // A get of many long keys grew it: back to its size once its keys are answered.
+        replyKeys.shrinkIfEmpty(above: 64 << 10, to: 1024)
     }
 
     /// The buffer ``translateReplies(in:)`` writes lines into, kept between sends.
