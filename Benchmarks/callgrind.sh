@@ -9,7 +9,7 @@
 #   TOP=15 Benchmarks/callgrind.sh          # and the 15 costliest functions per workload
 #   NODE_BIN=/tmp/old/cachet-node Benchmarks/callgrind.sh   # another build of the node
 #   MEMCACHE=1 Benchmarks/callgrind.sh      # the same requests on the node's memcached port, in memcached's
-#                                           # text protocol (the native port idles)
+#                                           # text protocol (the native port idles), and a get of 10 keys
 #
 # Each workload starts a fresh cachet-node under callgrind with instrumentation off, prefills its keys,
 # switches instrumentation on (callgrind_control -i on), runs a fixed number of requests with cachet-bench,
@@ -47,6 +47,10 @@ WORKLOADS=(
     "PUT 100 B, pipeline 16|--value-size 100 --keys 10000 --connections 8 --pipeline 16 --get-ratio 0"
     "GET 16 KiB, pipeline 1|--value-size 16384 --keys 1000 --connections 8 --pipeline 1 --get-ratio 1"
 )
+# memcached's protocol has gets of several keys: one of ten keys, counted as one request.
+if [ -n "${MEMCACHE:-}" ]; then
+    WORKLOADS+=("GET of 10 keys 100 B, pipeline 1|--value-size 100 --keys 10000 --connections 8 --pipeline 1 --get-ratio 1 --keys-per-get 10")
+fi
 
 printf '| workload | instructions per request |\n|---|---|\n'
 for workload in "${WORKLOADS[@]}"; do

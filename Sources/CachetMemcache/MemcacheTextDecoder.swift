@@ -281,19 +281,39 @@ public enum MemcacheTextDecoder {
         case UInt8(ascii: "s") where bytes.load(fromByteOffset: offset + 4, as: UInt8.self) == 0x20: withCAS = true
         default: return nil
         }
-        var position = offset + (withCAS ? 5 : 4)
+        let base = UnsafeRawPointer(bytes).assumingMemoryBound(to: UInt8.self)
+        var cursor = base + offset + (withCAS ? 5 : 4)
+        let stop = base + lineEnd
         var first: Range<Int>?
         var rest: [Range<Int>] = []
-        while position < lineEnd {
-            while position < lineEnd && bytes.load(fromByteOffset: position, as: UInt8.self) == 0x20 { position += 1 }
-            let start = position
-            while position < lineEnd && bytes.load(fromByteOffset: position, as: UInt8.self) != 0x20 { position += 1 }
-            guard position > start else { continue }
-            guard isKey(start..<position, in: buffer) else { return .failure(.badFormat, end: end) }
+        // Each key in one pass: its end found and its bytes checked together (a get of many keys spends most
+        // of its decoding here).
+        while cursor < stop {
+            if cursor.pointee == 0x20 {
+                cursor += 1
+                continue
+            }
+            let start = cursor
+            var control = false
+            // Eight bytes at a time while none of them is a space, a control byte or DEL (the usual key).
+            while stop - cursor >= 8 {
+                let word = UInt64(littleEndian: UnsafeRawPointer(cursor).loadUnaligned(as: UInt64.self))
+                guard !Self.hasSpaceOrControl(word) else { break }
+                cursor += 8
+            }
+            while cursor < stop {
+                let byte = cursor.pointee
+                if byte == 0x20 { break }
+                control = control || byte < 0x20 || byte == 0x7f
+                cursor += 1
+            }
+            guard !control, cursor - start <= maximumKeyLength else { return .failure(.badFormat, end: end) }
+            let key = (start - base)..<(cursor - base)
             if first == nil {
-                first = start..<position
+                first = key
             } else {
-                rest.append(start..<position)
+                if rest.isEmpty { rest.reserveCapacity(16) }
+                rest.append(key)
             }
         }
         guard let first else { return .failure(.badFormat, end: end) }
@@ -342,6 +362,18 @@ public enum MemcacheTextDecoder {
         return Number(magnitude)
     }
 
+    /// Whether one of the eight bytes of `word` is a space, below it (a control byte) or DEL: the bytes
+    /// that end or spoil a key (the usual tests for a zero byte, and for a byte below a bound, done on
+    /// every byte at once).
+    @inline(__always)
+    static func hasSpaceOrControl(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        let belowOrSpace = (word &- ones &* 0x21) & ~word & highs
+        let delete = word ^ (ones &* 0x7f)
+        return belowOrSpace | ((delete &- ones) & ~delete & highs) != 0
+    }
+
     static func isKey(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
         guard (1...maximumKeyLength).contains(range.count) else { return false }
         let bytes = buffer.baseAddress.unsafelyUnwrapped
@@ -379,6 +411,7 @@ public struct MemcacheKeyList: RandomAccessCollection, Hashable, Sendable {
     public let tail: [Range<Int>]
 
     /// `first`, then `rest`.
+    @inlinable
     public init(first: Range<Int>, rest: [Range<Int>] = []) {
         head = first
         tail = rest
@@ -391,9 +424,9 @@ public struct MemcacheKeyList: RandomAccessCollection, Hashable, Sendable {
         tail = Array(keys.dropFirst())
     }
 
-    public var startIndex: Int { 0 }
-    public var endIndex: Int { 1 + tail.count }
-    public subscript(position: Int) -> Range<Int> { position == 0 ? head : tail[position - 1] }
+    @inlinable public var startIndex: Int { 0 }
+    @inlinable public var endIndex: Int { 1 + tail.count }
+    @inlinable public subscript(position: Int) -> Range<Int> { position == 0 ? head : tail[position - 1] }
 }
 
 /// A storage command's verb.

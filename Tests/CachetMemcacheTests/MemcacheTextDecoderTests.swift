@@ -66,6 +66,28 @@ struct MemcacheTextDecoderTests {
         }
     }
 
+    /// The test of eight key bytes at once says what a test of each byte says.
+    @Test func eightBytesAtOnceAgreeWithEachByte() {
+        func slow(_ word: UInt64) -> Bool {
+            (0..<8).contains { index in
+                let byte = UInt8(truncatingIfNeeded: word >> (8 * UInt64(index)))
+                return byte <= 0x20 || byte == 0x7f
+            }
+        }
+        var words: [UInt64] = []
+        for position in 0..<8 {
+            for byte in [0x00, 0x1f, 0x20, 0x21, 0x7e, 0x7f, 0x80, 0xa0, 0xff] as [UInt64] {
+                let filler: UInt64 = 0x6161_6161_6161_6161
+                words.append(filler & ~(0xff << (8 * UInt64(position))) | byte << (8 * UInt64(position)))
+            }
+        }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<100_000 { words.append(UInt64.random(in: 0 ... .max, using: &generator)) }
+        for word in words {
+            #expect(MemcacheTextDecoder.hasSpaceOrControl(word) == slow(word), "\(String(word, radix: 16))")
+        }
+    }
+
     /// `get` and `gets` take a path of their own (no token array): the same answers as the general one.
     @Test func getsAndGetsDecodeAsTheGeneralPathWould() {
         for (line, keys) in [

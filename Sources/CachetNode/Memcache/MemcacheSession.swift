@@ -2,6 +2,10 @@ import CachetIO
 import CachetMemcache
 import CachetWire
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A connection on the memcached port (`--memcached-port`, `docs/memcached.md`): memcached's text protocol
 /// turned into the node's own requests and their replies turned back, so that a memcached client reaches the
 /// same command layer, tiers, routing and users as a native one, with no second store and no proxy hop.
@@ -178,10 +182,27 @@ final class MemcacheSession: TranslatingSession {
     func hasWholeCommand(in input: borrowing CachetByteBuffer) -> Bool {
         guard !quitting, input.readableBytes > 0 else { return false }
         if discarding > 0 { return true }
-        if case .needMore = MemcacheTextDecoder.decode(input.readableRegion, maximumValueLength: maximumValueLength) {
+        // A line with its end, of a command without a data block, is whole: known without decoding it (a get
+        // of many keys would otherwise be decoded twice, here and when it is served).
+        let region = input.readableRegion
+        if memchr(region.baseAddress!, 0x0a, region.count) != nil, !Self.mayCarryData(region) { return true }
+        if case .needMore = MemcacheTextDecoder.decode(region, maximumValueLength: maximumValueLength) {
             return false
         }
         return true
+    }
+
+    /// Whether the line at the front of `bytes` may be a storage command (`set`, `add`, `replace`, `append`,
+    /// `prepend`, `cas`, `ms`), whose data block follows it, or starts with a space (decoded to tell).
+    private static func mayCarryData(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        switch bytes[0] {
+        case UInt8(ascii: "s"), UInt8(ascii: "a"), UInt8(ascii: "r"), UInt8(ascii: "p"), UInt8(ascii: "c"), 0x20:
+            return true
+        case UInt8(ascii: "m"):
+            return bytes.count < 2 || bytes[1] == UInt8(ascii: "s")
+        default:
+            return false
+        }
     }
 
     private func translate(_ command: MemcacheTextCommand, in buffer: UnsafeRawBufferPointer, now: UInt32) {
