@@ -108,7 +108,11 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
             check(end > offset, "failure \(error) at \(offset) ends at \(end)")
             // A value too large, or a storage line with a bad field, is refused before its block arrives: the
             // rest is discarded.
-            if (error == .tooLarge || error == .badFormat) && end > size { return 0 }
+            if case .tooLarge(let key?) = error {
+                check(isKey(key, bytes, line: offset..<min(size, end)), "a set too large names a bad key \(key)")
+            }
+            if case .tooLarge = error, end > size { return 0 }
+            if error == .badFormat && end > size { return 0 }
             check(end <= size, "failure \(error) at \(offset) ends at \(end) of \(size)")
             if error.closesConnection { return 0 }
         }

@@ -123,7 +123,7 @@ extension MemcacheTextDecoder {
         var command = MemcacheMetaCommand(kind: kind, key: key, flags: flags)
         guard let length else { return .command(.meta(command), end: end) }
         guard length <= maximumValueLength else {
-            return .failure(.tooLarge, end: end + length + 2)
+            return .failure(.tooLarge(replacing: nil), end: end + length + 2)
         }
         guard buffer.count >= end + length + 2 else { return .needMore }
         guard buffer[end + length] == UInt8(ascii: "\r"), buffer[end + length + 1] == UInt8(ascii: "\n") else {

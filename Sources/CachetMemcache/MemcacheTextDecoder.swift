@@ -120,8 +120,13 @@ public enum MemcacheTextDecoder {
             }
             guard length <= maximumValueLength else {
                 // Refused at once; its data block is discarded as it arrives (`end` may lie past the bytes
-                // received), as memcached swallows it.
-                return .failure(.tooLarge, end: end + length + 2, noreply: noreply)
+                // received), as memcached swallows it. A `set` also takes the key's older value away, as
+                // memcached unlinks it, so that no older value stays readable.
+                return .failure(
+                    .tooLarge(replacing: verb == .set ? arguments[0] : nil),
+                    end: end + length + 2,
+                    noreply: noreply
+                )
             }
             guard buffer.count >= end + length + 2 else { return .needMore }
             let data = end..<(end + length)
@@ -246,20 +251,6 @@ public enum MemcacheTextDecoder {
             default: return nil
             }
         }
-    }
-
-    /// The key of the `set` line at the front of `buffer`, if it is one (a `set` refused as too large
-    /// removes the key's value, as memcached removes it, so that no older value stays readable).
-    public static func keyOfSet(_ buffer: UnsafeRawBufferPointer) -> Range<Int>? {
-        guard buffer.count > 4, buffer[0] == UInt8(ascii: "s"), buffer[1] == UInt8(ascii: "e"),
-            buffer[2] == UInt8(ascii: "t"), buffer[3] == 0x20
-        else { return nil }
-        var start = 4
-        while start < buffer.count && buffer[start] == 0x20 { start += 1 }
-        var end = start
-        while end < buffer.count && buffer[end] > 0x20 { end += 1 }
-        guard end < buffer.count, isKey(start..<end, in: buffer) else { return nil }
-        return start..<end
     }
 
     /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
@@ -496,8 +487,9 @@ public enum MemcacheTextError: Hashable, Sendable {
     case invalidDelta
     /// A data block not followed by `\r\n`.
     case badDataChunk
-    /// A value longer than the node takes (its data block consumed).
-    case tooLarge
+    /// A value longer than the node takes (its data block consumed); for a `set`, its key, whose older
+    /// value goes too (as memcached unlinks it).
+    case tooLarge(replacing: Range<Int>?)
     /// A line with no end in sight: the connection closes, with no reply (as memcached closes it).
     case lineTooLong
     /// A meta command refused: `CLIENT_ERROR` and the reason (`invalid flag`, `duplicate flag`...).

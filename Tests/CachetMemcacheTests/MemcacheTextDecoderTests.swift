@@ -232,11 +232,13 @@ struct MemcacheTextDecoderTests {
         let (bad, bytes) = Self.decode("set k 0 0 3\r\nabcXY")
         #expect(bad == .failure(.badDataChunk, end: bytes.count), "the block is consumed with its two bytes")
         let (large, largeBytes) = Self.decode("set k 0 0 5\r\nhello\r\n", maximumValueLength: 4)
-        #expect(large == .failure(.tooLarge, end: largeBytes.count))
+        #expect(large == .failure(.tooLarge(replacing: 4..<5), end: largeBytes.count), "a set names its key")
         // Refused at once, before its data arrives: the caller discards it as it comes.
         let (early, _) = Self.decode("set k 0 0 100000000 noreply\r\n", maximumValueLength: 4)
-        #expect(early == .failure(.tooLarge, end: 29 + 100_000_000 + 2, noreply: true))
-        #expect(MemcacheTextError.tooLarge.line == "SERVER_ERROR object too large for cache\r\n")
+        #expect(early == .failure(.tooLarge(replacing: 4..<5), end: 29 + 100_000_000 + 2, noreply: true))
+        let (add, _) = Self.decode("add k 0 0 5\r\nhello\r\n", maximumValueLength: 4)
+        #expect(add == .failure(.tooLarge(replacing: nil), end: 20), "only a set takes the older value away")
+        #expect(MemcacheTextError.tooLarge(replacing: nil).line == "SERVER_ERROR object too large for cache\r\n")
     }
 
     @Test func aCommandCutAnywhereNeedsMoreAndALineWithoutEndIsTooLong() {

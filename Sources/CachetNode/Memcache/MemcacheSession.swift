@@ -147,7 +147,7 @@ final class MemcacheSession: TranslatingSession {
                     input.moveReadIndex(forwardBy: input.readableBytes)
                     return made
                 }
-                if error == .tooLarge, let key = MemcacheTextDecoder.keyOfSet(input.readableRegion) {
+                if case .tooLarge(let key?) = error {
                     appendKeyed(.delete, UnsafeRawBufferPointer(rebasing: input.readableRegion[key]))
                     push(.discard, quiet: true)
                 }
