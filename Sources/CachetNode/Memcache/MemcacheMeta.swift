@@ -18,10 +18,10 @@ import CachetWire
 ///   memcached's internals, not kept).
 ///
 /// Not taken (answered `CLIENT_ERROR ... not supported`, nothing done): what needs item state the node does
-/// not keep: stale items and their `X` flag (`md I`, `ms I`), last access and hit-before (`mg h`, `mg l`),
-/// early recache (`mg R`), a CAS given by the client (`E`), value-less tombstones (`md x`), conditional
-/// deletes (`md C`), auto-created counters (`ma N`, `ma J`) and appends (`ms N`), and a counter's TTL (`ma t`).
-/// `mg u` is taken and changes nothing (the node's LRU is bumped by every read).
+/// not keep: stale items and their `X` flag (`md I` with its `T`, `ms I`), last access and hit-before
+/// (`mg h`, `mg l`), early recache (`mg R`), a CAS given by the client (`E`), value-less tombstones (`md x`),
+/// and appends that create a missing item (`ms N`). `mg u` is taken and changes nothing (the node's LRU is
+/// bumped by every read).
 enum MemcacheMeta {
     /// What a meta command's reply needs from its command.
     struct Reply {
