@@ -16,15 +16,12 @@ mkdir -p "$out/module" "$out/seeds" "$out/corpus"
 RUNS="${RUNS:-10000000}"
 MAX_TIME="${MAX_TIME:-0}"
 
-flags=(-O -sanitize=fuzzer,address -parse-as-library -swift-version 6
-    -enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault)
+# shellcheck source=Fuzz/common.sh
+. "$here/common.sh"
 echo "building CachetWire, CachetHTTP and the fuzz target" >&2
-swiftc "${flags[@]}" -wmo -module-name CachetWire -emit-module -emit-module-path "$out/module/CachetWire.swiftmodule" \
-    -emit-object -o "$out/CachetWire.o" "$root"/Sources/CachetWire/*.swift
-swiftc "${flags[@]}" -I "$out/module" -wmo -module-name CachetHTTP -emit-module \
-    -emit-module-path "$out/module/CachetHTTP.swiftmodule" -emit-object -o "$out/CachetHTTP.o" "$root"/Sources/CachetHTTP/*.swift
-swiftc "${flags[@]}" -I "$out/module" -module-name CachetHTTPFuzz -o "$out/cachet-http-fuzz" \
-    "$here"/CachetHTTPFuzz/*.swift "$out/CachetHTTP.o" "$out/CachetWire.o" 2>&1 | { grep -v "Cannot export local symbol" >&2 || true; }
+build_module "$out" CachetWire "$root"/Sources/CachetWire/*.swift
+build_module "$out" CachetHTTP "$root"/Sources/CachetHTTP/*.swift
+build_target "$out" CachetHTTPFuzz cachet-http-fuzz "$here"/CachetHTTPFuzz/*.swift "$out/CachetHTTP.o" "$out/CachetWire.o"
 export SWIFT_BACKTRACE=enable=no
 if [ "$#" -gt 0 ]; then exec "$out/cachet-http-fuzz" "$@"; fi
 
@@ -37,9 +34,4 @@ printf 'POST /values/k HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunk
 printf '\r\n\r\nGET / HTTP/1.1\r\nBad Field: x\r\n\r\nGET /  HTTP/1.1\r\n\r\n' > "$out/seeds/bad"
 printf 'GET /health/ready HTTP/1.1\r\nRange: bytes=5-\r\n\n' > "$out/seeds/lf"
 
-cd "$out"
-common=(-max_len=4500 -print_final_stats=1 -artifact_prefix="$out/")
-if [ "$MAX_TIME" != 0 ]; then common+=(-max_total_time="$MAX_TIME"); fi
-start=$(date +%s)
-nice -n 10 ./cachet-http-fuzz "${common[@]}" -runs="$RUNS" corpus seeds
-echo "done in $(( $(date +%s) - start )) s; corpus: $(ls corpus | wc -l) inputs; findings: $(ls "$out" | grep -cE '^(crash|timeout|oom|leak)-' || true)" >&2
+run_fuzzer "$out" cachet-http-fuzz 4500 "$RUNS" "$MAX_TIME"

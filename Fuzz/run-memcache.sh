@@ -15,13 +15,11 @@ mkdir -p "$out/module" "$out/seeds" "$out/corpus"
 RUNS="${RUNS:-10000000}"
 MAX_TIME="${MAX_TIME:-0}"
 
-flags=(-O -sanitize=fuzzer,address -parse-as-library -swift-version 6
-    -enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault)
+# shellcheck source=Fuzz/common.sh
+. "$here/common.sh"
 echo "building CachetMemcache and the fuzz target" >&2
-swiftc "${flags[@]}" -wmo -module-name CachetMemcache -emit-module -emit-module-path "$out/module/CachetMemcache.swiftmodule" \
-    -emit-object -o "$out/CachetMemcache.o" "$root"/Sources/CachetMemcache/*.swift
-swiftc "${flags[@]}" -I "$out/module" -module-name CachetMemcacheFuzz -o "$out/cachet-memcache-fuzz" \
-    "$here"/CachetMemcacheFuzz/*.swift "$out/CachetMemcache.o" 2>&1 | { grep -v "Cannot export local symbol" >&2 || true; }
+build_module "$out" CachetMemcache "$root"/Sources/CachetMemcache/*.swift
+build_target "$out" CachetMemcacheFuzz cachet-memcache-fuzz "$here"/CachetMemcacheFuzz/*.swift "$out/CachetMemcache.o"
 export SWIFT_BACKTRACE=enable=no
 if [ "$#" -gt 0 ]; then exec "$out/cachet-memcache-fuzz" "$@"; fi
 
@@ -35,9 +33,4 @@ printf 'mg k v f c t s k Oabc q\r\nms k 2 T10 F5 MA c\r\nab\r\nmd k C123 q\r\nmn
 printf 'ma k N0 J13 D2 MD v t\r\nme k\r\nmg Zm9v b k\r\nms Zm9v 1 b I\r\nx\r\nmg k v v\r\n' > "$out/seeds/meta-more"
 printf 'set k x 0 3\r\nabc\r\nGET / HTTP/1.1\r\n \r\n' > "$out/seeds/swallow"
 
-cd "$out"
-common=(-max_len=4500 -print_final_stats=1 -artifact_prefix="$out/")
-if [ "$MAX_TIME" != 0 ]; then common+=(-max_total_time="$MAX_TIME"); fi
-start=$(date +%s)
-nice -n 10 ./cachet-memcache-fuzz "${common[@]}" -runs="$RUNS" corpus seeds
-echo "done in $(( $(date +%s) - start )) s; corpus: $(ls corpus | wc -l) inputs; findings: $(ls "$out" | grep -cE '^(crash|timeout|oom|leak)-' || true)" >&2
+run_fuzzer "$out" cachet-memcache-fuzz 4500 "$RUNS" "$MAX_TIME"

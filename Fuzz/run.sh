@@ -23,14 +23,11 @@ JOBS="${JOBS:-1}"
 MAX_TIME="${MAX_TIME:-0}"
 MAX_LEN="${MAX_LEN:-4500}"
 
-flags=(-O -sanitize=fuzzer,address -parse-as-library -swift-version 6
-    -enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault)
-
+# shellcheck source=Fuzz/common.sh
+. "$here/common.sh"
 echo "building CachetWire and the fuzz target (swiftc ${flags[*]})" >&2
-swiftc "${flags[@]}" -wmo -module-name CachetWire -emit-module -emit-module-path "$out/module/CachetWire.swiftmodule" \
-    -emit-object -o "$out/CachetWire.o" "$root"/Sources/CachetWire/*.swift
-swiftc "${flags[@]}" -I "$out/module" -module-name CachetWireFuzz -o "$out/cachet-wire-fuzz" \
-    "$here"/CachetWireFuzz/*.swift "$out/CachetWire.o" 2>&1 | { grep -v "Cannot export local symbol" >&2 || true; }
+build_module "$out" CachetWire "$root"/Sources/CachetWire/*.swift
+build_target "$out" CachetWireFuzz cachet-wire-fuzz "$here"/CachetWireFuzz/*.swift "$out/CachetWire.o"
 
 if [ "$#" -gt 0 ]; then
     SWIFT_BACKTRACE=enable=no exec "$out/cachet-wire-fuzz" "$@"
