@@ -6,11 +6,16 @@ import CachetWire
 struct DirectSend {
     /// The connection's channel, unretained (a retain and release per request otherwise): a `DirectSend`
     /// lives only for the call that processes the connection's input, which the connection outlives.
-    let channel: Unmanaged<CachetChannel>
+    let channel: Unmanaged<Connection>
 
-    init(channel: CachetChannel) {
+    init(channel: Connection) {
         self.channel = .passUnretained(channel)
     }
+
+    /// The connection's memcached session, when it speaks memcached's protocol: a hit of its `get` goes out
+    /// as a VALUE line and data (``MemcacheSession/sendValue(_:flags:cas:output:send:)``), never as a native
+    /// reply. Read only for values large enough to be sent directly, so a native GET pays nothing for it.
+    var memcache: MemcacheSession? { channel._withUnsafeGuaranteedRef { $0.memcache } }
 
     /// Returns the bytes the socket took: 0 when it takes none now, or on an error (which the next flush
     /// reports).

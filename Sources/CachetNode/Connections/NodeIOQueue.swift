@@ -371,7 +371,9 @@ final class NodeIOQueue: @unchecked Sendable {
                 now: now,
                 access: &connection.access,
                 tally: &tally,
-                directSend: translated ? nil : DirectSend(channel: connection),
+                // (A memcached connection's too: its native requests are all item requests, whose large
+                // hits go out as VALUE lines.)
+                directSend: translated && connection.memcache == nil ? nil : DirectSend(channel: connection),
                 requestLimit: Self.requestsPerTurn
             )
             if translated {

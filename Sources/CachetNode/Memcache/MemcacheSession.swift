@@ -376,6 +376,51 @@ final class MemcacheSession: TranslatingSession {
 
     // MARK: Replies out
 
+    /// Sends the hit of the `get` key whose reply is due next straight to the socket: its VALUE line and
+    /// `value` in one `writev`, then `\r\n` (and `END` after a command's last key) queued with whatever the
+    /// socket did not take, as text. Only while nothing waits in `output` (so this reply is the next one and
+    /// the order holds).
+    /// - Returns: false, doing nothing, when the reply due is not a plain `get`'s value, or an earlier key
+    ///   of its command failed.
+    func sendValue(
+        _ value: UnsafeRawBufferPointer,
+        flags: UInt32,
+        cas: UInt64,
+        output: inout CachetByteBuffer,
+        send: DirectSend
+    ) -> Bool {
+        guard output.readableBytes == 0, !failedRetrieval, let pending = contexts.first,
+            case .value(let keyLength, let withCAS, let last) = pending.reply
+        else { return false }
+        _ = contexts.removeFirst()
+        let key = UnsafeRawBufferPointer(rebasing: replyKeys.readableRegion[..<keyLength])
+        withUnsafeTemporaryAllocation(
+            byteCount: MemcacheTextReply.valueLineCapacity(keyLength: keyLength),
+            alignment: 1
+        ) { line in
+            let count = MemcacheTextReply.writeValueLine(
+                key: key,
+                flags: flags,
+                length: value.count,
+                cas: withCAS ? cas : nil,
+                to: line.baseAddress!
+            )
+            let head = UnsafeRawBufferPointer(rebasing: line[0..<count])
+            let taken = send(head, value)
+            if taken < head.count {
+                output.append(UnsafeRawBufferPointer(rebasing: head[taken...]))
+                output.append(value)
+            } else {
+                output.append(UnsafeRawBufferPointer(rebasing: value[(taken - head.count)...]))
+            }
+        }
+        output.append("\r\n" as StaticString)
+        if last { output.append("END\r\n" as StaticString) }
+        replyKeys.moveReadIndex(forwardBy: keyLength)
+        textPending = output.readableBytes
+        return true
+    }
+
     /// Turns the native replies appended to `output` since the last call into memcached's lines (the text
     /// before them is left as it is).
     func translateReplies(in output: inout CachetByteBuffer) {

@@ -18,13 +18,23 @@ struct ItemRequests {
         output: inout CachetByteBuffer,
         outputCapacityLimit: Int,
         noRoom: inout Bool,
-        now: UInt32
+        now: UInt32,
+        directSend: DirectSend? = nil
     ) throws(CachetWireError) -> PendingOperation? {
         let withTTL = flags & CachetRequestFlags.ttl.rawValue != 0
         let lease = flags & CachetRequestFlags.lease.rawValue != 0
         let found = commands.lookUpItem(key, now: now) { value, expiry, fields -> Bool in
             guard RequestProcessor.replyFits(value.count, extra: 16, limit: outputCapacityLimit, output: output) else {
                 return false
+            }
+            // A large value for a memcached `get`: its VALUE line and data straight to the socket, from the
+            // entry (under the shard's lock, as a native GET's), instead of a native reply copied and
+            // translated.
+            if let directSend, value.count >= RequestProcessor.directSendThreshold, !withTTL,
+                let session = directSend.memcache,
+                session.sendValue(value, flags: fields.flags, cas: fields.cas, output: &output, send: directSend)
+            {
+                return true
             }
             appendItem(
                 value,

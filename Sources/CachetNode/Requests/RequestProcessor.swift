@@ -213,7 +213,8 @@ struct RequestProcessor {
                         output: &output,
                         outputCapacityLimit: outputCapacityLimit,
                         noRoom: &noRoom,
-                        now: now
+                        now: now,
+                        directSend: directSend
                     )
                 }
                 if header.flags & CachetRequestFlags.ttl.rawValue != 0 {
@@ -349,7 +350,9 @@ struct RequestProcessor {
             // direct send may leave all of it to be queued. (Values below the threshold are never held
             // back: their replies fit a connection's initial buffer, or grow it by little.)
             guard Self.replyFits(value.count, limit: outputCapacityLimit, output: output) else { return false }
-            if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0 {
+            if let directSend, value.count >= Self.directSendThreshold, output.readableBytes == 0,
+                directSend.memcache == nil
+            {
                 directSend.sendReply(id: id, value: value, output: &output)
             } else {
                 appendReply(opcode: .get, status: .ok, id: id, body: value, to: &output)

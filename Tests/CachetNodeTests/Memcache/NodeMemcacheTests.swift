@@ -66,6 +66,38 @@ struct NodeMemcacheTests {
         return (try NodeProcess(arguments: ["--memcached-port", "\(port)"] + extra), port)
     }
 
+    /// Large values of `get`s go from the entry to the socket behind their VALUE lines: pipelined with misses,
+    /// other commands and gets of several keys, to a reader that takes a little at a time, every reply whole
+    /// and in order.
+    @Test func largeValuesOfGetsReachTheSocketWholeAndInOrder() throws {
+        let (node, port) = try Self.node()
+        let client = try MemcacheTextClient(port: port)
+        let values = (0..<3).map { PatternBytes.make(count: 200_000 + $0 * 1_001, seed: $0 + 1) }
+        for (index, value) in values.enumerated() {
+            try client.socket.send(Array("set big\(index) \(index + 7) 0 \(value.count)\r\n".utf8) + value + [13, 10])
+            #expect(try client.line() == "STORED")
+        }
+        let casOfLast = try #require(try client.cas("big2"))
+        let slow = try TestSocket(port: port)
+        slow.setReceiveBuffer(16 << 10)
+        let commands = "get big0 nothing big1\r\nversion\r\ngets big2\r\nget small\r\nget big1 big0\r\nget big2\r\n"
+        try slow.send(Array(commands.utf8))
+        Thread.sleep(forTimeInterval: 0.3)
+        func block(_ index: Int, cas: UInt64? = nil) -> [UInt8] {
+            let value = values[index]
+            let line = "VALUE big\(index) \(index + 7) \(value.count)" + (cas.map { " \($0)" } ?? "") + "\r\n"
+            return Array(line.utf8) + value + [13, 10]
+        }
+        let end = Array("END\r\n".utf8)
+        let first = block(0) + block(1) + end
+        #expect((try slow.readBytes(first.count) == first) == true, "a get of two large values and a miss")
+        let version = String(decoding: try slow.readThrough(Array("\r\n".utf8)), as: UTF8.self)
+        #expect(version.hasPrefix("VERSION "), "\(version)")
+        let rest = block(2, cas: casOfLast) + end + end + block(1) + block(0) + end + block(2) + end
+        #expect((try slow.readBytes(rest.count) == rest) == true, "gets, a miss, then two gets of large values")
+        _ = node
+    }
+
     @Test func everyCommandIsAnsweredAsMemcachedAnswersIt() throws {
         let (node, port) = try Self.node()
         _ = node
