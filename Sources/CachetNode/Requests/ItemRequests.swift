@@ -30,7 +30,7 @@ struct ItemRequests {
             // A large value for a memcached `get`: its VALUE line and data straight to the socket, from the
             // entry (under the shard's lock, as a native GET's), instead of a native reply copied and
             // translated.
-            if let directSend, value.count >= RequestProcessor.directSendThreshold, !withTTL,
+            if let directSend, value.count >= MemcacheSession.directValueThreshold, !withTTL,
                 let session = directSend.memcache,
                 session.sendValue(value, flags: fields.flags, cas: fields.cas, output: &output, send: directSend)
             {
