@@ -415,8 +415,11 @@ public struct MemcacheKeyList: RandomAccessCollection, Hashable, Sendable {
         tail = Array(keys.dropFirst())
     }
 
+    /// The first key's position: 0.
     @inlinable public var startIndex: Int { 0 }
+    /// One past the last key's position: the number of keys.
     @inlinable public var endIndex: Int { 1 + tail.count }
+    /// The key at `position` (0 is the first).
     @inlinable public subscript(position: Int) -> Range<Int> { position == 0 ? head : tail[position - 1] }
 }
 

@@ -445,6 +445,7 @@ public struct CachetDiskBytes: Sendable, Equatable, CustomStringConvertible {
     /// The bytes as an array (a copy).
     public var array: [UInt8] { withUnsafeBytes { Array($0) } }
 
+    /// Whether the two hold the same bytes.
     public static func == (lhs: CachetDiskBytes, rhs: CachetDiskBytes) -> Bool {
         lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
     }
@@ -454,5 +455,6 @@ public struct CachetDiskBytes: Sendable, Equatable, CustomStringConvertible {
         lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in a.elementsEqual(b) } }
     }
 
+    /// How many bytes, for logs and test failures (never the bytes themselves).
     public var description: String { "\(count) bytes" }
 }
