@@ -130,9 +130,8 @@ struct DiskCompletions {
     }
 
     /// Answers a GET of a range that went to the disk tier (``PendingOperation/rangedGet(key:id:range:)``)
-    /// with what was read: the range's bytes, never kept in memory.
-    /// Answers a GET of a range read from disk; a range long enough goes straight to the socket
-    /// (`directSend`, while nothing else waits in `output`) instead of through a copy into the buffer, as a
+    /// with what was read: the range's bytes, never kept in memory. A range long enough goes straight to the
+    /// socket (`directSend`, while nothing else waits in `output`) from the buffer it was read into, as a
     /// binary reply, or as an HTTP response's bytes when the connection is `http`'s.
     func completeRange(
         _ read: CachetDiskRange,
