@@ -24,6 +24,24 @@ struct DirectSend {
         return 0
     }
 
+    /// Sends `head` then `body` straight to the socket in one `writev`, and queues in `output` whatever the
+    /// socket did not take. Only while `output` is empty, so that bytes keep their order.
+    @inline(__always)
+    func send(
+        _ head: UnsafeRawBufferPointer,
+        _ body: UnsafeRawBufferPointer,
+        queueingTheRestIn output: inout CachetByteBuffer
+    ) {
+        guard head.count + body.count > 0 else { return }
+        let sent = max(0, self(head, body))
+        if sent < head.count {
+            output.append(UnsafeRawBufferPointer(rebasing: head[sent...]))
+            output.append(body)
+        } else {
+            output.append(UnsafeRawBufferPointer(rebasing: body[(sent - head.count)...]))
+        }
+    }
+
     /// Sends a GET reply's header and value straight to the socket (under the shard's lock, with a
     /// non-blocking `writev`), then queues whatever the socket did not take. Only used while the output
     /// buffer is empty, so replies stay in order.
@@ -51,14 +69,7 @@ struct DirectSend {
                     )
                 }
             }
-            let headerBytes = UnsafeRawBufferPointer(header)
-            let sent = max(0, self(headerBytes, value))
-            if sent < headerBytes.count {
-                output.append(UnsafeRawBufferPointer(rebasing: headerBytes[sent...]))
-                output.append(value)
-            } else {
-                output.append(UnsafeRawBufferPointer(rebasing: value[(sent - headerBytes.count)...]))
-            }
+            send(UnsafeRawBufferPointer(header), value, queueingTheRestIn: &output)
         }
     }
 }

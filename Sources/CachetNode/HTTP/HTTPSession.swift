@@ -560,13 +560,7 @@ final class HTTPSession: TranslatingSession {
         _ = contexts.removeFirst()
         let head = UnsafeRawBufferPointer(scratch.readableRegion)
         let body = sent ?? UnsafeRawBufferPointer(start: nil, count: 0)
-        let taken = head.count + body.count > 0 ? send(head, body) : 0
-        if taken < head.count {
-            output.append(UnsafeRawBufferPointer(rebasing: head[taken...]))
-            output.append(body)
-        } else {
-            output.append(UnsafeRawBufferPointer(rebasing: body[(taken - head.count)...]))
-        }
+        send.send(head, body, queueingTheRestIn: &output)
         scratch.clear()
         textPending = output.readableBytes
         return true

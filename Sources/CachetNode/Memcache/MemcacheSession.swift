@@ -411,14 +411,7 @@ final class MemcacheSession: TranslatingSession {
                 cas: withCAS ? cas : nil,
                 to: line.baseAddress!
             )
-            let head = UnsafeRawBufferPointer(rebasing: line[0..<count])
-            let taken = send(head, value)
-            if taken < head.count {
-                output.append(UnsafeRawBufferPointer(rebasing: head[taken...]))
-                output.append(value)
-            } else {
-                output.append(UnsafeRawBufferPointer(rebasing: value[(taken - head.count)...]))
-            }
+            send.send(UnsafeRawBufferPointer(rebasing: line[0..<count]), value, queueingTheRestIn: &output)
         }
         output.append("\r\n" as StaticString)
         if last { output.append("END\r\n" as StaticString) }
