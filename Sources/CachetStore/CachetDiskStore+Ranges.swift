@@ -27,7 +27,14 @@ extension CachetDiskStore {
     ///   - limit: the most bytes to return (a reply's room); the range is cut there.
     ///   - now: the current time; an expired entry is deleted and reads as absent.
     public func getRange(key: [UInt8], offset: UInt64, length: UInt64, limit: Int, now: UInt32) -> CachetDiskRange {
-        switch openRange(key: key, offset: offset, length: length, limit: limit, now: now) {
+        getRange(key: key, digest: nil, offset: offset, length: length, limit: limit, now: now)
+    }
+
+    /// ``getRange(key:offset:length:limit:now:)`` with the key's digest if the caller has it already.
+    func getRange(key: [UInt8], digest: KeyDigest?, offset: UInt64, length: UInt64, limit: Int, now: UInt32)
+        -> CachetDiskRange
+    {
+        switch openRange(key: key, digest: digest, offset: offset, length: length, limit: limit, now: now) {
         case .done(let result): return result
         case .blocks(let reader): return finishRange(reader, reader.read())
         }
@@ -43,8 +50,15 @@ extension CachetDiskStore {
     /// index looked up, the file opened and its header and key checked. Reading the blocks can then happen
     /// anywhere (``CachetDiskRangeReader/read()``): the open descriptor keeps this version of the file even
     /// if a later write renames another over it or deletes it.
-    func openRange(key: [UInt8], offset: UInt64, length: UInt64, limit: Int, now: UInt32) -> RangeOpening {
-        let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
+    func openRange(
+        key: [UInt8],
+        digest known: KeyDigest? = nil,
+        offset: UInt64,
+        length: UInt64,
+        limit: Int,
+        now: UInt32
+    ) -> RangeOpening {
+        let digest = known ?? key.withUnsafeBytes { KeyDigest(of: $0) }
         let opened = io.withLock { _ -> RangeOpening? in
             let (indexed, recovering, closed) = state.withLock {
                 ($0.index.lookup(digest), $0.recovering, $0.closed)

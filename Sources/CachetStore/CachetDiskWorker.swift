@@ -381,12 +381,14 @@ public final class CachetDiskWorker: Sendable {
         let digest = key.withUnsafeBytes { KeyDigest(of: $0) }
         if writes.withLock({ $0.queued[digest] == nil && $0.clearsQueued == 0 }) {
             readers.async { [store] in
-                completion(store.getRange(key: key, offset: offset, length: length, limit: limit, now: now))
+                completion(
+                    store.getRange(key: key, digest: digest, offset: offset, length: length, limit: limit, now: now)
+                )
             }
             return
         }
         enqueue { [store, readers] in
-            switch store.openRange(key: key, offset: offset, length: length, limit: limit, now: now) {
+            switch store.openRange(key: key, digest: digest, offset: offset, length: length, limit: limit, now: now) {
             case .done(let result):
                 completion(result)
             case .blocks(let reader):
