@@ -13,7 +13,8 @@ extension CachetCLISession {
     static let partSize = 1 << 20
 
     /// Stores the file at `path` under `key`: in one PUT when it is no longer than a part, else in parts (or,
-    /// on a node without a disk tier, which takes no parts, in one PUT when it fits a frame).
+    /// on a node without a disk tier, which takes no parts, in one PUT when it fits a frame: the node refuses
+    /// one longer than its `--large-value`).
     func putFile(key: [UInt8], path: String, ttl: UInt32, lines: inout [String]) throws(CachetCLIError) -> Outcome {
         let file = try Self.openFile(path)
         defer { close(file.descriptor) }

@@ -162,7 +162,7 @@ struct CachetNodeCommand: ParsableCommand {
 
     @Option(
         help: """
-            Values longer than this (e.g. 8MiB) are kept on the disk tier only, in blocks a range reads alone,             never whole in memory. Values sent in parts (PUT with the part flag) can be of any length the disk             tier holds; a node without a disk tier refuses those longer than fit one frame.
+            Values longer than this (e.g. 8MiB) are never held whole in memory: kept on the disk tier only, in blocks a range reads alone. Values sent in parts (PUT with the part flag) can be of any length the disk tier holds. A node without a disk tier (--disk-limit 0) refuses values longer than this (TOO_LARGE).
             """
     )
     var largeValue = "8MiB"

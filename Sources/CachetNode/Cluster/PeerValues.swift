@@ -94,7 +94,9 @@ struct PeerValues {
     /// UNAVAILABLE: the key was only asked for because it missed here).
     func completeWarmUp(_ request: ForwardRequest, _ outcome: ForwardOutcome, output: inout CachetByteBuffer) {
         let warmUp = cluster.warmUp
-        if case .answered(.ok, let body) = outcome, body.count >= 4, let warmUp,
+        // A value longer than --large-value is not held whole in memory: a miss, stored again by its loader.
+        if case .answered(.ok, let body) = outcome, body.count >= 4, body.count - 4 <= commands.largeValueThreshold,
+            let warmUp,
             let key = PeerForwarder.key(of: request)
         {
             let ttl = UInt32(body[0]) << 24 | UInt32(body[1]) << 16 | UInt32(body[2]) << 8 | UInt32(body[3])

@@ -90,6 +90,7 @@ final class NodeStatistics: Sendable {
             ("watch_buffer_bytes", "\(watchFigures.bytes)"),
             ("max_connections", "\(configuration.maximumConnections)"),
             ("max_frame", "\(configuration.maximumPayloadLength)"),
+            ("large_value_threshold", "\(configuration.largeValueThreshold)"),
             ("io_queues", "\(configuration.ioQueueCount)"),
         ]
         fields += [
@@ -122,7 +123,6 @@ final class NodeStatistics: Sendable {
                 ("uploads_staged_bytes", "\(uploads.stagedBytes)"),
                 ("uploads_completed", "\(uploads.completed)"),
                 ("uploads_abandoned", "\(uploads.abandoned)"),
-                ("large_value_threshold", "\(disk.largeValueThreshold)"),
                 ("disk_reads_deferred", "\(disk.readsDeferred.value)"),
             ]
         } else {

@@ -79,7 +79,7 @@ extension NodeCommands {
         } else if mode != .delete {
             RequestCounters.bump(counters.puts)
         }
-        let limit = disk?.largeValueThreshold ?? Int.max
+        let limit = largeValueThreshold
         if data.count > limit {
             return .answered(.refused(.tooLarge, Self.itemTooLong(data.count, limit: limit)))
         }

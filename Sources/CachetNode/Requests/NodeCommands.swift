@@ -12,6 +12,9 @@ import CachetStore
 struct NodeCommands {
     let store: CachetMemoryStore
     let disk: DiskTier?
+    /// Values longer than this (`--large-value`) are never held whole in memory: kept on the disk tier
+    /// only, and refused by a node without one.
+    let largeValueThreshold: Int
     let counters: RequestCounters
     /// The leases of read-through, shared by every loop.
     let leases: NodeLeases
@@ -100,6 +103,7 @@ struct NodeCommands {
         if invalidatingLease { leases.invalidate(key) }
         // A node with a disk tier takes the longer way, apart so that a node without one inlines only this.
         if let disk { return putThrough(disk, key: key, value: value, ttl: ttl, expiry: expiry, now: now) }
+        guard value.count <= largeValueThreshold else { return .tooLarge(tooLargeWithoutDisk(value.count)) }
         guard store.put(key: key, value: value, expiry: expiry, now: now) == .stored else {
             return .tooLarge(tooLargeForMemory(key.count + value.count))
         }
@@ -110,6 +114,12 @@ struct NodeCommands {
     /// Why an entry of `bytes` bytes of key and value was refused on a node without a disk tier.
     private func tooLargeForMemory(_ bytes: Int) -> String {
         "entry of \(bytes) bytes does not fit --memory-limit \(store.statistics.memoryLimit)"
+    }
+
+    /// Why a value of `length` bytes was refused on a node without a disk tier.
+    func tooLargeWithoutDisk(_ length: Int) -> String {
+        "a value of \(length) bytes is longer than --large-value \(largeValueThreshold): a node without a disk tier"
+            + " holds none longer in memory (values longer are kept on a disk tier, never whole in memory)"
     }
 
     /// ``put(key:value:ttl:now:invalidatingLease:)`` on a node with a disk tier: in memory (or on disk only,
@@ -125,7 +135,7 @@ struct NodeCommands {
         // Before memory changes, so that a disk read queued earlier does not put the older value back.
         disk.worker.beginWrite(key: key)
         var diskOnly = false
-        if value.count > disk.largeValueThreshold
+        if value.count > largeValueThreshold
             || store.put(key: key, value: value, expiry: expiry, now: now) == .tooLarge
         {
             diskOnly = true
@@ -279,7 +289,7 @@ struct NodeCommands {
         RequestCounters.bump(counters.hits)
         RequestCounters.bump(counters.diskHits)
         // A large value stays on disk only.
-        if let disk, entry.value.count > disk.largeValueThreshold { return }
+        if entry.value.count > largeValueThreshold { return }
         entry.value.withUnsafeBytes { value in
             _ = store.put(key: key, value: value, expiry: entry.expiry, now: now, fields: entry.fields)
         }
@@ -327,7 +337,7 @@ struct NodeCommands {
         ttl: UInt32,
         now: UInt32
     ) -> CachetPendingPut? {
-        guard disk == nil else { return nil }
+        guard disk == nil, valueLength <= largeValueThreshold else { return nil }
         leases.invalidate(key)
         return store.reservePut(key: key, valueLength: valueLength, expiry: Self.expiry(ttl: ttl, now: now))
     }

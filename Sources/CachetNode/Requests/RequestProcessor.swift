@@ -44,6 +44,7 @@ struct RequestProcessor {
         disk: DiskTier?,
         counters: RequestCounters,
         maximumPayloadLength: Int,
+        largeValueThreshold: Int = 8 << 20,
         statistics: @escaping @Sendable (Bool) -> String,
         connectionMemory: ConnectionMemory,
         cluster: ClusterRouting? = nil,
@@ -56,6 +57,7 @@ struct RequestProcessor {
         let commands = NodeCommands(
             store: store,
             disk: disk,
+            largeValueThreshold: disk?.largeValueThreshold ?? largeValueThreshold,
             counters: counters,
             leases: leases,
             watches: watches,

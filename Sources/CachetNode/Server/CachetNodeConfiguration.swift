@@ -78,7 +78,7 @@ public struct CachetNodeConfiguration: Sendable {
     /// nil: none. 0 picks a free port.
     public var memcachedTLSPort: Int? = nil
     /// The longest value a memcached client may store (`--memcached-item-size`, memcached's `-I`); 1 MiB, as
-    /// memcached's default. Items are held in memory: at most `--large-value` on a node with a disk tier.
+    /// memcached's default. Items are held in memory: at most `--large-value`.
     public var memcachedItemSize: Int = 1 << 20
     /// The HTTP port (`--http-port`, `docs/node.md`, "The HTTP port"): `/metrics`, `/health/live`,
     /// `/health/ready` and, with ``httpValues``, `/values/KEY`, served on the node's event loops; nil (the
@@ -121,8 +121,8 @@ public struct CachetNodeConfiguration: Sendable {
     /// The disk tier (`--data-dir`, `--disk-limit`, `--compression-level`); `nil` keeps entries in memory only.
     public var disk: CachetDiskConfiguration? = nil
     /// Values longer than this (`--large-value`) are kept on the disk tier only, never whole in memory: a
-    /// PUT of one is written to disk alone, a read of one is not kept in memory. Without a disk tier, values
-    /// are held in memory whatever their length (up to `--max-frame`).
+    /// PUT of one is written to disk alone, a read of one is not kept in memory. A node without a disk tier
+    /// refuses them (TOO_LARGE).
     public var largeValueThreshold: Int = 8 << 20
     /// Seconds an upload (a PUT in parts) may go without a part before it is given up (`--upload-timeout`).
     public var uploadIdleSeconds: Int = 30

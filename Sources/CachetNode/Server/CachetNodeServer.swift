@@ -138,6 +138,7 @@ public final class CachetNodeServer: Sendable {
                         disk: disk,
                         counters: statistics.loopCounters[index],
                         maximumPayloadLength: configuration.maximumPayloadLength,
+                        largeValueThreshold: configuration.largeValueThreshold,
                         statistics: { statistics.json(includingMembers: $0) },
                         connectionMemory: connectionMemory,
                         cluster: router.flatMap { router in
@@ -305,7 +306,6 @@ public final class CachetNodeServer: Sendable {
                 let language = socket.kind.language(
                     in: configuration,
                     requiresAuth: auth != nil,
-                    hasDiskTier: self.disk != nil,
                     statistics: statistics
                 )
                 return (socket.kind, language)

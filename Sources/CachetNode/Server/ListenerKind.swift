@@ -55,15 +55,13 @@ enum ListenerKind: Hashable, Sendable, CaseIterable {
     func language(
         in configuration: CachetNodeConfiguration,
         requiresAuth: Bool,
-        hasDiskTier: Bool,
         statistics: NodeStatistics
     ) -> ConnectionLanguage {
         switch self {
         case .native, .nativeTLS:
             return .native
         case .memcache, .memcacheTLS:
-            // memcached's item limit: a frame, and at most `--large-value` on a node with a disk tier, whose
-            // items are held in memory.
+            // memcached's item limit: a frame, and at most `--large-value`, as items are held in memory.
             let frame =
                 configuration.maximumPayloadLength - CachetProtocol.headerSize - CachetProtocol.putBodyPrefixSize
                 - MemcacheTextDecoder.maximumKeyLength - CachetItemWrite.headerSize
@@ -74,7 +72,7 @@ enum ListenerKind: Hashable, Sendable, CaseIterable {
                     flushesCluster: configuration.memcachedFlushesCluster,
                     maximumValueLength: min(
                         configuration.memcachedItemSize,
-                        hasDiskTier ? min(frame, configuration.largeValueThreshold) : frame
+                        min(frame, configuration.largeValueThreshold)
                     )
                 )
             )

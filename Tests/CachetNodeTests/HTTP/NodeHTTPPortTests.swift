@@ -164,7 +164,8 @@ struct NodeHTTPPortTests {
     }
 
     @Test func aValueReplacedWhileItIsSentEndsTheResponseShortNeverMixed() throws {
-        let (node, port) = try Self.node()
+        // Values of 24 MiB held in memory: a node without a disk tier holds them once --large-value allows.
+        let (node, port) = try Self.node(["--large-value", "32MiB"])
         let old = PatternBytes.make(count: 24 << 20, seed: 1)
         let binary = try node.connect()
         #expect(try binary.roundTrip(.put(key: Array("clip".utf8), value: old, ttl: 0)).status == .ok)

@@ -26,6 +26,7 @@ struct NodeCommandsTests {
         return NodeCommands(
             store: CachetMemoryStore(configuration: CachetMemoryStoreConfiguration(memoryLimit: memoryLimit)),
             disk: disk,
+            largeValueThreshold: 8 << 20,
             counters: RequestCounters(),
             leases: NodeLeases(lifetime: 10),
             watches: watches,

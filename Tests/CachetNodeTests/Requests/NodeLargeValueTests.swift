@@ -87,4 +87,51 @@ struct NodeLargeValueTests {
             }
         }
     }
+
+    /// A node without a disk tier holds no value longer than `--large-value`: a whole PUT, one received in
+    /// place, an item write and a memcached set longer than it are refused, each saying why, and leave the
+    /// key's older value; one of exactly that length is stored.
+    @Test func aNodeWithoutADiskTierRefusesValuesLongerThanTheLargeValueThreshold() throws {
+        let threshold = 300_000
+        try withNode({
+            $0.largeValueThreshold = threshold
+            $0.memcachedPort = 0
+            $0.memcachedItemSize = 4 << 20
+        }) { server, port in
+            let client = try TestSocket(port: port)
+            let key = Array("video".utf8)
+            let exact = pattern(threshold, seed: 5)
+            #expect(try client.roundTrip(.put(key: key, value: exact, ttl: 0)).status == .ok)
+            #expect(try client.roundTrip(.get(key: key)).body == exact)
+            let payload = { try TestSocket(port: port).roundTrip(.stats).bodyText }
+            let before = try payload()
+            // A PUT of one byte more, sent in pieces (received in place from its first 64 KiB on), and whole.
+            let longer = CachetCommand.put(key: key, value: pattern(threshold + 1, seed: 6), ttl: 0).encoded(id: 2)
+            try client.send(Array(longer[..<100_000]))
+            usleep(20_000)
+            try client.send(Array(longer[100_000...]))
+            let refused = try client.readResponse()
+            #expect(refused.status == .tooLarge && refused.id == 2, "\(refused.bodyText)")
+            #expect(refused.bodyText.contains("--large-value 300000"), "\(refused.bodyText)")
+            #expect(refused.bodyText.contains("disk tier"), "\(refused.bodyText)")
+            #expect(try client.roundTrip(.get(key: key)).body == exact, "the older value stays")
+            // An item write, and an item append that would make the value longer.
+            let item = try NodeItemTests.write(.set, "video", pattern(threshold + 1, seed: 7), on: client)
+            #expect(item.status == .tooLarge && item.bodyText.contains("--large-value"), "\(item.bodyText)")
+            #expect(try NodeItemTests.write(.set, "item", pattern(threshold - 1, seed: 8), on: client).status == .ok)
+            let append = try NodeItemTests.write(.append, "item", [1, 2], on: client)
+            #expect(append.status == .tooLarge, "\(append.bodyText)")
+            // memcached's port: its item size is bounded by --large-value as well.
+            let memcache = try MemcacheTextClient(port: try #require(server.memcachedPort))
+            let text = String(repeating: "v", count: threshold + 1)
+            #expect(
+                try memcache.exchange("set video 0 0 \(threshold + 1)\r\n\(text)\r\n")
+                    == ["SERVER_ERROR object too large for cache"]
+            )
+            #expect(try client.roundTrip(.get(key: key)).status == .notFound, "memcached's rule: the set removes it")
+            let stats = try payload()
+            #expect(stats.contains("\"large_value_threshold\":300000"), "\(stats)")
+            #expect(before.contains("\"large_value_threshold\":300000"))
+        }
+    }
 }
