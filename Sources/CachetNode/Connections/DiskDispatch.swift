@@ -465,7 +465,8 @@ final class DiskDispatch: @unchecked Sendable {
                             ttl: request.ttl,
                             now: now,
                             diskChecked: true,
-                            diskEntry: current
+                            diskEntry: current,
+                            newCAS: request.newCAS
                         )
                     }
                 }

@@ -7,21 +7,22 @@ import CachetWire
 /// into the meta protocol's lines: `VA`, `HD`, `EN`, `NS`, `EX`, `NF`, `MN`, `ME`, with the flags each
 /// command asked to have returned, in the order it sent them.
 ///
-/// - `mg`: a GET with the `item` flag (and `ttl` for `t`, `lease` for `N`), or a get-and-touch for `T`.
-///   `N` (vivify on miss) is the node's lease: the caller whose miss is granted the lease gets the empty
-///   stub memcached would create, with `W` (it loads the value and stores it with `ms`); callers that miss
-///   while it stands get the stub with `Z` (someone else is loading). The lease lasts `--lease-time`, not
-///   `N`'s TTL, and no stub is stored: a plain `mg` meanwhile misses.
-/// - `ms`: an item write: `MS` set, `ME` add, `MR` replace, `MA` append, `MP` prepend, `C` compare and swap.
-/// - `md`: a DEL. `ma`: an `incr` or `decr` item write, then a touch for `T`.
+/// - `mg`: an item read with its state (``CachetWire/CachetItemWrite/Mode/metaGet``) on the key's owner,
+///   touching the item first for `T`. Who recaches a key is the node's lease: a read that finds the item
+///   stale (`X`), or expiring within `R`'s seconds, wins it (`W`) unless another caller holds it (`Z`), and
+///   `N` (vivify on miss) stores an empty item and wins the lease for `N`'s TTL. A lease won by `X` or `R`
+///   lasts `--lease-time`: a winner that never stores does not keep the others waiting longer.
+/// - `ms`: an item write: `MS` set, `ME` add, `MR` replace, `MA` append, `MP` prepend, `C` compare and swap
+///   (with `I`, an older CAS unique stores all the same and leaves the item stale), `N` an append that
+///   creates a missing item.
+/// - `md`: a DEL; with `I` (stale, a new CAS unique, `T` its TTL) or `x` (the value emptied), an
+///   invalidation that keeps the item. `ma`: an `incr` or `decr` item write, then a touch for `T`.
 /// - `me`: the item's expiry, CAS unique and size (`exp`, `cas`, `size`; `la`, `fetch` and `cls` are
 ///   memcached's internals, not kept).
 ///
 /// Not taken (answered `CLIENT_ERROR ... not supported`, nothing done): what needs item state the node does
-/// not keep: stale items and their `X` flag (`md I` with its `T`, `ms I`), last access and hit-before
-/// (`mg h`, `mg l`), early recache (`mg R`), a CAS given by the client (`E`), value-less tombstones (`md x`),
-/// and appends that create a missing item (`ms N`). `mg u` is taken and changes nothing (the node's LRU is
-/// bumped by every read).
+/// not keep: last access and hit-before (`mg h`, `mg l`). `mg u` is taken and changes nothing (the node's LRU
+/// is bumped by every read). `E` gives the item the client's CAS unique wherever a write changes it.
 enum MemcacheMeta {
     /// What a meta command's reply needs from its command.
     struct Reply {
@@ -38,8 +39,6 @@ enum MemcacheMeta {
         let unlessCAS: UInt64?
         /// `mg T`: the TTL the item was given, for `t` (its reply carries none).
         let touchedTTL: Int64?
-        /// `mg N`: a miss is answered with a stub and `W` or `Z` (the node's lease), its TTL `N`'s.
-        let vivify: Int64?
         /// `b`: the key is sent in base64, and `k` returns it so, followed by `b`.
         let binary: Bool
         /// Whether the item's reply carries its TTL (`mg t` without `T`, `me`).
@@ -48,6 +47,9 @@ enum MemcacheMeta {
         let storedLength: Int
         /// `ms` whose expiry is past: the native request is a DEL, and the answer is `HD`.
         let deletesExpired: Bool
+        /// `mg` read with its state (``CachetWire/CachetItemWrite/Mode/metaGet``): the reply carries the TTL
+        /// left and the state byte after the CAS unique.
+        let withState: Bool
     }
 
     // MARK: Commands in
@@ -94,10 +96,10 @@ enum MemcacheMeta {
             value: Bool = false,
             unlessCAS: UInt64? = nil,
             touchedTTL: Int64? = nil,
-            vivify: Int64? = nil,
             carriesTTL: Bool = false,
             storedLength: Int = 0,
-            deletesExpired: Bool = false
+            deletesExpired: Bool = false,
+            withState: Bool = false
         ) -> MemcacheSession.Reply {
             .meta(
                 Reply(
@@ -108,57 +110,64 @@ enum MemcacheMeta {
                     value: value,
                     unlessCAS: unlessCAS,
                     touchedTTL: touchedTTL,
-                    vivify: vivify,
                     binary: meta.has("b"),
                     carriesTTL: carriesTTL,
                     storedLength: storedLength,
-                    deletesExpired: deletesExpired
+                    deletesExpired: deletesExpired,
+                    withState: withState
                 )
             )
         }
         key.withUnsafeBytes { key in
             switch meta.kind {
             case .get:
-                let carriesTTL = meta.has("t") && ttl == nil
-                if let ttl, let seconds = MemcacheSession.ttl(ttl, now: now) {
-                    session.appendItemWrite(.getAndTouch, key: key, ttl: seconds)
-                } else if ttl != nil {
+                if let ttl, MemcacheSession.ttl(ttl, now: now) == nil {
                     // Touched into the past: answered with the item, which is gone after (as memcached does).
                     session.appendKeyed(.get, key, flags: .item)
                     session.push(reply(value: meta.has("v"), unlessCAS: unsigned("C"), touchedTTL: -1), quiet: false)
                     session.appendKeyed(.delete, key)
                     return session.push(.discard, quiet: true)
-                } else {
-                    var flags: CachetRequestFlags = .item
-                    if carriesTTL { flags.insert(.ttl) }
-                    if meta.has("N") { flags.insert(.lease) }
-                    session.appendKeyed(.get, key, flags: flags)
+                }
+                // Read with its state on the key's owner: stale (`X`), the recache won (`W`) or held (`Z`).
+                var options = CachetItemWrite.MetaGetOptions()
+                var touch: UInt32 = 0
+                if let ttl, let seconds = MemcacheSession.ttl(ttl, now: now) {
+                    options.touch = true
+                    touch = seconds
+                }
+                if let vivify = number("N") {
+                    options.vivify = true
+                    options.vivifyTTL = MemcacheSession.ttl(vivify, now: now) ?? 1
+                }
+                if let recache = number("R") { options.recache = UInt32(clamping: max(0, recache)) }
+                options.encoded.withUnsafeBytes { 
+                    session.appendItemWrite(.metaGet, key: key, data: $0, ttl: touch, newCAS: unsigned("E"))
                 }
                 session.push(
-                    reply(
-                        value: meta.has("v"),
-                        unlessCAS: unsigned("C"),
-                        touchedTTL: ttl,
-                        vivify: number("N"),
-                        carriesTTL: carriesTTL
-                    ),
+                    reply(value: meta.has("v"), unlessCAS: unsigned("C"), touchedTTL: ttl, withState: true),
                     quiet: false
                 )
             case .set:
                 let data = meta.data.map(bytes) ?? UnsafeRawBufferPointer(start: nil, count: 0)
                 let mode: CachetItemWrite.Mode
+                // `N` makes an append or prepend create a missing item, with N's TTL rather than T's.
+                let vivify = number("N")
+                var itemTTL = ttl ?? 0
                 switch meta.flag("M").map({ buffer[$0.token.lowerBound] }) ?? UInt8(ascii: "S") {
-                case UInt8(ascii: "S"), UInt8(ascii: "s"): mode = meta.has("C") ? .compareAndSwap : .set
+                case UInt8(ascii: "S"), UInt8(ascii: "s"):
+                    // `I` with `C`: an older CAS unique stores all the same, and leaves the item stale.
+                    mode = meta.has("C") ? (meta.has("I") ? .compareAndSwapOrStale : .compareAndSwap) : .set
                 case UInt8(ascii: "E"), UInt8(ascii: "e"): mode = .add
                 case UInt8(ascii: "R"), UInt8(ascii: "r"): mode = .replace
-                case UInt8(ascii: "A"), UInt8(ascii: "a"): mode = .append
-                case UInt8(ascii: "P"), UInt8(ascii: "p"): mode = .prepend
+                case UInt8(ascii: "A"), UInt8(ascii: "a"): mode = vivify == nil ? .append : .appendOrCreate
+                case UInt8(ascii: "P"), UInt8(ascii: "p"): mode = vivify == nil ? .prepend : .prependOrCreate
                 default: return refuse("invalid mode for ms STORE")
                 }
-                if meta.has("C") && mode != .compareAndSwap {
-                    return refuse("flag C is supported with mode S only by this server")
+                if let vivify, mode == .appendOrCreate || mode == .prependOrCreate { itemTTL = vivify }
+                if meta.has("C") && (mode == .add || mode == .replace) {
+                    return refuse("flag C is supported with modes S, A and P only by this server")
                 }
-                guard let seconds = MemcacheSession.ttl(ttl ?? 0, now: now) else {
+                guard let seconds = MemcacheSession.ttl(itemTTL, now: now) else {
                     session.appendKeyed(.delete, key)
                     return session.push(reply(storedLength: data.count, deletesExpired: true), quiet: false)
                 }
@@ -168,9 +177,36 @@ enum MemcacheMeta {
                     flags: UInt32(truncatingIfNeeded: unsigned("F") ?? 0),
                     cas: unsigned("C") ?? 0,
                     data: data,
-                    ttl: seconds
+                    ttl: seconds,
+                    newCAS: unsigned("E")
                 )
                 session.push(reply(storedLength: data.count), quiet: false)
+            case .delete where meta.has("I") || meta.has("x"):
+                // Kept, changed: marked stale with a new CAS unique (`I`, its TTL set by `T`), emptied (`x`).
+                var options: CachetItemWrite.InvalidateOptions = []
+                if meta.has("I") { options.insert(.stale) }
+                if meta.has("x") { options.insert(.emptyValue) }
+                var seconds: UInt32 = 0
+                if let ttl {
+                    guard let left = MemcacheSession.ttl(ttl, now: now) else {
+                        // A TTL in the past: the item expires at once, as a delete.
+                        session.appendKeyed(.delete, key)
+                        return session.push(reply(), quiet: false)
+                    }
+                    if options.contains(.stale) { options.insert(.setTTL) }
+                    seconds = left
+                }
+                withUnsafeBytes(of: options.rawValue) {
+                    session.appendItemWrite(
+                        .invalidate,
+                        key: key,
+                        cas: unsigned("C") ?? 0,
+                        data: $0,
+                        ttl: seconds,
+                        newCAS: unsigned("E")
+                    )
+                }
+                session.push(reply(), quiet: false)
             case .delete:
                 if let cas = unsigned("C") {
                     // Removed only if its CAS unique is still this one, in one step on the key's owner.
@@ -196,10 +232,12 @@ enum MemcacheMeta {
                 let cas = unsigned("C") ?? 0
                 if let created {
                     withUnsafeBytes(of: (delta, initial)) {
-                        session.appendItemWrite(mode, key: key, cas: cas, data: $0, ttl: created)
+                        session.appendItemWrite(mode, key: key, cas: cas, data: $0, ttl: created, newCAS: unsigned("E"))
                     }
                 } else {
-                    withUnsafeBytes(of: delta) { session.appendItemWrite(mode, key: key, cas: cas, data: $0) }
+                    withUnsafeBytes(of: delta) {
+                        session.appendItemWrite(mode, key: key, cas: cas, data: $0, newCAS: unsigned("E"))
+                    }
                 }
                 // `t` without `T`: the TTL is read right after (a GET with the `ttl` flag) and the line written then.
                 let readsTTL = meta.has("t") && ttl == nil
@@ -230,10 +268,8 @@ enum MemcacheMeta {
     static func unsupportedFlag(_ meta: MemcacheMetaCommand) -> UInt8? {
         let unsupported: String
         switch meta.kind {
-        case .get: unsupported = "EhlR"
-        case .set: unsupported = "EIN"
-        case .delete: unsupported = "EITx"
-        case .arithmetic: unsupported = "E"
+        case .get: unsupported = "hl"
+        case .set, .delete, .arithmetic: unsupported = ""
         case .noop, .debug: unsupported = ""
         }
         return meta.flags.first { unsupported.utf8.contains($0.letter) }?.letter
@@ -298,7 +334,10 @@ enum MemcacheMeta {
             switch status {
             case .ok:
                 let cas = body.count >= 8 ? body.loadUnaligned(as: UInt64.self).bigEndian : 0
-                if !reply.quiet { line("HD", reply, cas: cas, size: reply.storedLength, to: &text) }
+                // An append's reply carries the value's new length.
+                let size =
+                    body.count >= 16 ? Int(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian) : reply.storedLength
+                if !reply.quiet { line("HD", reply, cas: cas, size: size, to: &text) }
             // memcached returns the flags on a refusal too, `c` as 0.
             case .notStored: line("NS", reply, cas: 0, to: &text)
             case .exists: line("EX", reply, cas: 0, to: &text)
@@ -340,20 +379,13 @@ enum MemcacheMeta {
         body: UnsafeRawBufferPointer,
         to text: inout CachetByteBuffer
     ) {
-        let prefix = CachetItemWrite.itemReplyPrefixSize + (reply.carriesTTL ? 4 : 0)
+        let prefix =
+            reply.withState
+            ? CachetItemWrite.metaItemReplyPrefixSize
+            : CachetItemWrite.itemReplyPrefixSize + (reply.carriesTTL ? 4 : 0)
         guard status == .ok, body.count >= prefix else {
             guard status == .notFound || (status == .ok && reply.touchedTTL != nil) else {
                 return text.append(MemcacheReplies.errorLine(status, body))
-            }
-            if reply.kind == .get, let vivifyTTL = reply.vivify {
-                // The lease: a token (or no lease at all: the caller loads by itself) wins; 0 means another
-                // caller holds it.
-                let won = body.count < 8 || body.loadUnaligned(as: UInt64.self) != 0
-                let ttl = reply.touchedTTL ?? (vivifyTTL == 0 ? -1 : vivifyTTL)
-                let stub = reply.value ? "VA 0" : "HD"
-                line(stub, reply, cas: 0, flags: 0, size: 0, ttl: ttl, suffix: won ? "W" : "Z", to: &text)
-                if reply.value { text.append([13, 10]) }
-                return
             }
             if !reply.quiet { line("EN", reply, missing: true, to: &text) }
             return
@@ -361,9 +393,16 @@ enum MemcacheMeta {
         let flags = body.loadUnaligned(as: UInt32.self).bigEndian
         let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
         var ttl: Int64 = reply.touchedTTL ?? -1
-        if reply.carriesTTL {
+        if reply.carriesTTL || reply.withState {
             let left = body.loadUnaligned(fromByteOffset: 12, as: UInt32.self).bigEndian
             ttl = left == 0 ? -1 : Int64(left)
+        }
+        // memcached's order: `Z` (another caller recaches), `X` (stale), `W` (this caller recaches).
+        var suffix = ""
+        if reply.withState {
+            let state = CachetItemWrite.MetaState(rawValue: body[16])
+            let words = [(CachetItemWrite.MetaState.held, "Z"), (.stale, "X"), (.won, "W")]
+            suffix = words.filter { state.contains($0.0) }.map(\.1).joined(separator: " ")
         }
         let data = UnsafeRawBufferPointer(rebasing: body[prefix...])
         if reply.kind == .debug {
@@ -378,6 +417,7 @@ enum MemcacheMeta {
             flags: flags,
             size: data.count,
             ttl: ttl,
+            suffix: suffix,
             to: &text
         )
         if sendsValue {

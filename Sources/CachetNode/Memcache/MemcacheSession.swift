@@ -338,14 +338,17 @@ final class MemcacheSession: TranslatingSession {
         flags: UInt32 = 0,
         cas: UInt64 = 0,
         data: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
-        ttl: UInt32 = 0
+        ttl: UInt32 = 0,
+        newCAS: UInt64? = nil
     ) {
-        let length = CachetProtocol.putBodyPrefixSize + key.count + CachetItemWrite.headerSize + data.count
+        let length =
+            CachetProtocol.putBodyPrefixSize + key.count + CachetItemWrite.headerSize + (newCAS == nil ? 0 : 8)
+            + data.count
         appendFrame(.put, flags: .item, bodyLength: length) { native in
             withUnsafeBytes(of: ttl.bigEndian) { native.append($0) }
             withUnsafeBytes(of: UInt16(key.count).bigEndian) { native.append($0) }
             native.append(key)
-            native.append(CachetItemWrite.encodeHeader(mode: mode, flags: flags, cas: cas))
+            native.append(CachetItemWrite.encodeHeader(mode: mode, flags: flags, cas: cas, newCAS: newCAS))
             if data.count > 0 { native.append(data) }
         }
     }

@@ -84,6 +84,7 @@ final class NodeStatistics: Sendable {
             ("connections_total", "\(connectionsTotal.load(ordering: .relaxed))"),
             ("connections_rejected", "\(connectionsRejected.load(ordering: .relaxed))"),
             ("leases_outstanding", "\(leases.withLock { $0?.count ?? 0 })"),
+            ("stale_items", "\(leases.withLock { $0?.staleCount ?? 0 })"),
             ("watchers", "\(watchFigures.watchers)"),
             ("watch_prefixes", "\(watchFigures.prefixes)"),
             ("watch_buffer_changes", "\(watchFigures.changes)"),

@@ -7,6 +7,14 @@ import CachetWire
 enum ItemReply {
     /// Stored, with the item's CAS unique.
     case stored(cas: UInt64)
+    /// Stored by ``CachetWire/CachetItemWrite/Mode/compareAndSwapOrStale`` with an older CAS unique: the
+    /// item stays stale. Answered as ``stored(cas:)``.
+    case storedStale(cas: UInt64)
+    /// Stored by an append or a prepend: the item's CAS unique and its value's new length.
+    case storedLength(cas: UInt64, length: Int)
+    /// A meta get (``CachetWire/CachetItemWrite/Mode/metaGet``): the item, the seconds it has left (0: no
+    /// expiry) and its state.
+    case metaItem(flags: UInt32, cas: UInt64, ttl: UInt32, state: CachetItemWrite.MetaState, value: [UInt8])
     /// An increment or decrement: the item's CAS unique and the number it now holds.
     case number(cas: UInt64, value: UInt64)
     /// A get-and-touch: the item.
@@ -47,6 +55,7 @@ struct ItemWriteRequest {
     let data: [UInt8]
     let ttl: UInt32
     let id: UInt32
+    let newCAS: UInt64?
 }
 
 /// memcached's storage, arithmetic and touch commands on one item, each done in one step under the memory
@@ -67,12 +76,17 @@ extension NodeCommands {
         ttl: UInt32,
         now: UInt32,
         diskChecked: Bool,
-        diskEntry: CachetDiskEntry? = nil
+        diskEntry: CachetDiskEntry? = nil,
+        keepingLease: Bool = false,
+        newCAS: UInt64? = nil
     ) -> ItemOutcome {
         if mode != .set, !diskChecked, let disk, store.withValue(forKey: key, now: now, { _, _ in true }) == nil,
             disk.worker.mayHold(key: key, now: now)
         {
             return .readDiskFirst
+        }
+        if mode == .metaGet, let options = CachetItemWrite.MetaGetOptions.decode(data) {
+            return metaGet(key, options: options, ttl: ttl, now: now, diskEntry: diskEntry, newCAS: newCAS)
         }
         if mode == .getAndTouch {
             RequestCounters.bump(counters.gets)
@@ -83,12 +97,28 @@ extension NodeCommands {
         if data.count > limit {
             return .answered(.refused(.tooLarge, Self.itemTooLong(data.count, limit: limit)))
         }
-        leases.invalidate(key)
+        var mode = mode
+        if mode == .compareAndSwap || mode == .compareAndSwapOrStale {
+            // A compare-and-swap that fails is not a write: it leaves the key's lease and staleness as they
+            // were (memcached's winner keeps its win). One that matches ends them first, as any write does.
+            let current =
+                store.withItem(forKey: key, now: now) { _, _, fields in fields?.cas ?? 0 }
+                ?? diskEntry.flatMap { CachetClock.isExpired($0.expiry, now: now) ? nil : $0.fields?.cas ?? 0 }
+            guard let current else { return .answered(.refused(.notFound, "cas: the key holds no value")) }
+            if current == cas {
+                mode = .compareAndSwap
+            } else if mode == .compareAndSwap || cas > current {
+                return .answered(.refused(.exists, "cas: the item changed since its CAS unique was read"))
+            }
+        }
+        // A write of the value ends the key's lease and its staleness; a touch changes neither, nor does a
+        // write of an older version (compareAndSwapOrStale), which leaves the item stale.
+        if !keepingLease && ![.touch, .getAndTouch, .compareAndSwapOrStale].contains(mode) { leases.invalidate(key) }
         disk?.worker.beginWrite(key: key)
         let expiry = Self.expiry(ttl: ttl, now: now)
         if mode == .set {
             // Reads nothing: stored straight from the request's bytes, without the update's copy.
-            let fields = CachetItemFields(flags: flags, cas: casSource.next())
+            let fields = CachetItemFields(flags: flags, cas: newCAS ?? casSource.next())
             guard store.put(key: key, value: data, expiry: expiry, now: now, fields: fields) == .stored else {
                 disk?.worker.abandonWrite(key: Array(key))
                 return .answered(
@@ -105,6 +135,7 @@ extension NodeCommands {
             )
         }
         let source = casSource
+        let nextCAS: () -> UInt64 = newCAS.map { unique in { unique } } ?? source.next
         var written: (value: [UInt8], expiry: UInt32, fields: CachetItemFields?)?
         let diskValue = diskEntry?.value ?? []
         let (reply, outcome) = diskValue.withUnsafeBytes { diskValue in
@@ -119,7 +150,7 @@ extension NodeCommands {
                     expiry: expiry,
                     current: current ?? onDisk,
                     limit: limit,
-                    nextCAS: source.next
+                    nextCAS: nextCAS
                 )
                 if case .store(let value, let expiry, let fields) = decision.0 { written = (value, expiry, fields) }
                 return decision
@@ -131,6 +162,18 @@ extension NodeCommands {
             if let disk, case .refused(let error) = disk.worker.submitRemove(key: Array(key)) { return .failed(error) }
             watches.publish(.delete, key: key, view: watchView)
             return .answered(reply)
+        }
+        switch reply {
+        case .storedStale(let unique) where outcome == .stored:
+            leases.markStale(key, cas: unique, endingLease: false)
+        case .stored where mode == .compareAndSwapOrStale && outcome == .stored:
+            leases.invalidate(key)
+        case .stored(let unique) where mode == .invalidate && outcome == .stored:
+            if data.first.map({ CachetItemWrite.InvalidateOptions(rawValue: $0).contains(.stale) }) == true {
+                leases.markStale(key, cas: unique, endingLease: true)
+            }
+        default:
+            break
         }
         guard let written, outcome == .stored else {
             disk?.worker.abandonWrite(key: Array(key))
@@ -201,6 +244,11 @@ extension NodeCommands {
                 .stored(cas: unique)
             )
         }
+        /// An append's reply: stored, with the value's new length.
+        func lengthOf(_ outcome: (CachetItemUpdate, ItemReply), _ length: Int) -> (CachetItemUpdate, ItemReply) {
+            guard case .stored(let unique) = outcome.1 else { return outcome }
+            return (outcome.0, .storedLength(cas: unique, length: length))
+        }
         switch mode {
         case .set:
             return store(Array(data), expiry: expiry, flags: flags)
@@ -210,20 +258,60 @@ extension NodeCommands {
         case .replace:
             guard current != nil else { return (.keep, .refused(.notStored, "replace: the key holds no value")) }
             return store(Array(data), expiry: expiry, flags: flags)
-        case .append, .prepend:
+        case .append, .prepend, .appendOrCreate, .prependOrCreate:
+            let appends = mode == .append || mode == .appendOrCreate
             guard let current else {
-                return (
-                    .keep, .refused(.notStored, "\(mode == .append ? "append" : "prepend"): the key holds no value")
-                )
+                if mode == .appendOrCreate || mode == .prependOrCreate {
+                    return lengthOf(store(Array(data), expiry: expiry, flags: flags), data.count)
+                }
+                return (.keep, .refused(.notStored, "\(appends ? "append" : "prepend"): the key holds no value"))
             }
-            let value = mode == .append ? Array(current.value) + Array(data) : Array(data) + Array(current.value)
-            return store(value, expiry: current.expiry, flags: current.fields?.flags ?? 0)
+            guard cas == 0 || current.fields?.cas == cas else {
+                return (.keep, .refused(.exists, "append: the item changed since its CAS unique was read"))
+            }
+            let value = appends ? Array(current.value) + Array(data) : Array(data) + Array(current.value)
+            return lengthOf(store(value, expiry: current.expiry, flags: current.fields?.flags ?? 0), value.count)
         case .compareAndSwap:
             guard let current else { return (.keep, .refused(.notFound, "cas: the key holds no value")) }
             guard current.fields?.cas == cas else {
                 return (.keep, .refused(.exists, "cas: the item changed since its CAS unique was read"))
             }
             return store(Array(data), expiry: expiry, flags: flags)
+        case .compareAndSwapOrStale:
+            guard let current else { return (.keep, .refused(.notFound, "cas: the key holds no value")) }
+            let currentCAS = current.fields?.cas ?? 0
+            if currentCAS == cas { return store(Array(data), expiry: expiry, flags: flags) }
+            guard cas < currentCAS else {
+                return (.keep, .refused(.exists, "cas: the item changed since its CAS unique was read"))
+            }
+            // A version older than the item's: stored, but stale, and no longer-lived than the item it replaces.
+            let outcome = store(Array(data), expiry: current.expiry, flags: flags)
+            guard case .stored(let unique) = outcome.1 else { return outcome }
+            return (outcome.0, .storedStale(cas: unique))
+        case .invalidate:
+            guard let current else { return (.keep, .refused(.notFound, "invalidate: the key holds no value")) }
+            guard cas == 0 || current.fields?.cas == cas else {
+                return (.keep, .refused(.exists, "invalidate: the item changed since its CAS unique was read"))
+            }
+            let options = CachetItemWrite.InvalidateOptions(rawValue: data.first ?? 0)
+            var value = Array(current.value)
+            var itemFlags = current.fields?.flags ?? 0
+            var itemExpiry = options.contains(.setTTL) ? expiry : current.expiry
+            if options.contains(.emptyValue) {
+                // memcached's tombstone: an empty value with flags 0 and the given TTL.
+                value = []
+                itemFlags = 0
+                itemExpiry = expiry
+            }
+            var unique = current.fields?.cas ?? 0
+            if options.contains(.stale) || unique == 0 { unique = nextCAS() }
+            return (
+                .store(value: value, expiry: itemExpiry, fields: CachetItemFields(flags: itemFlags, cas: unique)),
+                .stored(cas: unique)
+            )
+        case .metaGet:
+            // Served by metaGet(_:options:ttl:now:diskEntry:) before any decision; options it cannot read:
+            return (.keep, .refused(.badRequest, "meta get: 9 bytes of options expected"))
         case .increment, .decrement:
             guard let current else {
                 guard data.count == 16 else { return (.keep, .refused(.notFound, "incr/decr: the key holds no value")) }

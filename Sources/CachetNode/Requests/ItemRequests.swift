@@ -98,7 +98,8 @@ struct ItemRequests {
             data: data,
             ttl: put.ttl,
             now: now,
-            diskChecked: false
+            diskChecked: false,
+            newCAS: write.newCAS
         )
         switch outcome {
         case .answered(let reply):
@@ -114,7 +115,8 @@ struct ItemRequests {
                     cas: write.cas,
                     data: Array(data),
                     ttl: put.ttl,
-                    id: id
+                    id: id,
+                    newCAS: write.newCAS
                 )
             )
         case .waitingForDisk(let waiting):

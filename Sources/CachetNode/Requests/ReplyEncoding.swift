@@ -161,11 +161,13 @@ func appendItem(
     flags: UInt32,
     cas: UInt64,
     ttlLeft: UInt32? = nil,
+    state: CachetItemWrite.MetaState? = nil,
     opcode: CachetOpcode,
     id: UInt32,
     output: inout CachetByteBuffer
 ) {
-    let bodyLength = CachetItemWrite.itemReplyPrefixSize + (ttlLeft == nil ? 0 : 4) + value.count
+    let bodyLength =
+        CachetItemWrite.itemReplyPrefixSize + (ttlLeft == nil ? 0 : 4) + (state == nil ? 0 : 1) + value.count
     output.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
     CachetFrameEncoder.writePrefixAndHeader(
         to: output.writePointer,
@@ -176,14 +178,23 @@ func appendItem(
     withUnsafeBytes(of: flags.bigEndian) { output.append($0) }
     withUnsafeBytes(of: cas.bigEndian) { output.append($0) }
     if let ttlLeft { withUnsafeBytes(of: ttlLeft.bigEndian) { output.append($0) } }
+    if let state { withUnsafeBytes(of: state.rawValue) { output.append($0) } }
     if value.count > 0 { output.append(value) }
 }
 
 /// The reply to a PUT with the `item` flag.
 func appendItemReply(_ reply: ItemReply, id: UInt32, output: inout CachetByteBuffer) {
     switch reply {
-    case .stored(let cas):
+    case .stored(let cas), .storedStale(let cas):
         withUnsafeBytes(of: cas.bigEndian) { appendReply(opcode: .put, status: .ok, id: id, body: $0, to: &output) }
+    case .storedLength(let cas, let length):
+        withUnsafeBytes(of: (cas.bigEndian, UInt64(length).bigEndian)) {
+            appendReply(opcode: .put, status: .ok, id: id, body: $0, to: &output)
+        }
+    case .metaItem(let flags, let cas, let ttl, let state, let value):
+        value.withUnsafeBytes {
+            appendItem($0, flags: flags, cas: cas, ttlLeft: ttl, state: state, opcode: .put, id: id, output: &output)
+        }
     case .number(let cas, let value):
         withUnsafeBytes(of: (cas.bigEndian, value.bigEndian)) {
             appendReply(opcode: .put, status: .ok, id: id, body: $0, to: &output)

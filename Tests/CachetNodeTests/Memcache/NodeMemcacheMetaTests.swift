@@ -110,11 +110,98 @@ struct NodeMemcacheMetaTests {
         // The winner stores the value: everyone reads it, no flag.
         #expect(try first.exchange("ms hot 5 T60\r\nvalue\r\n") == ["HD"])
         #expect(try second.exchange("mg hot v N30\r\n", lines: 2) == ["VA 5", "value"])
-        // A lease whose holder never stores ends after --lease-time: the next miss wins.
-        #expect(try first.exchange("mg cold N30\r\n") == ["HD W"])
-        #expect(try second.exchange("mg cold N30\r\n") == ["HD Z"])
+        // The win lasts as long as the empty item: a winner that never stores keeps the others waiting that
+        // long (as memcached's stub does), then the next miss wins.
+        #expect(try first.exchange("mg cold N2\r\n") == ["HD W"])
+        #expect(try second.exchange("mg cold N2 v\r\n", lines: 2) == ["VA 0 Z", ""])
         Thread.sleep(forTimeInterval: 2.2)
-        #expect(try second.exchange("mg cold N30\r\n") == ["HD W"])
+        #expect(try second.exchange("mg cold N2\r\n") == ["HD W"])
+    }
+
+    /// The CAS unique in a meta reply's `c` flag.
+    static func cas(in line: String) -> UInt64? {
+        line.split(separator: " ").first { $0.hasPrefix("c") }.flatMap { UInt64($0.dropFirst()) }
+    }
+
+    /// Serve-stale (`md I`) and early recache (`mg R`) as memcached's meta protocol has them, on the node's
+    /// lease: a stale item is served with `X`, its first reader wins the recache (`W`) and the others are told
+    /// someone does (`Z`); a write by an older CAS unique (`ms I`) leaves it stale; a write by the current one
+    /// makes it fresh; a winner that never stores loses the win after `--lease-time`.
+    @Test func staleItemsAreServedWithXAndOneReaderWinsTheirRecache() throws {
+        let (node, port) = try NodeMemcacheTests.node(["--disk-limit", "0", "--lease-time", "2"])
+        let first = try MemcacheTextClient(port: port)
+        let second = try MemcacheTextClient(port: port)
+        #expect(try first.exchange("set page 0 0 2\r\nv1\r\n") == ["STORED"])
+        let fresh = try first.exchange("mg page c v\r\n", lines: 2)
+        let original = try #require(Self.cas(in: fresh[0]))
+        #expect(try first.exchange("md page I T30\r\n") == ["HD"])
+        // The first reader of the stale item wins; it has a new CAS unique and the TTL md gave it.
+        let won = try first.exchange("mg page c t v\r\n", lines: 2)
+        let invalidated = try #require(Self.cas(in: won[0]))
+        #expect(won == ["VA 2 c\(invalidated) t30 X W", "v1"] && invalidated != original, "\(won)")
+        #expect(try second.exchange("mg page v\r\n", lines: 2) == ["VA 2 Z X", "v1"])
+        // A native GET reads the stale value as any.
+        #expect(try node.connect().roundTrip(.get(key: Array("page".utf8))).body == Array("v1".utf8))
+        // A write loaded before the invalidation (its CAS is older): stored, still stale, the win kept.
+        #expect(try second.exchange("ms page 2 I C\(original) T90\r\nv0\r\n") == ["HD"])
+        let still = try second.exchange("mg page c t v\r\n", lines: 2)
+        #expect(still[0].hasSuffix("t30 Z X") && still[1] == "v0", "\(still)")
+        // Without I, an older CAS unique is refused; with the current one the item is fresh again.
+        #expect(try second.exchange("ms page 2 C\(original)\r\nvx\r\n") == ["EX"])
+        #expect(try second.exchange("mg page\r\n") == ["HD Z X"], "a refused write is no write: the win stands")
+        let current = try #require(Self.cas(in: still[0]))
+        #expect(try first.exchange("ms page 2 C\(current) T90\r\nv2\r\n") == ["HD"])
+        #expect(try second.exchange("mg page v\r\n", lines: 2) == ["VA 2", "v2"])
+        // A winner that never stores: after --lease-time, the next reader of the stale item wins.
+        #expect(try first.exchange("md page I q\r\nmn\r\n") == ["MN"])
+        #expect(try first.exchange("mg page\r\n") == ["HD X W"])
+        #expect(try second.exchange("mg page\r\n") == ["HD Z X"])
+        Thread.sleep(forTimeInterval: 2.3)
+        #expect(try second.exchange("mg page\r\n") == ["HD X W"])
+        // Any write ends staleness and win: a plain set.
+        #expect(try first.exchange("set page 0 0 2\r\nv3\r\n") == ["STORED"])
+        #expect(try second.exchange("mg page v\r\n", lines: 2) == ["VA 2", "v3"])
+        // Early recache: an item expiring within R's seconds is won by one reader.
+        #expect(try first.exchange("ms soon 1 T10\r\ns\r\n") == ["HD"])
+        #expect(try first.exchange("mg soon R30 v\r\n", lines: 2) == ["VA 1 W", "s"])
+        #expect(try second.exchange("mg soon R30 v\r\n", lines: 2) == ["VA 1 Z", "s"])
+        #expect(try second.exchange("mg soon\r\n") == ["HD Z"], "a plain read is told someone recaches")
+        #expect(try second.exchange("mg later R5\r\n") == ["EN"])
+        #expect(try first.exchange("ms far 1 T100\r\nf\r\n") == ["HD"])
+        #expect(try first.exchange("mg far R30\r\n") == ["HD"], "not expiring within R's seconds")
+        // md x leaves an empty item; E gives a write the client's CAS unique; a missing item is NF.
+        #expect(try first.exchange("md far x\r\n") == ["HD"])
+        #expect(try first.exchange("mg far s v\r\n", lines: 2) == ["VA 0 s0", ""])
+        #expect(try first.exchange("ms far 1 E777 c\r\ne\r\n") == ["HD c777"])
+        #expect(try first.exchange("md nothing I\r\n") == ["NF"])
+        #expect(try first.exchange("md far I C5\r\n") == ["EX"], "a CAS that does not match")
+        // Appends with a CAS, creating on a miss (N), answered with the new length.
+        #expect(try first.exchange("ms log 1 MA N30 s\r\na\r\n") == ["HD s1"])
+        #expect(try first.exchange("ms log 1 MA s\r\nb\r\n") == ["HD s2"])
+        #expect(try first.exchange("ms log 1 MA C5\r\nc\r\n") == ["EX"])
+        #expect(try first.exchange("mg log v\r\n", lines: 2) == ["VA 2", "ab"])
+    }
+
+    /// Stale marks and wins live with the item on its owner: a client of any member sees the same.
+    @Test func staleItemsAndWinsAreTheOwnersThroughAnyMember() throws {
+        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
+        let cluster = try NodeForwardingTests.Cluster()
+        for (index, id) in ["n1", "n2", "n3"].enumerated() {
+            _ = cluster.node(id).stop()
+            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
+        }
+        #expect(try cluster.waitUntilServing(within: 15) == nil)
+        let key = cluster.key(ownedBy: "n2")
+        let first = try MemcacheTextClient(port: ports[0])
+        let third = try MemcacheTextClient(port: ports[2])
+        #expect(try first.exchange("ms \(key) 2 T60\r\nv1\r\n") == ["HD"])
+        #expect(try third.exchange("md \(key) I\r\n") == ["HD"])
+        #expect(try first.exchange("mg \(key) v\r\n", lines: 2) == ["VA 2 X W", "v1"])
+        #expect(try third.exchange("mg \(key) v\r\n", lines: 2) == ["VA 2 Z X", "v1"])
+        let owner = try MemcacheTextClient(port: ports[1])
+        #expect(try owner.exchange("mg \(key)\r\n") == ["HD Z X"])
+        #expect(try third.exchange("ms \(key) 2\r\nv2\r\n") == ["HD"])
+        #expect(try first.exchange("mg \(key) v\r\n", lines: 2) == ["VA 2", "v2"])
     }
 
     @Test(arguments: [
@@ -128,10 +215,9 @@ struct NodeMemcacheMetaTests {
         ("ms foo 1 MX\r\nx\r\n", "CLIENT_ERROR invalid mode for ms STORE"),
         ("ma foo MX\r\n", "CLIENT_ERROR invalid mode for ma"),
         ("mg foo h\r\n", "CLIENT_ERROR flag h is not supported by this server"),
-        ("md foo I\r\n", "CLIENT_ERROR flag I is not supported by this server"),
-        ("ms foo 1 I\r\nx\r\n", "CLIENT_ERROR flag I is not supported by this server"),
-        ("ma foo E5\r\n", "CLIENT_ERROR flag E is not supported by this server"),
-        ("ms foo 1 MA C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with mode S only by this server"),
+        ("mg foo l\r\n", "CLIENT_ERROR flag l is not supported by this server"),
+        ("ms foo 1 ME C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with modes S, A and P only by this server"),
+        ("ms foo 1 MR C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with modes S, A and P only by this server"),
     ])
     func badMetaCommandsGetTheirErrorLineAndTheConnectionGoesOn(command: String, error: String) throws {
         let (node, port) = try NodeMemcacheTests.node()

@@ -211,8 +211,6 @@ my $sock = $server->sock;
 }
 
 subtest 'mset with E CAS override' => sub {
-    # Adapted for Cachet: a CAS given by the client (E) is not supported.
-    plan skip_all => 'E is not supported by Cachet' if $ENV{T_MEMD_USE_DAEMON};
     my $key = "msetE";
     my $cas = "973";
     print $sock "ms $key 2 E$cas\r\nji\r\n";
@@ -227,8 +225,6 @@ subtest 'mset with E CAS override' => sub {
 };
 
 subtest 'mget vivify with CAS override' => sub {
-    # Adapted for Cachet: a CAS given by the client (E) is not supported.
-    plan skip_all => 'E is not supported by Cachet' if $ENV{T_MEMD_USE_DAEMON};
     my $k = "mgetE";
     my $cas = "9876";
     my $res = mget($sock, $k, "s c v N30 t E$cas");
@@ -243,8 +239,6 @@ subtest 'mget vivify with CAS override' => sub {
 };
 
 subtest 'mdelete with CAS override' => sub {
-    # Adapted for Cachet: a CAS given by the client (E) is not supported.
-    plan skip_all => 'E is not supported by Cachet' if $ENV{T_MEMD_USE_DAEMON};
     my $k = "mdelE";
     my $cas = "1234";
 
@@ -265,8 +259,6 @@ subtest 'mdelete with CAS override' => sub {
 };
 
 subtest 'marith with CAS override' => sub {
-    # Adapted for Cachet: a CAS given by the client (E) is not supported.
-    plan skip_all => 'E is not supported by Cachet' if $ENV{T_MEMD_USE_DAEMON};
     my $k = "maE";
     my $cas = "4321";
 
@@ -444,8 +436,7 @@ subtest 'marith with CAS override' => sub {
 }
 
 # Append tests
-# Adapted for Cachet: append and prepend with a CAS (C), autovivifying appends (N) and the appended size (s) are not supported; run against memcached only.
-if (!$ENV{T_MEMD_USE_DAEMON}) {
+{
     print $sock "ms appendcas 2 MA C5000 T30\r\nhi\r\n";
     is(scalar <$sock>, "NS\r\n", "ms append with bad cas");
     print $sock "ms appendcas 2 MA T30\r\nhi\r\n";
@@ -478,8 +469,7 @@ if (!$ENV{T_MEMD_USE_DAEMON}) {
 # - repeat for "triggered on TTL"
 # - test just modifying the TTL (touch)
 # - test fetching without value
-# Adapted for Cachet: vivify and recache with stub items (N's stub, R, and a set by the stub's CAS) are not supported; run against memcached only.
-if (!$ENV{T_MEMD_USE_DAEMON}) {
+{
     my $res = mget($sock, 'needwin', 's c v N30 t');
     like($res->{flags}, qr/[scvNt]+/, "got main flags back");
     like($res->{flags}, qr/W/, "got a win result");
@@ -659,8 +649,7 @@ if (!$ENV{T_MEMD_USE_DAEMON}) {
 #   - also test re-setting as stale (CAS is below requested)
 #     - this should probably be conditional.
 
-# Adapted for Cachet: stale items (md I, ms I, the X flag) is not kept; run against memcached only.
-if (!$ENV{T_MEMD_USE_DAEMON}) {
+{
     note "starting serve stale with mdelete";
     my ($ttl, $cas, $res);
     print $sock "set toinv 0 0 3\r\nmoo\r\n";
@@ -777,8 +766,6 @@ if (!$ENV{T_MEMD_USE_DAEMON}) {
 }
 
 subtest 'md x and I flags' => sub {
-    # Adapted for Cachet: value-less tombstones (x) and stale items (I) are not supported.
-    plan skip_all => 'x and I are not supported by Cachet' if $ENV{T_MEMD_USE_DAEMON};
     my $k = 'mdx';
     print $sock "ms $k 2 T50\r\nmx\r\n";
     like(scalar <$sock>, qr/^HD/, "set $k");
