@@ -140,7 +140,7 @@ enum MemcacheMeta {
                     options.vivifyTTL = MemcacheSession.ttl(vivify, now: now) ?? 1
                 }
                 if let recache = number("R") { options.recache = UInt32(clamping: max(0, recache)) }
-                options.encoded.withUnsafeBytes { 
+                options.encoded.withUnsafeBytes {
                     session.appendItemWrite(.metaGet, key: key, data: $0, ttl: touch, newCAS: unsigned("E"))
                 }
                 session.push(
@@ -336,7 +336,8 @@ enum MemcacheMeta {
                 let cas = body.count >= 8 ? body.loadUnaligned(as: UInt64.self).bigEndian : 0
                 // An append's reply carries the value's new length.
                 let size =
-                    body.count >= 16 ? Int(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian) : reply.storedLength
+                    body.count >= 16
+                    ? Int(body.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian) : reply.storedLength
                 if !reply.quiet { line("HD", reply, cas: cas, size: size, to: &text) }
             // memcached returns the flags on a refusal too, `c` as 0.
             case .notStored: line("NS", reply, cas: 0, to: &text)

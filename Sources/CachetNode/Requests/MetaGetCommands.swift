@@ -38,7 +38,13 @@ extension NodeCommands {
             return touched.mapReply { reply in
                 guard case .item(let flags, let cas, let value) = reply else { return reply }
                 let state = metaState(key, cas: cas, expiry: expiry, options: options, now: now)
-                return .metaItem(flags: flags, cas: cas, ttl: Self.ttlLeft(expiry, now: now), state: state, value: value)
+                return .metaItem(
+                    flags: flags,
+                    cas: cas,
+                    ttl: Self.ttlLeft(expiry, now: now),
+                    state: state,
+                    value: value
+                )
             }
         }
         var hit = lookUpItem(key, now: now) { value, expiry, fields in
