@@ -126,10 +126,11 @@ final class ConnectionForwarding: @unchecked Sendable {
                 pipeline.pending.capacity + replyRoom,
                 pipeline.pending.readableBytes == 0 ? ConnectionMemory.fairAllowance : 0
             )
-            // Another protocol's requests are turned into native ones first (``NodeIOQueue/enterSessionTurn(_:now:)``).
+            // Another protocol's requests are turned into native ones first (``NodeIOQueue/enterSessionTurn(_:outputLimit:now:tally:)``).
             // (One test of unchecked storage for a native connection.)
             let translated = connection.transformsOutput
-            if translated { host.enterSessionTurn(connection, now: now) }
+            // (Nothing is answered into the connection's output here: replies are held behind the forwards.)
+            if translated { host.enterSessionTurn(connection, outputLimit: 0, now: now, tally: &tally) }
             let result = processor.process(
                 input: &connection.input,
                 output: &pipeline.pending,

@@ -362,7 +362,12 @@ final class NodeIOQueue: @unchecked Sendable {
             // Another protocol's requests are turned into native ones, served as a binary client's are.
             // (One test of unchecked storage for a native connection.)
             let translated = connection.transformsOutput
-            if translated { enterSessionTurn(connection, now: now) }
+            if translated {
+                // What a session answers itself stays within what the processor may queue, and what any
+                // connection may queue whatever the budget.
+                let sessionLimit = min(outputLimit, outputCapacityLimit, ConnectionMemory.fairAllowance)
+                enterSessionTurn(connection, outputLimit: sessionLimit, now: now, tally: &tally)
+            }
             let result = processor.process(
                 input: &connection.input,
                 output: &connection.output,
@@ -419,16 +424,29 @@ final class NodeIOQueue: @unchecked Sendable {
     /// native requests (``TranslatingSession``), and the connection's input holds those for the processor
     /// until ``leaveSessionTurn(_:_:)`` (the two buffers change places, so that the processor is called
     /// from one place for every connection).
-    func enterSessionTurn(_ connection: Connection, now: UInt32) {
+    func enterSessionTurn(_ connection: Connection, outputLimit: Int, now: UInt32, tally: inout RequestTally) {
         if let memcache = connection.memcache {
-            enterSessionTurn(memcache, connection, now: now)
+            enterSessionTurn(memcache, connection, outputLimit: outputLimit, now: now, tally: &tally)
         } else if let http = connection.http {
-            enterSessionTurn(http, connection, now: now)
+            enterSessionTurn(http, connection, outputLimit: outputLimit, now: now, tally: &tally)
         }
     }
 
-    private func enterSessionTurn(_ session: some TranslatingSession, _ connection: Connection, now: UInt32) {
-        session.beginTurn(input: &connection.input, outputBytes: connection.output.readableBytes, now: now, host: self)
+    private func enterSessionTurn(
+        _ session: some TranslatingSession,
+        _ connection: Connection,
+        outputLimit: Int,
+        now: UInt32,
+        tally: inout RequestTally
+    ) {
+        session.beginTurn(
+            input: &connection.input,
+            output: &connection.output,
+            outputLimit: outputLimit,
+            now: now,
+            host: self,
+            tally: &tally
+        )
         session.exchangeNative(with: &connection.input)
     }
 
@@ -442,7 +460,7 @@ final class NodeIOQueue: @unchecked Sendable {
         case closing
     }
 
-    /// Ends a turn begun by ``enterSessionTurn(_:now:)``: the buffers change back.
+    /// Ends a turn begun by ``enterSessionTurn(_:outputLimit:now:tally:)``: the buffers change back.
     func leaveSessionTurn(_ connection: Connection, _ result: ProcessingResult) -> SessionTurnEnd {
         if let memcache = connection.memcache { return leaveSessionTurn(memcache, connection, result) }
         if let http = connection.http { return leaveSessionTurn(http, connection, result) }

@@ -15,10 +15,20 @@ protocol TranslatingSession: AnyObject {
     /// turn, before ``exchangeNative(with:)``.
     /// - Parameters:
     ///   - input: the bytes received.
-    ///   - outputBytes: the connection's output not sent yet.
+    ///   - output: the connection's output not sent yet, all of it in the session's protocol (a session may
+    ///     answer a request there itself, when nothing before it waits for a native reply).
+    ///   - outputLimit: the most `output` may hold once a reply is added there.
     ///   - now: the loop's clock, in seconds.
     ///   - host: the connection's loop.
-    func beginTurn(input: inout CachetByteBuffer, outputBytes: Int, now: UInt32, host: NodeIOQueue)
+    ///   - tally: the requests answered this turn, for their latency.
+    func beginTurn(
+        input: inout CachetByteBuffer,
+        output: inout CachetByteBuffer,
+        outputLimit: Int,
+        now: UInt32,
+        host: NodeIOQueue,
+        tally: inout RequestTally
+    )
 
     /// Exchanges the native requests made with `buffer` (the connection's input during a turn).
     func exchangeNative(with buffer: inout CachetByteBuffer)

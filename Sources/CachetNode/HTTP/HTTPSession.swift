@@ -132,7 +132,15 @@ final class HTTPSession: TranslatingSession {
 
     // MARK: Requests in
 
-    func beginTurn(input: inout CachetByteBuffer, outputBytes: Int, now: UInt32, host: NodeIOQueue) {
+    func beginTurn(
+        input: inout CachetByteBuffer,
+        output: inout CachetByteBuffer,
+        outputLimit: Int,
+        now: UInt32,
+        host: NodeIOQueue,
+        tally: inout RequestTally
+    ) {
+        let outputBytes = output.readableBytes
         if var value {
             // A value response in progress: its next piece, once the client has taken all but one.
             guard mayAskNextPiece(value, outputBytes: outputBytes) else { return }

@@ -123,7 +123,12 @@ final class MemcacheSession: TranslatingSession {
     /// times.
     /// - Returns: whether it made any.
     @discardableResult
-    func decode(from input: inout CachetByteBuffer, now: UInt32) -> Bool {
+    func decode(
+        from input: inout CachetByteBuffer,
+        now: UInt32,
+        output: inout CachetByteBuffer,
+        reads: MemoryReads? = nil
+    ) -> Bool {
         var made = false
         while !quitting && native.readableBytes < Self.nativeLimit {
             if discarding > 0 {
@@ -138,7 +143,7 @@ final class MemcacheSession: TranslatingSession {
             case .needMore:
                 return made
             case .command(let command, let end):
-                translate(command, in: input.readableRegion, now: now)
+                translate(command, in: input.readableRegion, now: now, output: &output, reads: reads)
                 input.moveReadIndex(forwardBy: end)
             case .failure(let error, let end, let noreply):
                 if error.closesConnection {
@@ -161,8 +166,21 @@ final class MemcacheSession: TranslatingSession {
         return made
     }
 
-    func beginTurn(input: inout CachetByteBuffer, outputBytes: Int, now: UInt32, host: NodeIOQueue) {
-        decode(from: &input, now: now)
+    func beginTurn(
+        input: inout CachetByteBuffer,
+        output: inout CachetByteBuffer,
+        outputLimit: Int,
+        now: UInt32,
+        host: NodeIOQueue,
+        tally: inout RequestTally
+    ) {
+        // On a node without users or peers, a `get` of what memory holds needs no native request.
+        let reads =
+            host.processor.authorizer == nil && !host.processor.forwards && outputLimit > 0
+            ? MemoryReads(reader: host.processor.commands.memoryItemReader, outputLimit: outputLimit) : nil
+        decode(from: &input, now: now, output: &output, reads: reads)
+        tally.get &+= answeredFromMemory
+        answeredFromMemory = 0
         if !flushDelays.isEmpty || !memoryLimits.isEmpty { host.applyNodeRequests(of: self) }
     }
 
@@ -205,7 +223,13 @@ final class MemcacheSession: TranslatingSession {
         }
     }
 
-    private func translate(_ command: MemcacheTextCommand, in buffer: UnsafeRawBufferPointer, now: UInt32) {
+    private func translate(
+        _ command: MemcacheTextCommand,
+        in buffer: UnsafeRawBufferPointer,
+        now: UInt32,
+        output: inout CachetByteBuffer,
+        reads: MemoryReads?
+    ) {
         func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: buffer[range]) }
         switch command {
         case .store(let verb, let key, let flags, let exptime, let data, let cas, let noreply):
@@ -228,7 +252,18 @@ final class MemcacheSession: TranslatingSession {
             appendItemWrite(mode, key: bytes(key), flags: flags, cas: cas ?? 0, data: bytes(data), ttl: ttl)
             push(.stored, quiet: noreply)
         case .retrieve(let keys, let withCAS, let touch):
-            for (index, key) in keys.enumerated() {
+            var answered = 0
+            if touch == nil, let reads, contexts.isEmpty, native.readableBytes == 0 {
+                // Nothing before it waits for a native reply: the keys memory holds are answered here, in
+                // order, up to the first one that needs a native GET.
+                answered = answerFromMemory(keys, withCAS: withCAS, in: buffer, now: now, reads: reads, output: &output)
+                if answered == keys.count {
+                    output.append("END\r\n" as StaticString)
+                    textPending = output.readableBytes
+                    return
+                }
+            }
+            for (index, key) in keys.enumerated() where index >= answered {
                 let expired = touch.map { Self.ttl($0, now: now) == nil } ?? false
                 if let touch, let ttl = Self.ttl(touch, now: now) {
                     appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)
@@ -291,6 +326,62 @@ final class MemcacheSession: TranslatingSession {
         case .meta(let meta):
             MemcacheMeta.translate(meta, in: buffer, now: now, session: self)
         }
+    }
+
+    /// What a turn may answer from memory itself (``answerFromMemory(_:withCAS:in:now:reads:output:)``): the
+    /// loop's reader of memory, and the most the output may hold.
+    struct MemoryReads {
+        let reader: MemoryItemReader
+        let outputLimit: Int
+    }
+
+    /// Keys of `get`s answered from memory this turn (for the turn's latency tally).
+    @exclusivity(unchecked) private var answeredFromMemory = 0
+
+    /// Answers the keys of a `get` or `gets` that memory holds (or that nothing holds) straight into
+    /// `output` as VALUE lines, in order, until one needs a native GET: one the disk tier may hold, a value
+    /// of ``directValueThreshold`` or more (sent from its entry by the native path), or a reply with no room
+    /// under `reads.outputLimit`. Counted as native GETs are. One copy of the value, where the native path
+    /// makes two (callgrind's GET of 16 KiB: 19,959 instructions against 38,196).
+    /// - Returns: how many keys, from the first, were answered.
+    private func answerFromMemory(
+        _ keys: MemcacheKeyList,
+        withCAS: Bool,
+        in buffer: UnsafeRawBufferPointer,
+        now: UInt32,
+        reads: MemoryReads,
+        output: inout CachetByteBuffer
+    ) -> Int {
+        var answered = 0
+        for range in keys {
+            let key = UnsafeRawBufferPointer(rebasing: buffer[range])
+            let read = reads.reader.read(key, now: now, givingCAS: withCAS) {
+                value,
+                flags,
+                cas in
+                // The line, the value, its line end, and END after the last key.
+                let needed = MemcacheTextReply.valueLineCapacity(keyLength: key.count) + value.count + 7
+                guard value.count < Self.directValueThreshold, output.readableBytes + needed <= reads.outputLimit
+                else { return false }
+                output.reserveWritable(needed)
+                let written = MemcacheTextReply.writeValueLine(
+                    key: key,
+                    flags: flags,
+                    length: value.count,
+                    cas: withCAS ? cas : nil,
+                    to: output.writePointer
+                )
+                output.moveWriteIndex(forwardBy: written)
+                if value.count > 0 { output.append(value) }
+                output.append("\r\n" as StaticString)
+                return true
+            }
+            if read == .elsewhere { break }
+            answered += 1
+        }
+        answeredFromMemory &+= answered
+        textPending = output.readableBytes
+        return answered
     }
 
     /// memcached's expiry as a TTL: 0 never; up to 30 days, seconds from now; beyond, a Unix time. Nil when it

@@ -387,6 +387,11 @@ extension NodeCommands {
         return result
     }
 
+    /// What reads items from memory without a native request (``MemoryItemReader``).
+    var memoryItemReader: MemoryItemReader {
+        MemoryItemReader(store: store, diskWorker: disk?.worker, counters: counters, casSource: casSource)
+    }
+
     /// Keeps an item read from the disk tier in memory with its fields (a CAS unique given when it has
     /// none), as ``promote(_:_:now:)`` does; returns the fields to answer with.
     func promoteItem(_ key: UnsafeRawBufferPointer, _ entry: CachetDiskEntry, now: UInt32) -> CachetItemFields {
@@ -395,5 +400,60 @@ extension NodeCommands {
         entry.fields = fields
         promote(key, entry, now: now)
         return fields
+    }
+}
+
+/// A GET with the `item` flag answered from memory without a native request (memcached's `get` and `gets` on
+/// a node without users or peers, where a native GET would only come back here). Holds only the four
+/// references a read needs: a session takes one per turn, not a copy of ``NodeCommands`` (and its retains)
+/// per key.
+struct MemoryItemReader {
+    let store: CachetMemoryStore
+    let diskWorker: CachetDiskWorker?
+    let counters: RequestCounters
+    let casSource: CachetCASSource
+
+    /// What ``read(_:now:givingCAS:_:)`` came to.
+    enum Outcome {
+        /// Found, and `found` wrote its reply: counted as a GET and a hit.
+        case hit
+        /// Neither in memory nor, as far as the disk tier says, on disk: counted as a GET and a miss.
+        case miss
+        /// Not answered here, nothing counted: memory missed and the disk tier may hold it, or `found` had
+        /// no room for the reply. A native GET is to answer it.
+        case elsewhere
+    }
+
+    /// Hands the item's value, flags and CAS unique to `found` under the shard's lock; a CAS unique is given
+    /// to an item without one only when `givingCAS` (`gets`).
+    /// - Parameter found: writes the reply; returns false when it has no room (nothing is counted).
+    @inline(__always)
+    func read(
+        _ key: UnsafeRawBufferPointer,
+        now: UInt32,
+        givingCAS: Bool,
+        _ found: (UnsafeRawBufferPointer, UInt32, UInt64) -> Bool
+    ) -> Outcome {
+        let answered: Bool? =
+            givingCAS
+            ? store.withItemGivingCAS(forKey: key, now: now, cas: casSource.next) { value, _, fields in
+                found(value, fields.flags, fields.cas)
+            }
+            : store.withItem(forKey: key, now: now) { value, _, fields in
+                found(value, fields?.flags ?? 0, fields?.cas ?? 0)
+            }
+        switch answered {
+        case true?:
+            RequestCounters.bump(counters.gets)
+            RequestCounters.bump(counters.hits)
+            return .hit
+        case false?:
+            return .elsewhere
+        case nil:
+            if let diskWorker, diskWorker.mayHold(key: key, now: now) { return .elsewhere }
+            RequestCounters.bump(counters.gets)
+            RequestCounters.bump(counters.misses)
+            return .miss
+        }
     }
 }

@@ -69,6 +69,47 @@ struct NodeMemcacheTests {
     /// Large values of `get`s go from the entry to the socket behind their VALUE lines: pipelined with misses,
     /// other commands and gets of several keys, to a reader that takes a little at a time, every reply whole
     /// and in order.
+    /// `get`s of what memory holds are answered by the session itself when nothing before them waits for a
+    /// native reply; a key it cannot answer (on the disk tier only, a value of 64 KiB or more) and every key
+    /// after it take the native path, and a get behind a write waits for the write: replies stay in order,
+    /// each read sees the writes before it, and the counters count every key once.
+    @Test func getsAnsweredFromMemoryKeepTheirOrderAndSeeEarlierWrites() throws {
+        let directory = NSTemporaryDirectory() + "cachet-memcache-reads-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (node, port) = try Self.node(["--data-dir", directory, "--memory-limit", "4MiB"])
+        let native = try node.connect()
+        // Values of 100 KB: the first ones are pushed out of memory, kept on the disk tier.
+        let large = (0..<60).map { PatternBytes.make(count: 100_000, seed: $0) }
+        for (index, value) in large.enumerated() {
+            #expect(try native.roundTrip(.put(key: Array("large-\(index)".utf8), value: value, ttl: 0)).status == .ok)
+        }
+        let client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("set small 3 0 3\r\nold\r\n") == ["STORED"])
+        var statsLines = try client.retrieve("stats\r\n")
+        func stat(_ name: String, _ lines: [String]) -> Int? {
+            lines.first { $0.hasPrefix("STAT \(name) ") }.flatMap { Int($0.split(separator: " ")[2]) }
+        }
+        let hits = try #require(stat("get_hits", statsLines))
+        let misses = try #require(stat("get_misses", statsLines))
+        // A write, then a get of its key, in one batch: the get sees the write.
+        try client.send("set small 3 0 3\r\nnew\r\nget small\r\n")
+        #expect(try client.lines(4) == ["STORED", "VALUE small 3 3", "new", "END"])
+        // Memory, the disk tier, memory again, a miss, and a value the native path sends: in order.
+        try client.send("get small large-0 small nothing large-59\r\ngets small\r\n")
+        var expected = ["VALUE small 3 3", "new", "VALUE large-0 0 100000"]
+        #expect(try client.lines(3) == expected)
+        #expect(try client.socket.readBytes(100_002) == large[0] + Array("\r\n".utf8))
+        expected = ["VALUE small 3 3", "new", "VALUE large-59 0 100000"]
+        #expect(try client.lines(3) == expected)
+        #expect(try client.socket.readBytes(100_002) == large[59] + Array("\r\n".utf8))
+        #expect(try client.line() == "END")
+        let withCAS = try client.lines(3)
+        #expect(withCAS[0].hasPrefix("VALUE small 3 3 ") && withCAS[1...] == ["new", "END"], "\(withCAS)")
+        statsLines = try client.retrieve("stats\r\n")
+        #expect(stat("get_hits", statsLines) == hits + 6, "\(statsLines)")
+        #expect(stat("get_misses", statsLines) == misses + 1)
+    }
+
     @Test func largeValuesOfGetsReachTheSocketWholeAndInOrder() throws {
         let (node, port) = try Self.node()
         let client = try MemcacheTextClient(port: port)
