@@ -254,8 +254,17 @@ final class Connection: CachetChannel, @unchecked Sendable {
         }
     }
 
-    /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts).
-    var footprint: Int { max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize }
+    /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts), a session's own
+    /// buffers included.
+    var footprint: Int {
+        max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize + sessionFootprint
+    }
+
+    /// What the buffers of the connection's session (memcached's or HTTP) have grown by.
+    var sessionFootprint: Int {
+        guard transformsOutput else { return 0 }
+        return memcache?.bufferFootprint ?? http?.bufferFootprint ?? 0
+    }
 
     /// Everything this connection holds of the budget: its buffers, a large PUT arriving in place and the
     /// replies held behind forwards in flight.
@@ -289,7 +298,9 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @inline(__always)
     func trimBuffers(tight: @autoclosure () -> Bool) {
         // The common case: initial buffers, nothing charged.
-        if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize {
+        if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize
+            && sessionFootprint == 0
+        {
             return
         }
         trimLargeBuffers(tight: tight())
@@ -313,6 +324,10 @@ final class Connection: CachetChannel, @unchecked Sendable {
         let outputKept = tight ? Self.initialBufferSize : Self.retainedOutputSize
         if output.readableBytes == 0 && output.capacity > outputKept {
             output.resize(to: Self.initialBufferSize)
+        }
+        if transformsOutput {
+            memcache?.trimBuffers(tight: tight)
+            http?.trimBuffers(tight: tight)
         }
         let footprint = self.footprint
         if footprint != charged {

@@ -45,6 +45,21 @@ protocol TranslatingSession: AnyObject {
 
     /// Called after a send took `count` bytes from the front of the output.
     func outputSent(_ count: Int)
+
+    /// Bytes of the session's own buffers beyond their initial sizes (charged to the connections' budget
+    /// with the connection's buffers).
+    var bufferFootprint: Int { get }
+
+    /// Gives back what the session's empty buffers grew to: past their retained size, or, when `tight` (the
+    /// budget is exhausted), past their initial size.
+    func trimBuffers(tight: Bool)
+}
+
+extension CachetByteBuffer {
+    /// Shrinks an empty buffer grown past `retained` (past `initial` when `tight`) back to `initial` bytes.
+    mutating func trimIfEmpty(initial: Int, retained: Int, tight: Bool) {
+        shrinkIfEmpty(above: tight ? initial : retained, to: initial)
+    }
 }
 
 /// The protocol the connections of a listener speak.

@@ -90,6 +90,12 @@ final class HTTPSession: TranslatingSession {
     @exclusivity(unchecked) private var signInFailed = false
     @exclusivity(unchecked) private var nextID: UInt32 = 0
     @exclusivity(unchecked) private var scratch = CachetByteBuffer(capacity: 1024)
+
+    var bufferFootprint: Int { max(0, scratch.capacity - 1024) }
+
+    func trimBuffers(tight: Bool) {
+        scratch.trimIfEmpty(initial: 1024, retained: 256 << 10, tight: tight)
+    }
     @exclusivity(unchecked) private var date: (second: UInt32, text: String) = (0, "")
 
     /// Requests decoded ahead of their responses at most (one value response among them, last).

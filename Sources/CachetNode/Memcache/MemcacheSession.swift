@@ -538,4 +538,16 @@ final class MemcacheSession: TranslatingSession {
 
     /// The buffer ``translateReplies(in:)`` writes lines into, kept between sends.
     @exclusivity(unchecked) private var scratch = CachetByteBuffer(capacity: 4096)
+
+    var bufferFootprint: Int {
+        // The native requests take the connection's input's place during a turn; between turns they are here.
+        max(0, native.capacity - 4096) + max(0, replyKeys.capacity - 1024) + max(0, scratch.capacity - 4096)
+    }
+
+    func trimBuffers(tight: Bool) {
+        // A set's data block grows the native requests to its length; nothing needs them kept once served.
+        native.trimIfEmpty(initial: 4096, retained: Self.nativeLimit + 4096, tight: tight)
+        replyKeys.trimIfEmpty(initial: 1024, retained: 64 << 10, tight: tight)
+        scratch.trimIfEmpty(initial: 4096, retained: 256 << 10, tight: tight)
+    }
 }

@@ -451,6 +451,30 @@ struct NodeMemcacheHostileTests {
         #expect(try good.retrieve("get drip\r\n") == ["VALUE drip 0 4", "drip", "END"])
         for client in hostile { client.socket.close() }
     }
+
+    /// A set's data block grows the session's buffer of native requests to its length: counted in the
+    /// connections' budget while held, and given back once the connection is idle, so that many idle
+    /// connections that once sent a large set hold nothing large.
+    @Test func idleConnectionsThatSentLargeSetsHoldNoLargeBuffers() throws {
+        let (node, port) = try NodeMemcacheTests.node(["--disk-limit", "0", "--memcached-item-size", "1MiB"])
+        let pid = node.process.processIdentifier
+        let value = String(repeating: "v", count: 900_000)
+        let baseline = residentBytes(of: pid)
+        var clients: [MemcacheTextClient] = []
+        for index in 0..<60 {
+            let client = try MemcacheTextClient(port: port)
+            #expect(try client.exchange("set large-\(index % 4) 0 0 \(value.utf8.count)\r\n\(value)\r\n") == ["STORED"])
+            clients.append(client)
+        }
+        // Every connection idle now, its buffers trimmed once its turn ended.
+        let stats = try node.stats()
+        let charged = stats["connection_memory_bytes"] as? Int ?? .max
+        #expect(charged < 4 << 20, "idle connections hold \(charged) bytes of the budget")
+        let grown = residentBytes(of: pid) - baseline
+        // Four values of 900 KB are stored; 60 untrimmed buffers of 900 KB would be 54 MB.
+        #expect(underAddressSanitizer || grown < 24 << 20, "the node grew by \(grown) bytes")
+        withExtendedLifetime(clients) {}
+    }
 }
 
 /// A cluster whose members speak memcached's protocol, under load through two members while a third is
