@@ -42,6 +42,9 @@ final class NodeIOQueue: @unchecked Sendable {
     /// Connections hosted now (counted or not), read on `queue`.
     @exclusivity(unchecked) var connectionCount = 0
     let processor: RequestProcessor
+    /// What memcached connections answer themselves, without native requests (``MemcacheInPlace``); nil on a
+    /// node with users or peers, where every request goes through the processor.
+    let memcacheInPlace: MemcacheInPlace?
     /// The processor's router, for the cluster-wide fan-out.
     let router: ForwardRouter?
     /// What this loop does with requests other members answer (its peer connections included); nil on a
@@ -130,6 +133,8 @@ final class NodeIOQueue: @unchecked Sendable {
         self.index = index
         self.queue = loop.queue
         self.processor = processor
+        memcacheInPlace =
+            processor.authorizer == nil && !processor.forwards ? MemcacheInPlace(commands: processor.commands) : nil
         self.probeInterval = probeInterval.map { .nanoseconds(Int64($0 * 1e9)) }
         self.router = router
         self.outputLimit = outputLimit

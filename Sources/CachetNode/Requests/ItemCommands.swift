@@ -387,11 +387,6 @@ extension NodeCommands {
         return result
     }
 
-    /// What reads items from memory without a native request (``MemoryItemReader``).
-    var memoryItemReader: MemoryItemReader {
-        MemoryItemReader(store: store, diskWorker: disk?.worker, counters: counters, casSource: casSource)
-    }
-
     /// Keeps an item read from the disk tier in memory with its fields (a CAS unique given when it has
     /// none), as ``promote(_:_:now:)`` does; returns the fields to answer with.
     func promoteItem(_ key: UnsafeRawBufferPointer, _ entry: CachetDiskEntry, now: UInt32) -> CachetItemFields {

@@ -110,6 +110,25 @@ struct NodeMemcacheTests {
         #expect(stat("get_misses", statsLines) == misses + 1)
     }
 
+    /// On a node without a disk tier, storage commands are done by the session itself when nothing before
+    /// them waits for a native reply; behind a command that does (a delete, an incr), they wait their turn.
+    @Test func writesDoneInPlaceKeepTheirOrderWithTheOthers() throws {
+        let (node, port) = try Self.node()
+        let client = try MemcacheTextClient(port: port)
+        try client.send(
+            "set k 0 0 3\r\nold\r\ndelete k\r\nset k 0 0 3\r\nnew\r\nget k\r\n"
+                + "set n 0 0 1\r\n1\r\nincr n 5\r\nappend n 0 0 1\r\n0\r\nadd n 0 0 1\r\nx\r\nget n\r\n"
+        )
+        #expect(
+            try client.lines(12) == [
+                "STORED", "DELETED", "STORED", "VALUE k 0 3", "new", "END",
+                "STORED", "6", "STORED", "NOT_STORED", "VALUE n 0 2", "60",
+            ]
+        )
+        #expect(try client.line() == "END")
+        #expect(try node.connect().roundTrip(.get(key: Array("n".utf8))).body == Array("60".utf8))
+    }
+
     @Test func largeValuesOfGetsReachTheSocketWholeAndInOrder() throws {
         let (node, port) = try Self.node()
         let client = try MemcacheTextClient(port: port)
