@@ -374,35 +374,36 @@ final class MemcacheSession: TranslatingSession {
         guard reads.inPlace.stores, contexts.isEmpty, native.readableBytes == 0,
             output.readableBytes + 256 <= reads.outputLimit
         else { return false }
-        let outcome = reads.inPlace.commands.writeItem(
-            key,
-            mode: mode,
-            flags: flags,
-            cas: cas,
-            data: data,
-            ttl: ttl,
-            now: now,
-            diskChecked: false
-        )
-        guard case .answered(let reply) = outcome else { return false }
-        let pending = Pending(reply: .stored, quiet: noreply)
-        switch reply {
-        case .refused(let status, let message):
-            var message = message
-            message.withUTF8 {
-                MemcacheReplies.append(
-                    pending,
-                    status: status,
-                    body: UnsafeRawBufferPointer($0),
-                    session: self,
-                    to: &output
-                )
+        var refusal: (CachetStatus, String)?
+        if mode == .set && flags == 0 {
+            // Neither flags nor a CAS unique to keep: stored as a native PUT is, without item fields (12 bytes
+            // an item fewer); a `gets` gives the item a CAS unique when one is asked for.
+            switch reads.inPlace.commands.put(key: key, value: data, ttl: ttl, now: now) {
+            case .stored: break
+            case .tooLarge(let message): refusal = (.tooLarge, message)
+            case .failed(let error): refusal = (.serverError, error.message)
+            case .waitingForDisk: refusal = (.serverError, "the disk queue is full")
             }
-        default:
+        } else {
+            let outcome = reads.inPlace.commands.writeItem(
+                key,
+                mode: mode,
+                flags: flags,
+                cas: cas,
+                data: data,
+                ttl: ttl,
+                now: now,
+                diskChecked: false
+            )
+            guard case .answered(let reply) = outcome else { return false }
+            if case .refused(let status, let message) = reply { refusal = (status, message) }
+        }
+        var message = refusal?.1 ?? ""
+        message.withUTF8 {
             MemcacheReplies.append(
-                pending,
-                status: .ok,
-                body: UnsafeRawBufferPointer(start: nil, count: 0),
+                Pending(reply: .stored, quiet: noreply),
+                status: refusal?.0 ?? .ok,
+                body: UnsafeRawBufferPointer($0),
                 session: self,
                 to: &output
             )

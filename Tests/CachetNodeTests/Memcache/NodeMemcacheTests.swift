@@ -129,6 +129,37 @@ struct NodeMemcacheTests {
         #expect(try node.connect().roundTrip(.get(key: Array("n".utf8))).body == Array("60".utf8))
     }
 
+    /// An item stored by `set` without flags keeps no item fields: it costs what a native PUT's entry costs
+    /// (a `gets` gives it a CAS unique when one is asked for); one with flags keeps them.
+    @Test func itemsSetWithoutFlagsCostWhatNativeEntriesCost() throws {
+        let (node, port) = try Self.node()
+        let native = try node.connect()
+        let client = try MemcacheTextClient(port: port)
+        // 120 bytes: the 12 bytes of flags and CAS take an entry of this size into the next size class.
+        let value = String(repeating: "v", count: 120)
+        func memory() throws -> Int { try #require(try node.stats()["memory_bytes"] as? Int) }
+        var before = try memory()
+        for index in 0..<500 {
+            #expect(try native.roundTrip(.put(key: Array("a\(index + 1000)".utf8), value: Array(value.utf8), ttl: 0)).status == .ok)
+        }
+        let nativeCost = try memory() - before
+        before = try memory()
+        for index in 0..<500 {
+            #expect(try client.exchange("set b\(index + 1000) 0 0 120\r\n\(value)\r\n") == ["STORED"])
+        }
+        #expect(try memory() - before == nativeCost, "500 items set without flags against 500 native entries")
+        before = try memory()
+        for index in 0..<500 {
+            #expect(try client.exchange("set c\(index + 1000) 7 0 120\r\n\(value)\r\n") == ["STORED"])
+        }
+        #expect(try memory() - before > nativeCost, "flags are kept")
+        // A gets of an item set without flags gives it a CAS unique, and cas works with it.
+        let gets = try client.retrieve("gets b1000\r\n")
+        let unique = try #require(gets.first?.split(separator: " ").last)
+        #expect(try client.exchange("cas b1000 0 0 1 \(unique)\r\nx\r\n") == ["STORED"])
+        #expect(try client.exchange("cas b1000 0 0 1 \(unique)\r\ny\r\n") == ["EXISTS"])
+    }
+
     @Test func largeValuesOfGetsReachTheSocketWholeAndInOrder() throws {
         let (node, port) = try Self.node()
         let client = try MemcacheTextClient(port: port)
