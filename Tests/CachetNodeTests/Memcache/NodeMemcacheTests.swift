@@ -140,7 +140,10 @@ struct NodeMemcacheTests {
         func memory() throws -> Int { try #require(try node.stats()["memory_bytes"] as? Int) }
         var before = try memory()
         for index in 0..<500 {
-            #expect(try native.roundTrip(.put(key: Array("a\(index + 1000)".utf8), value: Array(value.utf8), ttl: 0)).status == .ok)
+            #expect(
+                try native.roundTrip(.put(key: Array("a\(index + 1000)".utf8), value: Array(value.utf8), ttl: 0)).status
+                    == .ok
+            )
         }
         let nativeCost = try memory() - before
         before = try memory()
