@@ -148,6 +148,11 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// An empty input buffer up to this size is kept between requests (pipelined PUTs of a few KiB refill
     /// it at once); a larger one shrinks back once it has passed its frames.
     static let retainedInputSize = 64 * 1024
+    /// A memcached connection keeps an input up to this size: its sets carry their data blocks in it (a
+    /// native client's large PUT is received into its entry instead), and regrowing it for every set of
+    /// 1 MB cost a third of the port's rate. Charged to the budget; given back when memory runs short
+    /// (``ConnectionUpkeep``).
+    static let retainedTextInputSize = 2 << 20
     /// An empty output buffer up to this size is kept, so that pipelined replies of mid-sized values do
     /// not pay for a fresh allocation (and its page faults) each time; a larger one shrinks back once sent.
     static let retainedOutputSize = 256 * 1024
@@ -292,6 +297,12 @@ final class Connection: CachetChannel, @unchecked Sendable {
         self.forwards = nil
     }
 
+    /// Whether the connection waits for nothing: no request partly received, no reply unsent, reading.
+    var isIdle: Bool {
+        guard case .reading(frameLength: 0) = phase else { return false }
+        return input.readableBytes == 0 && output.readableBytes == 0
+    }
+
     /// Gives back buffer memory no longer needed (empty or nearly empty buffers grown past their retained
     /// size; down to the initial size while the budget is exhausted) and brings the budget's charge up to
     /// date. `tight` is evaluated only when there is something to trim.
@@ -307,7 +318,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     private func trimLargeBuffers(tight: Bool) {
-        let inputKept = tight ? Self.initialBufferSize : Self.retainedInputSize
+        let inputKept =
+            tight ? Self.initialBufferSize : memcache == nil ? Self.retainedInputSize : Self.retainedTextInputSize
         var frameLength = 0
         switch phase {
         case .reading(let length), .waitingForMemory(.input(let length)): frameLength = length

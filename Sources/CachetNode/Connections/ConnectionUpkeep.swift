@@ -75,6 +75,13 @@ final class ConnectionUpkeep: @unchecked Sendable {
         // Runs again after the interval while there is upkeep to do.
         defer { scheduleHousekeeping() }
         if watchStalls { evictStalledConnections() }
+        // Idle connections give back the buffers they keep for their next requests, so that what one kept
+        // does not hold back one that waits.
+        if waitingForMemory > 0 {
+            host.forEachConnection { connection in
+                if connection.isIdle { connection.trimBuffers(tight: true) }
+            }
+        }
         let releases = memory.releases
         let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
         if retry { seenReleases = releases }
