@@ -488,17 +488,20 @@ final class MemcacheSession: TranslatingSession {
                 let needed = MemcacheTextReply.valueLineCapacity(keyLength: key.count) + value.count + 7
                 guard value.count < Self.directValueThreshold, output.readableBytes + needed <= reads.outputLimit
                 else { return false }
+                // All of it written in the room reserved, with no call per piece.
                 output.reserveWritable(needed)
-                let written = MemcacheTextReply.writeValueLine(
+                let line = MemcacheTextReply.writeValueLine(
                     key: key,
                     flags: flags,
                     length: value.count,
                     cas: withCAS ? cas : nil,
                     to: output.writePointer
                 )
-                output.moveWriteIndex(forwardBy: written)
-                if value.count > 0 { output.append(value) }
-                output.append("\r\n" as StaticString)
+                let end = output.writePointer + line
+                if value.count > 0 { end.copyMemory(from: value.baseAddress!, byteCount: value.count) }
+                end.storeBytes(of: 13, toByteOffset: value.count, as: UInt8.self)
+                end.storeBytes(of: 10, toByteOffset: value.count + 1, as: UInt8.self)
+                output.moveWriteIndex(forwardBy: line + value.count + 2)
                 return true
             }
             if read == .elsewhere { break }
