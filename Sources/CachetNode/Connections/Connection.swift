@@ -266,6 +266,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     }
 
     /// What the buffers of the connection's session (memcached's or HTTP) have grown by.
+    @inline(__always)
     var sessionFootprint: Int {
         guard transformsOutput else { return 0 }
         return memcache?.bufferFootprint ?? http?.bufferFootprint ?? 0

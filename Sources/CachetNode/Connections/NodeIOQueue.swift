@@ -373,7 +373,7 @@ final class NodeIOQueue: @unchecked Sendable {
                 let sessionLimit = min(outputLimit, outputCapacityLimit, ConnectionMemory.fairAllowance)
                 enterSessionTurn(connection, outputLimit: sessionLimit, now: now, tally: &tally)
             }
-            var result = processor.process(
+            let result = processor.process(
                 input: &connection.input,
                 output: &connection.output,
                 outputLimit: outputLimit,
@@ -390,15 +390,12 @@ final class NodeIOQueue: @unchecked Sendable {
                 let end = leaveSessionTurn(connection, result)
                 if end == .moreCommands { continue }
                 if end == .closing { break }
-                // A memcached storage command whose data block is still arriving: the input grows towards its
-                // length, as towards a native frame's.
-                if case .needMoreBytes(0) = result, let partial = connection.memcache?.partialCommandLength, partial > 0
-                {
-                    result = .needMoreBytes(frameLength: partial)
-                }
             }
             switch result {
-            case .needMoreBytes(let frameLength):
+            case .needMoreBytes(var frameLength):
+                // A memcached storage command whose data block is still arriving: the input grows towards its
+                // length, as towards a native frame's.
+                if translated && frameLength == 0 { frameLength = connection.memcache?.partialCommandLength ?? 0 }
                 // Every request it had sent is answered (none is left half-sent): progress, for
                 // `evictStalledConnections`.
                 if frameLength == 0 { connection.requestsTaken &+= 1 }
