@@ -33,17 +33,7 @@ enum MemcacheReplies {
                 let flags = body.loadUnaligned(as: UInt32.self).bigEndian
                 let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
                 let data = UnsafeRawBufferPointer(rebasing: body[CachetItemWrite.itemReplyPrefixSize...])
-                text.reserveWritable(MemcacheTextReply.valueLineCapacity(keyLength: key.count) + data.count + 7)
-                let written = MemcacheTextReply.writeValueLine(
-                    key: key,
-                    flags: flags,
-                    length: data.count,
-                    cas: withCAS ? cas : nil,
-                    to: text.writePointer
-                )
-                text.moveWriteIndex(forwardBy: written)
-                if data.count > 0 { text.append(data) }
-                text.append("\r\n" as StaticString)
+                appendValue(key: key, flags: flags, cas: withCAS ? cas : nil, value: data, to: &text)
                 if last { text.append("END\r\n" as StaticString) }
                 return
             } else if status != .notFound {
@@ -122,6 +112,36 @@ enum MemcacheReplies {
     /// The line for a status that is an error of the command: memcached's `CLIENT_ERROR` for what the client
     /// did (not signed in, not allowed, a bad request), `SERVER_ERROR` for the rest, with the node's message
     /// on one line.
+    /// The room a VALUE line, its value, the line end and an `END` after it take.
+    static func valueRoom(keyLength: Int, valueLength: Int) -> Int {
+        MemcacheTextReply.valueLineCapacity(keyLength: keyLength) + valueLength + 7
+    }
+
+    /// Appends `VALUE key flags bytes [cas]`, the value and its line end, written in room reserved once (and
+    /// room for an `END` after it), with no call per piece.
+    @inline(__always)
+    static func appendValue(
+        key: UnsafeRawBufferPointer,
+        flags: UInt32,
+        cas: UInt64?,
+        value: UnsafeRawBufferPointer,
+        to text: inout CachetByteBuffer
+    ) {
+        text.reserveWritable(valueRoom(keyLength: key.count, valueLength: value.count))
+        let line = MemcacheTextReply.writeValueLine(
+            key: key,
+            flags: flags,
+            length: value.count,
+            cas: cas,
+            to: text.writePointer
+        )
+        let end = text.writePointer + line
+        if value.count > 0 { end.copyMemory(from: value.baseAddress!, byteCount: value.count) }
+        end.storeBytes(of: 13, toByteOffset: value.count, as: UInt8.self)
+        end.storeBytes(of: 10, toByteOffset: value.count + 1, as: UInt8.self)
+        text.moveWriteIndex(forwardBy: line + value.count + 2)
+    }
+
     static func errorLine(_ status: CachetStatus, _ body: UnsafeRawBufferPointer) -> [UInt8] {
         let message = String(decoding: body, as: UTF8.self).map { $0 == "\r" || $0 == "\n" ? " " : $0 }
         let said = String(message)

@@ -484,24 +484,11 @@ final class MemcacheSession: TranslatingSession {
                 value,
                 flags,
                 cas in
-                // The line, the value, its line end, and END after the last key.
-                let needed = MemcacheTextReply.valueLineCapacity(keyLength: key.count) + value.count + 7
-                guard value.count < Self.directValueThreshold, output.readableBytes + needed <= reads.outputLimit
+                guard value.count < Self.directValueThreshold,
+                    output.readableBytes + MemcacheReplies.valueRoom(keyLength: key.count, valueLength: value.count)
+                        <= reads.outputLimit
                 else { return false }
-                // All of it written in the room reserved, with no call per piece.
-                output.reserveWritable(needed)
-                let line = MemcacheTextReply.writeValueLine(
-                    key: key,
-                    flags: flags,
-                    length: value.count,
-                    cas: withCAS ? cas : nil,
-                    to: output.writePointer
-                )
-                let end = output.writePointer + line
-                if value.count > 0 { end.copyMemory(from: value.baseAddress!, byteCount: value.count) }
-                end.storeBytes(of: 13, toByteOffset: value.count, as: UInt8.self)
-                end.storeBytes(of: 10, toByteOffset: value.count + 1, as: UInt8.self)
-                output.moveWriteIndex(forwardBy: line + value.count + 2)
+                MemcacheReplies.appendValue(key: key, flags: flags, cas: withCAS ? cas : nil, value: value, to: &output)
                 return true
             }
             if read == .elsewhere { break }

@@ -44,6 +44,18 @@ struct ItemDiskWrite {
     let fields: CachetItemFields?
     let reply: ItemReply
     let id: UInt32
+
+    /// The same write with another reply or request id.
+    func replacing(reply: ItemReply? = nil, id: UInt32? = nil) -> ItemDiskWrite {
+        ItemDiskWrite(
+            key: key,
+            value: value,
+            expiry: expiry,
+            fields: fields,
+            reply: reply ?? self.reply,
+            id: id ?? self.id
+        )
+    }
 }
 
 /// An item write copied out of the connection's input, to be done again once the disk tier was read.

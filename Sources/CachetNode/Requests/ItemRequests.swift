@@ -120,16 +120,7 @@ struct ItemRequests {
                 )
             )
         case .waitingForDisk(let waiting):
-            return .itemPut(
-                ItemDiskWrite(
-                    key: waiting.key,
-                    value: waiting.value,
-                    expiry: waiting.expiry,
-                    fields: waiting.fields,
-                    reply: waiting.reply,
-                    id: id
-                )
-            )
+            return .itemPut(waiting.replacing(id: id))
         case .failed(let error):
             appendMessage(error.message, status: .serverError, opcode: .put, id: id, to: &output)
             return nil

@@ -141,16 +141,7 @@ extension ItemOutcome {
         case .answered(let reply):
             return .answered(transform(reply))
         case .waitingForDisk(let write):
-            return .waitingForDisk(
-                ItemDiskWrite(
-                    key: write.key,
-                    value: write.value,
-                    expiry: write.expiry,
-                    fields: write.fields,
-                    reply: transform(write.reply),
-                    id: write.id
-                )
-            )
+            return .waitingForDisk(write.replacing(reply: transform(write.reply)))
         case .readDiskFirst, .failed:
             return self
         }
