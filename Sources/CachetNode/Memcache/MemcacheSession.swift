@@ -140,7 +140,7 @@ final class MemcacheSession: TranslatingSession {
             }
             guard input.readableBytes > 0 else { break }
             let decoding = MemcacheTextDecoder.decode(input.readableRegion, maximumValueLength: maximumValueLength)
-            switch decoding {
+            switch consume decoding {
             case .needMore:
                 partialCommandLength = Self.announcedLength(input.readableRegion)
                 return made
@@ -227,14 +227,14 @@ final class MemcacheSession: TranslatingSession {
     }
 
     private func translate(
-        _ command: MemcacheTextCommand,
+        _ command: consuming MemcacheTextCommand,
         in buffer: UnsafeRawBufferPointer,
         now: UInt32,
         output: inout CachetByteBuffer,
         reads: MemoryReads?
     ) {
         func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: buffer[range]) }
-        switch command {
+        switch consume command {
         case .store(let verb, let key, let flags, let exptime, let data, let cas, let noreply):
             if requiresAuth && !authenticated && verb == .set {
                 return appendAuth(bytes(data), quiet: noreply)
