@@ -101,6 +101,12 @@ final class RequestRouter {
             if forwarded { hold.peerRequestArrived() }
             let minority = hold.isInMinority
             guard minority || hold.isHoldingAfterAbsence() else { return .here }
+            // A meta get that only reads (memcached's `mg` without `T` or `N`) travels as an item PUT, but it
+            // is a read: it misses, rather than dropping the copies a write would.
+            if Self.isItemRead(frame, key: key, in: buffer) {
+                if minority { RequestCounters.bump(counters.minorityMisses) }
+                return miss(header.id, opcode: .put, output: &output)
+            }
             if header.opcode == .get {
                 if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
                     return .pending(forward(frame, in: buffer, to: standIn, lastHop: true))
@@ -426,11 +432,25 @@ final class RequestRouter {
     }
 
     /// Answers a GET with a miss, counted as one.
-    private func miss(_ id: UInt32, output: inout CachetByteBuffer) -> RouteDecision {
+    private func miss(_ id: UInt32, opcode: CachetOpcode = .get, output: inout CachetByteBuffer) -> RouteDecision {
         RequestCounters.bump(counters.gets)
         RequestCounters.bump(counters.misses)
-        appendReply(opcode: .get, status: .notFound, id: id, to: &output)
+        appendReply(opcode: opcode, status: .notFound, id: id, to: &output)
         return .answered
+    }
+
+    /// Whether a frame is a PUT with the `item` flag whose mode only reads: a meta get that neither touches
+    /// nor vivifies (``CachetWire/CachetItemWrite/Mode/metaGet``).
+    static func isItemRead(_ frame: CachetFrame, key: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
+        let end = min(frame.body.upperBound, buffer.count)
+        guard frame.header.opcode == .put, frame.header.flags & CachetRequestFlags.item.rawValue != 0,
+            key.upperBound < end
+        else { return false }
+        let mode = buffer[key.upperBound]
+        guard mode & ~CachetItemWrite.newCASBit == CachetItemWrite.Mode.metaGet.rawValue else { return false }
+        let options = key.upperBound + CachetItemWrite.headerSize + (mode & CachetItemWrite.newCASBit == 0 ? 0 : 8)
+        // Exactly its 9 bytes of options: anything else is for the item write's decoder to refuse.
+        return options + 9 == end && buffer[options] == 0
     }
 
     /// The forward of a request to `target` (``ForwardRequest/passingOn(_:in:to:lastHop:)``), counted.

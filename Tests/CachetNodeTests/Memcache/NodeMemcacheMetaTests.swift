@@ -204,6 +204,45 @@ struct NodeMemcacheMetaTests {
         #expect(try first.exchange("mg \(key) v\r\n", lines: 2) == ["VA 2", "v2"])
     }
 
+    /// A meta get that only reads travels as an item write, but a member that holds its keys (here: it
+    /// reaches a minority) answers it as the read it is: a miss, not a refused write, and its copy stays for
+    /// when it serves again.
+    @Test func aMetaGetWhileTheOwnerHoldsIsAMissAndKeepsTheValue() throws {
+        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
+        let cluster = try NodeForwardingTests.Cluster()
+        for (index, id) in ["n1", "n2", "n3"].enumerated() {
+            _ = cluster.node(id).stop()
+            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
+        }
+        #expect(try cluster.waitUntilServing(within: 15) == nil)
+        let key = cluster.key(ownedBy: "n1")
+        let client = try MemcacheTextClient(port: ports[0])
+        #expect(try client.exchange("ms \(key) 2\r\nv1\r\n") == ["HD"])
+        // n1 alone: the others stopped, it reaches a minority and holds its keys.
+        _ = cluster.node("n3").stop(signal: SIGKILL)
+        #expect(freeze(cluster.node("n2").process.processIdentifier), "n2 stopped")
+        defer { kill(cluster.node("n2").process.processIdentifier, SIGCONT) }
+        let other = cluster.key(ownedBy: "n2")
+        _ = try client.exchange("mg \(other) v\r\n")  // a forward to the frozen member times out
+        var deadline = Date().addingTimeInterval(10)
+        while try cluster.stats("n1")["in_minority"] as? Bool != true && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        #expect(try cluster.stats("n1")["in_minority"] as? Bool == true)
+        #expect(try client.exchange("mg \(key) v\r\n") == ["EN"], "a miss, not SERVER_ERROR")
+        #expect(try client.exchange("mg \(key) v T30\r\n").first?.hasPrefix("SERVER_ERROR") == true, "a touch writes")
+        // Thawed: a majority again, and after its hold n1 serves the value it kept.
+        kill(cluster.node("n2").process.processIdentifier, SIGCONT)
+        deadline = Date().addingTimeInterval(15)
+        var read = try client.exchange("mg \(key) v\r\n")
+        while read == ["EN"] && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.1)
+            read = try client.exchange("mg \(key) v\r\n")
+        }
+        let value = read == ["VA 2"] ? try client.line() : ""
+        #expect(read == ["VA 2"] && value == "v1", "\(read)")
+    }
+
     @Test(arguments: [
         ("mg foo x\r\n", "CLIENT_ERROR invalid flag"),
         ("mg foo v v\r\n", "CLIENT_ERROR duplicate flag"),
