@@ -55,6 +55,9 @@ final class RequestRouter {
         let keyBytes = UnsafeRawBufferPointer(rebasing: buffer[key])
         let header = frame.header
         let forwarded = header.flags & CachetRequestFlags.forwarded.rawValue != 0
+        // A GET, or a meta get that only reads (memcached's `mg` without `T` or `N`, which travels as an item
+        // PUT): served, missed or sent on as a read, never recorded or refused as a write.
+        let reads = header.opcode == .get || Self.isItemRead(frame, key: key, in: buffer)
         // A request a holding member sent on, or an invalidation, is served here, never sent on.
         let lastHop =
             forwarded
@@ -101,18 +104,16 @@ final class RequestRouter {
             if forwarded { hold.peerRequestArrived() }
             let minority = hold.isInMinority
             guard minority || hold.isHoldingAfterAbsence() else { return .here }
-            // A meta get that only reads (memcached's `mg` without `T` or `N`) travels as an item PUT, but it
-            // is a read: it misses, rather than dropping the copies a write would.
-            if Self.isItemRead(frame, key: key, in: buffer) {
-                if minority { RequestCounters.bump(counters.minorityMisses) }
-                return miss(header.id, opcode: .put, output: &output)
-            }
-            if header.opcode == .get {
-                if !forwarded, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
+            // (A meta get that reads is not sent on to the stand-in as a GET is: it travels as an item write, which
+            // the stand-in would take for a hand-back's word. It misses here.)
+            if reads {
+                if header.opcode == .get, !forwarded,
+                    let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority)
+                {
                     return .pending(forward(frame, in: buffer, to: standIn, lastHop: true))
                 }
                 if minority { RequestCounters.bump(counters.minorityMisses) }
-                return miss(header.id, output: &output)
+                return miss(header.id, opcode: header.opcode, output: &output)
             }
             if header.flags & CachetRequestFlags.invalidation.rawValue != 0 { return .here }
             if !lastHop, let standIn = health.standIn(forOwnKey: keyBytes, upOnly: minority) {
@@ -189,7 +190,7 @@ final class RequestRouter {
         case .delivering(let returned):
             // The owner is back and this node still owes it invalidations: another node may hold a newer
             // value; the local copy is not served.
-            if header.opcode == .get { return miss(header.id, output: &output) }
+            if reads { return miss(header.id, opcode: header.opcode, output: &output) }
             if !forwarded { return .pending(forward(frame, in: buffer, to: returned)) }
             if let decision = disagreement(frame, in: buffer, key: keyBytes, routedTo: returned, output: &output) {
                 return decision
@@ -200,14 +201,14 @@ final class RequestRouter {
             // that already made its second hop is served here, recorded and delivered but not served later.
             // Such a GET misses: while this node holds, the others send the key's writes to `next`, so any
             // copy here may be older than one they took.
-            if lastHop && header.opcode == .get { return miss(header.id, output: &output) }
+            if lastHop && reads { return miss(header.id, opcode: header.opcode, output: &output) }
             guard lastHop else { return .pending(forward(frame, in: buffer, to: next, lastHop: forwarded)) }
             if let decision = disagreement(frame, in: buffer, key: keyBytes, routedTo: next, output: &output) {
                 return decision
             }
             servable = false
         case .unsettled:
-            if header.opcode == .get { return miss(header.id, output: &output) }
+            if reads { return miss(header.id, opcode: header.opcode, output: &output) }
             appendMessage(
                 "this node cannot tell yet whether the members that could take the key of \(owner.id) in its "
                     + "place are down or it is cut off itself; try again shortly",
@@ -219,7 +220,7 @@ final class RequestRouter {
             return .answered
         case .minority:
             RequestCounters.bump(counters.minorityMisses)
-            if header.opcode == .get { return miss(header.id, output: &output) }
+            if reads { return miss(header.id, opcode: header.opcode, output: &output) }
             appendMessage(
                 hold.unsafelyUnwrapped.minorityRefusal(ownKey: false),
                 status: .unavailable,
@@ -229,8 +230,9 @@ final class RequestRouter {
             )
             return .answered
         }
-        if header.opcode == .get {
-            return health.mayServeLocally(Array(keyBytes), ownerID: ownerID) ? .here : miss(header.id, output: &output)
+        if reads {
+            return health.mayServeLocally(Array(keyBytes), ownerID: ownerID)
+                ? .here : miss(header.id, opcode: header.opcode, output: &output)
         }
         if let refusal = health.recordWrite(
             Array(keyBytes),

@@ -120,6 +120,8 @@ extension CachetByteBuffer {
         } else {
             keepReadable(kept)
             append(translation.readableRegion)
+            // Copied: the translation is empty again, so that a session may give its room back.
+            translation.clear()
         }
     }
 }

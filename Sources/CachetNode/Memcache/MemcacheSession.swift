@@ -419,7 +419,7 @@ final class MemcacheSession: TranslatingSession {
         output: inout CachetByteBuffer
     ) -> Bool {
         guard reads.inPlace.stores, contexts.isEmpty, native.readableBytes == 0,
-            output.readableBytes + 256 <= reads.outputLimit
+            answeredFromMemory + storedInPlace < Self.inPlacePerTurn, output.readableBytes + 256 <= reads.outputLimit
         else { return false }
         var refusal: (CachetStatus, String)?
         if mode == .set && flags == 0 {
@@ -460,6 +460,11 @@ final class MemcacheSession: TranslatingSession {
         return true
     }
 
+    /// Keys and storage commands a turn answers in place at most: past them, the native path takes the rest,
+    /// and its turns yield to the other connections (a pipeline of `set ... noreply`, which writes nothing,
+    /// would otherwise be done whole in one turn).
+    static let inPlacePerTurn = 64
+
     /// Keys of `get`s answered from memory this turn (for the turn's latency tally).
     @exclusivity(unchecked) private var answeredFromMemory = 0
 
@@ -479,6 +484,11 @@ final class MemcacheSession: TranslatingSession {
     ) -> Int {
         var answered = 0
         for range in keys {
+            // Within the turn's share (the rest take the native path, whose turns yield to other
+            // connections), and with room for a miss's END.
+            guard answeredFromMemory + answered + storedInPlace < Self.inPlacePerTurn,
+                output.readableBytes + 64 <= reads.outputLimit
+            else { break }
             let key = UnsafeRawBufferPointer(rebasing: buffer[range])
             let read = reads.inPlace.reader.read(key, now: now, givingCAS: withCAS) {
                 value,

@@ -110,18 +110,17 @@ extension NodeCommands {
             return .answered(.refused(.tooLarge, Self.itemTooLong(data.count, limit: limit)))
         }
         var mode = mode
-        if mode == .compareAndSwap || mode == .compareAndSwapOrStale {
-            // A compare-and-swap that fails is not a write: it leaves the key's lease and staleness as they
-            // were (memcached's winner keeps its win). One that matches ends them first, as any write does.
+        if mode != .set && mode != .touch && mode != .getAndTouch {
+            // A conditional write that is refused is not a write: it leaves the key's lease and staleness as
+            // they were (memcached's recache winner keeps its win whatever others try). Judged on the item as
+            // it is now; one that goes ahead ends them first, as any write does, and is judged again in step.
             let current =
                 store.withItem(forKey: key, now: now) { _, _, fields in fields?.cas ?? 0 }
                 ?? diskEntry.flatMap { CachetClock.isExpired($0.expiry, now: now) ? nil : $0.fields?.cas ?? 0 }
-            guard let current else { return .answered(.refused(.notFound, "cas: the key holds no value")) }
-            if current == cas {
-                mode = .compareAndSwap
-            } else if mode == .compareAndSwap || cas > current {
-                return .answered(.refused(.exists, "cas: the item changed since its CAS unique was read"))
+            if let refusal = Self.refusal(mode: mode, cas: cas, data: data, currentCAS: current) {
+                return .answered(refusal)
             }
+            if mode == .compareAndSwapOrStale && current == cas { mode = .compareAndSwap }
         }
         // A write of the value ends the key's lease and its staleness; a touch changes neither, nor does a
         // write of an older version (compareAndSwapOrStale), which leaves the item stale.
@@ -235,6 +234,48 @@ extension NodeCommands {
         "an item of \(length) bytes is longer than --large-value \(limit): items are held in memory"
     }
 
+    /// The refusal a conditional write gets from the item as it is (`currentCAS`: its CAS unique, 0 for an
+    /// item without one; nil: no item), before anything changes; nil when it may go ahead. The same refusals,
+    /// in the same words, as ``decide(mode:flags:cas:data:expiry:current:limit:nextCAS:)`` makes.
+    static func refusal(mode: CachetItemWrite.Mode, cas: UInt64, data: UnsafeRawBufferPointer, currentCAS: UInt64?)
+        -> ItemReply?
+    {
+        let matches = cas == 0 || currentCAS == cas
+        switch mode {
+        case .add:
+            return currentCAS == nil ? nil : .refused(.notStored, "add: the key holds a value")
+        case .replace:
+            return currentCAS != nil ? nil : .refused(.notStored, "replace: the key holds no value")
+        case .append, .prepend:
+            guard currentCAS != nil else {
+                return .refused(.notStored, "\(mode == .append ? "append" : "prepend"): the key holds no value")
+            }
+            return matches ? nil : .refused(.exists, "append: the item changed since its CAS unique was read")
+        case .appendOrCreate, .prependOrCreate:
+            return currentCAS == nil || matches
+                ? nil : .refused(.exists, "append: the item changed since its CAS unique was read")
+        case .compareAndSwap:
+            guard currentCAS != nil else { return .refused(.notFound, "cas: the key holds no value") }
+            return currentCAS == cas ? nil : .refused(.exists, "cas: the item changed since its CAS unique was read")
+        case .compareAndSwapOrStale:
+            guard let currentCAS else { return .refused(.notFound, "cas: the key holds no value") }
+            return cas <= currentCAS ? nil : .refused(.exists, "cas: the item changed since its CAS unique was read")
+        case .increment, .decrement:
+            guard currentCAS != nil else {
+                return data.count == 16 ? nil : .refused(.notFound, "incr/decr: the key holds no value")
+            }
+            return matches ? nil : .refused(.exists, "incr/decr: the item changed since its CAS unique was read")
+        case .delete:
+            guard currentCAS != nil else { return .refused(.notFound, "delete: the key holds no value") }
+            return matches ? nil : .refused(.exists, "delete: the item changed since its CAS unique was read")
+        case .invalidate:
+            guard currentCAS != nil else { return .refused(.notFound, "invalidate: the key holds no value") }
+            return matches ? nil : .refused(.exists, "invalidate: the item changed since its CAS unique was read")
+        case .set, .touch, .getAndTouch, .metaGet:
+            return nil
+        }
+    }
+
     /// What an item write does with the key's current entry (nil: none), and its reply.
     static func decide(
         mode: CachetItemWrite.Mode,
@@ -296,8 +337,11 @@ extension NodeCommands {
             guard cas < currentCAS else {
                 return (.keep, .refused(.exists, "cas: the item changed since its CAS unique was read"))
             }
-            // A version older than the item's: stored, but stale, and no longer-lived than the item it replaces.
-            let outcome = store(Array(data), expiry: current.expiry, flags: flags)
+            // A version older than the item's: stored, but stale, and no longer-lived than the item it replaces
+            // (nor than it asks: the earlier of the two expiries, 0 being never).
+            let earlier =
+                current.expiry == 0 ? expiry : expiry == 0 ? current.expiry : min(expiry, current.expiry)
+            let outcome = store(Array(data), expiry: earlier, flags: flags)
             guard case .stored(let unique) = outcome.1 else { return outcome }
             return (outcome.0, .storedStale(cas: unique))
         case .invalidate:

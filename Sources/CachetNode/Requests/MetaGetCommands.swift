@@ -103,8 +103,15 @@ extension NodeCommands {
         let ttl = Self.ttlLeft(Self.expiry(ttl: options.vivifyTTL, now: now), now: now)
         // The lease first: a caller that finds the empty item then finds it held.
         let grant = leases.acquire(key, seconds: options.vivifyTTL == 0 ? nil : options.vivifyTTL)
-        if grant == .held {
+        switch grant {
+        case .held:
             return .answered(.metaItem(flags: 0, cas: 0, ttl: ttl, state: .held, value: []))
+        case .none:
+            // Too many leases outstanding: no empty item either (others would read it as a value); this
+            // caller loads by itself.
+            return .answered(.metaItem(flags: 0, cas: 0, ttl: ttl, state: .won, value: []))
+        case .granted:
+            break
         }
         let stub = writeItem(
             key,
@@ -118,13 +125,17 @@ extension NodeCommands {
             keepingLease: true,
             newCAS: newCAS
         )
+        if case .answered(.refused(.notStored, _)) = stub {
+            // A value stored since the miss: the lease is given up, and the read answered with that value.
+            leases.invalidate(key)
+            var reading = options
+            reading.vivify = false
+            reading.touch = false
+            return metaGet(key, options: reading, ttl: 0, now: now, diskEntry: nil)
+        }
         return stub.mapReply { reply in
-            switch reply {
-            case .stored(let cas): return .metaItem(flags: 0, cas: cas, ttl: ttl, state: .won, value: [])
-            // A value stored meanwhile (add refused): the caller still holds the lease it was granted.
-            case .refused(.notStored, _): return .metaItem(flags: 0, cas: 0, ttl: ttl, state: .won, value: [])
-            default: return reply
-            }
+            guard case .stored(let cas) = reply else { return reply }
+            return .metaItem(flags: 0, cas: cas, ttl: ttl, state: .won, value: [])
         }
     }
 

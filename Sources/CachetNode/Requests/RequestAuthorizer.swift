@@ -55,8 +55,10 @@ struct RequestAuthorizer {
             case .watch: key = try CachetWatchRequest.prefixRange(in: buffer, body: frame.body)
             default: key = nil
             }
+            // A meta get that only reads travels as an item PUT; a user who may read may send it.
+            let readsOnly = key.map { RequestRouter.isItemRead(frame, key: $0, in: buffer) } ?? false
             let refusal = principal.refusal(
-                opcode: header.opcode,
+                opcode: readsOnly ? .get : header.opcode,
                 flags: header.flags,
                 key: key.map { UnsafeRawBufferPointer(rebasing: buffer[$0]) }
             )

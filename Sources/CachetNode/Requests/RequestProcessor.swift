@@ -247,7 +247,10 @@ struct RequestProcessor {
                 let leased = header.flags & CachetRequestFlags.lease.rawValue != 0
                 let (put, token) = try CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased)
                 if forwards {
-                    cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[put.key]))
+                    // (A meta get that only reads is no write of its key.)
+                    if !RequestRouter.isItemRead(frame, key: put.key, in: buffer) {
+                        cluster.unsafelyUnwrapped.warmUp?.noteWrite(UnsafeRawBufferPointer(rebasing: buffer[put.key]))
+                    }
                     switch cluster.unsafelyUnwrapped.route(frame, key: put.key, in: buffer, output: &output) {
                     case .here: break
                     case .answered: return nil

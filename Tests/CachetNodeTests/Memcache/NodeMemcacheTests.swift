@@ -412,6 +412,9 @@ struct NodeMemcacheTests {
         #expect(try reader.exchange("set auth 0 0 31\r\nreader reader-secret-0123456789\r\n") == ["STORED"])
         #expect(try reader.retrieve("get shop:a\r\n") == ["VALUE shop:a 0 1", "1", "END"])
         #expect(try reader.exchange("set shop:a 0 0 1\r\n2\r\n").first?.hasPrefix("CLIENT_ERROR forbidden") == true)
+        // A meta get that only reads is a read for a reader too; one that touches writes.
+        #expect(try reader.exchange("mg shop:a v\r\n", lines: 2) == ["VA 1", "1"])
+        #expect(try reader.exchange("mg shop:a v T30\r\n").first?.hasPrefix("CLIENT_ERROR forbidden") == true)
     }
 
     @Test func itemsWrittenThroughTheMemcachedPortSurviveARestart() throws {
