@@ -344,15 +344,16 @@ struct NodeCommands {
 
     /// Stores a PUT received in place.
     func commitDirectPut(_ put: DirectPut, now: UInt32) {
+        guard let pending = put.pending else { return }
         RequestCounters.bump(counters.puts)
         watches.publish(
             .put,
-            key: put.pending.key,
-            value: UnsafeRawBufferPointer(put.pending.value),
+            key: pending.key,
+            value: UnsafeRawBufferPointer(pending.value),
             ttl: put.ttl,
             view: watchView
         )
-        store.commit(put.pending, now: now)
+        store.commit(pending, now: now)
     }
 
     /// The absolute expiry for a TTL: 0 stays 0 (never), otherwise now + ttl, saturating.

@@ -612,7 +612,8 @@ struct RequestProcessor {
 
     /// Starts receiving a partial PUT frame's value straight into a new entry (``DirectPut``), when the
     /// frame is a valid PUT whose header and key have arrived, the node has no disk tier (which copies every
-    /// write), and the entry fits the memory limit. Anything else (including every error) returns nil and
+    /// write), and the entry fits the memory limit; or, for a value longer than `--large-value` there, into
+    /// a scratch buffer that throws it away (answered TOO_LARGE once its last byte has arrived). Anything else (including every error) returns nil and
     /// takes the normal path once the whole frame is buffered, so replies and their order do not change.
     func startDirectPut(
         in buffer: UnsafeRawBufferPointer,
@@ -632,8 +633,20 @@ struct RequestProcessor {
             (try? CachetFrameDecoder.validateRequestHeader(header)) != nil,
             let put = try? CachetBodyDecoder.decodePut(in: buffer, body: bodyStart..<(start + payloadLength)),
             put.key.upperBound <= buffer.count,
-            connectionMemory.allows(put.value.count),
-            cluster?.router.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[put.key])) == nil,
+            cluster?.router.foreignOwner(of: UnsafeRawBufferPointer(rebasing: buffer[put.key])) == nil
+        else { return nil }
+        let buffered = UnsafeRawBufferPointer(rebasing: buffer[put.value.lowerBound..<buffer.count])
+        if put.value.count > commands.largeValueThreshold {
+            // Refused now, its bytes thrown away as they arrive: never gathered whole in the input.
+            return DirectPut(
+                refusing: put.value.count,
+                because: commands.tooLargeWithoutDisk(put.value.count),
+                id: header.id,
+                received: buffered.count,
+                budget: connectionMemory
+            )
+        }
+        guard connectionMemory.allows(put.value.count),
             let pending = commands.reserveDirectPut(
                 UnsafeRawBufferPointer(rebasing: buffer[put.key]),
                 valueLength: put.value.count,
@@ -641,7 +654,6 @@ struct RequestProcessor {
                 now: now
             )
         else { return nil }
-        let buffered = UnsafeRawBufferPointer(rebasing: buffer[put.value.lowerBound..<buffer.count])
         if buffered.count > 0 {
             pending.value.baseAddress!.copyMemory(from: buffered.baseAddress!, byteCount: buffered.count)
         }
@@ -656,6 +668,10 @@ struct RequestProcessor {
 
     /// Stores a PUT received in place and answers it.
     func completeDirectPut(_ put: DirectPut, output: inout CachetByteBuffer, now: UInt32) {
+        if let refusal = put.refusal {
+            appendMessage(refusal, status: .tooLarge, opcode: .put, id: put.id, to: &output)
+            return
+        }
         commands.commitDirectPut(put, now: now)
         appendReply(opcode: .put, status: .ok, id: put.id, to: &output)
     }

@@ -115,6 +115,18 @@ struct NodeLargeValueTests {
             #expect(refused.bodyText.contains("--large-value 300000"), "\(refused.bodyText)")
             #expect(refused.bodyText.contains("disk tier"), "\(refused.bodyText)")
             #expect(try client.roundTrip(.get(key: key)).body == exact, "the older value stays")
+            // A much longer one is not gathered in the input either: its bytes are thrown away as they arrive.
+            let huge = CachetCommand.put(key: key, value: pattern(4 << 20, seed: 9), ttl: 0).encoded(id: 3)
+            try client.send(Array(huge[..<(2 << 20)]))
+            usleep(100_000)
+            let held = try TestSocket(port: port).roundTrip(.stats).bodyText
+            let charged = held.split(separator: ",").first { $0.contains("\"connection_memory_bytes\"") }
+            let bytes = charged.flatMap { Int($0.split(separator: ":").last ?? "") } ?? .max
+            #expect(bytes < 1 << 20, "half of a 4 MiB PUT holds \(bytes) bytes of the budget")
+            try client.send(Array(huge[(2 << 20)...]))
+            let refusedHuge = try client.readResponse()
+            #expect(refusedHuge.status == .tooLarge && refusedHuge.id == 3, "\(refusedHuge.bodyText)")
+            #expect(try client.roundTrip(.get(key: key)).body == exact, "the older value stays, the framing holds")
             // An item write, and an item append that would make the value longer.
             let item = try NodeItemTests.write(.set, "video", pattern(threshold + 1, seed: 7), on: client)
             #expect(item.status == .tooLarge && item.bodyText.contains("--large-value"), "\(item.bodyText)")
