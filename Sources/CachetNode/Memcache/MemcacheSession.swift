@@ -402,9 +402,8 @@ final class MemcacheSession: TranslatingSession {
     /// Storage commands done in place this turn (for the turn's latency tally).
     @exclusivity(unchecked) private var storedInPlace = 0
 
-    /// Does a storage command at once, without a native request, and writes its reply line, when nothing
-    /// before it waits for a native reply and the node has no disk tier (so the write never waits): the data
-    /// block goes from the input to its entry, with no copy into a native request between.
+    /// Does a storage command at once, without a native request, when nothing before it waits for a native
+    /// reply, within the turn's share (``MemcacheInPlace/store(_:key:flags:cas:data:ttl:noreply:now:session:output:)``).
     /// - Returns: false, doing nothing, when the command is to take the native path.
     private func storeInPlace(
         _ mode: CachetItemWrite.Mode,
@@ -418,43 +417,21 @@ final class MemcacheSession: TranslatingSession {
         reads: MemoryReads,
         output: inout CachetByteBuffer
     ) -> Bool {
-        guard reads.inPlace.stores, contexts.isEmpty, native.readableBytes == 0,
-            answeredFromMemory + storedInPlace < Self.inPlacePerTurn, output.readableBytes + 256 <= reads.outputLimit
-        else { return false }
-        var refusal: (CachetStatus, String)?
-        if mode == .set && flags == 0 {
-            // Neither flags nor a CAS unique to keep: stored as a native PUT is, without item fields (12 bytes
-            // an item fewer); a `gets` gives the item a CAS unique when one is asked for.
-            switch reads.inPlace.commands.put(key: key, value: data, ttl: ttl, now: now) {
-            case .stored: break
-            case .tooLarge(let message): refusal = (.tooLarge, message)
-            case .failed(let error): refusal = (.serverError, error.message)
-            case .waitingForDisk: refusal = (.serverError, "the disk queue is full")
-            }
-        } else {
-            let outcome = reads.inPlace.commands.writeItem(
-                key,
-                mode: mode,
+        guard contexts.isEmpty, native.readableBytes == 0, answeredFromMemory + storedInPlace < Self.inPlacePerTurn,
+            output.readableBytes + 256 <= reads.outputLimit,
+            reads.inPlace.store(
+                mode,
+                key: key,
                 flags: flags,
                 cas: cas,
                 data: data,
                 ttl: ttl,
+                noreply: noreply,
                 now: now,
-                diskChecked: false
-            )
-            guard case .answered(let reply) = outcome else { return false }
-            if case .refused(let status, let message) = reply { refusal = (status, message) }
-        }
-        var message = refusal?.1 ?? ""
-        message.withUTF8 {
-            MemcacheReplies.append(
-                Pending(reply: .stored, quiet: noreply),
-                status: refusal?.0 ?? .ok,
-                body: UnsafeRawBufferPointer($0),
                 session: self,
-                to: &output
+                output: &output
             )
-        }
+        else { return false }
         storedInPlace &+= 1
         textPending = output.readableBytes
         return true
@@ -468,11 +445,8 @@ final class MemcacheSession: TranslatingSession {
     /// Keys of `get`s answered from memory this turn (for the turn's latency tally).
     @exclusivity(unchecked) private var answeredFromMemory = 0
 
-    /// Answers the keys of a `get` or `gets` that memory holds (or that nothing holds) straight into
-    /// `output` as VALUE lines, in order, until one needs a native GET: one the disk tier may hold, a value
-    /// of ``directValueThreshold`` or more (sent from its entry by the native path), or a reply with no room
-    /// under `reads.outputLimit`. Counted as native GETs are. One copy of the value, where the native path
-    /// makes two (callgrind's GET of 16 KiB: 19,959 instructions against 38,196).
+    /// Answers the keys of a `get` or `gets` that memory holds, within the turn's share
+    /// (``MemcacheInPlace/answer(_:withCAS:in:now:allowance:outputLimit:output:)``).
     /// - Returns: how many keys, from the first, were answered.
     private func answerFromMemory(
         _ keys: MemcacheKeyList,
@@ -482,28 +456,15 @@ final class MemcacheSession: TranslatingSession {
         reads: MemoryReads,
         output: inout CachetByteBuffer
     ) -> Int {
-        var answered = 0
-        for range in keys {
-            // Within the turn's share (the rest take the native path, whose turns yield to other
-            // connections), and with room for a miss's END.
-            guard answeredFromMemory + answered + storedInPlace < Self.inPlacePerTurn,
-                output.readableBytes + 64 <= reads.outputLimit
-            else { break }
-            let key = UnsafeRawBufferPointer(rebasing: buffer[range])
-            let read = reads.inPlace.reader.read(key, now: now, givingCAS: withCAS) {
-                value,
-                flags,
-                cas in
-                guard value.count < Self.directValueThreshold,
-                    output.readableBytes + MemcacheReplies.valueRoom(keyLength: key.count, valueLength: value.count)
-                        <= reads.outputLimit
-                else { return false }
-                MemcacheReplies.appendValue(key: key, flags: flags, cas: withCAS ? cas : nil, value: value, to: &output)
-                return true
-            }
-            if read == .elsewhere { break }
-            answered += 1
-        }
+        let answered = reads.inPlace.answer(
+            keys,
+            withCAS: withCAS,
+            in: buffer,
+            now: now,
+            allowance: Self.inPlacePerTurn - answeredFromMemory - storedInPlace,
+            outputLimit: reads.outputLimit,
+            output: &output
+        )
         answeredFromMemory &+= answered
         textPending = output.readableBytes
         return answered
