@@ -19,26 +19,31 @@ public struct CachetSingleflight<Key: Hashable & Sendable, Waiter: Sendable>: Se
     public let maximumFlights: Int
     /// The most waiters on one flight.
     public let maximumWaiters: Int
-    var current: [Key: UInt64] = [:]
-    var flights: [UInt64: (key: Key, waiters: [Waiter])] = [:]
-    var nextFlight: UInt64 = 1
+    // Inlinable, so that the node's use of it is specialized for its key and waiter types: unspecialized,
+    // every call asked the runtime for the metadata of its dictionaries (BENCHMARKS.md, "Forwarded requests").
+    @usableFromInline var current: [Key: UInt64] = [:]
+    @usableFromInline var flights: [UInt64: (key: Key, waiters: [Waiter])] = [:]
+    @usableFromInline var nextFlight: UInt64 = 1
 
     /// Creates an empty table.
     /// - Parameters:
     ///   - maximumFlights: the most flights at once (at least 1).
     ///   - maximumWaiters: the most waiters per flight (at least 1).
+    @inlinable
     public init(maximumFlights: Int = 4096, maximumWaiters: Int = 1024) {
         self.maximumFlights = max(1, maximumFlights)
         self.maximumWaiters = max(1, maximumWaiters)
     }
 
     /// Flights in the air.
+    @inlinable
     public var flightCount: Int { flights.count }
 
     /// The flight that a GET of `key` would join now, if any.
     /// - Parameter key: the key.
     /// - Returns: the flight, or nil when none is in the air for it (or it was detached).
     /// - Complexity: O(1) on average.
+    @inlinable
     public func flight(for key: Key) -> UInt64? { current[key] }
 
     /// Adds a waiter for `key`.
@@ -47,6 +52,7 @@ public struct CachetSingleflight<Key: Hashable & Sendable, Waiter: Sendable>: Se
     ///   - waiter: who to answer.
     /// - Returns: whether to send, wait, or go alone.
     /// - Complexity: O(1) on average.
+    @inlinable
     public mutating func join(_ key: Key, waiter: Waiter) -> Join {
         if let flight = current[key] {
             guard flights[flight]!.waiters.count < maximumWaiters else { return .full }
@@ -65,6 +71,7 @@ public struct CachetSingleflight<Key: Hashable & Sendable, Waiter: Sendable>: Se
     /// - Parameter flight: the flight.
     /// - Returns: the waiters; empty for a flight already completed.
     /// - Complexity: O(w) in the waiters.
+    @inlinable
     public mutating func complete(_ flight: UInt64) -> [Waiter] {
         guard let entry = flights.removeValue(forKey: flight) else { return [] }
         if current[entry.key] == flight { current[entry.key] = nil }
@@ -74,6 +81,7 @@ public struct CachetSingleflight<Key: Hashable & Sendable, Waiter: Sendable>: Se
     /// A write of `key` passed: later GETs start a new flight; the flight in the air keeps its waiters.
     /// - Parameter key: the key written.
     /// - Complexity: O(1) on average.
+    @inlinable
     public mutating func detach(_ key: Key) {
         current[key] = nil
     }
