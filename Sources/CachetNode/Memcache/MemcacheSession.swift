@@ -252,8 +252,10 @@ final class MemcacheSession: TranslatingSession {
             case .prepend: mode = .prepend
             case .cas: mode = .compareAndSwap
             }
-            if let reads,
-                storeInPlace(
+            // Nothing before it waits for a native reply: done here, its line written (MemcacheInPlace).
+            if let reads, contexts.isEmpty, native.readableBytes == 0, inPlaceAllowance > 0,
+                output.readableBytes + 256 <= reads.outputLimit,
+                reads.inPlace.store(
                     mode,
                     key: bytes(key),
                     flags: flags,
@@ -262,10 +264,12 @@ final class MemcacheSession: TranslatingSession {
                     ttl: ttl,
                     noreply: noreply,
                     now: now,
-                    reads: reads,
+                    session: self,
                     output: &output
                 )
             {
+                storedInPlace &+= 1
+                textPending = output.readableBytes
                 return
             }
             appendItemWrite(mode, key: bytes(key), flags: flags, cas: cas ?? 0, data: bytes(data), ttl: ttl)
@@ -275,7 +279,17 @@ final class MemcacheSession: TranslatingSession {
             if touch == nil, let reads, contexts.isEmpty, native.readableBytes == 0 {
                 // Nothing before it waits for a native reply: the keys memory holds are answered here, in
                 // order, up to the first one that needs a native GET.
-                answered = answerFromMemory(keys, withCAS: withCAS, in: buffer, now: now, reads: reads, output: &output)
+                answered = reads.inPlace.answer(
+                    keys,
+                    withCAS: withCAS,
+                    in: buffer,
+                    now: now,
+                    allowance: inPlaceAllowance,
+                    outputLimit: reads.outputLimit,
+                    output: &output
+                )
+                answeredFromMemory &+= answered
+                textPending = output.readableBytes
                 if answered == keys.count {
                     output.append("END\r\n" as StaticString)
                     textPending = output.readableBytes
@@ -392,8 +406,8 @@ final class MemcacheSession: TranslatingSession {
         return lineLength + length + 2
     }
 
-    /// What a turn may answer from memory itself (``answerFromMemory(_:withCAS:in:now:reads:output:)``): the
-    /// loop's reader of memory, and the most the output may hold.
+    /// What a turn may answer in place (``MemcacheInPlace``): the loop's answers, and the most the output may
+    /// hold.
     struct MemoryReads {
         let inPlace: MemcacheInPlace
         let outputLimit: Int
@@ -401,41 +415,6 @@ final class MemcacheSession: TranslatingSession {
 
     /// Storage commands done in place this turn (for the turn's latency tally).
     @exclusivity(unchecked) private var storedInPlace = 0
-
-    /// Does a storage command at once, without a native request, when nothing before it waits for a native
-    /// reply, within the turn's share (``MemcacheInPlace/store(_:key:flags:cas:data:ttl:noreply:now:session:output:)``).
-    /// - Returns: false, doing nothing, when the command is to take the native path.
-    private func storeInPlace(
-        _ mode: CachetItemWrite.Mode,
-        key: UnsafeRawBufferPointer,
-        flags: UInt32,
-        cas: UInt64,
-        data: UnsafeRawBufferPointer,
-        ttl: UInt32,
-        noreply: Bool,
-        now: UInt32,
-        reads: MemoryReads,
-        output: inout CachetByteBuffer
-    ) -> Bool {
-        guard contexts.isEmpty, native.readableBytes == 0, answeredFromMemory + storedInPlace < Self.inPlacePerTurn,
-            output.readableBytes + 256 <= reads.outputLimit,
-            reads.inPlace.store(
-                mode,
-                key: key,
-                flags: flags,
-                cas: cas,
-                data: data,
-                ttl: ttl,
-                noreply: noreply,
-                now: now,
-                session: self,
-                output: &output
-            )
-        else { return false }
-        storedInPlace &+= 1
-        textPending = output.readableBytes
-        return true
-    }
 
     /// Keys and storage commands a turn answers in place at most: past them, the native path takes the rest,
     /// and its turns yield to the other connections (a pipeline of `set ... noreply`, which writes nothing,
@@ -445,30 +424,8 @@ final class MemcacheSession: TranslatingSession {
     /// Keys of `get`s answered from memory this turn (for the turn's latency tally).
     @exclusivity(unchecked) private var answeredFromMemory = 0
 
-    /// Answers the keys of a `get` or `gets` that memory holds, within the turn's share
-    /// (``MemcacheInPlace/answer(_:withCAS:in:now:allowance:outputLimit:output:)``).
-    /// - Returns: how many keys, from the first, were answered.
-    private func answerFromMemory(
-        _ keys: MemcacheKeyList,
-        withCAS: Bool,
-        in buffer: UnsafeRawBufferPointer,
-        now: UInt32,
-        reads: MemoryReads,
-        output: inout CachetByteBuffer
-    ) -> Int {
-        let answered = reads.inPlace.answer(
-            keys,
-            withCAS: withCAS,
-            in: buffer,
-            now: now,
-            allowance: Self.inPlacePerTurn - answeredFromMemory - storedInPlace,
-            outputLimit: reads.outputLimit,
-            output: &output
-        )
-        answeredFromMemory &+= answered
-        textPending = output.readableBytes
-        return answered
-    }
+    /// Keys and storage commands the turn may still answer in place.
+    private var inPlaceAllowance: Int { Self.inPlacePerTurn - answeredFromMemory - storedInPlace }
 
     /// memcached's expiry as a TTL: 0 never; up to 30 days, seconds from now; beyond, a Unix time. Nil when it
     /// is already past (negative, or a Unix time not in the future).

@@ -120,7 +120,7 @@ extension NodeCommands {
             if let refusal = Self.refusal(mode: mode, cas: cas, data: data, currentCAS: current) {
                 return .answered(refusal)
             }
-            if mode == .compareAndSwapOrStale && current == cas { mode = .compareAndSwap }
+            if mode == .compareAndSwapOrStale && cas != 0 && current == cas { mode = .compareAndSwap }
         }
         // A write of the value ends the key's lease and its staleness; a touch changes neither, nor does a
         // write of an older version (compareAndSwapOrStale), which leaves the item stale.
@@ -255,8 +255,10 @@ extension NodeCommands {
             return currentCAS == nil || matches
                 ? nil : .refused(.exists, "append: the item changed since its CAS unique was read")
         case .compareAndSwap:
-            guard currentCAS != nil else { return .refused(.notFound, "cas: the key holds no value") }
-            return currentCAS == cas ? nil : .refused(.exists, "cas: the item changed since its CAS unique was read")
+            guard let currentCAS else { return .refused(.notFound, "cas: the key holds no value") }
+            // (0 is no CAS unique: an item without one matches none.)
+            return currentCAS != 0 && currentCAS == cas
+                ? nil : .refused(.exists, "cas: the item changed since its CAS unique was read")
         case .compareAndSwapOrStale:
             guard let currentCAS else { return .refused(.notFound, "cas: the key holds no value") }
             return cas <= currentCAS ? nil : .refused(.exists, "cas: the item changed since its CAS unique was read")
@@ -302,14 +304,17 @@ extension NodeCommands {
             guard case .stored(let unique) = outcome.1 else { return outcome }
             return (outcome.0, .storedLength(cas: unique, length: length))
         }
+        // Every refusal that depends on whether the item is there and on its CAS unique: the same judgement the
+        // write got before its lease was touched (``refusal(mode:cas:data:currentCAS:)``).
+        if let refusal = refusal(mode: mode, cas: cas, data: data, currentCAS: current.map { $0.fields?.cas ?? 0 }) {
+            return (.keep, refusal)
+        }
+        /// The reply of a mode that needs an item, on a miss (what the judgement above gives it).
+        func absent() -> (CachetItemUpdate, ItemReply) {
+            (.keep, refusal(mode: mode, cas: cas, data: data, currentCAS: nil) ?? .refused(.notFound, "no value"))
+        }
         switch mode {
-        case .set:
-            return store(Array(data), expiry: expiry, flags: flags)
-        case .add:
-            guard current == nil else { return (.keep, .refused(.notStored, "add: the key holds a value")) }
-            return store(Array(data), expiry: expiry, flags: flags)
-        case .replace:
-            guard current != nil else { return (.keep, .refused(.notStored, "replace: the key holds no value")) }
+        case .set, .add, .replace, .compareAndSwap:
             return store(Array(data), expiry: expiry, flags: flags)
         case .append, .prepend, .appendOrCreate, .prependOrCreate:
             let appends = mode == .append || mode == .appendOrCreate
@@ -317,26 +322,13 @@ extension NodeCommands {
                 if mode == .appendOrCreate || mode == .prependOrCreate {
                     return lengthOf(store(Array(data), expiry: expiry, flags: flags), data.count)
                 }
-                return (.keep, .refused(.notStored, "\(appends ? "append" : "prepend"): the key holds no value"))
-            }
-            guard cas == 0 || current.fields?.cas == cas else {
-                return (.keep, .refused(.exists, "append: the item changed since its CAS unique was read"))
+                return absent()
             }
             let value = appends ? Array(current.value) + Array(data) : Array(data) + Array(current.value)
             return lengthOf(store(value, expiry: current.expiry, flags: current.fields?.flags ?? 0), value.count)
-        case .compareAndSwap:
-            guard let current else { return (.keep, .refused(.notFound, "cas: the key holds no value")) }
-            guard current.fields?.cas == cas else {
-                return (.keep, .refused(.exists, "cas: the item changed since its CAS unique was read"))
-            }
-            return store(Array(data), expiry: expiry, flags: flags)
         case .compareAndSwapOrStale:
-            guard let current else { return (.keep, .refused(.notFound, "cas: the key holds no value")) }
-            let currentCAS = current.fields?.cas ?? 0
-            if currentCAS == cas { return store(Array(data), expiry: expiry, flags: flags) }
-            guard cas < currentCAS else {
-                return (.keep, .refused(.exists, "cas: the item changed since its CAS unique was read"))
-            }
+            guard let current else { return absent() }
+            if current.fields?.cas ?? 0 == cas { return store(Array(data), expiry: expiry, flags: flags) }
             // A version older than the item's: stored, but stale, and no longer-lived than the item it replaces
             // (nor than it asks: the earlier of the two expiries, 0 being never).
             let earlier =
@@ -345,10 +337,7 @@ extension NodeCommands {
             guard case .stored(let unique) = outcome.1 else { return outcome }
             return (outcome.0, .storedStale(cas: unique))
         case .invalidate:
-            guard let current else { return (.keep, .refused(.notFound, "invalidate: the key holds no value")) }
-            guard cas == 0 || current.fields?.cas == cas else {
-                return (.keep, .refused(.exists, "invalidate: the item changed since its CAS unique was read"))
-            }
+            guard let current else { return absent() }
             let options = CachetItemWrite.InvalidateOptions(rawValue: data.first ?? 0)
             var value = Array(current.value)
             var itemFlags = current.fields?.flags ?? 0
@@ -370,15 +359,11 @@ extension NodeCommands {
             return (.keep, .refused(.badRequest, "meta get: 9 bytes of options expected"))
         case .increment, .decrement:
             guard let current else {
-                guard data.count == 16 else { return (.keep, .refused(.notFound, "incr/decr: the key holds no value")) }
-                // A miss with an initial value: the item is created holding it.
+                // A miss with an initial value (without one, refused above): the item is created holding it.
                 let initial = data.loadUnaligned(fromByteOffset: 8, as: UInt64.self).bigEndian
                 let outcome = store(Array(String(initial).utf8), expiry: expiry, flags: flags)
                 guard case .stored(let unique) = outcome.1 else { return outcome }
                 return (outcome.0, .number(cas: unique, value: initial))
-            }
-            guard cas == 0 || current.fields?.cas == cas else {
-                return (.keep, .refused(.exists, "incr/decr: the item changed since its CAS unique was read"))
             }
             guard let number = Self.decimal(current.value) else {
                 return (.keep, .refused(.badRequest, "cannot increment or decrement non-numeric value"))
@@ -389,11 +374,7 @@ extension NodeCommands {
             guard case .stored(let unique) = outcome.1 else { return outcome }
             return (outcome.0, .number(cas: unique, value: result))
         case .delete:
-            guard let current else { return (.keep, .refused(.notFound, "delete: the key holds no value")) }
-            guard cas == 0 || current.fields?.cas == cas else {
-                return (.keep, .refused(.exists, "delete: the item changed since its CAS unique was read"))
-            }
-            return (.remove, .stored(cas: 0))
+            return current == nil ? absent() : (.remove, .stored(cas: 0))
         case .touch, .getAndTouch:
             guard let current else { return (.keep, .refused(.notFound, "touch: the key holds no value")) }
             // The value and CAS stay; only the expiry changes (a get-and-touch gives a CAS to an item without).
