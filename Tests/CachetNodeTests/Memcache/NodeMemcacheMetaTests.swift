@@ -189,12 +189,7 @@ struct NodeMemcacheMetaTests {
 
     /// Stale marks and wins live with the item on its owner: a client of any member sees the same.
     @Test func staleItemsAndWinsAreTheOwnersThroughAnyMember() throws {
-        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
-        let cluster = try NodeForwardingTests.Cluster()
-        for (index, id) in ["n1", "n2", "n3"].enumerated() {
-            _ = cluster.node(id).stop()
-            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
-        }
+        let (cluster, ports) = try NodeMemcacheTests.clusterWithMemcachedPorts()
         #expect(try cluster.waitUntilServing(within: 15) == nil)
         let key = cluster.key(ownedBy: "n2")
         let first = try MemcacheTextClient(port: ports[0])
@@ -213,12 +208,7 @@ struct NodeMemcacheMetaTests {
     /// reaches a minority) answers it as the read it is: a miss, not a refused write, and its copy stays for
     /// when it serves again.
     @Test func aMetaGetWhileTheOwnerHoldsIsAMissAndKeepsTheValue() throws {
-        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
-        let cluster = try NodeForwardingTests.Cluster()
-        for (index, id) in ["n1", "n2", "n3"].enumerated() {
-            _ = cluster.node(id).stop()
-            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
-        }
+        let (cluster, ports) = try NodeMemcacheTests.clusterWithMemcachedPorts()
         #expect(try cluster.waitUntilServing(within: 15) == nil)
         let key = cluster.key(ownedBy: "n1")
         let client = try MemcacheTextClient(port: ports[0])

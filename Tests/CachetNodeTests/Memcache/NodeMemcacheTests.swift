@@ -61,6 +61,19 @@ struct MemcacheTextClient {
 @Suite("Node: memcached's text protocol", .dedicatedThreads)
 struct NodeMemcacheTests {
     /// A node with a memcached port; returns it and the port.
+    /// A cluster of three whose members each speak memcached's protocol too, on the ports returned (n1's
+    /// first); the caller waits for it to serve.
+    static func clusterWithMemcachedPorts() throws -> (NodeForwardingTests.Cluster, [Int]) {
+        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
+        let cluster = try NodeForwardingTests.Cluster()
+        // Each member again, with a memcached port.
+        for (index, id) in ["n1", "n2", "n3"].enumerated() {
+            _ = cluster.node(id).stop()
+            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
+        }
+        return (cluster, ports)
+    }
+
     static func node(_ extra: [String] = ["--disk-limit", "0"]) throws -> (NodeProcess, Int) {
         let port = try NodeMetricsTests.freePort()
         return (try NodeProcess(arguments: ["--memcached-port", "\(port)"] + extra), port)
@@ -434,13 +447,7 @@ struct NodeMemcacheTests {
     }
 
     @Test func aKeySentToAnyMemberIsRoutedAndFlushAllIsTheMembersOrTheClusters() throws {
-        let ports = try (0..<3).map { _ in try NodeMetricsTests.freePort() }
-        let cluster = try NodeForwardingTests.Cluster()
-        // Each member again, with a memcached port.
-        for (index, id) in ["n1", "n2", "n3"].enumerated() {
-            _ = cluster.node(id).stop()
-            try cluster.start(id, extraArguments: ["--memcached-port", "\(ports[index])"])
-        }
+        let (cluster, ports) = try Self.clusterWithMemcachedPorts()
         let settled = try cluster.waitUntilServing(within: 15)
         #expect(settled == nil, "\(settled ?? "")")
         let key = cluster.key(ownedBy: "n2")
