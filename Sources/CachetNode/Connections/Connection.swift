@@ -117,8 +117,8 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @exclusivity(unchecked) var turnQueued = false
     /// It sent a part of a value sent in parts: its uploads are given up when it closes.
     @exclusivity(unchecked) var sentParts = false
-    /// Bytes of this connection's buffers charged to `memory`.
-    @exclusivity(unchecked) var charged = 0
+    /// What this connection's buffers are charged to `memory`.
+    @exclusivity(unchecked) var charged = ConnectionMemory.BufferCharge()
     /// The input capacity reserved in the budget for the frame being received (0 when none is): the
     /// whole frame is charged as soon as the input must grow for it, although the buffer grows only as
     /// its bytes arrive, so that connections sharing the last of the budget cannot each hold part of a
@@ -261,8 +261,14 @@ final class Connection: CachetChannel, @unchecked Sendable {
 
     /// Buffer bytes held or reserved now beyond the initial buffers (what the budget counts), a session's own
     /// buffers included.
-    var footprint: Int {
-        max(input.capacity, inputReserved) + output.capacity - 2 * Self.initialBufferSize + sessionFootprint
+    var footprint: Int { bufferCharge.total }
+
+    /// ``footprint`` as the budget charges it: input (and the frame reserved for), and output.
+    var bufferCharge: ConnectionMemory.BufferCharge {
+        ConnectionMemory.BufferCharge(
+            input: max(input.capacity, inputReserved) - Self.initialBufferSize,
+            replies: output.capacity - Self.initialBufferSize + sessionFootprint
+        )
     }
 
     /// What the buffers of the connection's session (memcached's or HTTP) have grown by.
@@ -285,7 +291,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
         guard let forwards else { return }
         let footprint = forwards.footprint
         if footprint != forwards.charged {
-            memory.charge(footprint - forwards.charged)
+            memory.charge(footprint - forwards.charged, for: .replies)
             forwards.charged = footprint
         }
     }
@@ -293,7 +299,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     /// Drops ``forwards`` and returns its charge to the budget.
     func dropForwards() {
         guard let forwards else { return }
-        memory.charge(-forwards.charged)
+        memory.charge(-forwards.charged, for: .replies)
         forwards.charged = 0
         self.forwards = nil
     }
@@ -310,7 +316,7 @@ final class Connection: CachetChannel, @unchecked Sendable {
     @inline(__always)
     func trimBuffers(tight: @autoclosure () -> Bool) {
         // The common case: initial buffers, nothing charged.
-        if charged == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize
+        if charged.total == 0 && input.capacity == Self.initialBufferSize && output.capacity == Self.initialBufferSize
             && sessionFootprint == 0
         {
             return
@@ -342,10 +348,15 @@ final class Connection: CachetChannel, @unchecked Sendable {
             memcache?.trimBuffers(tight: tight)
             http?.trimBuffers(tight: tight)
         }
-        let footprint = self.footprint
-        if footprint != charged {
-            memory.charge(footprint - charged)
-            charged = footprint
+        updateCharge()
+    }
+
+    /// Brings the budget's charge for the buffers up to date.
+    func updateCharge() {
+        let now = bufferCharge
+        if now != charged {
+            memory.recharge(from: charged, to: now)
+            charged = now
         }
     }
 
@@ -376,10 +387,10 @@ final class Connection: CachetChannel, @unchecked Sendable {
         let held = max(input.capacity, inputReserved)
         if target > held {
             // Up to the fair allowance whatever the budget says (see `ConnectionMemory`).
-            guard target <= ConnectionMemory.fairAllowance || memory.allows(target - held) else { return false }
-            memory.charge(target - held)
-            charged += target - held
+            let beyondFair = { (bytes: Int) in max(0, bytes - ConnectionMemory.fairAllowance) }
+            guard memory.allowsRequest(beyondFair(target) - beyondFair(held)) else { return false }
             inputReserved = target
+            updateCharge()
         }
         input.resize(to: newCapacity)
         return true

@@ -16,7 +16,10 @@ import Synchronization
 ///
 /// Queued replies may take the budget only up to ``replyLimit``: the rest, room for one frame of the
 /// largest size, is left to requests, so that clients which never read their replies cannot take all
-/// of it and stall every large request for good.
+/// of it and stall every large request for good. So every charge says what it holds (``Use``): requests
+/// are checked against the budget with replies counted at most up to ``replyLimit``, and what connections
+/// hold within their fair allowances (below) is counted but never checked; replies queued under the fair
+/// allowance beyond ``replyLimit``, or inputs of ordinary size, cannot take that room either.
 ///
 /// Fairness: a connection may always grow its input to ``fairAllowance`` bytes, and queue a reply of up to
 /// that size when nothing of its earlier replies is pending (it reads them), whatever the budget says. So
@@ -34,6 +37,10 @@ final class ConnectionMemory: Sendable {
     /// The part of the budget that queued replies may take.
     let replyLimit: Int
     private let used = Atomic<Int>(0)
+    /// Bytes held for requests beyond the connections' fair allowances.
+    private let requestBytes = Atomic<Int>(0)
+    /// Bytes held for replies.
+    private let replyBytes = Atomic<Int>(0)
     private let releaseCount = Atomic<Int>(0)
     private let pausedCount = Atomic<Int>(0)
     private let evictedCount = Atomic<Int>(0)
@@ -50,8 +57,21 @@ final class ConnectionMemory: Sendable {
         self.replyLimit = limit - min(largestFrame, limit / 2)
     }
 
-    /// Bytes a reply may still take.
-    var replyRoom: Int { max(0, replyLimit - current) }
+    /// What a charge holds.
+    enum Use {
+        /// Requests: input buffers beyond a connection's fair allowance, large PUTs arriving in place or
+        /// waiting for the disk queue, uploads being staged.
+        case requests
+        /// A connection's input within its fair allowance: counted, never checked (see the type's comment).
+        case fairInput
+        /// Replies: output buffers, a session's own buffers, replies held behind forwards, disk reads.
+        case replies
+    }
+
+    /// Bytes a reply may still take: what requests and replies leave of ``replyLimit``.
+    var replyRoom: Int {
+        max(0, replyLimit - requestBytes.load(ordering: .relaxed) - replyBytes.load(ordering: .relaxed))
+    }
 
     /// Bytes charged now.
     var current: Int { used.load(ordering: .relaxed) }
@@ -62,14 +82,52 @@ final class ConnectionMemory: Sendable {
     /// Grows each time memory is returned; a loop with waiting connections retries them when it changes.
     var releases: Int { releaseCount.load(ordering: .relaxed) }
 
-    /// Whether `bytes` more may be charged without passing the limit.
-    func allows(_ bytes: Int) -> Bool { bytes <= 0 || current + bytes <= limit }
+    /// Whether a request may take `bytes` more: what requests hold beyond the fair allowances, and replies
+    /// up to ``replyLimit``, leave room for them. A connection's input within its fair allowance is never
+    /// checked.
+    func allowsRequest(_ bytes: Int) -> Bool {
+        let replies = min(replyBytes.load(ordering: .relaxed), replyLimit)
+        return bytes <= 0 || requestBytes.load(ordering: .relaxed) + replies + bytes <= limit
+    }
 
-    /// Adds `delta` bytes (negative to return them).
-    func charge(_ delta: Int) {
+    /// Adds `delta` bytes held for `use` (negative to return them).
+    func charge(_ delta: Int, for use: Use) {
         guard delta != 0 else { return }
         used.add(delta, ordering: .relaxed)
+        switch use {
+        case .requests: requestBytes.add(delta, ordering: .relaxed)
+        case .replies: replyBytes.add(delta, ordering: .relaxed)
+        case .fairInput: break
+        }
         if delta < 0 { releaseCount.add(1, ordering: .relaxed) }
+    }
+
+    /// What a connection's buffers hold beyond their initial sizes, as it is charged: its input (the frame
+    /// it reserved for included) split at the fair allowance, and its output with its session's buffers.
+    struct BufferCharge: Equatable {
+        var requests = 0
+        var fairInput = 0
+        var replies = 0
+
+        /// Every byte, whatever it holds.
+        var total: Int { requests + fairInput + replies }
+
+        /// The charge for `input` bytes of input and `replies` bytes of output beyond the initial buffers.
+        init(input: Int, replies: Int) {
+            let fair = ConnectionMemory.fairAllowance - Connection.initialBufferSize
+            fairInput = min(max(0, input), fair)
+            requests = max(0, input - fair)
+            self.replies = replies
+        }
+
+        init() {}
+    }
+
+    /// Changes the charge of a connection's buffers from `old` to `new`.
+    func recharge(from old: BufferCharge, to new: BufferCharge) {
+        charge(new.requests - old.requests, for: .requests)
+        charge(new.fairInput - old.fairInput, for: .fairInput)
+        charge(new.replies - old.replies, for: .replies)
     }
 
     /// Connections closed since start for holding budget without progress while others waited.

@@ -83,7 +83,7 @@ final class ConnectionUpkeep: @unchecked Sendable {
             }
         }
         let releases = memory.releases
-        let retry = waitingForMemory > 0 && releases != seenReleases && memory.allows(1)
+        let retry = waitingForMemory > 0 && releases != seenReleases && memory.allowsRequest(1)
         if retry { seenReleases = releases }
         let now = CachetClock.now()
         if retry { retryWaitingForMemory(now: now) }
@@ -167,7 +167,7 @@ final class ConnectionUpkeep: @unchecked Sendable {
         }
         waiting.sort { $0.footprint < $1.footprint }
         for connection in waiting {
-            guard memory.allows(1) else { return }
+            guard memory.allowsRequest(1) else { return }
             guard case .waitingForMemory(let wait) = connection.phase else { continue }
             switch wait {
             case .input(let frameLength):

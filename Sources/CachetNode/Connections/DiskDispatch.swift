@@ -32,8 +32,8 @@ final class DiskDispatch: @unchecked Sendable {
     /// copy of the value: counted in the connections' budget until the queue takes it (``start(_:for:)``
     /// gives it back).
     func begin(_ operation: PendingOperation, for connection: Connection) {
-        if case .put(let key, let value, _, _) = operation { memory.charge(key.count + value.count) }
-        if case .itemPut(let write) = operation { memory.charge(write.key.count + write.value.count) }
+        if case .put(let key, let value, _, _) = operation { memory.charge(key.count + value.count, for: .requests) }
+        if case .itemPut(let write) = operation { memory.charge(write.key.count + write.value.count, for: .requests) }
         if case .uploadPart(let request) = operation {
             return uploadPart(request, for: connection)
         }
@@ -62,13 +62,13 @@ final class DiskDispatch: @unchecked Sendable {
         // Nothing is charged for a value too long to be read (answered TOO_LARGE) or a short one.
         let charged = length > longest || length <= ConnectionMemory.fairAllowance ? 0 : length
         if charged > 0 {
-            guard largeReads == 0 || memory.allows(charged) else {
+            guard largeReads == 0 || charged <= memory.replyRoom else {
                 deferredGets.append((operation, connection))
                 disk.readsDeferred.add(1)
                 return
             }
             largeReads += 1
-            memory.charge(charged)
+            memory.charge(charged, for: .replies)
         }
         disk.worker.get(key: key, now: CachetClock.now(), maximumValueLength: longest) { [self] entry in
             host.execute { [self] in
@@ -84,7 +84,7 @@ final class DiskDispatch: @unchecked Sendable {
                 }
                 if charged > 0 {
                     // The reply is in the connection's output now, charged there when it settles.
-                    memory.charge(-charged)
+                    memory.charge(-charged, for: .replies)
                     largeReads -= 1
                     startDeferredGets()
                 }
@@ -174,10 +174,10 @@ final class DiskDispatch: @unchecked Sendable {
             let piece = Array(value[frames.next..<(frames.next + count)])
             host.execute { [self] in deliver(piece, of: frames, on: connection) }
         case .pieces(let pieces):
-            memory.charge(count)
+            memory.charge(count, for: .replies)
             disk.worker.readPiece(of: pieces, start: frames.next, count: count) { [self] piece in
                 host.execute { [self] in
-                    memory.charge(-count)
+                    memory.charge(-count, for: .replies)
                     deliver(piece, of: frames, on: connection)
                 }
             }
@@ -242,10 +242,10 @@ final class DiskDispatch: @unchecked Sendable {
         case .accepted(let upload, let last, let replaced):
             if let replaced { worker.abortUpload(replaced) }
             connection.sentParts = true
-            memory.charge(held)
+            memory.charge(held, for: .requests)
             worker.writeUpload(upload, bytes: request.bytes) { [self] failure in
                 host.execute { [self] in
-                    memory.charge(-held)
+                    memory.charge(-held, for: .requests)
                     if let failure {
                         worker.abortUpload(upload)
                         if !disk.uploads.abandon(upload) { disk.uploads.countGivenUp() }
@@ -337,7 +337,7 @@ final class DiskDispatch: @unchecked Sendable {
                 max(ConnectionMemory.fairAllowance, memory.replyRoom),
                 Int(clamping: range.length)
             )
-            memory.charge(limit)
+            memory.charge(limit, for: .replies)
             disk.worker.getRange(
                 key: key,
                 offset: range.offset,
@@ -347,7 +347,7 @@ final class DiskDispatch: @unchecked Sendable {
             ) {
                 [self] read in
                 host.execute { [self] in
-                    memory.charge(-limit)
+                    memory.charge(-limit, for: .replies)
                     // Straight to the socket, as a binary reply or an HTTP response's bytes (not a memcached
                     // session's, nor behind forwarded replies).
                     let direct =
@@ -374,13 +374,13 @@ final class DiskDispatch: @unchecked Sendable {
                     // A connection closed meanwhile (or closing at shutdown) has given up on this PUT: it was
                     // never acknowledged.
                     guard case .waitingForCompletion = connection.phase else {
-                        memory.charge(-held)
+                        memory.charge(-held, for: .requests)
                         disk.worker.abandonWrite(key: key)
                         return
                     }
                     switch disk.worker.submitPut(key: key, value: value, expiry: expiry) {
                     case .queued:
-                        memory.charge(-held)
+                        memory.charge(-held, for: .requests)
                         host.processor.commands.keepMemoryCopy(key, onlyIf: value)
                         host.resume(connection) { processor, output, _ in
                             processor.diskCompletions.completePut(id: id, output: &output)
@@ -388,7 +388,7 @@ final class DiskDispatch: @unchecked Sendable {
                     case .full:
                         start(operation, for: connection)
                     case .refused(let error):
-                        memory.charge(-held)
+                        memory.charge(-held, for: .requests)
                         host.resume(connection) { processor, output, now in
                             processor.diskCompletions.refusePut(
                                 key: key,
@@ -482,7 +482,7 @@ final class DiskDispatch: @unchecked Sendable {
                         reply: write.reply,
                         id: request.id
                     )
-                    memory.charge(waiting.key.count + waiting.value.count)
+                    memory.charge(waiting.key.count + waiting.value.count, for: .requests)
                     waitToQueue(waiting, for: connection)
                 case .failed(let error):
                     host.resume(connection) { _, output, _ in
@@ -511,7 +511,7 @@ final class DiskDispatch: @unchecked Sendable {
         disk.worker.notifyWhenWritable { [self] in
             host.execute { [self] in
                 guard case .waitingForCompletion = connection.phase else {
-                    memory.charge(-held)
+                    memory.charge(-held, for: .requests)
                     disk.worker.abandonWrite(key: write.key)
                     return
                 }
@@ -523,7 +523,7 @@ final class DiskDispatch: @unchecked Sendable {
                 )
                 {
                 case .queued:
-                    memory.charge(-held)
+                    memory.charge(-held, for: .requests)
                     host.resume(connection) { _, output, _ in
                         appendItemReply(write.reply, id: write.id, output: &output)
                     }
@@ -531,7 +531,7 @@ final class DiskDispatch: @unchecked Sendable {
                     // Still charged: wait again.
                     waitToQueue(write, for: connection)
                 case .refused(let error):
-                    memory.charge(-held)
+                    memory.charge(-held, for: .requests)
                     host.resume(connection) { processor, output, now in
                         processor.commands.forgetRefusedPut(key: write.key, now: now)
                         appendMessage(error.message, status: .serverError, opcode: .put, id: write.id, to: &output)

@@ -788,8 +788,8 @@ final class NodeIOQueue: @unchecked Sendable {
         connection.valueFrames = nil
         connectionCount -= 1
         // The buffers go with the connection (the last reference is the loop's, or a disk completion's).
-        memory.charge(-connection.charged)
-        connection.charged = 0
+        memory.recharge(from: connection.charged, to: ConnectionMemory.BufferCharge())
+        connection.charged = ConnectionMemory.BufferCharge()
         // Forwards still in flight find their pipeline gone and write nothing.
         connection.dropForwards()
         diskDispatch?.forget(connection)

@@ -45,7 +45,7 @@ final class DirectPut {
         valueLength = pending.valueLength
         self.budget = budget
         self.reserved = pending.valueLength
-        budget.charge(reserved)
+        budget.charge(reserved, for: .requests)
     }
 
     /// A refused PUT of `valueLength` bytes, `received` of them already taken from the input.
@@ -59,12 +59,12 @@ final class DirectPut {
         self.valueLength = valueLength
         self.budget = budget
         reserved = Self.scratchSize
-        budget.charge(reserved)
+        budget.charge(reserved, for: .requests)
     }
 
     deinit {
         scratch?.deallocate()
-        budget.charge(-reserved)
+        budget.charge(-reserved, for: .requests)
     }
 
     /// Where the next bytes go.

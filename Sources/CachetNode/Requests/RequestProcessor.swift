@@ -646,7 +646,7 @@ struct RequestProcessor {
                 budget: connectionMemory
             )
         }
-        guard connectionMemory.allows(put.value.count),
+        guard connectionMemory.allowsRequest(put.value.count),
             let pending = commands.reserveDirectPut(
                 UnsafeRawBufferPointer(rebasing: buffer[put.key]),
                 valueLength: put.value.count,

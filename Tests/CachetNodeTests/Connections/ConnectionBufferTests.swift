@@ -55,7 +55,7 @@ struct ConnectionBufferTests {
         // The whole frame is reserved in the budget once the input had to grow for it.
         #expect(connection.inputReserved == frameLength)
         #expect(memory.current == frameLength - Connection.initialBufferSize)
-        #expect(connection.charged == memory.current)
+        #expect(connection.charged.total == memory.current)
     }
 
     @Test func aClaimedFrameBeyondTheBudgetWaitsWithoutAllocating() throws {
@@ -65,6 +65,25 @@ struct ConnectionBufferTests {
         #expect(!arrive(connection, 100_000, frameLength: frameLength))
         #expect(connection.input.capacity == Connection.initialBufferSize)
         #expect(memory.current == 0)
+    }
+
+    @Test func repliesQueuedUnderTheFairAllowanceLeaveAFrameItsRoom() throws {
+        let frameLength = 1 << 20
+        let memory = ConnectionMemory(limit: 4 << 20, largestFrame: frameLength)
+        // Hundreds of clients that never read, each with its allowance of replies: more than the replies'
+        // share in all (what the budget lets them queue whatever it says).
+        for _ in 0..<200 { memory.charge(16 * 1024, for: .replies) }
+        #expect(memory.current > memory.replyLimit)
+        #expect(memory.replyRoom == 0)
+        // Inputs of ordinary size, counted and never checked.
+        for _ in 0..<100 { memory.charge(28 * 1024, for: .fairInput) }
+        // The room kept for one frame of the largest size is still there.
+        let connection = try makeConnection(memory: memory)
+        #expect(arrive(connection, frameLength, frameLength: frameLength))
+        #expect(connection.inputReserved == frameLength)
+        // And then it is taken: a second frame waits.
+        let second = try makeConnection(memory: memory)
+        #expect(!arrive(second, 100_000, frameLength: frameLength))
     }
 
     @Test func theBufferShrinksBackOnceTheLargeFrameHasPassed() throws {
