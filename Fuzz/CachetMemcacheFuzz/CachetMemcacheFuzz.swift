@@ -45,7 +45,15 @@ private func checkCommand(_ command: MemcacheTextCommand, _ bytes: UnsafeRawBuff
         )
         check(bytes[data.upperBound] == 13 && bytes[data.upperBound + 1] == 10, "store: data not followed by CRLF")
     case .retrieve(let keys, _, _):
-        check(!keys.isEmpty && keys.allSatisfy { isKey($0, bytes, line: line) }, "retrieve: bad keys \(keys)")
+        let ranges = Array(keys.ranges(in: bytes))
+        check(
+            ranges.count == keys.count && ranges.allSatisfy { isKey($0, bytes, line: line) },
+            "retrieve: bad keys \(ranges), \(keys.count) counted"
+        )
+        check(
+            ranges.first?.lowerBound == keys.span.lowerBound && ranges.last?.upperBound == keys.span.upperBound,
+            "retrieve: keys \(ranges) outside their span \(keys.span)"
+        )
         check(end == newline + 1, "retrieve: end \(end), line end \(newline)")
     case .delete(let key, _), .arithmetic(_, let key, _, _), .touch(let key, _, _):
         check(isKey(key, bytes, line: line), "\(command): a bad key")

@@ -92,8 +92,13 @@ public enum MemcacheTextDecoder {
                 }
                 exptime = value
             }
+            let span = keys[0].lowerBound..<keys[keys.count - 1].upperBound
             return .command(
-                .retrieve(keys: MemcacheKeyList(keys), withCAS: name == .gets || name == .gats, touch: exptime),
+                .retrieve(
+                    keys: MemcacheKeyList(span: span, count: keys.count),
+                    withCAS: name == .gets || name == .gats,
+                    touch: exptime
+                ),
                 end: end
             )
         case .set, .add, .replace, .append, .prepend, .cas:
@@ -254,8 +259,9 @@ public enum MemcacheTextDecoder {
     }
 
     /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
-    /// `get` and `gets` (the commands of every read), decoded without the token array of the other commands:
-    /// a single key allocates nothing. Nil for any other line (and for one that starts with spaces), which
+    /// `get` and `gets` (the commands of every read), decoded without the token array of the other commands,
+    /// allocating nothing however many keys: the keys are checked and counted here, and read again from
+    /// the line where they are used (``MemcacheKeyList``). Nil for any other line (and for one that starts with spaces), which
     /// the general path decodes.
     @inline(__always)
     private static func decodeGet(_ buffer: UnsafeRawBufferPointer, from offset: Int, lineEnd: Int, end: Int)
@@ -275,8 +281,9 @@ public enum MemcacheTextDecoder {
         let base = UnsafeRawPointer(bytes).assumingMemoryBound(to: UInt8.self)
         var cursor = base + offset + (withCAS ? 5 : 4)
         let stop = base + lineEnd
-        var first: Range<Int>?
-        var rest: [Range<Int>] = []
+        var first = -1
+        var last = 0
+        var count = 0
         // Each key in one pass: its end found and its bytes checked together (a get of many keys spends most
         // of its decoding here).
         while cursor < stop {
@@ -299,17 +306,13 @@ public enum MemcacheTextDecoder {
                 cursor += 1
             }
             guard !control, cursor - start <= maximumKeyLength else { return .failure(.badFormat, end: end) }
-            let key = (start - base)..<(cursor - base)
-            if first == nil {
-                first = key
-            } else {
-                if rest.isEmpty { rest.reserveCapacity(16) }
-                rest.append(key)
-            }
+            if first < 0 { first = start - base }
+            last = cursor - base
+            count += 1
         }
-        guard let first else { return .failure(.badFormat, end: end) }
+        guard first >= 0 else { return .failure(.badFormat, end: end) }
         return .command(
-            .retrieve(keys: MemcacheKeyList(first: first, rest: rest), withCAS: withCAS, touch: nil),
+            .retrieve(keys: MemcacheKeyList(span: first..<last, count: count), withCAS: withCAS, touch: nil),
             end: end
         )
     }
@@ -393,34 +396,53 @@ public enum MemcacheTextDecoder {
     }
 }
 
-/// The keys of a `get`, `gets`, `gat` or `gats`, in order: one or more. The first is kept apart, so that the
-/// usual get of one key holds no array.
-public struct MemcacheKeyList: RandomAccessCollection, Hashable, Sendable {
-    /// The first key.
-    public let head: Range<Int>
-    /// The keys after it.
-    public let tail: [Range<Int>]
+/// The keys of a `get`, `gets`, `gat` or `gats`, in order: one or more, each checked (1 to 250 bytes, no
+/// space or control byte). Held as the part of the line they take and how many there are, so that a
+/// decoded retrieval holds no array whatever its number of keys (a get of many keys allocated one, and its
+/// command was copied with a reference count); ``ranges(in:)`` reads them from the line again.
+public struct MemcacheKeyList: Hashable, Sendable {
+    /// The line's bytes from the first key's start to the last key's end: keys separated by spaces.
+    public let span: Range<Int>
+    /// How many keys.
+    public let count: Int
 
-    /// `first`, then `rest`.
+    /// The `count` keys in `span` (which must start and end with a key, and hold only keys and spaces).
     @inlinable
-    public init(first: Range<Int>, rest: [Range<Int>] = []) {
-        head = first
-        tail = rest
+    public init(span: Range<Int>, count: Int) {
+        precondition(count > 0, "a retrieval has at least one key")
+        self.span = span
+        self.count = count
     }
 
-    /// `keys`, which must not be empty.
-    public init(_ keys: [Range<Int>]) {
-        precondition(!keys.isEmpty, "a retrieval has at least one key")
-        head = keys[0]
-        tail = Array(keys.dropFirst())
+    /// The keys' offsets, in order, read from `buffer`: the buffer they were decoded from.
+    @inlinable
+    public func ranges(in buffer: UnsafeRawBufferPointer) -> Ranges {
+        Ranges(base: buffer.baseAddress.unsafelyUnwrapped, span: span)
     }
 
-    /// The first key's position: 0.
-    @inlinable public var startIndex: Int { 0 }
-    /// One past the last key's position: the number of keys.
-    @inlinable public var endIndex: Int { 1 + tail.count }
-    /// The key at `position` (0 is the first).
-    @inlinable public subscript(position: Int) -> Range<Int> { position == 0 ? head : tail[position - 1] }
+    /// The keys' offsets, found by splitting the span at its spaces.
+    public struct Ranges: Sequence, IteratorProtocol {
+        @usableFromInline let base: UnsafeRawPointer
+        @usableFromInline var position: Int
+        @usableFromInline let end: Int
+
+        @inlinable
+        init(base: UnsafeRawPointer, span: Range<Int>) {
+            self.base = base
+            position = span.lowerBound
+            end = span.upperBound
+        }
+
+        /// The next key's offsets, or nil after the last.
+        @inlinable
+        public mutating func next() -> Range<Int>? {
+            while position < end && base.load(fromByteOffset: position, as: UInt8.self) == 0x20 { position += 1 }
+            guard position < end else { return nil }
+            let start = position
+            while position < end && base.load(fromByteOffset: position, as: UInt8.self) != 0x20 { position += 1 }
+            return start..<position
+        }
+    }
 }
 
 /// A storage command's verb.

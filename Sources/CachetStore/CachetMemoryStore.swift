@@ -281,6 +281,29 @@ public final class CachetMemoryStore: @unchecked Sendable {
         withLiveEntry(forKey: key, now: now) { body($0.value, $0.expiry, $0.fields) }
     }
 
+    /// ``withItem(forKey:now:_:)`` for a body that says whether it used the item (a retrieval writing its
+    /// reply): not generic, so that a caller in another module does not pay for a generic result (value
+    /// witness calls) on every key it reads.
+    /// - Returns: `body`'s answer; nil on a miss.
+    public func readItem(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        _ body: (UnsafeRawBufferPointer, CachetItemFields?) -> Bool
+    ) -> Bool? {
+        withLiveEntry(forKey: key, now: now) { body($0.value, $0.fields) }
+    }
+
+    /// ``withItemGivingCAS(forKey:now:cas:_:)`` for a body that says whether it used the item, not generic
+    /// (see ``readItem(forKey:now:_:)``).
+    public func readItemGivingCAS(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        cas: () -> UInt64,
+        _ body: (UnsafeRawBufferPointer, CachetItemFields) -> Bool
+    ) -> Bool? {
+        withItemGivingCAS(forKey: key, now: now, cas: cas) { value, _, fields in body(value, fields) }
+    }
+
     /// Reads `key`'s live entry and replaces it in one step under its shard's lock, so that no write of the
     /// key comes between (memcached's conditional and arithmetic commands). `decide` sees the entry (nil on a
     /// miss; the value is valid only inside it) and says what to store, and what to return.

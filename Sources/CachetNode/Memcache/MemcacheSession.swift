@@ -296,7 +296,7 @@ final class MemcacheSession: TranslatingSession {
                     return
                 }
             }
-            for (index, key) in keys.enumerated() where index >= answered {
+            for (index, key) in keys.ranges(in: buffer).enumerated() where index >= answered {
                 let expired = touch.map { Self.ttl($0, now: now) == nil } ?? false
                 if let touch, let ttl = Self.ttl(touch, now: now) {
                     appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)

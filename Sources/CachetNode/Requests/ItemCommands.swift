@@ -447,18 +447,19 @@ struct MemoryItemReader {
 
     /// What ``read(_:now:givingCAS:_:)`` came to.
     enum Outcome {
-        /// Found, and `found` wrote its reply: counted as a GET and a hit.
+        /// Found, and `found` wrote its reply: to be counted as a GET and a hit.
         case hit
-        /// Neither in memory nor, as far as the disk tier says, on disk: counted as a GET and a miss.
+        /// Neither in memory nor, as far as the disk tier says, on disk: to be counted as a GET and a miss.
         case miss
-        /// Not answered here, nothing counted: memory missed and the disk tier may hold it, or `found` had
-        /// no room for the reply. A native GET is to answer it.
+        /// Not answered here: memory missed and the disk tier may hold it, or `found` had no room for the
+        /// reply. A native GET is to answer it.
         case elsewhere
     }
 
     /// Hands the item's value, flags and CAS unique to `found` under the shard's lock; a CAS unique is given
-    /// to an item without one only when `givingCAS` (`gets`).
-    /// - Parameter found: writes the reply; returns false when it has no room (nothing is counted).
+    /// to an item without one only when `givingCAS` (`gets`). Counts nothing: the caller counts its hits and
+    /// misses together (``count(hits:misses:)``), not with two atomic additions a key.
+    /// - Parameter found: writes the reply; returns false when it has no room.
     @inline(__always)
     func read(
         _ key: UnsafeRawBufferPointer,
@@ -468,24 +469,25 @@ struct MemoryItemReader {
     ) -> Outcome {
         let answered: Bool? =
             givingCAS
-            ? store.withItemGivingCAS(forKey: key, now: now, cas: casSource.next) { value, _, fields in
+            ? store.readItemGivingCAS(forKey: key, now: now, cas: casSource.next) { value, fields in
                 found(value, fields.flags, fields.cas)
             }
-            : store.withItem(forKey: key, now: now) { value, _, fields in
+            : store.readItem(forKey: key, now: now) { value, fields in
                 found(value, fields?.flags ?? 0, fields?.cas ?? 0)
             }
         switch answered {
-        case true?:
-            RequestCounters.bump(counters.gets)
-            RequestCounters.bump(counters.hits)
-            return .hit
-        case false?:
-            return .elsewhere
+        case true?: return .hit
+        case false?: return .elsewhere
         case nil:
             if let diskWorker, diskWorker.mayHold(key: key, now: now) { return .elsewhere }
-            RequestCounters.bump(counters.gets)
-            RequestCounters.bump(counters.misses)
             return .miss
         }
+    }
+
+    /// Counts reads answered here: each a GET, and a hit or a miss.
+    func count(hits: Int, misses: Int) {
+        if hits + misses > 0 { counters.gets.wrappingAdd(hits + misses, ordering: .relaxed) }
+        if hits > 0 { counters.hits.wrappingAdd(hits, ordering: .relaxed) }
+        if misses > 0 { counters.misses.wrappingAdd(misses, ordering: .relaxed) }
     }
 }
