@@ -6,7 +6,8 @@
 // 2. Progress and bounds: every command or failure ends past where it started and within the input.
 // 3. Splitting: every prefix of the bytes a command took decodes as "need more" (or, past 2048 bytes with
 //    no line end, as a line too long), never as another command.
-// 4. What a command holds agrees with its line: keys are 1 to 250 bytes with no control character, inside
+// 4. `decodeGetLine`, the path of `get` and `gets` lines alone, finds what `decode` finds for them.
+// 5. What a command holds agrees with its line: keys are 1 to 250 bytes with no control character, inside
 //    the line (a meta command's base64 key, up to 344); a storage command's (and `ms`'s) data block starts
 //    right after the line's `\n` and is followed by `\r\n`; a meta command's flags lie inside the line, each
 //    once.
@@ -103,6 +104,17 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     var offset = 0
     while offset < size {
         let decoded = MemcacheTextDecoder.decode(bytes, at: offset, maximumValueLength: 4096)
+        // The path of `get` lines alone agrees with the general one wherever it finds a line.
+        if let line = MemcacheTextDecoder.decodeGetLine(bytes, at: offset) {
+            let expected = MemcacheTextDecoding.command(
+                .retrieve(keys: line.keys, withCAS: line.withCAS, touch: nil),
+                end: line.end
+            )
+            check(decoded == expected, "decodeGetLine at \(offset): \(line), decode: \(decoded)")
+        } else if case .command(.retrieve(_, _, nil), _) = decoded {
+            // Only a line that starts with spaces is left to the general path.
+            check(bytes[offset] == 0x20, "a get at \(offset) that decodeGetLine did not find: \(decoded)")
+        }
         let end: Int
         switch decoded {
         case .needMore:

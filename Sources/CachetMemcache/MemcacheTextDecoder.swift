@@ -39,7 +39,14 @@ public enum MemcacheTextDecoder {
         }
         let lineEnd = newline > offset && buffer[newline - 1] == UInt8(ascii: "\r") ? newline - 1 : newline
         let end = newline + 1
-        if let retrieval = decodeGet(buffer, from: offset, lineEnd: lineEnd, end: end) { return retrieval }
+        switch scanGet(buffer, from: offset, lineEnd: lineEnd) {
+        case .keys(let keys, let withCAS):
+            return .command(.retrieve(keys: keys, withCAS: withCAS, touch: nil), end: end)
+        case .badKeys:
+            return .failure(.badFormat, end: end)
+        case .otherLine:
+            break
+        }
         // The verb, then the arguments in one array (one allocation a command, none for a bare verb).
         var verb: Range<Int>?
         var arguments: [Range<Int>] = []
@@ -258,29 +265,53 @@ public enum MemcacheTextDecoder {
         }
     }
 
-    /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
+    /// The `get` or `gets` line at `offset` of `buffer`, when it is whole and well formed: what
+    /// ``decode(_:at:maximumValueLength:)`` decodes as a retrieval without a touch, found without the enum
+    /// of every command (the commands of every read). Nil for anything else: another command, a line not
+    /// whole yet, a bad `get` line, one that starts with spaces; ``decode(_:at:maximumValueLength:)`` tells
+    /// which.
+    @inlinable
+    public static func decodeGetLine(_ buffer: UnsafeRawBufferPointer, at offset: Int = 0) -> MemcacheGetLine? {
+        // Any other command is told by its first byte, before the line's end is looked for.
+        guard offset < buffer.count, buffer[offset] == UInt8(ascii: "g"),
+            let newline = firstNewline(in: buffer, from: offset)
+        else { return nil }
+        let lineEnd = newline > offset && buffer[newline - 1] == UInt8(ascii: "\r") ? newline - 1 : newline
+        guard case .keys(let keys, let withCAS) = scanGet(buffer, from: offset, lineEnd: lineEnd) else { return nil }
+        return MemcacheGetLine(keys: keys, withCAS: withCAS, end: newline + 1)
+    }
+
+    /// What ``scanGet(_:from:lineEnd:)`` found.
+    @usableFromInline
+    enum GetScan {
+        /// A `get` (or `gets`, `withCAS`) of these keys.
+        case keys(MemcacheKeyList, withCAS: Bool)
+        /// A `get` line without keys, or with a bad one.
+        case badKeys
+        /// Not a line of `get` or `gets` (or one that starts with spaces): the general path decodes it.
+        case otherLine
+    }
+
     /// `get` and `gets` (the commands of every read), decoded without the token array of the other commands,
     /// allocating nothing however many keys: the keys are checked and counted here, and read again from
-    /// the line where they are used (``MemcacheKeyList``). Nil for any other line (and for one that starts with spaces), which
-    /// the general path decodes.
-    @inline(__always)
-    private static func decodeGet(_ buffer: UnsafeRawBufferPointer, from offset: Int, lineEnd: Int, end: Int)
-        -> MemcacheTextDecoding?
-    {
+    /// the line where they are used (``MemcacheKeyList``).
+    @usableFromInline
+    static func scanGet(_ buffer: UnsafeRawBufferPointer, from offset: Int, lineEnd: Int) -> GetScan {
         let bytes = buffer.baseAddress.unsafelyUnwrapped
         guard lineEnd - offset >= 5, bytes.load(fromByteOffset: offset, as: UInt8.self) == UInt8(ascii: "g"),
             bytes.load(fromByteOffset: offset + 1, as: UInt8.self) == UInt8(ascii: "e"),
             bytes.load(fromByteOffset: offset + 2, as: UInt8.self) == UInt8(ascii: "t")
-        else { return nil }
+        else { return .otherLine }
         let withCAS: Bool
         switch bytes.load(fromByteOffset: offset + 3, as: UInt8.self) {
         case 0x20: withCAS = false
         case UInt8(ascii: "s") where bytes.load(fromByteOffset: offset + 4, as: UInt8.self) == 0x20: withCAS = true
-        default: return nil
+        default: return .otherLine
         }
         let base = UnsafeRawPointer(bytes).assumingMemoryBound(to: UInt8.self)
         var cursor = base + offset + (withCAS ? 5 : 4)
         let stop = base + lineEnd
+        let bufferEnd = base + buffer.count
         var first = -1
         var last = 0
         var count = 0
@@ -292,29 +323,41 @@ public enum MemcacheTextDecoder {
                 continue
             }
             let start = cursor
-            var control = false
-            // Eight bytes at a time while none of them is a space, a control byte or DEL (the usual key).
-            while stop - cursor >= 8 {
+            // Eight bytes at a time while the buffer has them: the first space, control byte or DEL among them
+            // ends the key (a space; or the line's end, where `\r` or `\n` follows) or spoils it (any other).
+            while bufferEnd - cursor >= 8 {
                 let word = UInt64(littleEndian: UnsafeRawPointer(cursor).loadUnaligned(as: UInt64.self))
-                guard !Self.hasSpaceOrControl(word) else { break }
-                cursor += 8
+                let mask = Self.spaceOrControlMask(word)
+                // None: the line's end (a control byte) is not among them either.
+                if mask == 0 {
+                    cursor += 8
+                    continue
+                }
+                let found = cursor + mask.trailingZeroBitCount / 8
+                if found >= stop {
+                    cursor = stop
+                } else {
+                    guard found.pointee == 0x20 else { return .badKeys }
+                    cursor = found
+                }
+                break
             }
-            while cursor < stop {
-                let byte = cursor.pointee
-                if byte == 0x20 { break }
-                control = control || byte < 0x20 || byte == 0x7f
-                cursor += 1
+            // Near the buffer's end, a byte at a time.
+            if bufferEnd - cursor < 8 {
+                while cursor < stop {
+                    let byte = cursor.pointee
+                    if byte == 0x20 { break }
+                    guard byte > 0x20 && byte != 0x7f else { return .badKeys }
+                    cursor += 1
+                }
             }
-            guard !control, cursor - start <= maximumKeyLength else { return .failure(.badFormat, end: end) }
+            guard cursor - start <= maximumKeyLength else { return .badKeys }
             if first < 0 { first = start - base }
             last = cursor - base
             count += 1
         }
-        guard first >= 0 else { return .failure(.badFormat, end: end) }
-        return .command(
-            .retrieve(keys: MemcacheKeyList(span: first..<last, count: count), withCAS: withCAS, touch: nil),
-            end: end
-        )
+        guard first >= 0 else { return .badKeys }
+        return .keys(MemcacheKeyList(span: first..<last, count: count), withCAS: withCAS)
     }
 
     /// The integer the bytes of `range` spell, read as Swift's `init?(_: String)` reads it (an optional `+`
@@ -360,14 +403,20 @@ public enum MemcacheTextDecoder {
     /// that end or spoil a key (the usual tests for a zero byte, and for a byte below a bound, done on
     /// every byte at once).
     @inline(__always)
-    static func hasSpaceOrControl(_ word: UInt64) -> Bool {
+    static func hasSpaceOrControl(_ word: UInt64) -> Bool { spaceOrControlMask(word) != 0 }
+
+    /// The high bit of every byte of `word` that is a space, below it or DEL, and possibly of bytes after the
+    /// first such byte (a borrow may carry into them): the lowest bit set marks the first one exactly.
+    @inline(__always)
+    static func spaceOrControlMask(_ word: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
         let belowOrSpace = (word &- ones &* 0x21) & ~word & highs
         let delete = word ^ (ones &* 0x7f)
-        return belowOrSpace | ((delete &- ones) & ~delete & highs) != 0
+        return belowOrSpace | ((delete &- ones) & ~delete & highs)
     }
 
+    /// Whether the token is a key memcached takes: 1 to 250 bytes, no control character.
     static func isKey(_ range: Range<Int>, in buffer: UnsafeRawBufferPointer) -> Bool {
         guard (1...maximumKeyLength).contains(range.count) else { return false }
         let bytes = buffer.baseAddress.unsafelyUnwrapped
@@ -378,7 +427,8 @@ public enum MemcacheTextDecoder {
         return true
     }
 
-    private static func firstNewline(in buffer: UnsafeRawBufferPointer, from offset: Int) -> Int? {
+    @usableFromInline
+    static func firstNewline(in buffer: UnsafeRawBufferPointer, from offset: Int) -> Int? {
         guard offset < buffer.count, let base = buffer.baseAddress else { return nil }
         guard let found = memchr(base + offset, 0x0a, buffer.count - offset) else { return nil }
         return UnsafeRawPointer(found) - base
@@ -393,6 +443,23 @@ public enum MemcacheTextDecoder {
     private static func startsRetrieval(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> Bool {
         let prefix = Array(buffer[offset..<min(buffer.count, offset + 5)])
         return prefix.starts(with: Array("get ".utf8)) || prefix.starts(with: Array("gets ".utf8))
+    }
+}
+
+/// A whole `get` or `gets` line (``MemcacheTextDecoder/decodeGetLine(_:at:)``).
+public struct MemcacheGetLine: Hashable, Sendable {
+    /// Its keys.
+    public let keys: MemcacheKeyList
+    /// Whether it is a `gets`: the CAS unique of every item is asked for.
+    public let withCAS: Bool
+    /// Where the next command starts.
+    public let end: Int
+
+    @inlinable
+    init(keys: MemcacheKeyList, withCAS: Bool, end: Int) {
+        self.keys = keys
+        self.withCAS = withCAS
+        self.end = end
     }
 }
 
@@ -417,29 +484,52 @@ public struct MemcacheKeyList: Hashable, Sendable {
     /// The keys' offsets, in order, read from `buffer`: the buffer they were decoded from.
     @inlinable
     public func ranges(in buffer: UnsafeRawBufferPointer) -> Ranges {
-        Ranges(base: buffer.baseAddress.unsafelyUnwrapped, span: span)
+        Ranges(base: buffer.baseAddress.unsafelyUnwrapped, span: span, count: count, bufferCount: buffer.count)
     }
 
-    /// The keys' offsets, found by splitting the span at its spaces.
+    /// The keys' offsets, found by splitting the span at its spaces (eight bytes at a time where the buffer
+    /// has them); the last key is the rest of the span, found without looking at its bytes (so the key of a
+    /// get of one key is never read again).
     public struct Ranges: Sequence, IteratorProtocol {
         @usableFromInline let base: UnsafeRawPointer
         @usableFromInline var position: Int
         @usableFromInline let end: Int
+        @usableFromInline var remaining: Int
+        @usableFromInline let bufferCount: Int
 
         @inlinable
-        init(base: UnsafeRawPointer, span: Range<Int>) {
+        init(base: UnsafeRawPointer, span: Range<Int>, count: Int, bufferCount: Int) {
             self.base = base
             position = span.lowerBound
             end = span.upperBound
+            remaining = count
+            self.bufferCount = bufferCount
         }
 
         /// The next key's offsets, or nil after the last.
         @inlinable
         public mutating func next() -> Range<Int>? {
-            while position < end && base.load(fromByteOffset: position, as: UInt8.self) == 0x20 { position += 1 }
-            guard position < end else { return nil }
+            guard remaining > 0 else { return nil }
+            remaining -= 1
+            while base.load(fromByteOffset: position, as: UInt8.self) == 0x20 { position += 1 }
             let start = position
-            while position < end && base.load(fromByteOffset: position, as: UInt8.self) != 0x20 { position += 1 }
+            if remaining == 0 {
+                position = end
+                return start..<end
+            }
+            // Keys hold no space, so the first byte at or below a space ends this one.
+            while bufferCount - position >= 8 {
+                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+                let ones: UInt64 = 0x0101_0101_0101_0101
+                let mask = (word &- ones &* 0x21) & ~word & (ones &* 0x80)
+                if mask == 0 {
+                    position += 8
+                    continue
+                }
+                position += mask.trailingZeroBitCount / 8
+                return start..<position
+            }
+            while base.load(fromByteOffset: position, as: UInt8.self) != 0x20 { position += 1 }
             return start..<position
         }
     }

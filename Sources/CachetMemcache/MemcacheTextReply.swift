@@ -54,21 +54,23 @@ public enum MemcacheTextReply {
         var at = 6
         if key.count > 0 { (out + at).copyMemory(from: key.baseAddress!, byteCount: key.count) }
         at += key.count
-        func field(_ number: UInt64) {
+        out.storeBytes(of: UInt8(ascii: " "), toByteOffset: at, as: UInt8.self)
+        at += 1 + writeDecimal(UInt64(flags), to: out + at + 1)
+        out.storeBytes(of: UInt8(ascii: " "), toByteOffset: at, as: UInt8.self)
+        at += 1 + writeDecimal(UInt64(length), to: out + at + 1)
+        if let cas {
             out.storeBytes(of: UInt8(ascii: " "), toByteOffset: at, as: UInt8.self)
-            at += 1 + writeDecimal(number, to: out + at + 1)
+            at += 1 + writeDecimal(cas, to: out + at + 1)
         }
-        field(UInt64(flags))
-        field(UInt64(length))
-        if let cas { field(cas) }
         out.storeBytes(of: 13, toByteOffset: at, as: UInt8.self)
         out.storeBytes(of: 10, toByteOffset: at + 1, as: UInt8.self)
         return at + 2
     }
 
     /// Writes `value`'s decimal digits at `out` (room for 20 bytes); returns how many. The digits are
-    /// counted by comparison and written in one pass of divisions by a constant (which compile to
-    /// multiplications); a single digit, as flags of 0 are, is one store.
+    /// counted by comparison and written two at a time from a table, by divisions by a constant (which
+    /// compile to multiplications); a single digit, as flags of 0 are, is one store.
+    @inline(__always)
     public static func writeDecimal(_ value: UInt64, to out: UnsafeMutableRawPointer) -> Int {
         if value < 10 {
             out.storeBytes(of: UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value), as: UInt8.self)
@@ -80,18 +82,30 @@ public enum MemcacheTextReply {
             count += 1
             bound &*= 10
         }
+        let pairs = UnsafeRawPointer(digitPairs.utf8Start)
         var rest = value
-        var index = count - 1
-        while index >= 0 {
+        var index = count
+        while rest >= 100 {
+            let pair = Int(truncatingIfNeeded: rest % 100)
+            rest /= 100
+            index -= 2
+            (out + index).copyMemory(from: pairs + 2 * pair, byteCount: 2)
+        }
+        if rest >= 10 {
+            (out + index - 2).copyMemory(from: pairs + 2 * Int(truncatingIfNeeded: rest), byteCount: 2)
+        } else {
             out.storeBytes(
-                of: UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest % 10),
-                toByteOffset: index,
+                of: UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest),
+                toByteOffset: index - 1,
                 as: UInt8.self
             )
-            rest /= 10
-            index -= 1
         }
         return count
+    }
+
+    /// "00", "01", ... "99" back to back: the digits of every number below 100.
+    static var digitPairs: StaticString {
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
     }
 
     /// The value after `incr` or `decr`: its decimal digits.

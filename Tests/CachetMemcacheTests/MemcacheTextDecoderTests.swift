@@ -116,6 +116,75 @@ struct MemcacheTextDecoderTests {
         }
     }
 
+    /// `decodeGetLine` (the session's path for `get` and `gets`) finds what `decode` finds, and nothing else.
+    @Test func theGetLinePathAgreesWithDecode() {
+        for line in ["get a\r\n", "gets  a   b \r\n", "get a bb ccc\n", "get k\r\nget x\r\n"] {
+            let bytes = Array(line.utf8)
+            let found = bytes.withUnsafeBytes { MemcacheTextDecoder.decodeGetLine($0) }
+            guard let found else {
+                Issue.record("\(line.debugDescription): not found")
+                continue
+            }
+            #expect(
+                Self.decode(line).0
+                    == .command(.retrieve(keys: found.keys, withCAS: found.withCAS, touch: nil), end: found.end)
+            )
+        }
+        for line in [
+            "get a", "get \r\n", "get a\u{01}\r\n", " get a\r\n", "gat 1 a\r\n", "set a 0 0 1\r\nx\r\n", "getx a\r\n",
+        ] {
+            let found = Array(line.utf8).withUnsafeBytes { MemcacheTextDecoder.decodeGetLine($0) }
+            #expect(found == nil, "\(line.debugDescription)")
+        }
+    }
+
+    /// Random `get` lines (spaces, key bytes, control bytes, DEL, bytes past ASCII; keys short and long),
+    /// with and without commands after them (the keys are scanned eight bytes at a time where the buffer has
+    /// them, a byte at a time near its end): decoded as a reading by tokens says.
+    @Test func randomGetLinesDecodeAsTheirTokensSay() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet: [UInt8] = [0x20, 0x20, 0x61, 0x62, 0x3a, 0x30, 0xc3, 0xa9, 0x01, 0x7f, 0x0d, 0x09]
+        for round in 0..<20_000 {
+            var line = Array("get ".utf8)
+            let length = Int.random(in: 0...(round % 10 == 0 ? 300 : 40), using: &generator)
+            for _ in 0..<length {
+                // Mostly key bytes, so that many lines are good.
+                let byte =
+                    Int.random(in: 0..<8, using: &generator) == 0
+                    ? alphabet.randomElement(using: &generator)!
+                    : alphabet[Int.random(in: 0..<8, using: &generator) % 6]
+                line.append(byte)
+            }
+            // Now and then a key at the length limit, or just past it.
+            if round % 7 == 0 {
+                line += [0x20] + [UInt8](repeating: 0x6b, count: Int.random(in: 248...252, using: &generator))
+            }
+            let ending: [UInt8] = Bool.random(using: &generator) ? [0x0d, 0x0a] : [0x0a]
+            let bytes = line + ending + (Bool.random(using: &generator) ? Array("get next\r\n".utf8) : [])
+            // The reference: the line (without a final `\r`) split at spaces.
+            var content = line
+            if ending == [0x0a], content.last == 0x0d { content.removeLast() }
+            let tokens = content.dropFirst(4).split(separator: 0x20).map { Array($0) }
+            let good =
+                !tokens.isEmpty
+                && tokens.allSatisfy { token in
+                    token.count <= 250 && token.allSatisfy { $0 > 0x20 && $0 != 0x7f }
+                }
+            let decoded = bytes.withUnsafeBytes { MemcacheTextDecoder.decode($0) }
+            switch decoded {
+            case .command(.retrieve(let keys, false, nil), let end):
+                #expect(good, "\(bytes)")
+                #expect(end == line.count + ending.count)
+                let found = bytes.withUnsafeBytes { buffer in keys.ranges(in: buffer).map { Array(bytes[$0]) } }
+                #expect(found == tokens, "\(bytes)")
+            case .failure(.badFormat, _, false):
+                #expect(!good, "\(bytes)")
+            default:
+                Issue.record("\(bytes): \(decoded)")
+            }
+        }
+    }
+
     @Test func retrievalCommandsTakeManyKeys() {
         let (get, bytes) = Self.decode("get a bb ccc\r\n")
         guard case .command(.retrieve(let keys, false, nil), 14) = get else {

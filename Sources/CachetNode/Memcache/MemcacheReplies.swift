@@ -34,7 +34,7 @@ enum MemcacheReplies {
                 let cas = body.loadUnaligned(fromByteOffset: 4, as: UInt64.self).bigEndian
                 let data = UnsafeRawBufferPointer(rebasing: body[CachetItemWrite.itemReplyPrefixSize...])
                 appendValue(key: key, flags: flags, cas: withCAS ? cas : nil, value: data, to: &text)
-                if last { text.append("END\r\n" as StaticString) }
+                if last { appendEnd(to: &text) }
                 return
             } else if status != .notFound {
                 lines = errorLine(status, body)
@@ -140,6 +140,15 @@ enum MemcacheReplies {
         end.storeBytes(of: 13, toByteOffset: value.count, as: UInt8.self)
         end.storeBytes(of: 10, toByteOffset: value.count + 1, as: UInt8.self)
         text.moveWriteIndex(forwardBy: line + value.count + 2)
+    }
+
+    /// Appends `END\r\n` (the end of a retrieval) in two stores.
+    @inline(__always)
+    static func appendEnd(to text: inout CachetByteBuffer) {
+        text.reserveWritable(5)
+        text.writePointer.storeBytes(of: UInt32(littleEndian: 0x0D44_4E45), as: UInt32.self)
+        text.writePointer.storeBytes(of: 0x0A, toByteOffset: 4, as: UInt8.self)
+        text.moveWriteIndex(forwardBy: 5)
     }
 
     static func errorLine(_ status: CachetStatus, _ body: UnsafeRawBufferPointer) -> [UInt8] {

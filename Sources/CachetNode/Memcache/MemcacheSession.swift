@@ -139,6 +139,21 @@ final class MemcacheSession: TranslatingSession {
                 if discarding > 0 { break }
             }
             guard input.readableBytes > 0 else { break }
+            // A `get` or `gets` (the usual command) without the enum of every command.
+            if let get = MemcacheTextDecoder.decodeGetLine(input.readableRegion) {
+                retrieve(
+                    get.keys,
+                    withCAS: get.withCAS,
+                    touch: nil,
+                    in: input.readableRegion,
+                    now: now,
+                    output: &output,
+                    reads: reads
+                )
+                input.moveReadIndex(forwardBy: get.end)
+                made = true
+                continue
+            }
             let decoding = MemcacheTextDecoder.decode(input.readableRegion, maximumValueLength: maximumValueLength)
             switch consume decoding {
             case .needMore:
@@ -275,42 +290,7 @@ final class MemcacheSession: TranslatingSession {
             appendItemWrite(mode, key: bytes(key), flags: flags, cas: cas ?? 0, data: bytes(data), ttl: ttl)
             push(.stored, quiet: noreply)
         case .retrieve(let keys, let withCAS, let touch):
-            var answered = 0
-            if touch == nil, let reads, contexts.isEmpty, native.readableBytes == 0 {
-                // Nothing before it waits for a native reply: the keys memory holds are answered here, in
-                // order, up to the first one that needs a native GET.
-                answered = reads.inPlace.answer(
-                    keys,
-                    withCAS: withCAS,
-                    in: buffer,
-                    now: now,
-                    allowance: inPlaceAllowance,
-                    outputLimit: reads.outputLimit,
-                    output: &output
-                )
-                answeredFromMemory &+= answered
-                textPending = output.readableBytes
-                if answered == keys.count {
-                    output.append("END\r\n" as StaticString)
-                    textPending = output.readableBytes
-                    return
-                }
-            }
-            for (index, key) in keys.ranges(in: buffer).enumerated() where index >= answered {
-                let expired = touch.map { Self.ttl($0, now: now) == nil } ?? false
-                if let touch, let ttl = Self.ttl(touch, now: now) {
-                    appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)
-                } else {
-                    appendKeyed(.get, bytes(key), flags: .item)
-                }
-                replyKeys.append(bytes(key))
-                push(.value(keyLength: key.count, withCAS: withCAS, last: index == keys.count - 1), quiet: false)
-                if expired {
-                    // Touched into the past: answered with the item, which is gone after (as memcached does).
-                    appendKeyed(.delete, bytes(key))
-                    push(.discard, quiet: true)
-                }
-            }
+            retrieve(keys, withCAS: withCAS, touch: touch, in: buffer, now: now, output: &output, reads: reads)
         case .delete(let key, let noreply):
             appendKeyed(.delete, bytes(key))
             push(.deleted, quiet: noreply)
@@ -358,6 +338,57 @@ final class MemcacheSession: TranslatingSession {
             quitting = true
         case .meta(let meta):
             MemcacheMeta.translate(meta, in: buffer, now: now, session: self)
+        }
+    }
+
+    /// `get`, `gets`, `gat` or `gats` of `keys` in `buffer`: the keys memory holds answered here while nothing
+    /// before waits for a native reply (``MemcacheInPlace``), the others turned into native GETs (or
+    /// get-and-touches).
+    private func retrieve(
+        _ keys: MemcacheKeyList,
+        withCAS: Bool,
+        touch: Int64?,
+        in buffer: UnsafeRawBufferPointer,
+        now: UInt32,
+        output: inout CachetByteBuffer,
+        reads: MemoryReads?
+    ) {
+        func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: buffer[range]) }
+        var answered = 0
+        if touch == nil, let reads, contexts.isEmpty, native.readableBytes == 0 {
+            // Nothing before it waits for a native reply: the keys memory holds are answered here, in
+            // order, up to the first one that needs a native GET.
+            answered = reads.inPlace.answer(
+                keys,
+                withCAS: withCAS,
+                in: buffer,
+                now: now,
+                allowance: inPlaceAllowance,
+                outputLimit: reads.outputLimit,
+                output: &output
+            )
+            answeredFromMemory &+= answered
+            if answered == keys.count {
+                MemcacheReplies.appendEnd(to: &output)
+                textPending = output.readableBytes
+                return
+            }
+            textPending = output.readableBytes
+        }
+        for (index, key) in keys.ranges(in: buffer).enumerated() where index >= answered {
+            let expired = touch.map { Self.ttl($0, now: now) == nil } ?? false
+            if let touch, let ttl = Self.ttl(touch, now: now) {
+                appendItemWrite(.getAndTouch, key: bytes(key), ttl: ttl)
+            } else {
+                appendKeyed(.get, bytes(key), flags: .item)
+            }
+            replyKeys.append(bytes(key))
+            push(.value(keyLength: key.count, withCAS: withCAS, last: index == keys.count - 1), quiet: false)
+            if expired {
+                // Touched into the past: answered with the item, which is gone after (as memcached does).
+                appendKeyed(.delete, bytes(key))
+                push(.discard, quiet: true)
+            }
         }
     }
 
@@ -513,7 +544,7 @@ final class MemcacheSession: TranslatingSession {
             send.send(UnsafeRawBufferPointer(rebasing: line[0..<count]), value, queueingTheRestIn: &output)
         }
         output.append("\r\n" as StaticString)
-        if last { output.append("END\r\n" as StaticString) }
+        if last { MemcacheReplies.appendEnd(to: &output) }
         replyKeys.moveReadIndex(forwardBy: keyLength)
         textPending = output.readableBytes
         return true
