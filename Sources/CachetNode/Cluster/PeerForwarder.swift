@@ -17,7 +17,9 @@ import Logging
 /// ``start(probeInterval:)`` and ``stop()``.
 ///
 /// `@unchecked Sendable`: every property but the immutable ones is touched only on the loop's queue
-/// (``start(probeInterval:)`` hands the probing to it with `execute`).
+/// (``start(probeInterval:)`` hands the probing to it with `execute`). `@exclusivity(unchecked)` on the
+/// properties touched per forward: the run-time check costs two runtime calls per access (as for
+/// `Connection`), and the single queue keeps accesses from overlapping.
 final class PeerForwarder: @unchecked Sendable {
     /// Forwards in flight to one peer at most.
     static let maximumInFlightPerPeer = 1024
@@ -28,12 +30,12 @@ final class PeerForwarder: @unchecked Sendable {
     let health: NodeHealth?
     private let maximumReplyLength: Int
     private let logger: Logger
-    private var channels: [CachetClusterMember: PeerChannel] = [:]
+    @exclusivity(unchecked) private var channels: [CachetClusterMember: PeerChannel] = [:]
     /// A second connection per peer for the invalidations that confirm a peer's write
     /// (``ForwardRequest/confirmation``): the peer answers them at once, and they never wait behind the
     /// forwards on ``channels``, which that peer may be sending on to this node (a request waiting for its
     /// confirmation would otherwise wait for itself until its deadline).
-    private var controlChannels: [CachetClusterMember: PeerChannel] = [:]
+    @exclusivity(unchecked) private var controlChannels: [CachetClusterMember: PeerChannel] = [:]
     /// Deletes the local copies of keys whose owner has been told (set by the loop: it has the store).
     var dropLocalCopies: (([[UInt8]]) -> Void)?
     /// Reads the local value of a key and its TTL left in seconds (0: none), from the memory tier or else
@@ -42,13 +44,13 @@ final class PeerForwarder: @unchecked Sendable {
     var readLocalValue: (([UInt8], @escaping ((value: [UInt8], ttl: UInt32)?) -> Void) -> Void)?
     /// Clients' GETs in the air, by key: a GET of a key already asked of the same member waits for that
     /// request's reply instead of sending its own.
-    private var flights = CachetSingleflight<FlightKey, UInt64>()
+    @exclusivity(unchecked) private var flights = CachetSingleflight<FlightKey, UInt64>()
     /// Where each flight went (a GET routed elsewhere does not join it), on which channel, and that
     /// channel's ``PeerChannel/handOffs`` when the flight's request was written.
-    private var flightTargets: [UInt64: (member: CachetClusterMember, channel: PeerChannel, handOffs: UInt64)] = [:]
+    @exclusivity(unchecked) private var flightTargets: [UInt64: (member: CachetClusterMember, channel: PeerChannel, handOffs: UInt64)] = [:]
     /// The completions of the GETs waiting for a flight, by waiter token.
-    private var waiters: [UInt64: (ForwardOutcome) -> Void] = [:]
-    private var nextWaiter: UInt64 = 0
+    @exclusivity(unchecked) private var waiters: [UInt64: (ForwardOutcome) -> Void] = [:]
+    @exclusivity(unchecked) private var nextWaiter: UInt64 = 0
 
     /// - Parameters:
     ///   - loop: the node loop's transport loop, which hosts the peer connections.
