@@ -62,7 +62,8 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         request.withUnsafeMutableBytes { $0.storeBytes(of: id.bigEndian, toByteOffset: 8, as: UInt32.self) }
         let deadline = CachetDeadline(after: timeout)
         let due = deadline.uptimeNanoseconds
-        let nanoseconds = UInt64(max(0, timeout.components.seconds)) &* 1_000_000_000
+        let nanoseconds =
+            UInt64(max(0, timeout.components.seconds)) &* 1_000_000_000
             &+ UInt64(max(0, timeout.components.attoseconds / 1_000_000_000))
         if let queue = deadlines.firstIndex(where: { $0.nanoseconds == nanoseconds }) {
             deadlines[queue].entries.append((id, due))

@@ -47,7 +47,8 @@ final class PeerForwarder: @unchecked Sendable {
     @exclusivity(unchecked) private var flights = CachetSingleflight<FlightKey, UInt64>()
     /// Where each flight went (a GET routed elsewhere does not join it), on which channel, and that
     /// channel's ``PeerChannel/handOffs`` when the flight's request was written.
-    @exclusivity(unchecked) private var flightTargets: [UInt64: (member: CachetClusterMember, channel: PeerChannel, handOffs: UInt64)] = [:]
+    @exclusivity(unchecked) private var flightTargets:
+        [UInt64: (member: CachetClusterMember, channel: PeerChannel, handOffs: UInt64)] = [:]
     /// The completions of the GETs waiting for a flight, by waiter token.
     @exclusivity(unchecked) private var waiters: [UInt64: (ForwardOutcome) -> Void] = [:]
     @exclusivity(unchecked) private var nextWaiter: UInt64 = 0
