@@ -262,10 +262,15 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// Looks `key` up and calls `body` with its live entry under the shard's lock (the look-up of
     /// ``withValue(forKey:now:_:)`` and ``withItem(forKey:now:_:)``).
     @inline(__always)
-    private func withLiveEntry<R>(forKey key: UnsafeRawBufferPointer, now: UInt32, _ body: (MemoryEntry) -> R) -> R? {
+    private func withLiveEntry<R>(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        marking: Bool = true,
+        _ body: (MemoryEntry) -> R
+    ) -> R? {
         let hash = CachetHash.hash(key, seed: seed)
         return withShard(shardIndex(hash)) { shard in
-            let (entry, freed) = shard.lookup(key, hash: hash, now: now)
+            let (entry, freed) = shard.lookup(key, hash: hash, now: now, marking: marking)
             if freed > 0 { used.subtract(freed, ordering: .relaxed) }
             guard let entry else { return nil }
             return body(entry)
@@ -317,7 +322,8 @@ public final class CachetMemoryStore: @unchecked Sendable {
         let hash = CachetHash.hash(key, seed: seed)
         let index = shardIndex(hash)
         let (result, outcome): (R, CachetPutOutcome?) = withShard(index) { shard in
-            let (found, freed) = shard.lookup(key, hash: hash, now: now)
+            // A write does not count as a read of the item it replaces (as memcached's stores do not).
+            let (found, freed) = shard.lookup(key, hash: hash, now: now, marking: false)
             if freed > 0 { used.subtract(freed, ordering: .relaxed) }
             let (update, result) = decide(
                 found.map { CachetMemoryItem(value: $0.value, expiry: $0.expiry, fields: $0.fields) }
@@ -369,11 +375,66 @@ public final class CachetMemoryStore: @unchecked Sendable {
                 fields: fields,
                 pool: pool
             )
+            replacement.markRead()
             settle(shard, delta: shard.insert(replacement))
             return body(replacement.value, replacement.expiry, fields)
         }
         if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
         return result
+    }
+
+    /// memcached's meta get of `key`: ``withItemGivingCAS(forKey:now:cas:_:)``, with whether the item had
+    /// been read before this read since it was stored (`mg h`), and marked as read (for the LRU and as hit)
+    /// only when `marking` (`mg u` asks for neither).
+    public func withItemForMetaGet<R>(
+        forKey key: UnsafeRawBufferPointer,
+        now: UInt32,
+        cas: () -> UInt64,
+        marking: Bool,
+        _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields, Bool) -> R
+    ) -> R? {
+        let hash = CachetHash.hash(key, seed: seed)
+        let index = shardIndex(hash)
+        let result: R? = withShard(index) { shard in
+            let (found, freed) = shard.lookup(key, hash: hash, now: now, marking: false)
+            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
+            guard let entry = found else { return nil }
+            let hitBefore = entry.fetched
+            if let fields = entry.fields {
+                if marking { entry.markRead() }
+                return body(entry.value, entry.expiry, fields, hitBefore)
+            }
+            let fields = CachetItemFields(flags: 0, cas: cas())
+            let replacement = MemoryEntry.make(
+                key: entry.key,
+                value: entry.value,
+                hash: hash,
+                expiry: entry.expiry,
+                fields: fields,
+                pool: pool
+            )
+            if marking {
+                replacement.markRead()
+            } else {
+                replacement.referenced = entry.referenced
+                replacement.fetched = hitBefore
+            }
+            settle(shard, delta: shard.insert(replacement))
+            return body(replacement.value, replacement.expiry, fields, hitBefore)
+        }
+        if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
+        return result
+    }
+
+    /// Whether `key`'s live entry had been read since it was stored (`mg h`), marking it read when
+    /// `marking`; nil on a miss. For a meta get that touches: asked before the touch (which stores the
+    /// entry anew), and marked after it.
+    public func readState(forKey key: UnsafeRawBufferPointer, now: UInt32, marking: Bool) -> Bool? {
+        withLiveEntry(forKey: key, now: now, marking: false) { entry in
+            let before = entry.fetched
+            if marking { entry.markRead() }
+            return before
+        }
     }
 
     /// Removes `key`.

@@ -14,7 +14,8 @@ import Glibc
 /// offset 24  expiry  4 bytes  (Unix seconds, 0 = never)
 /// offset 28  value length  4 bytes
 /// offset 32  key length    2 bytes  (the top bit is the "referenced" mark of the second-chance LRU; the
-///                                  next one says that item fields follow the value)
+///                                  next one says that item fields follow the value; the third that the
+///                                  entry was read since it was stored, memcached's "fetched")
 /// offset 34  key, then value, then (only with the bit) the item fields: flags 4 bytes, CAS 8 bytes
 /// ```
 @usableFromInline
@@ -22,10 +23,11 @@ struct MemoryEntry: Equatable {
     let base: UnsafeMutableRawPointer
 
     static let headerSize = 34
-    static let maximumKeyLength = 0x3fff
+    static let maximumKeyLength = 0x1fff
     private static let referencedBit: UInt16 = 0x8000
     private static let fieldsBit: UInt16 = 0x4000
-    private static let lengthMask: UInt16 = 0x3fff
+    private static let fetchedBit: UInt16 = 0x2000
+    private static let lengthMask: UInt16 = 0x1fff
 
     init(_ base: UnsafeMutableRawPointer) { self.base = base }
 
@@ -126,6 +128,25 @@ struct MemoryEntry: Equatable {
             flags: base.loadUnaligned(fromByteOffset: at, as: UInt32.self),
             cas: base.loadUnaligned(fromByteOffset: at + 4, as: UInt64.self)
         )
+    }
+
+    /// Read since it was stored (memcached's `mg h`, "hit before"): set by every read that marks the entry
+    /// (``markRead()``), never cleared; a new entry for the key starts without it.
+    var fetched: Bool {
+        get { base.load(fromByteOffset: 32, as: UInt16.self) & Self.fetchedBit != 0 }
+        nonmutating set {
+            let length = base.load(fromByteOffset: 32, as: UInt16.self) & ~Self.fetchedBit
+            base.storeBytes(of: newValue ? length | Self.fetchedBit : length, toByteOffset: 32, as: UInt16.self)
+        }
+    }
+
+    /// Marks a read: ``referenced`` for the LRU and ``fetched``, in one store, and only when either was
+    /// clear (a hit then costs no write to a header that already says so).
+    @inline(__always)
+    func markRead() {
+        let bits = base.load(fromByteOffset: 32, as: UInt16.self)
+        let both = Self.referencedBit | Self.fetchedBit
+        if bits & both != both { base.storeBytes(of: bits | both, toByteOffset: 32, as: UInt16.self) }
     }
 
     /// Read since it was last moved to the front of the LRU list: the next eviction scan moves it to the

@@ -211,8 +211,11 @@ final class MemoryShard {
         return size
     }
 
-    /// Looks `key` up, refreshing a live hit and discarding an expired one.
-    func lookup(_ key: UnsafeRawBufferPointer, hash: UInt64, now: UInt32) -> (entry: MemoryEntry?, freed: Int) {
+    /// Looks `key` up, refreshing a live hit (for the LRU, and as read: ``MemoryEntry/markRead()``) unless
+    /// `marking` is false, and discarding an expired one.
+    func lookup(_ key: UnsafeRawBufferPointer, hash: UInt64, now: UInt32, marking: Bool = true)
+        -> (entry: MemoryEntry?, freed: Int)
+    {
         guard let index = find(key, hash: hash) else { return (nil, 0) }
         let entry = entry(at: index)
         if CachetClock.isExpired(entry.expiry, now: now) {
@@ -220,7 +223,7 @@ final class MemoryShard {
             observer?(entry.key, .expired)
             return (nil, discard(at: index))
         }
-        if !entry.referenced { entry.referenced = true }
+        if marking { entry.markRead() }
         return (entry, 0)
     }
 

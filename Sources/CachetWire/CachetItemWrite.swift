@@ -74,31 +74,41 @@ public struct CachetItemWrite: Hashable, Sendable {
         public var recache: UInt32
         /// The TTL of the empty item a vivified miss stores (0: none).
         public var vivifyTTL: UInt32
+        /// The read marks the item neither for the LRU nor as hit (memcached's `mg u`).
+        public var noBump: Bool
 
         /// Options.
-        public init(touch: Bool = false, vivify: Bool = false, recache: UInt32 = 0, vivifyTTL: UInt32 = 0) {
+        public init(
+            touch: Bool = false,
+            vivify: Bool = false,
+            recache: UInt32 = 0,
+            vivifyTTL: UInt32 = 0,
+            noBump: Bool = false
+        ) {
             self.touch = touch
             self.vivify = vivify
             self.recache = recache
             self.vivifyTTL = vivifyTTL
+            self.noBump = noBump
         }
 
         /// Their 9 bytes.
         public var encoded: [UInt8] {
-            var bytes: [UInt8] = [(touch ? 1 : 0) | (vivify ? 2 : 0)]
+            var bytes: [UInt8] = [(touch ? 1 : 0) | (vivify ? 2 : 0) | (noBump ? 4 : 0)]
             withUnsafeBytes(of: recache.bigEndian) { bytes.append(contentsOf: $0) }
             withUnsafeBytes(of: vivifyTTL.bigEndian) { bytes.append(contentsOf: $0) }
             return bytes
         }
 
-        /// Reads them from a write's data (exactly 9 bytes, option bits above 2 clear); nil otherwise.
+        /// Reads them from a write's data (exactly 9 bytes, option bits above 4 clear); nil otherwise.
         public static func decode(_ data: UnsafeRawBufferPointer) -> MetaGetOptions? {
-            guard data.count == 9, data[0] & ~3 == 0 else { return nil }
+            guard data.count == 9, data[0] & ~7 == 0 else { return nil }
             return MetaGetOptions(
                 touch: data[0] & 1 != 0,
                 vivify: data[0] & 2 != 0,
                 recache: data.loadUnaligned(fromByteOffset: 1, as: UInt32.self).bigEndian,
-                vivifyTTL: data.loadUnaligned(fromByteOffset: 5, as: UInt32.self).bigEndian
+                vivifyTTL: data.loadUnaligned(fromByteOffset: 5, as: UInt32.self).bigEndian,
+                noBump: data[0] & 4 != 0
             )
         }
     }
@@ -114,6 +124,8 @@ public struct CachetItemWrite: Hashable, Sendable {
         public static let won = MetaState(rawValue: 2)
         /// Another caller holds the key's lease (`Z`).
         public static let held = MetaState(rawValue: 4)
+        /// The item had been read since it was stored, before this read (memcached's `mg h`).
+        public static let hitBefore = MetaState(rawValue: 8)
     }
 
     /// What the write does.

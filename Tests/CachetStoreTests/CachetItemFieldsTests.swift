@@ -9,6 +9,36 @@ import Testing
 /// (of any length), checked by the header's CRC, and read back after a restart.
 @Suite("Item fields")
 struct CachetItemFieldsTests {
+    /// memcached's `mg h` and `mg u`: whether an item was read since it was stored, and reads that do not
+    /// mark it.
+    @Test func metaGetsTellWhetherTheItemWasReadBeforeAndMayLeaveItUnmarked() {
+        let store = CachetMemoryStoreTests.store(limit: 1 << 20)
+        let source = CachetCASSource(epoch: 5)
+        Array("k".utf8).withUnsafeBytes { key in
+            Array("value".utf8).withUnsafeBytes { value in
+                func metaGet(marking: Bool) -> Bool? {
+                    store.withItemForMetaGet(forKey: key, now: 1, cas: source.next, marking: marking) { $3 }
+                }
+                store.put(key: key, value: value, expiry: 0, now: 1)
+                // Not marked by an unmarking read (which also gives the item its CAS unique, storing it anew).
+                #expect(metaGet(marking: false) == false)
+                #expect(metaGet(marking: false) == false)
+                #expect(metaGet(marking: true) == false)
+                #expect(metaGet(marking: false) == true)
+                // A plain read marks it too; a write starts over.
+                store.put(key: key, value: value, expiry: 0, now: 1)
+                #expect(store.withValue(forKey: key, now: 1) { value, _ in value.count } == 5)
+                #expect(store.readState(forKey: key, now: 1, marking: false) == true)
+                store.put(key: key, value: value, expiry: 0, now: 1)
+                #expect(store.readState(forKey: key, now: 1, marking: true) == false)
+                #expect(store.readState(forKey: key, now: 1, marking: false) == true)
+                #expect(
+                    store.readState(forKey: Array("absent".utf8).withUnsafeBytes { $0 }, now: 1, marking: true) == nil
+                )
+            }
+        }
+    }
+
     @Test func memoryEntriesKeepFieldsOnlyWhenGivenAndCountThem() {
         let store = CachetMemoryStoreTests.store(limit: 1 << 20)
         let key = Array("k".utf8)

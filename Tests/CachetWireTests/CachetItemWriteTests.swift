@@ -50,7 +50,7 @@ struct CachetItemWriteTests {
             ("invalidate with an unknown option", header(11) + [8]),
             ("invalidate with two bytes", header(11) + [4, 0]),
             ("meta-get with 8 bytes", header(13) + [UInt8](repeating: 0, count: 8)),
-            ("meta-get with an unknown option", header(13) + [4] + [UInt8](repeating: 0, count: 8)),
+            ("meta-get with an unknown option", header(13) + [8] + [UInt8](repeating: 0, count: 8)),
             ("touch with data", header(8) + [1]),
         ]
         for (name, field) in bad {
@@ -64,11 +64,16 @@ struct CachetItemWriteTests {
             CachetItemWrite.MetaGetOptions(touch: true),
             CachetItemWrite.MetaGetOptions(touch: true, vivify: true, recache: .max, vivifyTTL: 1),
             CachetItemWrite.MetaGetOptions(vivify: true, recache: 0, vivifyTTL: 0x0102_0304),
+            CachetItemWrite.MetaGetOptions(recache: 5, noBump: true),
         ]
         for option in options {
             let encoded = option.encoded
             #expect(encoded.count == 9)
             #expect(encoded.withUnsafeBytes { CachetItemWrite.MetaGetOptions.decode($0) } == option)
         }
+        // An option bit the protocol does not define is refused.
+        var unknown = CachetItemWrite.MetaGetOptions().encoded
+        unknown[0] = 8
+        #expect(unknown.withUnsafeBytes { CachetItemWrite.MetaGetOptions.decode($0) } == nil)
     }
 }

@@ -451,8 +451,9 @@ final class RequestRouter {
         let mode = buffer[key.upperBound]
         guard mode & ~CachetItemWrite.newCASBit == CachetItemWrite.Mode.metaGet.rawValue else { return false }
         let options = key.upperBound + CachetItemWrite.headerSize + (mode & CachetItemWrite.newCASBit == 0 ? 0 : 8)
-        // Exactly its 9 bytes of options: anything else is for the item write's decoder to refuse.
-        return options + 9 == end && buffer[options] == 0
+        // Exactly its 9 bytes of options, neither touch (1) nor vivify (2) among them (a read that does not
+        // mark the item, 4, is a read): anything else is for the item write's decoder to refuse.
+        return options + 9 == end && buffer[options] & 3 == 0
     }
 
     /// The forward of a request to `target` (``ForwardRequest/passingOn(_:in:to:lastHop:)``), counted.

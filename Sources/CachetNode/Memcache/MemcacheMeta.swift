@@ -20,9 +20,10 @@ import CachetWire
 /// - `me`: the item's expiry, CAS unique and size (`exp`, `cas`, `size`; `la`, `fetch` and `cls` are
 ///   memcached's internals, not kept).
 ///
-/// Not taken (answered `CLIENT_ERROR ... not supported`, nothing done): what needs item state the node does
-/// not keep: last access and hit-before (`mg h`, `mg l`). `mg u` is taken and changes nothing (the node's LRU
-/// is bumped by every read). `E` gives the item the client's CAS unique wherever a write changes it.
+/// `mg h` returns whether the item had been read since it was stored (a mark in the entry's header, which
+/// every read sets); `mg u` reads without marking the item, for the LRU or as hit. Not taken (answered
+/// `CLIENT_ERROR ... not supported`, nothing done): the last access time (`mg l`), which would take four
+/// bytes an entry. `E` gives the item the client's CAS unique wherever a write changes it.
 enum MemcacheMeta {
     /// What a meta command's reply needs from its command.
     struct Reply {
@@ -88,7 +89,7 @@ enum MemcacheMeta {
             key = Array(bytes(meta.key))
         }
         var returns: [(letter: UInt8, token: [UInt8])] = []
-        for flag in meta.flags where "ckfstO".utf8.contains(flag.letter) {
+        for flag in meta.flags where "ckfsthO".utf8.contains(flag.letter) {
             returns.append((flag.letter, flag.letter == UInt8(ascii: "O") ? Array(bytes(flag.token)) : []))
         }
         let ttl = number("T")
@@ -140,6 +141,7 @@ enum MemcacheMeta {
                     options.vivifyTTL = MemcacheSession.ttl(vivify, now: now) ?? 1
                 }
                 if let recache = number("R") { options.recache = UInt32(clamping: max(0, recache)) }
+                options.noBump = meta.has("u")
                 options.encoded.withUnsafeBytes {
                     session.appendItemWrite(.metaGet, key: key, data: $0, ttl: touch, newCAS: unsigned("E"))
                 }
@@ -268,7 +270,7 @@ enum MemcacheMeta {
     static func unsupportedFlag(_ meta: MemcacheMetaCommand) -> UInt8? {
         let unsupported: String
         switch meta.kind {
-        case .get: unsupported = "hl"
+        case .get: unsupported = "l"
         case .set, .delete, .arithmetic: unsupported = ""
         case .noop, .debug: unsupported = ""
         }
@@ -400,8 +402,10 @@ enum MemcacheMeta {
         }
         // memcached's order: `Z` (another caller recaches), `X` (stale), `W` (this caller recaches).
         var suffix = ""
+        var hitBefore: Bool?
         if reply.withState {
             let state = CachetItemWrite.MetaState(rawValue: body[16])
+            hitBefore = state.contains(.hitBefore)
             let words = [(CachetItemWrite.MetaState.held, "Z"), (.stale, "X"), (.won, "W")]
             suffix = words.filter { state.contains($0.0) }.map(\.1).joined(separator: " ")
         }
@@ -418,6 +422,7 @@ enum MemcacheMeta {
             flags: flags,
             size: data.count,
             ttl: ttl,
+            hitBefore: hitBefore,
             suffix: suffix,
             to: &text
         )
@@ -435,6 +440,7 @@ enum MemcacheMeta {
         flags: UInt32? = nil,
         size: Int? = nil,
         ttl: Int64? = nil,
+        hitBefore: Bool? = nil,
         missing: Bool = false,
         suffix: String = "",
         to text: inout CachetByteBuffer
@@ -455,6 +461,8 @@ enum MemcacheMeta {
                 if let size { line += Array(" s\(size)".utf8) }
             case UInt8(ascii: "t") where !missing:
                 if let ttl { line += Array(" t\(ttl)".utf8) }
+            case UInt8(ascii: "h") where !missing:
+                if let hitBefore { line += Array(" h\(hitBefore ? 1 : 0)".utf8) }
             default:
                 break
             }

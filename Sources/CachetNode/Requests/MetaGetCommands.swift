@@ -19,7 +19,9 @@ extension NodeCommands {
         newCAS: UInt64? = nil
     ) -> ItemOutcome {
         if options.touch {
-            // A get-and-touch (counted as one), answered with the item and its state.
+            // A get-and-touch (counted as one), answered with the item and its state. Whether it was read
+            // before is asked first: the touch stores the entry anew, which is then marked read.
+            let hitBefore = store.readState(forKey: key, now: now, marking: false) ?? false
             let touched = writeItem(
                 key,
                 mode: .getAndTouch,
@@ -35,9 +37,11 @@ extension NodeCommands {
             if case .answered(.refused(.notFound, _)) = touched {
                 return vivify(key, options: options, now: now, newCAS: newCAS)
             }
+            if !options.noBump { _ = store.readState(forKey: key, now: now, marking: true) }
             return touched.mapReply { reply in
                 guard case .item(let flags, let cas, let value) = reply else { return reply }
-                let state = metaState(key, cas: cas, expiry: expiry, options: options, now: now)
+                var state = metaState(key, cas: cas, expiry: expiry, options: options, now: now)
+                if hitBefore { state.insert(.hitBefore) }
                 return .metaItem(
                     flags: flags,
                     cas: cas,
@@ -47,20 +51,30 @@ extension NodeCommands {
                 )
             }
         }
-        var hit = lookUpItem(key, now: now) { value, expiry, fields in
-            (flags: fields.flags, cas: fields.cas, expiry: expiry, value: Array(value))
+        var hit = store.withItemForMetaGet(forKey: key, now: now, cas: casSource.next, marking: !options.noBump) {
+            value,
+            expiry,
+            fields,
+            hitBefore in
+            (flags: fields.flags, cas: fields.cas, expiry: expiry, value: Array(value), hitBefore: hitBefore)
         }
-        if hit == nil, let entry = diskEntry, !CachetClock.isExpired(entry.expiry, now: now) {
+        if hit != nil {
+            RequestCounters.bump(counters.gets)
+            RequestCounters.bump(counters.hits)
+        } else if let entry = diskEntry, !CachetClock.isExpired(entry.expiry, now: now) {
             RequestCounters.bump(counters.gets)
             let fields = promoteItem(key, entry, now: now)
-            hit = (fields.flags, fields.cas, entry.expiry, entry.value)
+            // Kept in memory from the disk tier: whether it was read before there is not known.
+            if !options.noBump { _ = store.readState(forKey: key, now: now, marking: true) }
+            hit = (fields.flags, fields.cas, entry.expiry, entry.value, false)
         }
         guard let hit else {
             RequestCounters.bump(counters.gets)
             RequestCounters.bump(counters.misses)
             return vivify(key, options: options, now: now, newCAS: newCAS)
         }
-        let state = metaState(key, cas: hit.cas, expiry: hit.expiry, options: options, now: now)
+        var state = metaState(key, cas: hit.cas, expiry: hit.expiry, options: options, now: now)
+        if hit.hitBefore { state.insert(.hitBefore) }
         return .answered(
             .metaItem(
                 flags: hit.flags,

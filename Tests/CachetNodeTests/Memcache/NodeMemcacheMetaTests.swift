@@ -225,6 +225,7 @@ struct NodeMemcacheMetaTests {
         }
         #expect(try cluster.stats("n1")["in_minority"] as? Bool == true)
         #expect(try client.exchange("mg \(key) v\r\n") == ["EN"], "a miss, not SERVER_ERROR")
+        #expect(try client.exchange("mg \(key) v u h\r\n") == ["EN"], "one that does not mark the item reads too")
         #expect(try client.exchange("mg \(key) v T30\r\n").first?.hasPrefix("SERVER_ERROR") == true, "a touch writes")
         // Thawed: a majority again, and after its hold (11 s at most by default) n1 serves the value it kept.
         kill(cluster.node("n2").process.processIdentifier, SIGCONT)
@@ -248,7 +249,6 @@ struct NodeMemcacheMetaTests {
         ("ms foo abc\r\n", "CLIENT_ERROR bad data chunk"),
         ("ms foo 1 MX\r\nx\r\n", "CLIENT_ERROR invalid mode for ms STORE"),
         ("ma foo MX\r\n", "CLIENT_ERROR invalid mode for ma"),
-        ("mg foo h\r\n", "CLIENT_ERROR flag h is not supported by this server"),
         ("mg foo l\r\n", "CLIENT_ERROR flag l is not supported by this server"),
         ("ms foo 1 ME C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with modes S, A and P only by this server"),
         ("ms foo 1 MR C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with modes S, A and P only by this server"),

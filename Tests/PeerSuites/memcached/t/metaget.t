@@ -574,8 +574,7 @@ subtest 'marith with CAS override' => sub {
 }
 
 # test hit-before? flag
-# Adapted for Cachet: whether an item was hit before (h) is not kept; run against memcached only.
-if (!$ENV{T_MEMD_USE_DAEMON}) {
+{
     print $sock "ms hitflag 3 T100\r\nhit\r\n";
     like(scalar <$sock>, qr/^HD/, "set hitflag");
 
@@ -589,8 +588,7 @@ if (!$ENV{T_MEMD_USE_DAEMON}) {
 }
 
 # test no-update flag
-# Adapted for Cachet: hit-before and LRU flags (h, u) is not kept; run against memcached only.
-if (!$ENV{T_MEMD_USE_DAEMON}) {
+{
     print $sock "ms noupdate 3 T100\r\nhit\r\n";
     like(scalar <$sock>, qr/^HD/, "set noupdate");
 
