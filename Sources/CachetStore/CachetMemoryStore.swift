@@ -359,28 +359,9 @@ public final class CachetMemoryStore: @unchecked Sendable {
         cas: () -> UInt64,
         _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields) -> R
     ) -> R? {
-        let hash = CachetHash.hash(key, seed: seed)
-        let index = shardIndex(hash)
-        let result: R? = withShard(index) { shard in
-            let (found, freed) = shard.lookup(key, hash: hash, now: now)
-            if freed > 0 { used.subtract(freed, ordering: .relaxed) }
-            guard let entry = found else { return nil }
-            if let fields = entry.fields { return body(entry.value, entry.expiry, fields) }
-            let fields = CachetItemFields(flags: 0, cas: cas())
-            let replacement = MemoryEntry.make(
-                key: entry.key,
-                value: entry.value,
-                hash: hash,
-                expiry: entry.expiry,
-                fields: fields,
-                pool: pool
-            )
-            replacement.markRead()
-            settle(shard, delta: shard.insert(replacement))
-            return body(replacement.value, replacement.expiry, fields)
+        withItemForMetaGet(forKey: key, now: now, cas: cas, marking: true) { value, expiry, fields, _ in
+            body(value, expiry, fields)
         }
-        if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
-        return result
     }
 
     /// memcached's meta get of `key`: ``withItemGivingCAS(forKey:now:cas:_:)``, with whether the item had
