@@ -127,7 +127,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
         -> CachetPutOutcome
     {
         // Apart from the one with fields, so that a plain PUT's path has no branch on them.
-        storeEntry(key: key, value: value, expiry: expiry, fields: nil)
+        storeEntry(key: key, value: value, expiry: expiry, now: now, fields: nil)
     }
 
     /// ``put(key:value:expiry:now:)`` with the item fields to keep with the entry (nil: none).
@@ -139,7 +139,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
         now: UInt32,
         fields: CachetItemFields?
     ) -> CachetPutOutcome {
-        storeEntry(key: key, value: value, expiry: expiry, fields: fields)
+        storeEntry(key: key, value: value, expiry: expiry, now: now, fields: fields)
     }
 
     @inline(__always)
@@ -147,6 +147,7 @@ public final class CachetMemoryStore: @unchecked Sendable {
         key: UnsafeRawBufferPointer,
         value: UnsafeRawBufferPointer,
         expiry: UInt32,
+        now: UInt32,
         fields: CachetItemFields?
     ) -> CachetPutOutcome {
         let fieldsSize = fields == nil ? 0 : CachetItemFields.storedSize
@@ -158,7 +159,10 @@ public final class CachetMemoryStore: @unchecked Sendable {
         let hash = CachetHash.hash(key, seed: seed)
         let index = shardIndex(hash)
         withShard(index) { shard in
-            settle(shard, delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry, fields: fields))
+            settle(
+                shard,
+                delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry, fields: fields, now: now)
+            )
         }
         if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
         return .stored
@@ -251,12 +255,15 @@ public final class CachetMemoryStore: @unchecked Sendable {
     ///   - body: reads the value.
     /// - Returns: `body`'s result, or nil on a miss.
     /// - Complexity: O(1) on average.
+    ///   - marking: whether this is a client's read, which marks the entry (for the LRU, as hit, its access
+    ///     time); the node's own look-ups (is it held, is it the same value) pass false.
     public func withValue<R>(
         forKey key: UnsafeRawBufferPointer,
         now: UInt32,
+        marking: Bool = true,
         _ body: (UnsafeRawBufferPointer, UInt32) -> R
     ) -> R? {
-        withLiveEntry(forKey: key, now: now) { body($0.value, $0.expiry) }
+        withLiveEntry(forKey: key, now: now, marking: marking) { body($0.value, $0.expiry) }
     }
 
     /// Looks `key` up and calls `body` with its live entry under the shard's lock (the look-up of
@@ -277,13 +284,14 @@ public final class CachetMemoryStore: @unchecked Sendable {
         }
     }
 
-    /// ``withValue(forKey:now:_:)`` with the entry's item fields too (nil for an entry without them).
+    /// ``withValue(forKey:now:marking:_:)`` with the entry's item fields too (nil for an entry without them).
     public func withItem<R>(
         forKey key: UnsafeRawBufferPointer,
         now: UInt32,
+        marking: Bool = true,
         _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields?) -> R
     ) -> R? {
-        withLiveEntry(forKey: key, now: now) { body($0.value, $0.expiry, $0.fields) }
+        withLiveEntry(forKey: key, now: now, marking: marking) { body($0.value, $0.expiry, $0.fields) }
     }
 
     /// ``withItem(forKey:now:_:)`` for a body that says whether it used the item (a retrieval writing its
@@ -314,9 +322,14 @@ public final class CachetMemoryStore: @unchecked Sendable {
     /// miss; the value is valid only inside it) and says what to store, and what to return.
     /// - Returns: `decide`'s result, and the store's outcome when it stored (``CachetPutOutcome/tooLarge``,
     ///   storing nothing, for an entry over the limit); nil when it kept the entry.
+    ///   - keepingReadState: the entry stored anew keeps the marks of the one it replaces (whether it was
+    ///     read, for `mg h`, and for the LRU): a touch, which memcached does in place.
+    ///   - markingRead: the entry stored is marked read (a get-and-touch).
     public func update<R>(
         forKey key: UnsafeRawBufferPointer,
         now: UInt32,
+        keepingReadState: Bool = false,
+        markingRead: Bool = false,
         _ decide: (CachetMemoryItem?) -> (CachetItemUpdate, R)
     ) -> (R, CachetPutOutcome?) {
         let hash = CachetHash.hash(key, seed: seed)
@@ -340,8 +353,20 @@ public final class CachetMemoryStore: @unchecked Sendable {
                 fieldsSize: fields == nil ? 0 : CachetItemFields.storedSize
             )
             guard size <= memoryLimit, key.count <= Self.maximumKeyLength else { return (result, .tooLarge) }
+            // Read before the insert frees the entry it replaces.
+            let kept = keepingReadState ? found.map { (fetched: $0.fetched, referenced: $0.referenced) } : nil
             value.withUnsafeBytes { value in
-                settle(shard, delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry, fields: fields))
+                settle(
+                    shard,
+                    delta: shard.insert(key: key, value: value, hash: hash, expiry: expiry, fields: fields, now: now)
+                )
+            }
+            if kept != nil || markingRead, let stored = shard.lookup(key, hash: hash, now: now, marking: false).entry {
+                if let kept {
+                    stored.fetched = kept.fetched
+                    stored.referenced = kept.referenced
+                }
+                if markingRead { stored.markRead() }
             }
             return (result, .stored)
         }
@@ -364,15 +389,15 @@ public final class CachetMemoryStore: @unchecked Sendable {
         }
     }
 
-    /// memcached's meta get of `key`: ``withItemGivingCAS(forKey:now:cas:_:)``, with whether the item had
-    /// been read before this read since it was stored (`mg h`), and marked as read (for the LRU and as hit)
-    /// only when `marking` (`mg u` asks for neither).
+    /// memcached's meta get of `key`: ``withItemGivingCAS(forKey:now:cas:_:)``, with what `mg h` and `mg l`
+    /// report (``CachetMetaRead``), the item marked as read (for the LRU, as hit, its access time) only when
+    /// `marking` (`mg u` asks for none of it).
     public func withItemForMetaGet<R>(
         forKey key: UnsafeRawBufferPointer,
         now: UInt32,
         cas: () -> UInt64,
         marking: Bool,
-        _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields, Bool) -> R
+        _ body: (UnsafeRawBufferPointer, UInt32, CachetItemFields, CachetMetaRead) -> R
     ) -> R? {
         let hash = CachetHash.hash(key, seed: seed)
         let index = shardIndex(hash)
@@ -382,8 +407,11 @@ public final class CachetMemoryStore: @unchecked Sendable {
             guard let entry = found else { return nil }
             let hitBefore = entry.fetched
             if let fields = entry.fields {
-                if marking { entry.markRead() }
-                return body(entry.value, entry.expiry, fields, hitBefore)
+                if marking {
+                    entry.markRead()
+                    entry.noteAccess(now: now)
+                }
+                return body(entry.value, entry.expiry, fields, CachetMetaRead(entry, hitBefore: hitBefore, now: now))
             }
             let fields = CachetItemFields(flags: 0, cas: cas())
             let replacement = MemoryEntry.make(
@@ -392,16 +420,19 @@ public final class CachetMemoryStore: @unchecked Sendable {
                 hash: hash,
                 expiry: entry.expiry,
                 fields: fields,
+                accessed: entry.accessed,
                 pool: pool
             )
             if marking {
                 replacement.markRead()
+                replacement.noteAccess(now: now)
             } else {
                 replacement.referenced = entry.referenced
                 replacement.fetched = hitBefore
             }
             settle(shard, delta: shard.insert(replacement))
-            return body(replacement.value, replacement.expiry, fields, hitBefore)
+            let read = CachetMetaRead(replacement, hitBefore: hitBefore, now: now)
+            return body(replacement.value, replacement.expiry, fields, read)
         }
         if used.load(ordering: .relaxed) > memoryLimit { evictFromOtherShards(than: index) }
         return result
@@ -413,7 +444,10 @@ public final class CachetMemoryStore: @unchecked Sendable {
     public func readState(forKey key: UnsafeRawBufferPointer, now: UInt32, marking: Bool) -> Bool? {
         withLiveEntry(forKey: key, now: now, marking: false) { entry in
             let before = entry.fetched
-            if marking { entry.markRead() }
+            if marking {
+                entry.markRead()
+                entry.noteAccess(now: now)
+            }
             return before
         }
     }
@@ -620,6 +654,28 @@ public struct CachetMemoryItem {
 }
 
 /// What ``CachetMemoryStore/update(forKey:now:_:)`` does with the entry.
+/// What memcached's `mg h` and `mg l` report of an item read by
+/// ``CachetMemoryStore/withItemForMetaGet(forKey:now:cas:marking:_:)``.
+public struct CachetMetaRead: Hashable, Sendable {
+    /// It had been read since it was stored, before this read.
+    public var hitBefore: Bool
+    /// Seconds since it was last read or written, this read included when it marked the item (the access
+    /// time moves at most once a minute, as memcached's does).
+    public var idleSeconds: UInt32
+
+    /// A read's report.
+    public init(hitBefore: Bool, idleSeconds: UInt32) {
+        self.hitBefore = hitBefore
+        self.idleSeconds = idleSeconds
+    }
+
+    init(_ entry: MemoryEntry, hitBefore: Bool, now: UInt32) {
+        self.hitBefore = hitBefore
+        let accessed = entry.accessed
+        idleSeconds = now > accessed ? now - accessed : 0
+    }
+}
+
 public enum CachetItemUpdate: Sendable {
     /// Leaves it as it is (or absent).
     case keep

@@ -8,8 +8,9 @@ import Glibc
 /// size class, and go back to it.
 ///
 /// ```
-/// offset  0  prev    8 bytes  (towards the most recently used end)
-/// offset  8  next    8 bytes  (towards the least recently used end)
+/// offset  0  prev    8 bytes  (towards the most recently used end; its top 16 bits: the high half of the
+///                             last access time)
+/// offset  8  next    8 bytes  (towards the least recently used end; its top 16 bits: the low half)
 /// offset 16  hash    8 bytes
 /// offset 24  expiry  4 bytes  (Unix seconds, 0 = never)
 /// offset 28  value length  4 bytes
@@ -39,6 +40,7 @@ struct MemoryEntry: Equatable {
         hash: UInt64,
         expiry: UInt32,
         fields: CachetItemFields? = nil,
+        accessed: UInt32 = CachetClock.now(),
         pool: LargeBlockPool
     ) -> MemoryEntry {
         let entry = makeUnfilled(
@@ -47,6 +49,7 @@ struct MemoryEntry: Equatable {
             hash: hash,
             expiry: expiry,
             fields: fields,
+            accessed: accessed,
             pool: pool
         )
         if value.count > 0 {
@@ -64,13 +67,15 @@ struct MemoryEntry: Equatable {
         hash: UInt64,
         expiry: UInt32,
         fields: CachetItemFields? = nil,
+        accessed: UInt32 = CachetClock.now(),
         pool: LargeBlockPool
     ) -> MemoryEntry {
         let extra = fields == nil ? 0 : CachetItemFields.storedSize
         let base = pool.allocate(size: LargeBlockPool.blockSize(for: headerSize + key.count + valueLength + extra))
         let entry = MemoryEntry(base)
-        entry.prev = nil
-        entry.next = nil
+        base.storeBytes(of: UInt(0), as: UInt.self)
+        base.storeBytes(of: UInt(0), toByteOffset: 8, as: UInt.self)
+        entry.accessed = accessed
         base.storeBytes(of: hash, toByteOffset: 16, as: UInt64.self)
         base.storeBytes(of: expiry, toByteOffset: 24, as: UInt32.self)
         base.storeBytes(of: UInt32(valueLength), toByteOffset: 28, as: UInt32.self)
@@ -96,14 +101,57 @@ struct MemoryEntry: Equatable {
         pool.release(base, size: LargeBlockPool.blockSize(for: Self.headerSize + keyLength + valueLength + fieldsSize))
     }
 
+    /// The bits of a link word that hold the address: heap addresses lie below 2^48 (the shard checks it
+    /// when it links an entry), and the 16 above carry half of ``accessed`` each.
+    private static let addressBits: UInt = 0x0000_FFFF_FFFF_FFFF
+
+    @inline(__always)
+    private func link(at offset: Int) -> MemoryEntry? {
+        UnsafeMutableRawPointer(bitPattern: base.load(fromByteOffset: offset, as: UInt.self) & Self.addressBits)
+            .map(MemoryEntry.init)
+    }
+
+    @inline(__always)
+    private func setLink(_ entry: MemoryEntry?, at offset: Int) {
+        let high = base.load(fromByteOffset: offset, as: UInt.self) & ~Self.addressBits
+        base.storeBytes(of: high | UInt(bitPattern: entry?.base), toByteOffset: offset, as: UInt.self)
+    }
+
     var prev: MemoryEntry? {
-        get { base.load(as: UnsafeMutableRawPointer?.self).map(MemoryEntry.init) }
-        nonmutating set { base.storeBytes(of: newValue?.base, as: UnsafeMutableRawPointer?.self) }
+        get { link(at: 0) }
+        nonmutating set { setLink(newValue, at: 0) }
     }
 
     var next: MemoryEntry? {
-        get { base.load(fromByteOffset: 8, as: UnsafeMutableRawPointer?.self).map(MemoryEntry.init) }
-        nonmutating set { base.storeBytes(of: newValue?.base, toByteOffset: 8, as: UnsafeMutableRawPointer?.self) }
+        get { link(at: 8) }
+        nonmutating set { setLink(newValue, at: 8) }
+    }
+
+    /// When the entry was last read or written (``CachetClock`` seconds): set when it is made, and by a
+    /// read that marks it when it is a minute old or more (memcached's `ITEM_UPDATE_INTERVAL`: a hit rarely
+    /// writes). memcached's `mg l`. Kept in the link words' spare bits, so it costs no byte.
+    var accessed: UInt32 {
+        get {
+            let high = base.load(as: UInt.self) >> 48
+            let low = base.load(fromByteOffset: 8, as: UInt.self) >> 48
+            return UInt32(truncatingIfNeeded: high << 16 | low)
+        }
+        nonmutating set {
+            let previous = base.load(as: UInt.self) & Self.addressBits
+            let next = base.load(fromByteOffset: 8, as: UInt.self) & Self.addressBits
+            base.storeBytes(of: previous | UInt(newValue >> 16) << 48, as: UInt.self)
+            base.storeBytes(of: next | UInt(newValue & 0xffff) << 48, toByteOffset: 8, as: UInt.self)
+        }
+    }
+
+    /// How often a read updates ``accessed``: once its time is this old.
+    static let accessUpdateInterval: UInt32 = 60
+
+    /// Brings ``accessed`` up to `now` when it is ``accessUpdateInterval`` old or more (or ahead of `now`).
+    @inline(__always)
+    func noteAccess(now: UInt32) {
+        // Past the interval, or behind `now` (a clock set back): `now - last` wraps to above it.
+        if now &- accessed >= Self.accessUpdateInterval { accessed = now }
     }
 
     var hash: UInt64 { base.load(fromByteOffset: 16, as: UInt64.self) }

@@ -183,12 +183,21 @@ final class MemoryShard {
         value: UnsafeRawBufferPointer,
         hash: UInt64,
         expiry: UInt32,
-        fields: CachetItemFields? = nil
+        fields: CachetItemFields? = nil,
+        now: UInt32 = CachetClock.now()
     ) -> Int {
         var delta = 0
         if let index = find(key, hash: hash) { delta -= discard(at: index) }
-        return delta
-            + link(MemoryEntry.make(key: key, value: value, hash: hash, expiry: expiry, fields: fields, pool: pool))
+        let entry = MemoryEntry.make(
+            key: key,
+            value: value,
+            hash: hash,
+            expiry: expiry,
+            fields: fields,
+            accessed: now,
+            pool: pool
+        )
+        return delta + link(entry)
     }
 
     /// Stores an entry made (and filled) outside the shard, replacing an older one with the same key.
@@ -223,7 +232,10 @@ final class MemoryShard {
             observer?(entry.key, .expired)
             return (nil, discard(at: index))
         }
-        if marking { entry.markRead() }
+        if marking {
+            entry.markRead()
+            entry.noteAccess(now: now)
+        }
         return (entry, 0)
     }
 

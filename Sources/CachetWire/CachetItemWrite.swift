@@ -76,6 +76,9 @@ public struct CachetItemWrite: Hashable, Sendable {
         public var vivifyTTL: UInt32
         /// The read marks the item neither for the LRU nor as hit (memcached's `mg u`).
         public var noBump: Bool
+        /// The reply carries the seconds since the item was last read or written after its state byte
+        /// (memcached's `mg l`).
+        public var idleTime: Bool
 
         /// Options.
         public init(
@@ -83,32 +86,35 @@ public struct CachetItemWrite: Hashable, Sendable {
             vivify: Bool = false,
             recache: UInt32 = 0,
             vivifyTTL: UInt32 = 0,
-            noBump: Bool = false
+            noBump: Bool = false,
+            idleTime: Bool = false
         ) {
             self.touch = touch
             self.vivify = vivify
             self.recache = recache
             self.vivifyTTL = vivifyTTL
             self.noBump = noBump
+            self.idleTime = idleTime
         }
 
         /// Their 9 bytes.
         public var encoded: [UInt8] {
-            var bytes: [UInt8] = [(touch ? 1 : 0) | (vivify ? 2 : 0) | (noBump ? 4 : 0)]
+            var bytes: [UInt8] = [(touch ? 1 : 0) | (vivify ? 2 : 0) | (noBump ? 4 : 0) | (idleTime ? 8 : 0)]
             withUnsafeBytes(of: recache.bigEndian) { bytes.append(contentsOf: $0) }
             withUnsafeBytes(of: vivifyTTL.bigEndian) { bytes.append(contentsOf: $0) }
             return bytes
         }
 
-        /// Reads them from a write's data (exactly 9 bytes, option bits above 4 clear); nil otherwise.
+        /// Reads them from a write's data (exactly 9 bytes, option bits above 8 clear); nil otherwise.
         public static func decode(_ data: UnsafeRawBufferPointer) -> MetaGetOptions? {
-            guard data.count == 9, data[0] & ~7 == 0 else { return nil }
+            guard data.count == 9, data[0] & ~15 == 0 else { return nil }
             return MetaGetOptions(
                 touch: data[0] & 1 != 0,
                 vivify: data[0] & 2 != 0,
                 recache: data.loadUnaligned(fromByteOffset: 1, as: UInt32.self).bigEndian,
                 vivifyTTL: data.loadUnaligned(fromByteOffset: 5, as: UInt32.self).bigEndian,
-                noBump: data[0] & 4 != 0
+                noBump: data[0] & 4 != 0,
+                idleTime: data[0] & 8 != 0
             )
         }
     }
@@ -246,7 +252,8 @@ public struct CachetItemWrite: Hashable, Sendable {
     public static let itemReplyPrefixSize = 12
 
     /// The prefix of an OK reply to ``Mode/metaGet``: `flags: u32 | cas: u64 | ttl: u32 | state: u8`, then
-    /// the value; `ttl` is the seconds the item has left (0: no expiry), `state` a ``MetaState``.
+    /// (with ``MetaGetOptions/idleTime``) `idle: u32`, then the value; `ttl` is the seconds the item has left
+    /// (0: no expiry), `state` a ``MetaState``, `idle` the seconds since the item was last read or written.
     public static let metaItemReplyPrefixSize = 17
 
     /// Reads the flags and CAS unique before the value in an item reply's body; nil when it is too short.

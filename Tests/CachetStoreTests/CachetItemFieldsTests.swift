@@ -17,7 +17,7 @@ struct CachetItemFieldsTests {
         Array("k".utf8).withUnsafeBytes { key in
             Array("value".utf8).withUnsafeBytes { value in
                 func metaGet(marking: Bool) -> Bool? {
-                    store.withItemForMetaGet(forKey: key, now: 1, cas: source.next, marking: marking) { $3 }
+                    store.withItemForMetaGet(forKey: key, now: 1, cas: source.next, marking: marking) { $3.hitBefore }
                 }
                 store.put(key: key, value: value, expiry: 0, now: 1)
                 // Not marked by an unmarking read (which also gives the item its CAS unique, storing it anew).
@@ -35,6 +35,44 @@ struct CachetItemFieldsTests {
                 #expect(
                     store.readState(forKey: Array("absent".utf8).withUnsafeBytes { $0 }, now: 1, marking: true) == nil
                 )
+            }
+        }
+    }
+
+    /// memcached's `mg l`: seconds since the item was last read or written, the access time moved by a
+    /// marking read at most once a minute; kept in the entry's link words, which still link the LRU list.
+    @Test func metaGetsTellTheSecondsSinceTheLastAccess() {
+        let store = CachetMemoryStoreTests.store(limit: 1 << 20)
+        let source = CachetCASSource(epoch: 5)
+        let start = CachetClock.now()
+        Array("k".utf8).withUnsafeBytes { key in
+            Array("value".utf8).withUnsafeBytes { value in
+                func idle(at seconds: UInt32, marking: Bool) -> UInt32? {
+                    store.withItemForMetaGet(forKey: key, now: start + seconds, cas: source.next, marking: marking) {
+                        $3.idleSeconds
+                    }
+                }
+                store.put(key: key, value: value, expiry: 0, now: start)
+                // Other entries around it, so that its links point somewhere.
+                for index in 0..<10 {
+                    Array("other-\(index)".utf8).withUnsafeBytes {
+                        store.put(key: $0, value: value, expiry: 0, now: start)
+                    }
+                }
+                #expect(idle(at: 30, marking: true) == 30, "under a minute: not moved")
+                #expect(idle(at: 90, marking: false) == 90, "an unmarking read does not move it")
+                #expect(idle(at: 90, marking: true) == 0, "a minute old: moved to this read")
+                #expect(idle(at: 100, marking: true) == 10)
+                // A write starts it over; the LRU list is intact (every entry still read back).
+                let before = CachetClock.now()
+                store.put(key: key, value: value, expiry: 0, now: start)
+                #expect((idle(at: before - start + 5, marking: false) ?? 99) <= 5)
+                for index in 0..<10 {
+                    let read = Array("other-\(index)".utf8).withUnsafeBytes {
+                        store.withValue(forKey: $0, now: start) { value, _ in value.count }
+                    }
+                    #expect(read == 5)
+                }
             }
         }
     }

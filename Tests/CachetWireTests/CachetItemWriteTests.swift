@@ -50,7 +50,7 @@ struct CachetItemWriteTests {
             ("invalidate with an unknown option", header(11) + [8]),
             ("invalidate with two bytes", header(11) + [4, 0]),
             ("meta-get with 8 bytes", header(13) + [UInt8](repeating: 0, count: 8)),
-            ("meta-get with an unknown option", header(13) + [8] + [UInt8](repeating: 0, count: 8)),
+            ("meta-get with an unknown option", header(13) + [16] + [UInt8](repeating: 0, count: 8)),
             ("touch with data", header(8) + [1]),
         ]
         for (name, field) in bad {
@@ -65,6 +65,7 @@ struct CachetItemWriteTests {
             CachetItemWrite.MetaGetOptions(touch: true, vivify: true, recache: .max, vivifyTTL: 1),
             CachetItemWrite.MetaGetOptions(vivify: true, recache: 0, vivifyTTL: 0x0102_0304),
             CachetItemWrite.MetaGetOptions(recache: 5, noBump: true),
+            CachetItemWrite.MetaGetOptions(touch: true, idleTime: true),
         ]
         for option in options {
             let encoded = option.encoded
@@ -73,7 +74,7 @@ struct CachetItemWriteTests {
         }
         // An option bit the protocol does not define is refused.
         var unknown = CachetItemWrite.MetaGetOptions().encoded
-        unknown[0] = 8
+        unknown[0] = 16
         #expect(unknown.withUnsafeBytes { CachetItemWrite.MetaGetOptions.decode($0) } == nil)
     }
 }

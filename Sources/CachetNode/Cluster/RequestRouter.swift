@@ -77,7 +77,9 @@ final class RequestRouter {
             // its own, or handed back already); otherwise the key is deleted, as an invalidation deletes it.
             // An invalidation (a confirmation too) is a word.
             if header.opcode == .put && header.flags & CachetRequestFlags.lastHop.rawValue == 0 {
-                let held = commands.store.withValue(forKey: keyBytes, now: CachetClock.now()) { _, _ in true } ?? false
+                let held =
+                    commands.store.withValue(forKey: keyBytes, now: CachetClock.now(), marking: false) { _, _ in true }
+                    ?? false
                 guard foreignOwner == nil, !held, hold?.takesHandBack(keyBytes) == true else {
                     if let failure = dropLocalCopy(keyBytes) {
                         appendMessage(failure, status: .serverError, opcode: .put, id: header.id, to: &output)

@@ -21,9 +21,9 @@ import CachetWire
 ///   memcached's internals, not kept).
 ///
 /// `mg h` returns whether the item had been read since it was stored (a mark in the entry's header, which
-/// every read sets); `mg u` reads without marking the item, for the LRU or as hit. Not taken (answered
-/// `CLIENT_ERROR ... not supported`, nothing done): the last access time (`mg l`), which would take four
-/// bytes an entry. `E` gives the item the client's CAS unique wherever a write changes it.
+/// every read sets); `mg l` the seconds since it was last read or written (kept in the entry's link words,
+/// moved at most once a minute, as memcached's); `mg u` reads without marking the item, for the LRU, as hit
+/// or as accessed. `E` gives the item the client's CAS unique wherever a write changes it.
 enum MemcacheMeta {
     /// What a meta command's reply needs from its command.
     struct Reply {
@@ -51,6 +51,8 @@ enum MemcacheMeta {
         /// `mg` read with its state (``CachetWire/CachetItemWrite/Mode/metaGet``): the reply carries the TTL
         /// left and the state byte after the CAS unique.
         let withState: Bool
+        /// `mg l`: the reply carries the seconds since the item was last accessed after the state byte.
+        let withIdleTime: Bool
     }
 
     // MARK: Commands in
@@ -73,9 +75,6 @@ enum MemcacheMeta {
             session.appendLocal(Array("CLIENT_ERROR \(message)\r\n".utf8), quiet: false)
         }
         if meta.kind == .noop { return session.appendLocal(Array("MN\r\n".utf8), quiet: false) }
-        if let unsupported = unsupportedFlag(meta) {
-            return refuse("flag \(Character(UnicodeScalar(unsupported))) is not supported by this server")
-        }
         // The key's bytes: base64-decoded with `b`.
         let key: [UInt8]
         if meta.has("b") {
@@ -89,7 +88,7 @@ enum MemcacheMeta {
             key = Array(bytes(meta.key))
         }
         var returns: [(letter: UInt8, token: [UInt8])] = []
-        for flag in meta.flags where "ckfsthO".utf8.contains(flag.letter) {
+        for flag in meta.flags where "ckfsthlO".utf8.contains(flag.letter) {
             returns.append((flag.letter, flag.letter == UInt8(ascii: "O") ? Array(bytes(flag.token)) : []))
         }
         let ttl = number("T")
@@ -102,7 +101,8 @@ enum MemcacheMeta {
             deletesExpired: Bool = false,
             withState: Bool = false
         ) -> MemcacheSession.Reply {
-            .meta(
+            let withIdleTime = withState && meta.has("l")
+            return .meta(
                 Reply(
                     kind: meta.kind,
                     key: Array(bytes(meta.key)),
@@ -115,7 +115,8 @@ enum MemcacheMeta {
                     carriesTTL: carriesTTL,
                     storedLength: storedLength,
                     deletesExpired: deletesExpired,
-                    withState: withState
+                    withState: withState,
+                    withIdleTime: withIdleTime
                 )
             )
         }
@@ -142,6 +143,7 @@ enum MemcacheMeta {
                 }
                 if let recache = number("R") { options.recache = UInt32(clamping: max(0, recache)) }
                 options.noBump = meta.has("u")
+                options.idleTime = meta.has("l")
                 options.encoded.withUnsafeBytes {
                     session.appendItemWrite(.metaGet, key: key, data: $0, ttl: touch, newCAS: unsigned("E"))
                 }
@@ -266,17 +268,6 @@ enum MemcacheMeta {
         }
     }
 
-    /// The first flag of `meta` this server does not take, if any.
-    static func unsupportedFlag(_ meta: MemcacheMetaCommand) -> UInt8? {
-        let unsupported: String
-        switch meta.kind {
-        case .get: unsupported = "l"
-        case .set, .delete, .arithmetic: unsupported = ""
-        case .noop, .debug: unsupported = ""
-        }
-        return meta.flags.first { unsupported.utf8.contains($0.letter) }?.letter
-    }
-
     // MARK: Replies out
 
     /// Appends the line of an `ma` that succeeded.
@@ -384,7 +375,7 @@ enum MemcacheMeta {
     ) {
         let prefix =
             reply.withState
-            ? CachetItemWrite.metaItemReplyPrefixSize
+            ? CachetItemWrite.metaItemReplyPrefixSize + (reply.withIdleTime ? 4 : 0)
             : CachetItemWrite.itemReplyPrefixSize + (reply.carriesTTL ? 4 : 0)
         guard status == .ok, body.count >= prefix else {
             guard status == .notFound || (status == .ok && reply.touchedTTL != nil) else {
@@ -403,9 +394,11 @@ enum MemcacheMeta {
         // memcached's order: `Z` (another caller recaches), `X` (stale), `W` (this caller recaches).
         var suffix = ""
         var hitBefore: Bool?
+        var idle: UInt32?
         if reply.withState {
             let state = CachetItemWrite.MetaState(rawValue: body[16])
             hitBefore = state.contains(.hitBefore)
+            if reply.withIdleTime { idle = body.loadUnaligned(fromByteOffset: 17, as: UInt32.self).bigEndian }
             let words = [(CachetItemWrite.MetaState.held, "Z"), (.stale, "X"), (.won, "W")]
             suffix = words.filter { state.contains($0.0) }.map(\.1).joined(separator: " ")
         }
@@ -423,6 +416,7 @@ enum MemcacheMeta {
             size: data.count,
             ttl: ttl,
             hitBefore: hitBefore,
+            idle: idle,
             suffix: suffix,
             to: &text
         )
@@ -441,6 +435,7 @@ enum MemcacheMeta {
         size: Int? = nil,
         ttl: Int64? = nil,
         hitBefore: Bool? = nil,
+        idle: UInt32? = nil,
         missing: Bool = false,
         suffix: String = "",
         to text: inout CachetByteBuffer
@@ -463,6 +458,8 @@ enum MemcacheMeta {
                 if let ttl { line += Array(" t\(ttl)".utf8) }
             case UInt8(ascii: "h") where !missing:
                 if let hitBefore { line += Array(" h\(hitBefore ? 1 : 0)".utf8) }
+            case UInt8(ascii: "l") where !missing:
+                if let idle { line += Array(" l\(idle)".utf8) }
             default:
                 break
             }

@@ -13,8 +13,15 @@ enum ItemReply {
     /// Stored by an append or a prepend: the item's CAS unique and its value's new length.
     case storedLength(cas: UInt64, length: Int)
     /// A meta get (``CachetWire/CachetItemWrite/Mode/metaGet``): the item, the seconds it has left (0: no
-    /// expiry) and its state.
-    case metaItem(flags: UInt32, cas: UInt64, ttl: UInt32, state: CachetItemWrite.MetaState, value: [UInt8])
+    /// expiry), its state, and the seconds since it was last read or written when asked for.
+    case metaItem(
+        flags: UInt32,
+        cas: UInt64,
+        ttl: UInt32,
+        state: CachetItemWrite.MetaState,
+        idle: UInt32?,
+        value: [UInt8]
+    )
     /// An increment or decrement: the item's CAS unique and the number it now holds.
     case number(cas: UInt64, value: UInt64)
     /// A get-and-touch: the item.
@@ -90,9 +97,11 @@ extension NodeCommands {
         diskChecked: Bool,
         diskEntry: CachetDiskEntry? = nil,
         keepingLease: Bool = false,
-        newCAS: UInt64? = nil
+        newCAS: UInt64? = nil,
+        markingRead: Bool = true
     ) -> ItemOutcome {
-        if mode != .set, !diskChecked, let disk, store.withValue(forKey: key, now: now, { _, _ in true }) == nil,
+        if mode != .set, !diskChecked, let disk,
+            store.withValue(forKey: key, now: now, marking: false, { _, _ in true }) == nil,
             disk.worker.mayHold(key: key, now: now)
         {
             return .readDiskFirst
@@ -115,7 +124,7 @@ extension NodeCommands {
             // they were (memcached's recache winner keeps its win whatever others try). Judged on the item as
             // it is now; one that goes ahead ends them first, as any write does, and is judged again in step.
             let current =
-                store.withItem(forKey: key, now: now) { _, _, fields in fields?.cas ?? 0 }
+                store.withItem(forKey: key, now: now, marking: false) { _, _, fields in fields?.cas ?? 0 }
                 ?? diskEntry.flatMap { CachetClock.isExpired($0.expiry, now: now) ? nil : $0.fields?.cas ?? 0 }
             if let refusal = Self.refusal(mode: mode, cas: cas, data: data, currentCAS: current) {
                 return .answered(refusal)
@@ -150,7 +159,13 @@ extension NodeCommands {
         var written: (value: [UInt8], expiry: UInt32, fields: CachetItemFields?)?
         let diskValue = diskEntry?.value ?? []
         let (reply, outcome) = diskValue.withUnsafeBytes { diskValue in
-            store.update(forKey: key, now: now) { current -> (CachetItemUpdate, ItemReply) in
+            // A touch keeps the item's marks (memcached touches in place); a get-and-touch is a read too.
+            store.update(
+                forKey: key,
+                now: now,
+                keepingReadState: mode == .touch || mode == .getAndTouch,
+                markingRead: mode == .getAndTouch && markingRead
+            ) { current -> (CachetItemUpdate, ItemReply) in
                 // A value memory does not hold (one kept on disk only, longer than --large-value) is read from disk.
                 let onDisk = diskEntry.map { CachetMemoryItem(value: diskValue, expiry: $0.expiry, fields: $0.fields) }
                 let decision = Self.decide(

@@ -19,8 +19,8 @@ extension NodeCommands {
         newCAS: UInt64? = nil
     ) -> ItemOutcome {
         if options.touch {
-            // A get-and-touch (counted as one), answered with the item and its state. Whether it was read
-            // before is asked first: the touch stores the entry anew, which is then marked read.
+            // A get-and-touch (counted as one), answered with the item and its state; whether it was read
+            // before is asked first (the touch marks it read, unless `no bump`).
             let hitBefore = store.readState(forKey: key, now: now, marking: false) ?? false
             let touched = writeItem(
                 key,
@@ -31,22 +31,24 @@ extension NodeCommands {
                 ttl: ttl,
                 now: now,
                 diskChecked: true,
-                diskEntry: diskEntry
+                diskEntry: diskEntry,
+                markingRead: !options.noBump
             )
             let expiry = Self.expiry(ttl: ttl, now: now)
             if case .answered(.refused(.notFound, _)) = touched {
                 return vivify(key, options: options, now: now, newCAS: newCAS)
             }
-            if !options.noBump { _ = store.readState(forKey: key, now: now, marking: true) }
             return touched.mapReply { reply in
                 guard case .item(let flags, let cas, let value) = reply else { return reply }
                 var state = metaState(key, cas: cas, expiry: expiry, options: options, now: now)
                 if hitBefore { state.insert(.hitBefore) }
+                // Written by the touch: accessed now.
                 return .metaItem(
                     flags: flags,
                     cas: cas,
                     ttl: Self.ttlLeft(expiry, now: now),
                     state: state,
+                    idle: options.idleTime ? 0 : nil,
                     value: value
                 )
             }
@@ -55,8 +57,8 @@ extension NodeCommands {
             value,
             expiry,
             fields,
-            hitBefore in
-            (flags: fields.flags, cas: fields.cas, expiry: expiry, value: Array(value), hitBefore: hitBefore)
+            read in
+            (flags: fields.flags, cas: fields.cas, expiry: expiry, value: Array(value), read: read)
         }
         if hit != nil {
             RequestCounters.bump(counters.gets)
@@ -66,7 +68,9 @@ extension NodeCommands {
             let fields = promoteItem(key, entry, now: now)
             // Kept in memory from the disk tier: whether it was read before there is not known.
             if !options.noBump { _ = store.readState(forKey: key, now: now, marking: true) }
-            hit = (fields.flags, fields.cas, entry.expiry, entry.value, false)
+            hit = (
+                fields.flags, fields.cas, entry.expiry, entry.value, CachetMetaRead(hitBefore: false, idleSeconds: 0)
+            )
         }
         guard let hit else {
             RequestCounters.bump(counters.gets)
@@ -74,13 +78,14 @@ extension NodeCommands {
             return vivify(key, options: options, now: now, newCAS: newCAS)
         }
         var state = metaState(key, cas: hit.cas, expiry: hit.expiry, options: options, now: now)
-        if hit.hitBefore { state.insert(.hitBefore) }
+        if hit.read.hitBefore { state.insert(.hitBefore) }
         return .answered(
             .metaItem(
                 flags: hit.flags,
                 cas: hit.cas,
                 ttl: Self.ttlLeft(hit.expiry, now: now),
                 state: state,
+                idle: options.idleTime ? hit.read.idleSeconds : nil,
                 value: hit.value
             )
         )
@@ -114,16 +119,17 @@ extension NodeCommands {
         newCAS: UInt64?
     ) -> ItemOutcome {
         guard options.vivify else { return .answered(.refused(.notFound, "meta get: the key holds no value")) }
+        func idle(_ seconds: UInt32) -> UInt32? { options.idleTime ? seconds : nil }
         let ttl = Self.ttlLeft(Self.expiry(ttl: options.vivifyTTL, now: now), now: now)
         // The lease first: a caller that finds the empty item then finds it held.
         let grant = leases.acquire(key, seconds: options.vivifyTTL == 0 ? nil : options.vivifyTTL)
         switch grant {
         case .held:
-            return .answered(.metaItem(flags: 0, cas: 0, ttl: ttl, state: .held, value: []))
+            return .answered(.metaItem(flags: 0, cas: 0, ttl: ttl, state: .held, idle: idle(0), value: []))
         case .none:
             // Too many leases outstanding: no empty item either (others would read it as a value); this
             // caller loads by itself.
-            return .answered(.metaItem(flags: 0, cas: 0, ttl: ttl, state: .won, value: []))
+            return .answered(.metaItem(flags: 0, cas: 0, ttl: ttl, state: .won, idle: idle(0), value: []))
         case .granted:
             break
         }
@@ -149,7 +155,7 @@ extension NodeCommands {
         }
         return stub.mapReply { reply in
             guard case .stored(let cas) = reply else { return reply }
-            return .metaItem(flags: 0, cas: cas, ttl: ttl, state: .won, value: [])
+            return .metaItem(flags: 0, cas: cas, ttl: ttl, state: .won, idle: idle(0), value: [])
         }
     }
 

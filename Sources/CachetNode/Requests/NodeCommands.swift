@@ -189,7 +189,7 @@ struct NodeCommands {
     /// read then goes to the disk queue, behind both).
     func keepMemoryCopy(_ key: [UInt8], onlyIf value: [UInt8]) {
         key.withUnsafeBytes { key in
-            let same = store.withValue(forKey: key, now: CachetClock.now()) { held, _ in
+            let same = store.withValue(forKey: key, now: CachetClock.now(), marking: false) { held, _ in
                 held.elementsEqual(value)
             }
             if same != true { _ = store.remove(key: key, now: CachetClock.now()) }
@@ -321,7 +321,7 @@ struct NodeCommands {
     func memoryValue(_ key: [UInt8]) -> (value: [UInt8], ttl: UInt32)? {
         let now = CachetClock.now()
         return key.withUnsafeBytes { key in
-            store.withValue(forKey: key, now: now) { value, expiry -> (value: [UInt8], ttl: UInt32)? in
+            store.withValue(forKey: key, now: now, marking: false) { value, expiry -> (value: [UInt8], ttl: UInt32)? in
                 guard expiry == 0 || expiry > now else { return nil }
                 return (Array(value), expiry == 0 ? 0 : expiry - now)
             } ?? nil

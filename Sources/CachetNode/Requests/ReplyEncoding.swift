@@ -162,12 +162,14 @@ func appendItem(
     cas: UInt64,
     ttlLeft: UInt32? = nil,
     state: CachetItemWrite.MetaState? = nil,
+    idleSeconds: UInt32? = nil,
     opcode: CachetOpcode,
     id: UInt32,
     output: inout CachetByteBuffer
 ) {
     let bodyLength =
-        CachetItemWrite.itemReplyPrefixSize + (ttlLeft == nil ? 0 : 4) + (state == nil ? 0 : 1) + value.count
+        CachetItemWrite.itemReplyPrefixSize + (ttlLeft == nil ? 0 : 4) + (state == nil ? 0 : 1)
+        + (idleSeconds == nil ? 0 : 4) + value.count
     output.reserveWritable(CachetProtocol.frameOverhead + bodyLength)
     CachetFrameEncoder.writePrefixAndHeader(
         to: output.writePointer,
@@ -179,6 +181,7 @@ func appendItem(
     withUnsafeBytes(of: cas.bigEndian) { output.append($0) }
     if let ttlLeft { withUnsafeBytes(of: ttlLeft.bigEndian) { output.append($0) } }
     if let state { withUnsafeBytes(of: state.rawValue) { output.append($0) } }
+    if let idleSeconds { withUnsafeBytes(of: idleSeconds.bigEndian) { output.append($0) } }
     if value.count > 0 { output.append(value) }
 }
 
@@ -191,9 +194,19 @@ func appendItemReply(_ reply: ItemReply, id: UInt32, output: inout CachetByteBuf
         withUnsafeBytes(of: (cas.bigEndian, UInt64(length).bigEndian)) {
             appendReply(opcode: .put, status: .ok, id: id, body: $0, to: &output)
         }
-    case .metaItem(let flags, let cas, let ttl, let state, let value):
+    case .metaItem(let flags, let cas, let ttl, let state, let idle, let value):
         value.withUnsafeBytes {
-            appendItem($0, flags: flags, cas: cas, ttlLeft: ttl, state: state, opcode: .put, id: id, output: &output)
+            appendItem(
+                $0,
+                flags: flags,
+                cas: cas,
+                ttlLeft: ttl,
+                state: state,
+                idleSeconds: idle,
+                opcode: .put,
+                id: id,
+                output: &output
+            )
         }
     case .number(let cas, let value):
         withUnsafeBytes(of: (cas.bigEndian, value.bigEndian)) {

@@ -204,6 +204,33 @@ struct NodeMemcacheMetaTests {
         #expect(try first.exchange("mg \(key) v\r\n", lines: 2) == ["VA 2", "v2"])
     }
 
+    /// `mg h` (read since it was stored), `mg u` (a read that marks nothing) and `mg l` (seconds since the last
+    /// access), on a node with a disk tier (whose writes look the key up first: a look-up of the node's own
+    /// must not count as a read) and through touches (which keep the mark, as memcached's touch in place).
+    @Test func hitBeforeAndLastAccessFollowReadsTouchesAndWrites() throws {
+        let directory = TemporaryDirectory()
+        let (node, port) = try NodeMemcacheTests.node(["--data-dir", directory.path])
+        defer { withExtendedLifetime(node) {} }
+        let client = try MemcacheTextClient(port: port)
+        #expect(try client.exchange("set k 0 0 1\r\nx\r\n") == ["STORED"])
+        #expect(try client.exchange("mg k u h\r\n") == ["HD h0"], "not read yet")
+        #expect(try client.exchange("mg k h l\r\n") == ["HD h0 l0"], "a read that does not mark leaves it so")
+        #expect(try client.exchange("mg k h\r\n") == ["HD h1"])
+        // A refused add looks the item up: not a read.
+        #expect(try client.exchange("set j 0 0 1\r\ny\r\n") == ["STORED"])
+        #expect(try client.exchange("add j 0 0 1\r\nz\r\n") == ["NOT_STORED"])
+        #expect(try client.exchange("mg j h\r\n") == ["HD h0"])
+        // Touches keep the mark; a get-and-touch is a read; a write starts over.
+        #expect(try client.exchange("touch k 100\r\n") == ["TOUCHED"])
+        #expect(try client.exchange("mg k h\r\n") == ["HD h1"])
+        #expect(try client.exchange("set k 0 0 1\r\nx\r\n") == ["STORED"])
+        #expect(try client.retrieve("gat 100 k\r\n") == ["VALUE k 0 1", "x", "END"])
+        #expect(try client.exchange("mg k h T100\r\n") == ["HD h1"])
+        #expect(try client.exchange("set k 0 0 1\r\nx\r\n") == ["STORED"])
+        #expect(try client.exchange("mg k T100 u h\r\n") == ["HD h0"])
+        #expect(try client.exchange("mg k h\r\n") == ["HD h0"], "a touch with u did not mark it")
+    }
+
     /// A meta get that only reads travels as an item write, but a member that holds its keys (here: it
     /// reaches a minority) answers it as the read it is: a miss, not a refused write, and its copy stays for
     /// when it serves again.
@@ -249,7 +276,6 @@ struct NodeMemcacheMetaTests {
         ("ms foo abc\r\n", "CLIENT_ERROR bad data chunk"),
         ("ms foo 1 MX\r\nx\r\n", "CLIENT_ERROR invalid mode for ms STORE"),
         ("ma foo MX\r\n", "CLIENT_ERROR invalid mode for ma"),
-        ("mg foo l\r\n", "CLIENT_ERROR flag l is not supported by this server"),
         ("ms foo 1 ME C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with modes S, A and P only by this server"),
         ("ms foo 1 MR C5\r\nx\r\n", "CLIENT_ERROR flag C is supported with modes S, A and P only by this server"),
     ])

@@ -606,8 +606,7 @@ subtest 'marith with CAS override' => sub {
 }
 
 # test last-access time
-# Adapted for Cachet: the last access time (l) is not kept; run against memcached only.
-if (!$ENV{T_MEMD_USE_DAEMON}) {
+{
     print $sock "ms la_test 2 T100\r\nla\r\n";
     like(scalar <$sock>, qr/^HD/, "set la_test");
     sleep 2;
