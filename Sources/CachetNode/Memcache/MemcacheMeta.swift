@@ -17,8 +17,8 @@ import CachetWire
 ///   creates a missing item.
 /// - `md`: a DEL; with `I` (stale, a new CAS unique, `T` its TTL) or `x` (the value emptied), an
 ///   invalidation that keeps the item. `ma`: an `incr` or `decr` item write, then a touch for `T`.
-/// - `me`: the item's expiry, CAS unique and size (`exp`, `cas`, `size`; `la`, `fetch` and `cls` are
-///   memcached's internals, not kept).
+/// - `me`: the item's expiry, last access, CAS unique, whether it was read, and size (`exp`, `la`, `cas`,
+///   `fetch`, `size`; a read that marks nothing; `cls`, memcached's slab class, has no counterpart).
 ///
 /// `mg h` returns whether the item had been read since it was stored (a mark in the entry's header, which
 /// every read sets); `mg l` the seconds since it was last read or written (kept in the entry's link words,
@@ -101,7 +101,7 @@ enum MemcacheMeta {
             deletesExpired: Bool = false,
             withState: Bool = false
         ) -> MemcacheSession.Reply {
-            let withIdleTime = withState && meta.has("l")
+            let withIdleTime = withState && (meta.has("l") || meta.kind == .debug)
             return .meta(
                 Reply(
                     kind: meta.kind,
@@ -260,8 +260,11 @@ enum MemcacheMeta {
                     session.push(.discard, quiet: false)
                 }
             case .debug:
-                session.appendKeyed(.get, key, flags: [.item, .ttl])
-                session.push(reply(carriesTTL: true), quiet: false)
+                // A meta get that marks nothing and asks for the idle time: `la` and `fetch` beside `exp`.
+                CachetItemWrite.MetaGetOptions(noBump: true, idleTime: true).encoded.withUnsafeBytes {
+                    session.appendItemWrite(.metaGet, key: key, data: $0, ttl: 0)
+                }
+                session.push(reply(withState: true), quiet: false)
             case .noop:
                 break
             }
@@ -405,7 +408,10 @@ enum MemcacheMeta {
         let data = UnsafeRawBufferPointer(rebasing: body[prefix...])
         if reply.kind == .debug {
             let key = String(decoding: reply.key, as: UTF8.self)
-            return text.append(Array("ME \(key) exp=\(ttl) cas=\(cas) size=\(data.count)\r\n".utf8))
+            let fetched = hitBefore == true ? "yes" : "no"
+            return text.append(
+                Array("ME \(key) exp=\(ttl) la=\(idle ?? 0) cas=\(cas) fetch=\(fetched) size=\(data.count)\r\n".utf8)
+            )
         }
         let sendsValue = reply.value && reply.unlessCAS != cas
         line(

@@ -40,7 +40,14 @@ struct NodeMemcacheMetaTests {
         #expect(try client.exchange("ms foo 1 C\(cas)\r\nx\r\n") == ["EX"], "the CAS changed with the append")
         #expect(try client.exchange("ms absent 1 C1\r\nx\r\n") == ["NF"])
         let debug = try client.exchange("me foo\r\n")[0]
-        #expect(debug.hasPrefix("ME foo exp=-1 cas=") && debug.hasSuffix(" size=7"), "\(debug)")
+        #expect(debug.hasPrefix("ME foo exp=-1 la=0 cas=") && debug.hasSuffix(" size=7"), "\(debug)")
+        #expect(debug.contains(" fetch=yes "), "read by the mg above: \(debug)")
+        // `me` itself marks nothing.
+        #expect(try client.exchange("ms fresh 1\r\nx\r\n") == ["HD"])
+        for _ in 0..<2 {
+            let fresh = try client.exchange("me fresh\r\n")[0]
+            #expect(fresh.hasPrefix("ME fresh exp=-1 la=0 cas=") && fresh.hasSuffix(" fetch=no size=1"), "\(fresh)")
+        }
         #expect(try client.exchange("me absent\r\n") == ["EN"])
         // Arithmetic: incr by default, D the delta, MD decrement stopping at 0, v the value.
         #expect(try client.exchange("ms n 2\r\n10\r\n") == ["HD"])
