@@ -384,7 +384,7 @@ public struct CachetDeadline: Sendable, Hashable, Comparable {
 
 extension Duration {
     /// The duration in nanoseconds, clamped to Int64.
-    var nanosecondsClamped: Int64 {
+    public var nanosecondsClamped: Int64 {
         let (seconds, attoseconds) = components
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return seconds < 0 ? .min : .max }

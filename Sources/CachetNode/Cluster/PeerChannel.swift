@@ -60,11 +60,8 @@ final class PeerChannel: CachetChannel, @unchecked Sendable {
         let id = nextID
         nextID = nextID == .max ? 1 : nextID + 1
         request.withUnsafeMutableBytes { $0.storeBytes(of: id.bigEndian, toByteOffset: 8, as: UInt32.self) }
-        let deadline = CachetDeadline(after: timeout)
-        let due = deadline.uptimeNanoseconds
-        let nanoseconds =
-            UInt64(max(0, timeout.components.seconds)) &* 1_000_000_000
-            &+ UInt64(max(0, timeout.components.attoseconds / 1_000_000_000))
+        let nanoseconds = UInt64(max(0, timeout.nanosecondsClamped))
+        let due = CachetDeadline.now() &+ nanoseconds
         if let queue = deadlines.firstIndex(where: { $0.nanoseconds == nanoseconds }) {
             deadlines[queue].entries.append((id, due))
         } else {
