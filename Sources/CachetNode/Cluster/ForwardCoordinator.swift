@@ -313,7 +313,7 @@ final class ForwardCoordinator {
     private func rerouted(_ request: ForwardRequest, sameOwner: Bool) -> ForwardRequest? {
         guard request.opcode == .put || request.opcode == .delete || request.opcode == .get,
             let router, let cluster = processor.cluster,
-            let key = PeerForwarder.key(of: request)
+            let key = request.key
         else { return nil }
         let placement = key.withUnsafeBytes { key -> Placement? in
             guard let owner = router.foreignOwner(of: key) else { return nil }

@@ -143,3 +143,30 @@ final class ForwardRequest: Sendable {
         return .fanOut(ForwardRequest(frame: request, opcode: frame.header.opcode, id: frame.header.id, owner: nobody))
     }
 }
+
+extension ForwardRequest {
+    /// The key of a forwarded GET, PUT or DEL; nil for anything else (or a frame that does not parse,
+    /// which the processor would not have forwarded).
+    var key: [UInt8]? {
+        frame.withUnsafeBytes { buffer -> [UInt8]? in
+            guard let frame = try? CachetFrameDecoder.decodeFrame(in: buffer, maximumPayloadLength: .max) else {
+                return nil
+            }
+            let key: Range<Int>
+            switch frameOpcode {
+            case .get, .delete:
+                guard let range = try? CachetBodyDecoder.decodeKey(in: buffer, body: frame.body) else { return nil }
+                key = range
+            case .put:
+                let leased = frame.header.flags & CachetRequestFlags.lease.rawValue != 0
+                guard let put = try? CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased) else {
+                    return nil
+                }
+                key = put.put.key
+            default:
+                return nil
+            }
+            return Array(buffer[key])
+        }
+    }
+}

@@ -172,39 +172,16 @@ final class PeerForwarder: @unchecked Sendable {
             var stats = CachetCommand.stats.encoded(id: 0, flags: .forwarded)
             forward(&stats, to: member) { outcome in
                 guard case .answered(.ok, let body) = outcome,
-                    let hash = Self.field("cluster_hash", in: body)
+                    let hash = StatsBodyFields.string("cluster_hash", in: body)
                 else { return }
-                let previous = Self.field("cluster_previous_hash", in: body).flatMap { previous in
-                    Self.number("cluster_changed_ms_ago", in: body).map { (hash: previous, millisecondsAgo: $0) }
+                let previous = StatsBodyFields.string("cluster_previous_hash", in: body).flatMap { previous in
+                    StatsBodyFields.number("cluster_changed_ms_ago", in: body).map {
+                        (hash: previous, millisecondsAgo: $0)
+                    }
                 }
                 health.membershipComparison.record(hash, previous: previous, of: member, logger: self.logger)
             }
         }
-    }
-
-    /// The string value of a top-level field of a STATS JSON object, found by its name.
-    static func field(_ name: String, in body: [UInt8]) -> String? {
-        guard let value = value(of: name, in: body), value.first == UInt8(ascii: "\""),
-            let end = value.dropFirst().firstIndex(of: UInt8(ascii: "\""))
-        else { return nil }
-        return String(decoding: value[(value.startIndex + 1)..<end], as: UTF8.self)
-    }
-
-    /// The value of a top-level number field of a STATS JSON object, found by its name.
-    static func number(_ name: String, in body: [UInt8]) -> UInt64? {
-        guard let value = value(of: name, in: body) else { return nil }
-        let digits = value.prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
-        return UInt64(String(decoding: digits, as: UTF8.self))
-    }
-
-    /// The bytes after `"name":` in a STATS JSON object (its first occurrence), to the end of the body.
-    private static func value(of name: String, in body: [UInt8]) -> ArraySlice<UInt8>? {
-        let pattern = Array("\"\(name)\":".utf8)
-        guard body.count > pattern.count else { return nil }
-        for start in 0...(body.count - pattern.count) where body[start..<start + pattern.count].elementsEqual(pattern) {
-            return body[(start + pattern.count)...]
-        }
-        return nil
     }
 
     /// Forwards in flight now, over every peer.
@@ -275,7 +252,7 @@ final class PeerForwarder: @unchecked Sendable {
     @discardableResult
     func forward(_ request: ForwardRequest, completion: @escaping (ForwardOutcome) -> Void) -> Bool {
         var frame = request.frame
-        guard let keyBytes = Self.key(of: request) else {
+        guard let keyBytes = request.key else {
             forward(&frame, to: request.owner, secondHop: request.secondHop, completion: completion)
             return false
         }
@@ -331,31 +308,6 @@ final class PeerForwarder: @unchecked Sendable {
                 flights.detach(key)
             }
             return false
-        }
-    }
-
-    /// The key of a forwarded GET, PUT or DEL; nil for anything else (or a frame that does not parse,
-    /// which the processor would not have forwarded).
-    static func key(of request: ForwardRequest) -> [UInt8]? {
-        request.frame.withUnsafeBytes { buffer -> [UInt8]? in
-            guard let frame = try? CachetFrameDecoder.decodeFrame(in: buffer, maximumPayloadLength: .max) else {
-                return nil
-            }
-            let key: Range<Int>
-            switch request.frameOpcode {
-            case .get, .delete:
-                guard let range = try? CachetBodyDecoder.decodeKey(in: buffer, body: frame.body) else { return nil }
-                key = range
-            case .put:
-                let leased = frame.header.flags & CachetRequestFlags.lease.rawValue != 0
-                guard let put = try? CachetBodyDecoder.decodePut(in: buffer, body: frame.body, leased: leased) else {
-                    return nil
-                }
-                key = put.put.key
-            default:
-                return nil
-            }
-            return Array(buffer[key])
         }
     }
 

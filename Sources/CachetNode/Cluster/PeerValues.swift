@@ -97,7 +97,7 @@ struct PeerValues {
         // A value longer than --large-value is not held whole in memory: a miss, stored again by its loader.
         if case .answered(.ok, let body) = outcome, body.count >= 4, body.count - 4 <= commands.largeValueThreshold,
             let warmUp,
-            let key = PeerForwarder.key(of: request)
+            let key = request.key
         {
             let ttl = UInt32(body[0]) << 24 | UInt32(body[1]) << 16 | UInt32(body[2]) << 8 | UInt32(body[3])
             let now = CachetClock.now()
