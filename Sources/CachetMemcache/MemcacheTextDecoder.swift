@@ -399,14 +399,10 @@ public enum MemcacheTextDecoder {
         return Number(magnitude)
     }
 
-    /// Whether one of the eight bytes of `word` is a space, below it (a control byte) or DEL: the bytes
-    /// that end or spoil a key (the usual tests for a zero byte, and for a byte below a bound, done on
-    /// every byte at once).
-    @inline(__always)
-    static func hasSpaceOrControl(_ word: UInt64) -> Bool { spaceOrControlMask(word) != 0 }
-
-    /// The high bit of every byte of `word` that is a space, below it or DEL, and possibly of bytes after the
-    /// first such byte (a borrow may carry into them): the lowest bit set marks the first one exactly.
+    /// The high bit of every byte of `word` that is a space, below it (a control byte) or DEL, the bytes that
+    /// end or spoil a key (the usual tests for a zero byte and for a byte below a bound, done on every byte at
+    /// once), and possibly of bytes after the first such byte (a borrow may carry into them): the lowest bit
+    /// set marks the first one exactly.
     @inline(__always)
     static func spaceOrControlMask(_ word: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101

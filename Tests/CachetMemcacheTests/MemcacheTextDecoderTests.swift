@@ -66,10 +66,11 @@ struct MemcacheTextDecoderTests {
         }
     }
 
-    /// The test of eight key bytes at once says what a test of each byte says.
+    /// The test of eight key bytes at once says what a test of each byte says, and its lowest bit marks the
+    /// first byte that ends or spoils a key.
     @Test func eightBytesAtOnceAgreeWithEachByte() {
-        func slow(_ word: UInt64) -> Bool {
-            (0..<8).contains { index in
+        func slow(_ word: UInt64) -> Int? {
+            (0..<8).first { index in
                 let byte = UInt8(truncatingIfNeeded: word >> (8 * UInt64(index)))
                 return byte <= 0x20 || byte == 0x7f
             }
@@ -84,7 +85,9 @@ struct MemcacheTextDecoderTests {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<100_000 { words.append(UInt64.random(in: 0 ... .max, using: &generator)) }
         for word in words {
-            #expect(MemcacheTextDecoder.hasSpaceOrControl(word) == slow(word), "\(String(word, radix: 16))")
+            let mask = MemcacheTextDecoder.spaceOrControlMask(word)
+            #expect((mask != 0) == (slow(word) != nil), "\(String(word, radix: 16))")
+            if mask != 0 { #expect(mask.trailingZeroBitCount / 8 == slow(word), "\(String(word, radix: 16))") }
         }
     }
 
