@@ -12,11 +12,11 @@ import Glibc
 /// connections of each kind in issue 12, section 2, must keep the node's resident memory under the
 /// documented bound while a well-behaved client keeps being answered promptly.
 ///
-/// Sizes are chosen so that the kernel's share stays well below `net.ipv4.tcp_mem`'s pressure threshold
-/// on a machine that also runs the rest of the suite: what the hostile clients send and the node does not
-/// read, and the replies they never read, sit in the kernel's socket buffers (some 0.9 GB at the peak with
-/// these sizes; 1.65 GB with frames of 2 MiB, which beside the other suites reached the kernel's limit and
-/// stalled every socket of the machine, the well-behaved client's included).
+/// Sizes are chosen to keep the kernel's share below `net.ipv4.tcp_mem`'s pressure threshold (383,868 pages
+/// here) on a machine that also runs the rest of the suite: what the hostile clients send and the node does
+/// not read, and the replies they never read, sit in the kernel's socket buffers (257,000–328,000 pages,
+/// 1.0–1.3 GB, at the peak with these sizes; 422,000 with frames of 2 MiB, which beside the other suites
+/// reached the kernel's limit and stalled every socket of the machine, the well-behaved client's included).
 @Suite("Node: connection memory is bounded", .dedicatedThreads)
 struct NodeConnectionMemoryTests {
     static let perClass = 200
